@@ -1,0 +1,155 @@
+// Package backend defines the contract between ceiling's middleware and the
+// stores that keep rate-limit state: one [Backend.Decide] call decides every
+// rule of a request atomically, all or nothing.
+//
+// The package has no dependencies so that every backend (the embedded
+// memory store, Redis, or your own) can import it without cycles. A backend
+// proves it honours the contract by passing the conformance suite in
+// package backendtest.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Algorithm selects how a rule counts. Every backend implements the same
+// integer arithmetic (see ALGORITHMS.md beside this file), so the same state
+// gives the same answer on memory and on Redis.
+type Algorithm uint8
+
+const (
+	// GCRA is the generic cell rate algorithm, a token bucket with one value
+	// per key: a smooth rate of Limit per Period with Burst requests at once.
+	// "30 per minute, burst 30" admits up to 59 in the first rolling minute:
+	// it is a rate, not a rolling-window count.
+	GCRA Algorithm = iota
+	// SlidingLog admits at most Limit in any rolling Period, exactly. It keeps
+	// one timestamp per admitted unit, so it is right for small limits
+	// (3 OTPs per 15 minutes, 30 chats per minute).
+	SlidingLog
+	// SlidingWindow weighs the previous fixed window by how much of it still
+	// overlaps the rolling window, plus the current one: O(1) state and an
+	// approximation of a rolling window that can over-admit under
+	// adversarial timing (see ALGORITHMS.md for the bound).
+	SlidingWindow
+	// FixedWindow counts per aligned window of Period. It is the cheapest and
+	// admits up to 2×Limit in a moment around a window boundary.
+	FixedWindow
+)
+
+// String returns the algorithm's name as used in docs and metrics.
+func (a Algorithm) String() string {
+	switch a {
+	case GCRA:
+		return "gcra"
+	case SlidingLog:
+		return "sliding_log"
+	case SlidingWindow:
+		return "sliding_window"
+	case FixedWindow:
+		return "fixed_window"
+	}
+	return "unknown"
+}
+
+// Request asks for Cost units from one key under one rule's limit.
+type Request struct {
+	// Key is the stored key, already made fixed-length and free of raw
+	// identifiers by the caller (ceiling passes "rule:digest"). Backends may
+	// add their own prefix.
+	Key string
+	// Algorithm decides how Limit, Period and Burst are interpreted.
+	Algorithm Algorithm
+	// Limit is the number of units allowed per Period. It must be positive.
+	Limit int64
+	// Period is the window (or, for GCRA, the time in which Limit units are
+	// emitted). Backends work in whole microseconds; it must be at least 1ms.
+	Period time.Duration
+	// Burst is GCRA's bucket size; zero means Limit. Other algorithms ignore it.
+	Burst int64
+	// Cost is the number of units to take. Zero peeks at the key's state
+	// without consuming; a negative cost refunds units (never below empty).
+	Cost int64
+	// Force takes Cost even past the limit: the key goes into debt and later
+	// requests wait it out. A forced request is always Allowed. It is how a
+	// real cost known only after the work is settled.
+	Force bool
+}
+
+// Result is a backend's answer for one Request. Durations, not timestamps,
+// so that callers never compare their clock with the backend's.
+type Result struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit echoes the request's limit (the quota for headers).
+	Limit int64
+	// Remaining is how many units a request could still take right now,
+	// after this one; never negative.
+	Remaining int64
+	// ResetAfter is the time until the key is back to its full quota.
+	ResetAfter time.Duration
+	// RetryAfter is, for a rejected request, the time until the same request
+	// would be admitted if nothing else happened. Zero when Allowed;
+	// [Never] when the cost can never fit (cost above the limit).
+	RetryAfter time.Duration
+}
+
+// Never is the RetryAfter of a request whose cost exceeds what the rule can
+// ever admit.
+const Never time.Duration = -1
+
+// Backend stores rate-limit state and decides requests.
+//
+// Being limited is not an error: a rejection is a Result with Allowed false.
+// An error means the backend could not decide (unreachable, timed out,
+// protocol failure); the middleware then applies its fail mode.
+//
+// Implementations must be safe for simultaneous use by multiple goroutines.
+type Backend interface {
+	// Decide decides every request atomically and all or nothing: if any
+	// request that is not Forced is rejected, no request consumes anything
+	// (each Result still reports its own rule's state). It returns one Result
+	// per Request, in order. On error the results are undefined.
+	Decide(ctx context.Context, reqs []Request) ([]Result, error)
+	// Reset forgets the state of the given keys, restoring their full quota.
+	Reset(ctx context.Context, keys ...string) error
+}
+
+// InProcess is implemented by backends that answer from process memory and
+// cannot block or fail for I/O reasons. The middleware skips the timeout and
+// circuit breaker for them.
+type InProcess interface {
+	InProcess() bool
+}
+
+// ErrInvalidRequest wraps every error about a malformed Request (zero limit,
+// period under 1ms, unknown algorithm).
+var ErrInvalidRequest = errors.New("backend: invalid request")
+
+// Validate reports whether r can be decided, naming the key and the
+// faulty field.
+func (r Request) Validate() error {
+	switch {
+	case r.Key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidRequest)
+	case r.Limit <= 0 || r.Limit > MaxLimit:
+		return fmt.Errorf("%w: key %q: limit %d outside 1..%d", ErrInvalidRequest, r.Key, r.Limit, MaxLimit)
+	case r.Period < time.Millisecond || r.Period > MaxPeriod:
+		return fmt.Errorf("%w: key %q: period %v outside 1ms..%v", ErrInvalidRequest, r.Key, r.Period, MaxPeriod)
+	case r.Burst < 0 || r.Burst > MaxLimit:
+		return fmt.Errorf("%w: key %q: burst %d outside 0..%d", ErrInvalidRequest, r.Key, r.Burst, MaxLimit)
+	case r.Algorithm > FixedWindow:
+		return fmt.Errorf("%w: key %q: unknown algorithm %d", ErrInvalidRequest, r.Key, r.Algorithm)
+	}
+	return nil
+}
+
+// Limits that keep every algorithm's arithmetic exact in a double-precision
+// Lua number (2^53) as well as in int64.
+const (
+	MaxLimit  = 1_000_000_000
+	MaxPeriod = 90 * 24 * time.Hour
+)
