@@ -77,6 +77,11 @@ type Request struct {
 	// requests wait it out. A forced request is always Allowed. It is how a
 	// real cost known only after the work is settled.
 	Force bool
+	// Shadow evaluates the request and reports whether it fits, but its
+	// rejection never blocks the other requests of the call: a shadow rule
+	// is being rolled out and must not refuse traffic yet. It consumes only
+	// when it fits and the call is admitted.
+	Shadow bool
 }
 
 // Result is a backend's answer for one Request. Durations, not timestamps,
@@ -110,7 +115,8 @@ const Never time.Duration = -1
 // Implementations must be safe for simultaneous use by multiple goroutines.
 type Backend interface {
 	// Decide decides every request atomically and all or nothing: if any
-	// request that is not Forced is rejected, no request consumes anything
+	// request that is neither Forced nor Shadow is rejected, no request
+	// consumes anything
 	// (each Result still reports its own rule's state). It returns one Result
 	// per Request, in order. On error the results are undefined.
 	Decide(ctx context.Context, reqs []Request) ([]Result, error)
