@@ -124,6 +124,13 @@ type Backend interface {
 	Reset(ctx context.Context, keys ...string) error
 }
 
+// DecideIntoer is implemented by backends that can decide without allocating
+// the result slice: out has len(reqs) elements and receives the results. The
+// middleware prefers it over Decide; the semantics are Decide's.
+type DecideIntoer interface {
+	DecideInto(ctx context.Context, reqs []Request, out []Result) error
+}
+
 // InProcess is implemented by backends that answer from process memory and
 // cannot block or fail for I/O reasons. The middleware skips the timeout and
 // circuit breaker for them.
