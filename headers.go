@@ -1,0 +1,215 @@
+package ceiling
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// HeaderStyle selects the rate-limit headers a response carries.
+type HeaderStyle uint8
+
+const (
+	// HeadersIETF sends the fields of the IETF httpapi draft
+	// (draft-ietf-httpapi-ratelimit-headers): RateLimit-Policy lists every
+	// enforced rule as `"name";q=LIMIT;w=SECONDS`, and RateLimit the current
+	// state of each rule that applied as `"name";r=REMAINING;t=SECONDS`. Both
+	// are HTTP Structured Field lists.
+	HeadersIETF HeaderStyle = iota
+	// HeadersRateLimit sends the widely deployed RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset (delta-seconds) of the most
+	// constrained rule.
+	HeadersRateLimit
+	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (delta-seconds) of the most constrained rule.
+	HeadersXRateLimit
+	// HeadersNone sends no rate-limit headers (Retry-After is still sent on
+	// every 429).
+	HeadersNone
+)
+
+// Canonical header names, assigned directly to skip canonicalisation.
+const (
+	hPolicy     = "Ratelimit-Policy"
+	hRateLimit  = "Ratelimit"
+	hRetryAfter = "Retry-After"
+)
+
+// policyHeader precomputes RateLimit-Policy: it depends only on the rules.
+// Shadow rules are not advertised: they do not limit anybody yet.
+func policyHeader(rules []Rule) []string {
+	var b strings.Builder
+	for i := range rules {
+		r := &rules[i]
+		if r.Shadow {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q;q=%d;w=%s", r.Name, r.Limit, seconds(r.Period))
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	// Full slice expression: a handler that appends gets its own array.
+	return []string{b.String()}[:1:1]
+}
+
+// write sets the style's headers for d on h.
+func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *state) {
+	switch s {
+	case HeadersIETF:
+		buf := st.buf[:0]
+		for i := range d.Results {
+			rr := &d.Results[i]
+			if rr.Rule.Shadow {
+				continue
+			}
+			if len(buf) > 0 {
+				buf = append(buf, ", "...)
+			}
+			buf = append(buf, '"')
+			buf = append(buf, rr.Rule.Name...)
+			buf = append(buf, `";r=`...)
+			buf = strconv.AppendInt(buf, rr.Remaining, 10)
+			buf = append(buf, ";t="...)
+			buf = appendSeconds(buf, rr.ResetAfter)
+		}
+		st.buf = buf
+		if policy != nil {
+			h[hPolicy] = policy
+		}
+		if len(buf) > 0 {
+			h[hRateLimit] = []string{string(buf)}
+		}
+	case HeadersRateLimit, HeadersXRateLimit:
+		rr := mostConstrained(d)
+		if rr == nil {
+			return
+		}
+		prefix := "Ratelimit-"
+		if s == HeadersXRateLimit {
+			prefix = "X-Ratelimit-"
+		}
+		h[prefix+"Limit"] = []string{strconv.FormatInt(rr.Limit, 10)}
+		h[prefix+"Remaining"] = []string{strconv.FormatInt(rr.Remaining, 10)}
+		h[prefix+"Reset"] = []string{seconds(rr.ResetAfter)}
+	}
+}
+
+// mostConstrained is the rule whose headers a single-policy style reports:
+// the first rejecting rule, else the one with the fewest units remaining
+// (the first such in declaration order).
+func mostConstrained(d *Decision) *RuleResult {
+	if rr := d.Rejected(); rr != nil {
+		return rr
+	}
+	var best *RuleResult
+	for i := range d.Results {
+		rr := &d.Results[i]
+		if rr.Rule.Shadow {
+			continue
+		}
+		if best == nil || rr.Remaining < best.Remaining {
+			best = rr
+		}
+	}
+	return best
+}
+
+// seconds formats d as delta-seconds, rounded up so that a client that waits
+// that long is admitted.
+func seconds(d time.Duration) string {
+	return string(appendSeconds(nil, d))
+}
+
+func appendSeconds(b []byte, d time.Duration) []byte {
+	if d <= 0 {
+		return append(b, '0')
+	}
+	return strconv.AppendInt(b, int64((d+time.Second-1)/time.Second), 10)
+}
+
+// Problem is an RFC 9457 problem details body, as ceiling writes it for 429,
+// 503, 400 and 413 responses.
+type Problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	// ViolatedPolicies names the rejecting rules, as the rate-limit draft's
+	// quota-exceeded problem type defines it.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
+	// RetryAfter repeats the Retry-After header in seconds, for clients that
+	// only read bodies.
+	RetryAfter int64 `json:"retry-after,omitempty"`
+}
+
+// QuotaExceededType is the problem type registered by the rate-limit headers
+// draft for requests refused because a quota is exhausted.
+const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// WriteProblem writes p as application/problem+json with p.Status.
+func WriteProblem(w http.ResponseWriter, p *Problem) {
+	body, err := json.Marshal(p)
+	if err != nil { // a Problem always marshals; be safe anyway
+		body = []byte(`{"type":"about:blank","status":500}`)
+	}
+	h := w.Header()
+	h["Content-Type"] = []string{"application/problem+json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	h["X-Content-Type-Options"] = []string{"nosniff"}
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// WriteRejection is the default [RejectHandler]: 429 with a quota-exceeded
+// problem body naming every rejecting rule in declaration order.
+func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
+	p := &Problem{
+		Type:   QuotaExceededType,
+		Title:  "Too Many Requests",
+		Status: http.StatusTooManyRequests,
+	}
+	for i := range d.Results {
+		if rr := &d.Results[i]; !rr.Allowed && !rr.Rule.Shadow {
+			p.ViolatedPolicies = append(p.ViolatedPolicies, rr.Rule.Name)
+		}
+	}
+	p.Detail = "quota exceeded for " + strings.Join(p.ViolatedPolicies, ", ")
+	if d.RetryAfter == backend.Never {
+		p.Detail += "; this request costs more than the quota can ever admit"
+	} else if d.RetryAfter > 0 {
+		p.RetryAfter = int64((d.RetryAfter + time.Second - 1) / time.Second)
+		p.Detail += fmt.Sprintf("; retry in %d s", p.RetryAfter)
+	}
+	WriteProblem(w, p)
+}
+
+func writeInputError(w http.ResponseWriter, e *inputError) {
+	title := "Bad Request"
+	if e.status == http.StatusRequestEntityTooLarge {
+		title = "Content Too Large"
+	}
+	WriteProblem(w, &Problem{Type: "about:blank", Title: title, Status: e.status, Detail: e.Error()})
+}
+
+// writeUnavailable answers a request that cannot be decided while failing
+// closed. The cause goes to logs and hooks, never to the client.
+func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
+	w.Header()[hRetryAfter] = []string{seconds(retry)}
+	WriteProblem(w, &Problem{
+		Type:       "about:blank",
+		Title:      "Service Unavailable",
+		Status:     http.StatusServiceUnavailable,
+		Detail:     "the rate limiter cannot decide right now; retry later",
+		RetryAfter: int64((retry + time.Second - 1) / time.Second),
+	})
+}

@@ -1,0 +1,44 @@
+package ceiling
+
+import (
+	"errors"
+	"net"
+	"net/http"
+)
+
+// A KeyFunc returns the value a rule limits by: a client address, an account,
+// a phone number. ceiling never stores it raw (see [WithKeySecret]).
+//
+// Returning an error wrapping [ErrNoKey] means the rule does not apply to this
+// request (an anonymous caller for a per-user rule) and the rule is left out
+// of the decision. Any other error is bad input: the request is answered 400
+// (413 when it wraps [ErrBodyTooLarge]) before any backend call.
+type KeyFunc func(r *http.Request) (string, error)
+
+// ErrNoKey is returned by a [KeyFunc] when its rule does not apply to the
+// request.
+var ErrNoKey = errors.New("ceiling: no key")
+
+// ErrBodyTooLarge is returned (wrapped) by key functions that read a request
+// body larger than their bound; the middleware answers 413.
+var ErrBodyTooLarge = errors.New("ceiling: request body too large")
+
+// RemoteAddr keys by the address of the connection's peer, ignoring every
+// header: behind a proxy it is the proxy's address. It is the only IP key that
+// cannot be spoofed without trusting anybody.
+func RemoteAddr(r *http.Request) (string, error) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		// httptest and some listeners give a bare host.
+		host = r.RemoteAddr
+	}
+	if host == "" {
+		return "", ErrNoKey
+	}
+	return host, nil
+}
+
+// Static keys every request the same: one budget shared by all callers.
+func Static(value string) KeyFunc {
+	return func(*http.Request) (string, error) { return value, nil }
+}

@@ -1,0 +1,345 @@
+// Package ceiling is rate-limit middleware for net/http whose limit is a
+// ceiling, not a speed bump: the number written in the code is the number
+// enforced, on one process or on fifty, and when it cannot be enforced,
+// somebody is told.
+//
+// A [Limiter] holds [Rule]s. Each rule limits one dimension of a request (the
+// client address, the account, the destination phone) at a rate. Every
+// request is decided by one call to the backend covering all the rules that
+// apply to it, all or nothing: a request that any rule rejects consumes from
+// no rule. The default backend is in process memory (package
+// backend/memory); package backend/redis shares limits across instances.
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
+)
+
+// The algorithms a [Rule] can use; see package backend for what each promises.
+const (
+	GCRA          = backend.GCRA
+	SlidingLog    = backend.SlidingLog
+	SlidingWindow = backend.SlidingWindow
+	FixedWindow   = backend.FixedWindow
+)
+
+// A Rule is one limit on one dimension of a request: at most Limit units per
+// Period for each distinct value of Key.
+//
+// The zero Algorithm is [GCRA], a smooth rate with a burst. For "at most N in
+// any rolling window" (3 OTPs per 15 minutes) use [SlidingLog].
+type Rule struct {
+	// Name identifies the rule in headers, problem bodies, metrics and stored
+	// keys. Required, unique within a limiter: letters, digits and ":_.-/".
+	Name string
+	// Key says what the rule limits by. Required: there is no default key.
+	Key KeyFunc
+	// Limit is the number of units admitted per Period. Required.
+	Limit int64
+	// Period is the window, at least 1ms. Required.
+	Period time.Duration
+	// Burst is GCRA's bucket size; zero means Limit.
+	Burst int64
+	// Algorithm selects how the rule counts; the zero value is GCRA.
+	Algorithm backend.Algorithm
+	// Cost is the number of units one request takes; zero means 1.
+	Cost int64
+	// FailMode overrides the limiter's fail mode for this rule.
+	FailMode FailMode
+	// Shadow evaluates and reports the rule but never rejects with it, so a
+	// new limit can be rolled out safely.
+	Shadow bool
+}
+
+func (r *Rule) validate() error {
+	if r.Name == "" {
+		return errors.New("ceiling: a rule has no name")
+	}
+	for _, c := range r.Name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(":_.-/", c)) {
+			return fmt.Errorf("ceiling: rule %q: name may hold only letters, digits and \":_.-/\"", r.Name)
+		}
+	}
+	if r.Key == nil {
+		return fmt.Errorf("ceiling: rule %q: no key function", r.Name)
+	}
+	if r.Cost < 0 {
+		return fmt.Errorf("ceiling: rule %q: negative cost %d", r.Name, r.Cost)
+	}
+	if r.Cost == 0 {
+		r.Cost = 1
+	}
+	req := backend.Request{Key: r.Name, Algorithm: r.Algorithm, Limit: r.Limit, Period: r.Period, Burst: r.Burst}
+	if err := req.Validate(); err != nil {
+		return fmt.Errorf("ceiling: rule %q: %w", r.Name, err)
+	}
+	if capacity := r.capacity(); r.Cost > capacity {
+		return fmt.Errorf("ceiling: rule %q: cost %d can never fit in %d", r.Name, r.Cost, capacity)
+	}
+	return nil
+}
+
+// capacity is the most units one request can ever take under the rule.
+func (r *Rule) capacity() int64 {
+	if r.Algorithm == GCRA && r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+// A Limiter decides requests against its rules. Create one with [New]; it is
+// safe for simultaneous use by multiple goroutines.
+type Limiter struct {
+	rules   []Rule
+	backend backend.Backend
+	into    backend.DecideIntoer
+	remote  bool // the backend does I/O: apply the timeout and fail modes
+	cfg     config
+	digest  digester
+	policy  []string // precomputed RateLimit-Policy value
+	states  sync.Pool
+}
+
+// New validates the rules and options and returns a Limiter. Errors name the
+// rule or option at fault; use it for configuration that may come from a
+// file, and [MustNew] for literals.
+func New(rules []Rule, opts ...Option) (*Limiter, error) {
+	if len(rules) == 0 {
+		return nil, errors.New("ceiling: no rules")
+	}
+	l := &Limiter{rules: append([]Rule(nil), rules...), cfg: defaultConfig()}
+	seen := make(map[string]bool, len(rules))
+	for i := range l.rules {
+		r := &l.rules[i]
+		if err := r.validate(); err != nil {
+			return nil, err
+		}
+		if seen[r.Name] {
+			return nil, fmt.Errorf("ceiling: rule %q declared twice", r.Name)
+		}
+		seen[r.Name] = true
+	}
+	for _, o := range opts {
+		if err := o(&l.cfg); err != nil {
+			return nil, err
+		}
+	}
+	l.backend = l.cfg.backend
+	if l.backend == nil {
+		l.backend = memory.New()
+	}
+	l.into, _ = l.backend.(backend.DecideIntoer)
+	if ip, ok := l.backend.(backend.InProcess); !ok || !ip.InProcess() {
+		l.remote = true
+	}
+	l.digest = newDigester(l.cfg.secret)
+	l.policy = policyHeader(l.rules)
+	n := len(l.rules)
+	l.states.New = func() any { return newState(n) }
+	return l, nil
+}
+
+// MustNew is like [New] but panics on a configuration error; use it for rules
+// written as literals.
+func MustNew(rules []Rule, opts ...Option) *Limiter {
+	l, err := New(rules, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// Rules returns a copy of the limiter's rules, in declaration order.
+func (l *Limiter) Rules() []Rule { return append([]Rule(nil), l.rules...) }
+
+// Handler is the middleware: it decides every request before next sees it,
+// sets the rate-limit headers, and answers 429 (or 503 when failing closed)
+// without calling next when the request is not admitted.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := l.states.Get().(*state)
+		defer l.states.Put(st)
+		if err := l.decide(r, st); err != nil {
+			var in *inputError
+			if errors.As(err, &in) {
+				writeInputError(w, in)
+				return
+			}
+			if !l.failed(w, r, st, err) {
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		d := &st.decision
+		l.cfg.headers.write(w.Header(), d, l.policy, st)
+		if !d.Allowed {
+			if d.RetryAfter > 0 {
+				w.Header()[hRetryAfter] = []string{seconds(d.RetryAfter)}
+			}
+			l.cfg.reject(w, r, d)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// A Decision is the outcome of one request against every rule that applied.
+// A Decision handed to a hook is valid only during that call.
+type Decision struct {
+	// Allowed reports whether the request was admitted by every enforced rule.
+	Allowed bool
+	// Results holds one entry per rule that applied, in declaration order.
+	Results []RuleResult
+	// RetryAfter is, for a rejected request, the time after which every
+	// rejecting rule would admit it (the largest of their waits), or
+	// [backend.Never].
+	RetryAfter time.Duration
+}
+
+// A RuleResult is one rule's part of a [Decision].
+type RuleResult struct {
+	Rule *Rule
+	backend.Result
+}
+
+// Rejected returns the first rule, in declaration order, that rejected the
+// request, or nil. Shadow rules never reject.
+func (d *Decision) Rejected() *RuleResult {
+	for i := range d.Results {
+		if rr := &d.Results[i]; !rr.Allowed && !rr.Rule.Shadow {
+			return rr
+		}
+	}
+	return nil
+}
+
+// state is the per-request scratch space, pooled so that a decision does not
+// allocate beyond the stored keys and the header values.
+type state struct {
+	reqs     []backend.Request
+	results  []backend.Result
+	decision Decision
+	buf      []byte
+}
+
+func newState(n int) *state {
+	return &state{
+		reqs:     make([]backend.Request, 0, n),
+		results:  make([]backend.Result, n),
+		decision: Decision{Results: make([]RuleResult, 0, n)},
+		buf:      make([]byte, 0, 128),
+	}
+}
+
+// inputError is a key function's complaint about the request.
+type inputError struct {
+	rule   string
+	status int
+	err    error
+}
+
+func (e *inputError) Error() string { return fmt.Sprintf("ceiling: rule %q: %v", e.rule, e.err) }
+func (e *inputError) Unwrap() error { return e.err }
+
+// decide fills st.decision for r with one backend call.
+func (l *Limiter) decide(r *http.Request, st *state) error {
+	st.reqs = st.reqs[:0]
+	d := &st.decision
+	d.Results = d.Results[:0]
+	for i := range l.rules {
+		rule := &l.rules[i]
+		v, err := rule.Key(r)
+		if err != nil {
+			if err == ErrNoKey || errors.Is(err, ErrNoKey) {
+				continue
+			}
+			status := http.StatusBadRequest
+			var mbe *http.MaxBytesError
+			if errors.Is(err, ErrBodyTooLarge) || errors.As(err, &mbe) {
+				status = http.StatusRequestEntityTooLarge
+			}
+			return &inputError{rule: rule.Name, status: status, err: err}
+		}
+		st.reqs = append(st.reqs, backend.Request{
+			Key:       l.storedKey(st, rule.Name, v),
+			Algorithm: rule.Algorithm,
+			Limit:     rule.Limit,
+			Period:    rule.Period,
+			Burst:     rule.Burst,
+			Cost:      rule.Cost,
+			Shadow:    rule.Shadow,
+		})
+		d.Results = append(d.Results, RuleResult{Rule: rule})
+	}
+	d.Allowed, d.RetryAfter = true, 0
+	if len(st.reqs) == 0 {
+		return nil
+	}
+	results, err := l.call(r.Context(), st)
+	if err != nil {
+		return err
+	}
+	if len(results) != len(st.reqs) {
+		return fmt.Errorf("ceiling: backend answered %d results for %d requests", len(results), len(st.reqs))
+	}
+	for i := range results {
+		rr := &d.Results[i]
+		rr.Result = results[i]
+		if rr.Allowed || rr.Rule.Shadow {
+			continue
+		}
+		d.Allowed = false
+		switch {
+		case rr.RetryAfter == backend.Never || d.RetryAfter == backend.Never:
+			d.RetryAfter = backend.Never
+		case rr.RetryAfter > d.RetryAfter:
+			d.RetryAfter = rr.RetryAfter
+		}
+	}
+	return nil
+}
+
+// call asks the backend, bounded by the timeout when it does I/O.
+func (l *Limiter) call(ctx context.Context, st *state) ([]backend.Result, error) {
+	if l.remote && l.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
+		defer cancel()
+	}
+	if l.into != nil {
+		out := st.results[:len(st.reqs)]
+		if err := l.into.DecideInto(ctx, st.reqs, out); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	return l.backend.Decide(ctx, st.reqs)
+}
+
+// failed applies the fail mode after a backend error and reports whether the
+// request may go on to the next handler.
+func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, st *state, err error) bool {
+	mode := l.cfg.failMode
+	for i := range st.decision.Results {
+		if m := st.decision.Results[i].Rule.FailMode; m == FailClosed {
+			mode = FailClosed
+		}
+	}
+	l.cfg.logger.LogAttrs(r.Context(), slog.LevelError, "ceiling: backend failed", slog.String("mode", mode.String()), slog.Any("err", err))
+	if mode == FailOpen {
+		return true
+	}
+	writeUnavailable(w, time.Second)
+	return false
+}

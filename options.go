@@ -1,0 +1,131 @@
+package ceiling
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// An Option configures a [Limiter] at construction.
+type Option func(*config) error
+
+type config struct {
+	backend  backend.Backend
+	headers  HeaderStyle
+	secret   []byte
+	failMode FailMode
+	timeout  time.Duration
+	reject   RejectHandler
+	logger   *slog.Logger
+}
+
+// DefaultTimeout bounds every decision by a backend that does I/O.
+const DefaultTimeout = 100 * time.Millisecond
+
+func defaultConfig() config {
+	return config{
+		headers:  HeadersIETF,
+		failMode: FailClosed,
+		timeout:  DefaultTimeout,
+		reject:   WriteRejection,
+		logger:   slog.Default(),
+	}
+}
+
+// WithBackend sets where limits are counted. The default is a fresh
+// in-process memory store: exact for one process, per instance when several
+// run.
+func WithBackend(b backend.Backend) Option {
+	return func(c *config) error {
+		if b == nil {
+			return errors.New("ceiling: WithBackend(nil)")
+		}
+		c.backend = b
+		return nil
+	}
+}
+
+// WithHeaders selects which rate-limit headers responses carry; the default
+// is [HeadersIETF].
+func WithHeaders(s HeaderStyle) Option {
+	return func(c *config) error {
+		if s > HeadersNone {
+			return fmt.Errorf("ceiling: WithHeaders(%d): unknown style", s)
+		}
+		c.headers = s
+		return nil
+	}
+}
+
+// WithKeySecret makes stored keys an HMAC-SHA256 of the key value under
+// secret, so that nobody who reads the backend can recover an IP address or
+// a phone number by hashing candidates. Without it keys are plain SHA-256
+// digests: fixed length and free of raw values, but guessable for small key
+// spaces such as IPv4 addresses. Use at least 32 random bytes, the same on
+// every instance.
+func WithKeySecret(secret []byte) Option {
+	return func(c *config) error {
+		if len(secret) < 16 {
+			return fmt.Errorf("ceiling: WithKeySecret: %d bytes is too short (want at least 16)", len(secret))
+		}
+		c.secret = append([]byte(nil), secret...)
+		return nil
+	}
+}
+
+// WithFailMode sets what happens when the backend cannot decide; rules may
+// override it. The default is [FailClosed].
+func WithFailMode(m FailMode) Option {
+	return func(c *config) error {
+		if m == inherit || m > FailClosed {
+			return fmt.Errorf("ceiling: WithFailMode(%d): unknown mode", m)
+		}
+		c.failMode = m
+		return nil
+	}
+}
+
+// WithTimeout bounds each backend decision (default [DefaultTimeout]); past
+// it the fail mode applies. In-process backends are never timed out.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("ceiling: WithTimeout(%v): must be positive", d)
+		}
+		c.timeout = d
+		return nil
+	}
+}
+
+// A RejectHandler writes the response to a request that was not admitted.
+// The rate-limit headers and Retry-After are already set; it writes the
+// status and body. The Decision is valid only during the call.
+type RejectHandler func(w http.ResponseWriter, r *http.Request, d *Decision)
+
+// WithRejectHandler replaces the default 429 problem+json response
+// ([WriteRejection]).
+func WithRejectHandler(h RejectHandler) Option {
+	return func(c *config) error {
+		if h == nil {
+			return errors.New("ceiling: WithRejectHandler(nil)")
+		}
+		c.reject = h
+		return nil
+	}
+}
+
+// WithLogger sets where degradation events are logged (default
+// [slog.Default]).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return errors.New("ceiling: WithLogger(nil)")
+		}
+		c.logger = l
+		return nil
+	}
+}
