@@ -1,0 +1,168 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }
+
+func TestServerRestartKeepsPortAndComesBackEmpty(t *testing.T) {
+	s := Server(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr := s.Addr
+	s.Restart(t)
+	if s.Addr != addr {
+		t.Fatalf("Addr after restart = %s, want %s", s.Addr, addr)
+	}
+	n, err := c.Exists(ctx, "k").Result()
+	if err != nil {
+		t.Fatalf("EXISTS after restart: %v", err)
+	}
+	if n != 0 {
+		t.Fatal("key survived a restart: the server persisted data")
+	}
+}
+
+func TestServerKillRefusesUntilRestart(t *testing.T) {
+	s := Server(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	s.Kill()
+	if s.PID() != 0 {
+		t.Fatalf("PID after Kill = %d, want 0", s.PID())
+	}
+	if err := c.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING answered by a killed server")
+	}
+	s.Restart(t)
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after restart: %v", err)
+	}
+}
+
+func TestServerFreezeHangsUntilThaw(t *testing.T) {
+	s := Server(t)
+	c := s.Client(t)
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Freeze(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err := c.Ping(ctx).Err()
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(strings.ToLower(err.Error()), "timeout") {
+		t.Fatalf("PING to a frozen server: err = %v, want a timeout", err)
+	}
+	s.Thaw(t)
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING after thaw: %v", err)
+	}
+}
+
+func TestServerStoppedWhenTestEnds(t *testing.T) {
+	var pid int
+	t.Run("inner", func(t *testing.T) {
+		pid = Server(t).PID()
+	})
+	if pid == 0 {
+		t.Fatal("inner test saw no running server")
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("server pid %d after its test ended: kill(0) = %v, want ESRCH", pid, err)
+	}
+}
+
+func TestSharedIsOneServer(t *testing.T) {
+	a, b := Shared(t), Shared(t)
+	if a != b {
+		t.Fatalf("Shared returned two servers: %s and %s", a.Addr, b.Addr)
+	}
+	if err := a.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusterServesEverySlot(t *testing.T) {
+	cl := SharedCluster(t)
+	if got, want := len(cl.Nodes), 3; got != want {
+		t.Fatalf("nodes = %d, want %d", got, want)
+	}
+	c := cl.Client(t)
+	ctx := context.Background()
+	// Keys spread over the slot space land on all three masters.
+	prefix := KeyPrefix(t)
+	for i := range 30 {
+		key := prefix + ":" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if err := c.Set(ctx, key, "v", time.Minute).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+	}
+	masters := 0
+	err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		masters++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if masters != 3 {
+		t.Fatalf("masters = %d, want 3", masters)
+	}
+}
+
+func TestKeyPrefixIsUniqueAndHasNoHashTag(t *testing.T) {
+	a, b := KeyPrefix(t), KeyPrefix(t)
+	if a == b {
+		t.Fatalf("KeyPrefix returned %q twice", a)
+	}
+	t.Run("{braces}", func(t *testing.T) {
+		if p := KeyPrefix(t); strings.ContainsAny(p, "{}") {
+			t.Fatalf("KeyPrefix = %q, contains a hash tag brace", p)
+		}
+	})
+}
+
+// recordingTB records Skip and Fatal instead of stopping the test, to
+// observe what lookPath decides.
+type recordingTB struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *recordingTB) Helper()           {}
+func (r *recordingTB) Skip(args ...any)  { r.skipped = fmt.Sprint(args...) }
+func (r *recordingTB) Fatal(args ...any) { r.failed = fmt.Sprint(args...) }
+
+func TestMissingRedisSkipsUnlessRequired(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+
+	t.Setenv(RequireEnv, "")
+	r := &recordingTB{TB: t}
+	lookPath(r, "redis-server")
+	if r.skipped == "" || r.failed != "" {
+		t.Fatalf("without %s: skipped=%q failed=%q, want a skip", RequireEnv, r.skipped, r.failed)
+	}
+	if !strings.Contains(r.skipped, "install Redis") {
+		t.Errorf("skip message %q does not say how to run the tests", r.skipped)
+	}
+
+	t.Setenv(RequireEnv, "1")
+	r = &recordingTB{TB: t}
+	lookPath(r, "redis-server")
+	if r.failed == "" || r.skipped != "" {
+		t.Fatalf("with %s=1: skipped=%q failed=%q, want a failure", RequireEnv, r.skipped, r.failed)
+	}
+}
