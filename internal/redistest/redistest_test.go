@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -110,16 +111,24 @@ func TestClusterServesEverySlot(t *testing.T) {
 			t.Fatalf("SET %s: %v", key, err)
 		}
 	}
-	masters := 0
+	// ForEachMaster runs concurrently, one goroutine per master.
+	var masters, holding atomic.Int32
 	err := c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		masters++
-		return nil
+		masters.Add(1)
+		n, err := node.DBSize(ctx).Result()
+		if n > 0 {
+			holding.Add(1)
+		}
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if masters != 3 {
-		t.Fatalf("masters = %d, want 3", masters)
+	if got, want := masters.Load(), int32(3); got != want {
+		t.Fatalf("masters = %d, want %d", got, want)
+	}
+	if got, want := holding.Load(), int32(3); got != want {
+		t.Fatalf("masters holding keys = %d, want %d", got, want)
 	}
 }
 
