@@ -138,6 +138,16 @@ type InProcess interface {
 	InProcess() bool
 }
 
+// DecideInto is implemented by backends that can decide without allocating:
+// DecideInto is [Backend.Decide] with the results written into a slice the
+// caller owns, so a hot path can reuse one buffer per request. results must
+// have at least len(reqs) elements; the first len(reqs) are overwritten,
+// with exactly the semantics of Decide. The middleware uses it when the
+// backend offers it.
+type DecideInto interface {
+	DecideInto(ctx context.Context, reqs []Request, results []Result) error
+}
+
 // ErrInvalidRequest wraps every error about a malformed Request (zero limit,
 // period under 1ms, unknown algorithm).
 var ErrInvalidRequest = errors.New("backend: invalid request")

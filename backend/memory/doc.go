@@ -1,0 +1,36 @@
+// Package memory is ceiling's embedded backend: rate-limit state in
+// process memory, decided exactly, all or nothing, with no I/O.
+//
+// It implements the integer arithmetic of backend/ALGORITHMS.md, the same
+// as the Redis backend, and passes the same conformance suite
+// (package backendtest). What each algorithm promises, and when to pick it:
+//
+//   - [backend.GCRA] (token bucket): a smooth rate with a burst, 8 bytes of
+//     state per key. Pick it for APIs: "10 per second, burst 20". It is a
+//     rate, not a count: "30 per minute, burst 30" admits up to 59 in the
+//     first rolling minute.
+//   - [backend.SlidingLog]: exactly "at most N in any rolling window". One
+//     entry per distinct admission instant, so O(N) per key: pick it when N
+//     is small and the bound must be exact (3 OTPs per 15 minutes).
+//   - [backend.SlidingWindow] (counter of two weighted windows): O(1), close
+//     to a rolling count with evenly spread traffic, but if a whole window's
+//     limit arrived at its very end, the next window admits up to L·x/P by x
+//     into it: nearly 2L in one rolling period at worst.
+//   - [backend.FixedWindow]: the cheapest; admits L at the last instant of a
+//     window and L more at the first of the next, 2L in a moment.
+//
+// A Store is one process's view: several instances behind a load balancer
+// each enforce their own limit (N instances admit up to N×L). Use the Redis
+// backend to share a limit.
+//
+// Memory is bounded: keys are stored as 128-bit digests under per-Store
+// random seeds (no key strings are kept; collisions cannot be aimed), keys
+// whose state is back to full are deleted on their next write or by the
+// janitor ([WithSweepInterval]), tables are rebuilt smaller once they empty,
+// and [WithMaxKeys] caps the number of keys, evicting (and counting, see
+// [Store.Evictions]) when a flood of fresh keys reaches it. A sliding log
+// also holds its entries, at most one per admission in its window.
+//
+// The fast path is [Store.DecideInto] (see [backend.DecideInto]): one rule,
+// one key, no allocation.
+package memory

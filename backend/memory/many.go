@@ -1,0 +1,159 @@
+package memory
+
+import "github.com/ceiling-go/ceiling/backend"
+
+// smallCall is the number of requests a decision handles on the stack.
+const smallCall = 8
+
+// pending is one request of a multi-request decision: where its key lives
+// and the state it would write.
+type pending struct {
+	h     keyHash
+	shard uint32
+	dup   int32 // the previous request on the same key and algorithm, or -1
+	last  bool  // no later request on the same key: this one writes
+	dirty bool  // this request or an earlier one on its key changes state
+	ok    bool  // admitted when evaluated
+
+	tat int64
+	win window
+	log logView
+}
+
+// decideMany decides several requests atomically: lock every shard
+// involved in ascending order (so concurrent calls cannot deadlock),
+// evaluate all requests on the state as it is, and write only when none is
+// rejected.
+func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pend []pending) {
+	now := s.now()
+	var idBuf [smallCall]uint32
+	ids := idBuf[:0]
+	for i := range reqs {
+		p := &pend[i]
+		*p = pending{h: s.hash(reqs[i].Key), dup: -1, last: true}
+		p.shard = uint32(p.h.b >> s.shift)
+		for j := i - 1; j >= 0; j-- {
+			if pend[j].h == p.h && reqs[j].Algorithm == reqs[i].Algorithm {
+				p.dup = int32(j)
+				pend[j].last = false
+				break
+			}
+		}
+		ids = insertSorted(ids, p.shard)
+	}
+	for _, id := range ids {
+		s.shards[id].mu.Lock()
+	}
+
+	rejected := false
+	for i := range reqs {
+		r, p := &reqs[i], &pend[i]
+		if p.dup >= 0 {
+			q := &pend[p.dup]
+			p.tat, p.win, p.log, p.dirty = q.tat, q.win, q.log, q.dirty
+		} else {
+			s.load(&s.shards[p.shard], r, p, now)
+		}
+		p.ok = s.step(r, p, now, &results[i])
+		p.dirty = p.dirty || (p.ok && r.Cost != 0)
+		rejected = rejected || !p.ok
+	}
+
+	if rejected {
+		// Nothing is written: the requests that would have been admitted
+		// report their key's unchanged state, as a peek.
+		for i := range reqs {
+			if !pend[i].ok {
+				continue
+			}
+			peek := reqs[i]
+			peek.Cost, peek.Force = 0, false
+			p := pending{h: pend[i].h}
+			s.load(&s.shards[pend[i].shard], &peek, &p, now)
+			s.step(&peek, &p, now, &results[i])
+		}
+	} else {
+		for i := range reqs {
+			if p := &pend[i]; p.last && p.dirty {
+				s.store(&s.shards[p.shard], &reqs[i], p, now)
+			}
+		}
+	}
+
+	for _, id := range ids {
+		s.shards[id].mu.Unlock()
+	}
+}
+
+// insertSorted adds id to the ascending, duplicate-free ids.
+func insertSorted(ids []uint32, id uint32) []uint32 {
+	i := len(ids)
+	for i > 0 && ids[i-1] > id {
+		i--
+	}
+	if i > 0 && ids[i-1] == id {
+		return ids
+	}
+	ids = append(ids, 0)
+	copy(ids[i+1:], ids[i:])
+	ids[i] = id
+	return ids
+}
+
+// load reads the stored state of p's key into p.
+func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
+	switch r.Algorithm {
+	case backend.GCRA:
+		if i := sh.gcra.find(p.h); i >= 0 {
+			p.tat = sh.gcra.slots[i].v
+		}
+	case backend.FixedWindow, backend.SlidingWindow:
+		if i := sh.windows.find(p.h); i >= 0 {
+			p.win = sh.windows.slots[i].v
+		}
+	case backend.SlidingLog:
+		var st logState
+		if i := sh.logs.find(p.h); i >= 0 {
+			st = sh.logs.slots[i].v
+		}
+		p.log = newLogView(&st, now, micros(r.Period))
+	}
+}
+
+// step evaluates r on p's state, leaving in p the state it would write.
+func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Result) bool {
+	var ok bool
+	switch r.Algorithm {
+	case backend.GCRA:
+		p.tat, *out, ok = gcraStep(r, now, p.tat)
+	case backend.FixedWindow:
+		p.win, *out, ok = fixedStep(r, now, p.win)
+	case backend.SlidingWindow:
+		p.win, *out, ok = slidingStep(r, now, p.win)
+	case backend.SlidingLog:
+		*out, ok = logStep(r, now, &p.log)
+	}
+	return ok
+}
+
+// store writes p's state for its key, looking the key up again: earlier
+// writes of the same call may have moved it.
+func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) {
+	switch r.Algorithm {
+	case backend.GCRA:
+		i := sh.gcra.find(p.h)
+		switch {
+		case p.tat > now && i >= 0:
+			sh.gcra.slots[i].v = p.tat
+		case p.tat > now:
+			s.makeRoom(sh, p.h, now)
+			sh.gcra.insert(p.h, p.tat)
+		case i >= 0:
+			sh.gcra.deleteAt(i)
+		}
+	case backend.FixedWindow, backend.SlidingWindow:
+		s.putWindow(sh, p.h, sh.windows.find(p.h), p.win, now)
+	case backend.SlidingLog:
+		s.putLog(sh, p.h, sh.logs.find(p.h), &p.log, now, micros(r.Period))
+	}
+}

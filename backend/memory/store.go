@@ -1,0 +1,370 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// Store is the embedded backend: rate-limit state in process memory,
+// exact, sharded, bounded and swept of idle keys.
+//
+// Create one with [New]; the zero value is not usable. A Store is safe for
+// simultaneous use by multiple goroutines. Close stops its janitor.
+type Store struct {
+	shards []shard
+	shift  uint // shard index = keyHash.b >> shift
+
+	seedA, seedB maphash.Seed
+
+	clock     func() time.Time // nil: the monotonic clock below
+	base      time.Time
+	baseMicro int64
+
+	evictions atomic.Uint64
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// shard is one lock and the keys whose digest falls in it, one table per
+// kind of state.
+type shard struct {
+	mu      sync.Mutex
+	maxKeys int
+	gcra    table[int64] // theoretical arrival time, µs
+	windows table[window]
+	logs    table[logState]
+	_       [64]byte // keep neighbouring shards' locks off this cache line
+}
+
+func (sh *shard) keys() int { return sh.gcra.n + sh.windows.n + sh.logs.n }
+
+var (
+	_ backend.Backend    = (*Store)(nil)
+	_ backend.DecideInto = (*Store)(nil)
+	_ backend.InProcess  = (*Store)(nil)
+)
+
+// DefaultMaxKeys is the number of keys a Store holds unless [WithMaxKeys]
+// says otherwise: about 50 MB of idle GCRA state, enough for a million
+// clients per rule, and not enough for a flood of fresh keys to exhaust the
+// process.
+const DefaultMaxKeys = 1 << 20
+
+// DefaultSweepInterval is how often the janitor deletes keys whose state
+// is back to full, unless [WithSweepInterval] says otherwise.
+const DefaultSweepInterval = time.Minute
+
+const maxShards = 256
+
+// Option configures a [Store].
+type Option func(*config)
+
+type config struct {
+	clock   func() time.Time
+	maxKeys int
+	sweep   time.Duration
+}
+
+// WithClock makes the Store read time from now instead of the process's
+// monotonic clock; tests pass a fake clock. Times are truncated to whole
+// microseconds. The default clock is immune to wall-clock steps (it is
+// time.Now's monotonic reading) and cheaper than calling time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.clock = now }
+}
+
+// WithMaxKeys bounds the number of keys held (default [DefaultMaxKeys]).
+// The bound is kept per shard (maxKeys divided among them, rounded up), so
+// the total never exceeds maxKeys by more than the shard count. A new key
+// arriving at a full shard first takes the place of a key whose state is
+// already back to full; failing that, of the key soonest back to full among
+// a few sampled. Evicting live state forgets what that key consumed, a
+// weakening that [Store.Evictions] counts. It panics if maxKeys < 1.
+func WithMaxKeys(maxKeys int) Option {
+	if maxKeys < 1 {
+		panic(fmt.Sprintf("memory: WithMaxKeys(%d): the bound must be at least 1", maxKeys))
+	}
+	return func(c *config) { c.maxKeys = maxKeys }
+}
+
+// WithSweepInterval sets how often the janitor goroutine deletes keys whose
+// state is back to full and shrinks tables that emptied (default
+// [DefaultSweepInterval]). Zero or negative disables the janitor; the key
+// bound still holds memory in check.
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) { c.sweep = d }
+}
+
+// New returns a Store, with a janitor goroutine running unless disabled by
+// [WithSweepInterval]; call [Store.Close] to stop it.
+func New(opts ...Option) *Store {
+	cfg := config{maxKeys: DefaultMaxKeys, sweep: DefaultSweepInterval}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	// At least 64 keys per shard, so that a small bound is not spread so
+	// thin that unlucky hashing evicts while the Store is nearly empty.
+	n := 1
+	for n < maxShards && n*2*64 <= cfg.maxKeys {
+		n *= 2
+	}
+	s := &Store{
+		shards: make([]shard, n),
+		shift:  uint(64 - bits.TrailingZeros(uint(n))),
+		seedA:  maphash.MakeSeed(),
+		seedB:  maphash.MakeSeed(),
+		clock:  cfg.clock,
+		base:   time.Now(),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	s.baseMicro = s.base.UnixMicro()
+	perShard := (cfg.maxKeys + n - 1) / n
+	for i := range s.shards {
+		s.shards[i].maxKeys = perShard
+	}
+	if cfg.sweep > 0 {
+		go s.janitor(cfg.sweep)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the janitor goroutine and waits for it to exit. It is
+// idempotent and always returns nil. The Store keeps answering after Close,
+// without sweeping.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+// InProcess reports true: a Store answers from memory and never blocks on
+// I/O, so the middleware skips its timeout and circuit breaker.
+func (s *Store) InProcess() bool { return true }
+
+// Evictions returns how many keys with live state (not yet back to full)
+// were evicted to respect the key bound since the Store was created. Each
+// is a key that forgot what it consumed: a limit enforced less strictly
+// than configured.
+func (s *Store) Evictions() uint64 { return s.evictions.Load() }
+
+// Len returns the number of keys the Store holds.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.keys()
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// now returns the current time in whole microseconds since the Unix epoch.
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock().UnixMicro()
+	}
+	// time.Since reads only the monotonic clock: one vDSO call, not two.
+	return s.baseMicro + int64(time.Since(s.base)/time.Microsecond)
+}
+
+func (s *Store) hash(key string) keyHash {
+	return keyHash{a: maphash.String(s.seedA, key) | 1, b: maphash.String(s.seedB, key)}
+}
+
+func (s *Store) shardOf(h keyHash) *shard { return &s.shards[h.b>>s.shift] }
+
+// Decide decides every request atomically, all or nothing, as
+// [backend.Backend] says. It allocates the results slice; [Store.DecideInto]
+// does not. The context is not consulted: a Store never blocks.
+func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	res := make([]backend.Result, len(reqs))
+	if err := s.DecideInto(ctx, reqs, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DecideInto is [Store.Decide] writing into results, which must have at
+// least len(reqs) elements. Deciding up to eight requests allocates
+// nothing.
+func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []backend.Result) error {
+	if len(results) < len(reqs) {
+		return fmt.Errorf("memory: %d results for %d requests", len(results), len(reqs))
+	}
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			return fmt.Errorf("memory: request %d (key %q): %w", i, reqs[i].Key, err)
+		}
+	}
+	switch n := len(reqs); {
+	case n == 0:
+	case n == 1:
+		s.decideOne(&reqs[0], &results[0])
+	case n <= smallCall:
+		var buf [smallCall]pending
+		s.decideMany(reqs, results, buf[:n])
+	default:
+		s.decideMany(reqs, results, make([]pending, n))
+	}
+	return nil
+}
+
+// Reset forgets the given keys under every algorithm.
+func (s *Store) Reset(_ context.Context, keys ...string) error {
+	for _, k := range keys {
+		h := s.hash(k)
+		sh := s.shardOf(h)
+		sh.mu.Lock()
+		if i := sh.gcra.find(h); i >= 0 {
+			sh.gcra.deleteAt(i)
+		}
+		if i := sh.windows.find(h); i >= 0 {
+			sh.windows.deleteAt(i)
+		}
+		if i := sh.logs.find(h); i >= 0 {
+			sh.logs.deleteAt(i)
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// decideOne is the common single-rule decision: one shard, one lookup.
+func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
+	now := s.now()
+	h := s.hash(r.Key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	switch r.Algorithm {
+	case backend.GCRA:
+		i := sh.gcra.find(h)
+		var tat int64
+		if i >= 0 {
+			tat = sh.gcra.slots[i].v
+		}
+		nt, res, ok := gcraStep(r, now, tat)
+		*out = res
+		if ok && r.Cost != 0 {
+			switch {
+			case nt > now && i >= 0:
+				sh.gcra.slots[i].v = nt
+			case nt > now:
+				s.makeRoom(sh, h, now)
+				sh.gcra.insert(h, nt)
+			case i >= 0:
+				sh.gcra.deleteAt(i)
+			}
+		}
+	case backend.FixedWindow, backend.SlidingWindow:
+		i := sh.windows.find(h)
+		var st window
+		if i >= 0 {
+			st = sh.windows.slots[i].v
+		}
+		var next window
+		var ok bool
+		if r.Algorithm == backend.FixedWindow {
+			next, *out, ok = fixedStep(r, now, st)
+		} else {
+			next, *out, ok = slidingStep(r, now, st)
+		}
+		if ok && r.Cost != 0 {
+			s.putWindow(sh, h, i, next, now)
+		}
+	case backend.SlidingLog:
+		i := sh.logs.find(h)
+		var st logState
+		if i >= 0 {
+			st = sh.logs.slots[i].v
+		}
+		v := newLogView(&st, now, micros(r.Period))
+		res, ok := logStep(r, now, &v)
+		*out = res
+		if ok && r.Cost != 0 {
+			s.putLog(sh, h, i, &v, now, micros(r.Period))
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// putWindow stores a window state at slot i (-1: absent), deleting the key
+// when the state is back to full.
+func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) {
+	switch {
+	case (w.a != 0 || w.b != 0) && i >= 0:
+		sh.windows.slots[i].v = w
+	case w.a != 0 || w.b != 0:
+		s.makeRoom(sh, h, now)
+		sh.windows.insert(h, w)
+	case i >= 0:
+		sh.windows.deleteAt(i)
+	}
+}
+
+// putLog commits a log view for the key at slot i (-1: absent).
+func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) {
+	var st logState
+	live := v.commit(&st, now, P)
+	switch {
+	case live && i >= 0:
+		sh.logs.slots[i].v = st
+	case live:
+		s.makeRoom(sh, h, now)
+		sh.logs.insert(h, st)
+	case i >= 0:
+		sh.logs.deleteAt(i)
+	}
+}
+
+// evictionSample is how many keys of each table a full shard compares
+// before evicting one.
+const evictionSample = 8
+
+// makeRoom evicts one key from a shard at its bound before h is inserted:
+// among a few sampled, the one whose state is soonest back to full (an
+// expired one if any). Evicting live state is counted.
+func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
+	if sh.keys() < sh.maxKeys {
+		return
+	}
+	gi, ge := sh.gcra.sample(h.a>>1, evictionSample, gcraExpiry)
+	wi, we := sh.windows.sample(h.a>>1, evictionSample, windowExpiry)
+	li, le := sh.logs.sample(h.a>>1, evictionSample, logExpiry)
+	best, exp := 0, int64(math.MaxInt64)
+	if gi >= 0 && ge < exp {
+		best, exp = 1, ge
+	}
+	if wi >= 0 && we < exp {
+		best, exp = 2, we
+	}
+	if li >= 0 && le < exp {
+		best, exp = 3, le
+	}
+	switch best {
+	case 1:
+		sh.gcra.deleteAt(gi)
+	case 2:
+		sh.windows.deleteAt(wi)
+	case 3:
+		sh.logs.deleteAt(li)
+	default:
+		return
+	}
+	if exp > now {
+		s.evictions.Add(1)
+	}
+}

@@ -1,0 +1,160 @@
+package memory
+
+// keyHash is a key's 128-bit digest under the Store's random seeds. Tables
+// store it instead of the key string: fixed size, no pointer for the
+// garbage collector to scan, and collisions cannot be aimed at because the
+// seeds are secret and per Store. a has its low bit set, so a zero a marks
+// an empty slot; b picks the shard (high bits) and the slot (low bits).
+type keyHash struct{ a, b uint64 }
+
+// slot is one entry of a table: the key's digest and its state.
+type slot[V any] struct {
+	a, b uint64
+	v    V
+}
+
+// table is an open-addressing hash table with linear probing, keyed by
+// keyHash. Unlike a Go map it can be shrunk (rebuilt) when it empties, so
+// evicted keys really give their memory back, and it needs one probe
+// sequence per decision. Its capacity is a power of two; the load stays
+// at most maxLoadNum/maxLoadDen. The zero value is an empty table. It is
+// not safe for concurrent use: its shard's mutex guards it.
+type table[V any] struct {
+	slots []slot[V]
+	n     int
+}
+
+const (
+	minSlots   = 8
+	maxLoadNum = 4 // grow beyond 4/5 full: 24-byte GCRA slots cost 30..60 bytes per key
+	maxLoadDen = 5
+)
+
+// find returns the index of h's slot, or -1.
+func (t *table[V]) find(h keyHash) int {
+	if t.n == 0 {
+		return -1
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := h.b & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.a == h.a && s.b == h.b {
+			return int(i)
+		}
+		if s.a == 0 {
+			return -1
+		}
+	}
+}
+
+// insert adds h, which must be absent, with state v, growing the table when
+// it would be too full, and returns the new slot's index.
+func (t *table[V]) insert(h keyHash, v V) int {
+	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum {
+		t.resize(max(minSlots, 2*len(t.slots)))
+	}
+	t.n++
+	return t.place(h, v)
+}
+
+// place puts h in its first free slot; the caller accounts for t.n.
+func (t *table[V]) place(h keyHash, v V) int {
+	mask := uint64(len(t.slots) - 1)
+	i := h.b & mask
+	for t.slots[i].a != 0 {
+		i = (i + 1) & mask
+	}
+	t.slots[i] = slot[V]{a: h.a, b: h.b, v: v}
+	return int(i)
+}
+
+// resize rebuilds the table with size slots (a power of two that holds n).
+// A size of zero releases the slots altogether.
+func (t *table[V]) resize(size int) {
+	old := t.slots
+	if size == 0 {
+		t.slots = nil
+		return
+	}
+	t.slots = make([]slot[V], size)
+	for i := range old {
+		if old[i].a != 0 {
+			t.place(keyHash{old[i].a, old[i].b}, old[i].v)
+		}
+	}
+}
+
+// deleteAt empties slot i by shifting the following entries of its probe
+// run back (no tombstones, so lookups never slow down with churn).
+func (t *table[V]) deleteAt(i int) {
+	mask := uint64(len(t.slots) - 1)
+	gap := uint64(i)
+	for j := (gap + 1) & mask; t.slots[j].a != 0; j = (j + 1) & mask {
+		// The entry at j may fill the gap if its home slot is not after
+		// the gap on its probe path.
+		if (j-t.slots[j].b)&mask >= (j-gap)&mask {
+			t.slots[gap] = t.slots[j]
+			gap = j
+		}
+	}
+	var zero slot[V]
+	t.slots[gap] = zero
+	t.n--
+}
+
+// sweep deletes every entry whose state is back to full at now (expiry at
+// or before now), then shrinks the table when it holds far fewer entries
+// than it has room for, so that memory is freed. It returns how many
+// entries it deleted.
+func (t *table[V]) sweep(now int64, expiry func(*V) int64) int {
+	removed := 0
+	for i := 0; i < len(t.slots); {
+		s := &t.slots[i]
+		if s.a != 0 && expiry(&s.v) <= now {
+			// deleteAt may shift a later entry into i: look at i again.
+			t.deleteAt(i)
+			removed++
+			continue
+		}
+		i++
+	}
+	t.shrink()
+	return removed
+}
+
+// shrink rebuilds the table at half load when it has fallen under 1/8 of
+// its capacity, and drops its slots when it is empty.
+func (t *table[V]) shrink() {
+	switch {
+	case t.n == 0 && t.slots != nil:
+		t.resize(0)
+	case len(t.slots) > minSlots && t.n*8 < len(t.slots):
+		size := minSlots
+		for size < 2*t.n {
+			size *= 2
+		}
+		t.resize(size)
+	}
+}
+
+// sample looks at up to n occupied slots from start on and returns the one
+// whose state is soonest back to full, and that expiry; -1 if empty.
+func (t *table[V]) sample(start uint64, n int, expiry func(*V) int64) (best int, bestExp int64) {
+	best = -1
+	if t.n == 0 {
+		return best, 0
+	}
+	mask := uint64(len(t.slots) - 1)
+	seen := 0
+	for k, i := 0, start&mask; k < len(t.slots) && seen < n; k, i = k+1, (i+1)&mask {
+		s := &t.slots[i]
+		if s.a == 0 {
+			continue
+		}
+		seen++
+		if e := expiry(&s.v); best < 0 || e < bestExp {
+			best, bestExp = int(i), e
+		}
+	}
+	return best, bestExp
+}
