@@ -20,15 +20,15 @@ type tableStep struct {
 // limit.
 var tableSteps = []tableStep{
 	{0, 1}, {0, 1}, {0, 1}, {0, 1}, // t0: burst; the fourth is one too many
-	{100_000, 0},                   // t1: peek
-	{400_000, 1},                   // t2
-	{999_000, 1},                   // t3: just before the window boundary
-	{1_000_000, 1},                 // t4: the boundary
-	{1_300_000, 2},                 // t5: two at once
-	{1_300_000, 1},                 // t5: one
-	{1_400_000, 1},                 // t6
-	{2_500_000, -1},                // t7: refund after going idle
-	{2_500_000, 5},                 // t7: more than the limit can ever admit
+	{100_000, 0},    // t1: peek
+	{400_000, 1},    // t2
+	{999_000, 1},    // t3: just before the window boundary
+	{1_000_000, 1},  // t4: the boundary
+	{1_300_000, 2},  // t5: two at once
+	{1_300_000, 1},  // t5: one
+	{1_400_000, 1},  // t6
+	{2_500_000, -1}, // t7: refund after going idle
+	{2_500_000, 5},  // t7: more than the limit can ever admit
 }
 
 const (
