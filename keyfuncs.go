@@ -2,7 +2,6 @@ package ceiling
 
 import (
 	"errors"
-	"net"
 	"net/http"
 )
 
@@ -22,21 +21,6 @@ var ErrNoKey = errors.New("ceiling: no key")
 // ErrBodyTooLarge is returned (wrapped) by key functions that read a request
 // body larger than their bound; the middleware answers 413.
 var ErrBodyTooLarge = errors.New("ceiling: request body too large")
-
-// RemoteAddr keys by the address of the connection's peer, ignoring every
-// header: behind a proxy it is the proxy's address. It is the only IP key that
-// cannot be spoofed without trusting anybody.
-func RemoteAddr(r *http.Request) (string, error) {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		// httptest and some listeners give a bare host.
-		host = r.RemoteAddr
-	}
-	if host == "" {
-		return "", ErrNoKey
-	}
-	return host, nil
-}
 
 // Static keys every request the same: one budget shared by all callers.
 func Static(value string) KeyFunc {

@@ -1,0 +1,491 @@
+package ceiling
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// ClientIP returns a [KeyFunc] that keys requests by the client's IP address.
+//
+// # Trust model
+//
+// With no option the key is the address of the connection's peer
+// (r.RemoteAddr), and every header is ignored. That is the only address a
+// client cannot choose, and the right key when clients connect directly.
+//
+// Behind reverse proxies the peer is the proxy, and all clients would share
+// its budget. Name the proxies you run with exactly one of
+// [TrustXForwardedFor], [TrustForwarded] or [TrustXRealIP]: the header that
+// your proxies write, and the address ranges they connect from. Then:
+//
+//   - A request whose peer is not a trusted proxy is keyed by the peer, and
+//     its headers are ignored: a client that reaches the server directly
+//     cannot spoof anything.
+//   - X-Forwarded-For and Forwarded are lists to which every proxy appends
+//     the address it received the request from. Everything left of what your
+//     own proxies appended was written by the client. So the list (all header
+//     lines, in order) is walked from the right, skipping trusted proxies,
+//     and the first address that is not a trusted proxy is the client. The
+//     left-most entry is never believed just for being first: a client
+//     sending a random X-Forwarded-For on every request gets no fresh quota.
+//   - X-Real-IP holds one address, which a proxy overwrites; it is read only
+//     when the peer is trusted, and the last line wins.
+//   - When the walk meets an entry it cannot use (not an address, an RFC
+//     7239 obfuscated identifier such as "_hidden", "unknown", or a Forwarded
+//     element without for=) before finding an untrusted address, the key is
+//     the trusted hop closest to it (the nearest trusted address to its
+//     right, or the peer): one shared budget for requests that cannot be
+//     attributed, never an address taken from the untrusted part.
+//   - When every entry is trusted (an internal caller), the left-most one is
+//     the client.
+//
+// Trust only the header your proxies write: a header they pass through
+// untouched is written by the client. A proxy that appends to
+// X-Forwarded-For does not protect a Forwarded header, and vice versa.
+//
+// # Grouping
+//
+// IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) are keyed as the IPv4
+// address, and zones are dropped, so one client cannot appear as two. IPv6
+// clients are keyed by their /64 prefix (see [IPv6Prefix]): a subscriber is
+// usually given a whole /64 and can rotate addresses inside it at will.
+//
+// If r.RemoteAddr is not an IP address (a Unix socket), the key is
+// r.RemoteAddr itself: one budget for every such connection. An empty
+// r.RemoteAddr yields [ErrNoKey].
+//
+// ClientIP returns an error naming the bad option; use [MustClientIP] for
+// literals. The KeyFunc is safe for simultaneous use.
+func ClientIP(opts ...IPOption) (KeyFunc, error) {
+	c := &clientIP{v6bits: 64}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("ceiling: ClientIP: nil option")
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c.key, nil
+}
+
+// MustClientIP is like [ClientIP] but panics on a configuration error; use
+// it for options written as literals.
+func MustClientIP(opts ...IPOption) KeyFunc {
+	k, err := ClientIP(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// RemoteAddr keys by the address of the connection's peer, ignoring every
+// header: behind a proxy it is the proxy's address. It is [ClientIP] with no
+// option (IPv6 grouped by /64, IPv4-mapped addresses as IPv4), the only IP
+// key that cannot be spoofed without trusting anybody.
+func RemoteAddr(r *http.Request) (string, error) { return peerOnly.key(r) }
+
+var peerOnly = clientIP{v6bits: 64}
+
+// An IPOption configures [ClientIP].
+type IPOption func(*clientIP) error
+
+// TrustXForwardedFor makes [ClientIP] read X-Forwarded-For when the peer is
+// one of the trusted proxies, given as CIDR prefixes ("10.0.0.0/8") or
+// single addresses. nginx's $proxy_add_x_forwarded_for, HAProxy's
+// "option forwardfor", and the AWS, Google Cloud and Cloudflare load
+// balancers append to this header.
+func TrustXForwardedFor(proxies ...string) IPOption {
+	return trust(fromXFF, "TrustXForwardedFor", proxies)
+}
+
+// TrustForwarded makes [ClientIP] read the RFC 7239 Forwarded header (its
+// for= parameters) when the peer is one of the trusted proxies.
+func TrustForwarded(proxies ...string) IPOption {
+	return trust(fromForwarded, "TrustForwarded", proxies)
+}
+
+// TrustXRealIP makes [ClientIP] read X-Real-IP when the peer is one of the
+// trusted proxies. Use it only with a proxy that overwrites the header on
+// every request (nginx's proxy_set_header X-Real-IP $remote_addr).
+func TrustXRealIP(proxies ...string) IPOption {
+	return trust(fromXRealIP, "TrustXRealIP", proxies)
+}
+
+// PrivateRanges returns the loopback and private address ranges (RFC 1918,
+// RFC 4193), for [TrustXForwardedFor] and friends when the proxies run on the
+// same host or private network: TrustXForwardedFor(PrivateRanges()...). It
+// leaves out shared address space (100.64.0.0/10), which carriers use for
+// their subscribers.
+func PrivateRanges() []string {
+	return []string{"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7"}
+}
+
+// IPv6Prefix sets how many leading bits of an IPv6 address make the key
+// (default 64); 128 keys every address apart.
+func IPv6Prefix(bits int) IPOption {
+	return func(c *clientIP) error {
+		if bits < 1 || bits > 128 {
+			return fmt.Errorf("ceiling: IPv6Prefix(%d): want 1 to 128 bits", bits)
+		}
+		c.v6bits = bits
+		return nil
+	}
+}
+
+type proxyHeader uint8
+
+const (
+	fromPeer proxyHeader = iota
+	fromXFF
+	fromForwarded
+	fromXRealIP
+)
+
+var proxyHeaderNames = [...]string{"", "X-Forwarded-For", "Forwarded", "X-Real-Ip"}
+
+type clientIP struct {
+	header  proxyHeader
+	trusted []netip.Prefix
+	v6bits  int
+}
+
+func trust(h proxyHeader, name string, proxies []string) IPOption {
+	return func(c *clientIP) error {
+		if len(proxies) == 0 {
+			return fmt.Errorf("ceiling: %s: no trusted proxies given", name)
+		}
+		if c.header != fromPeer && c.header != h {
+			return fmt.Errorf("ceiling: %s: already trusting %s; trust the one header your proxies write", name, proxyHeaderNames[c.header])
+		}
+		for _, s := range proxies {
+			p, err := parseTrusted(s)
+			if err != nil {
+				return fmt.Errorf("ceiling: %s: %w", name, err)
+			}
+			c.trusted = append(c.trusted, p)
+		}
+		c.header = h
+		return nil
+	}
+}
+
+// parseTrusted reads a CIDR prefix or a single address, folding IPv4-mapped
+// prefixes to IPv4 so that they match the unmapped addresses they describe.
+func parseTrusted(s string) (netip.Prefix, error) {
+	s = strings.TrimSpace(s)
+	var p netip.Prefix
+	if strings.Contains(s, "/") {
+		var err error
+		if p, err = netip.ParsePrefix(s); err != nil {
+			return p, fmt.Errorf("bad proxy prefix %q: %w", s, err)
+		}
+	} else {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return p, fmt.Errorf("bad proxy address %q: %w", s, err)
+		}
+		if a.Zone() != "" {
+			return p, fmt.Errorf("bad proxy address %q: zones are not allowed", s)
+		}
+		p = netip.PrefixFrom(a, a.BitLen())
+	}
+	if p.Addr().Zone() != "" {
+		return p, fmt.Errorf("bad proxy prefix %q: zones are not allowed", s)
+	}
+	if a := p.Addr(); a.Is4In6() {
+		if p.Bits() < 96 {
+			return p, fmt.Errorf("bad proxy prefix %q: IPv4-mapped prefixes need at least 96 bits", s)
+		}
+		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
+	}
+	return p.Masked(), nil
+}
+
+func (c *clientIP) isTrusted(a netip.Addr) bool {
+	for _, p := range c.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *clientIP) key(r *http.Request) (string, error) {
+	peer, ok := parsePeer(r.RemoteAddr)
+	if !ok {
+		if r.RemoteAddr == "" {
+			return "", ErrNoKey
+		}
+		return r.RemoteAddr, nil
+	}
+	return c.format(c.client(r.Header, peer)), nil
+}
+
+// client returns the client's address for a request from peer.
+func (c *clientIP) client(h http.Header, peer netip.Addr) netip.Addr {
+	if c.header == fromPeer || !c.isTrusted(peer) {
+		return peer
+	}
+	switch c.header {
+	case fromXRealIP:
+		vs := h["X-Real-Ip"]
+		if len(vs) == 0 {
+			return peer
+		}
+		if a, ok := parseHop(vs[len(vs)-1]); ok {
+			return a
+		}
+		return peer
+	case fromXFF:
+		return c.walk(h["X-Forwarded-For"], false, peer)
+	default:
+		return c.walk(h["Forwarded"], true, peer)
+	}
+}
+
+// walk reads a list header (all its lines, in order) from the right: the
+// first hop that is not a trusted proxy is the client. At an unusable entry
+// it stops at the nearest trusted hop, and when every hop is trusted it is
+// the left-most. Reading from the right means that only entries written by
+// trusted proxies are ever parsed: whatever the client wrote (unbalanced
+// quotes included) cannot change where their entries begin.
+func (c *clientIP) walk(lines []string, forwarded bool, peer netip.Addr) netip.Addr {
+	hop := peer
+	for i := len(lines) - 1; i >= 0; i-- {
+		for v := lines[i]; v != ""; {
+			var a netip.Addr
+			var ok bool
+			if forwarded {
+				var e string
+				v, e = cutLastElement(v)
+				a, ok = forwardedFor(e)
+			} else {
+				j := strings.LastIndexByte(v, ',')
+				a, ok = parseHop(v[j+1:])
+				v = v[:max(j, 0)]
+			}
+			if !ok {
+				return hop
+			}
+			if !c.isTrusted(a) {
+				return a
+			}
+			hop = a
+		}
+	}
+	return hop
+}
+
+// cutLastElement cuts the last element off a Forwarded line, skipping
+// commas inside quoted strings (a quote preceded by an odd number of
+// backslashes is escaped).
+func cutLastElement(s string) (before, last string) {
+	quoted := false
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case '"':
+			n := 0
+			for j := i - 1; j >= 0 && s[j] == '\\'; j-- {
+				n++
+			}
+			if !quoted || n%2 == 0 {
+				quoted = !quoted
+			}
+		case ',':
+			if !quoted {
+				return s[:i], s[i+1:]
+			}
+		}
+	}
+	return "", s
+}
+
+// format turns an address into a key: IPv4 as is, IPv6 as its prefix.
+func (c *clientIP) format(a netip.Addr) string {
+	if a.Is4() || c.v6bits >= 128 {
+		return a.String()
+	}
+	p, _ := a.Prefix(c.v6bits)
+	return p.String()
+}
+
+// parsePeer reads r.RemoteAddr ("host:port", or a bare host from some
+// listeners and tests).
+func parsePeer(s string) (netip.Addr, bool) {
+	host, _, err := net.SplitHostPort(s)
+	if err != nil {
+		host = s
+	}
+	return normalAddr(host)
+}
+
+// parseHop reads one X-Forwarded-For or X-Real-IP entry: an address, with
+// or without a port, IPv6 with or without brackets.
+func parseHop(s string) (netip.Addr, bool) {
+	s = strings.Trim(s, " \t")
+	if a, ok := normalAddr(s); ok {
+		return a, true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return normalAddr(ap.Addr().String())
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+		return normalAddr(s[1 : len(s)-1])
+	}
+	return netip.Addr{}, false
+}
+
+// normalAddr parses an address and folds the forms that could let one
+// client appear as several, or alias a trusted proxy: IPv4-mapped IPv6
+// becomes IPv4, and zones are dropped.
+func normalAddr(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return a, false
+	}
+	return a.Unmap().WithZone(""), true
+}
+
+// forwardedFor returns the address in the for= parameter of one RFC 7239
+// Forwarded element. Obfuscated identifiers ("_hidden"), "unknown", a
+// missing or repeated for=, and malformed syntax are not usable.
+func forwardedFor(elem string) (netip.Addr, bool) {
+	var node string
+	found := false
+	for elem != "" {
+		var pair string
+		pair, elem = cutUnquoted(elem, ';')
+		name, value, ok := strings.Cut(pair, "=")
+		if !ok {
+			if strings.Trim(pair, " \t") == "" {
+				continue
+			}
+			return netip.Addr{}, false
+		}
+		if !strings.EqualFold(strings.Trim(name, " \t"), "for") {
+			continue
+		}
+		if found {
+			return netip.Addr{}, false
+		}
+		found = true
+		v, ok := unquote(strings.Trim(value, " \t"))
+		if !ok {
+			return netip.Addr{}, false
+		}
+		node = v
+	}
+	if !found {
+		return netip.Addr{}, false
+	}
+	return forwardedNode(node)
+}
+
+// forwardedNode parses RFC 7239's node: IPv4 or "[IPv6]", each with an
+// optional ":port" (a number or an obfuscated port).
+func forwardedNode(node string) (netip.Addr, bool) {
+	if node == "" || node[0] == '_' || strings.EqualFold(node, "unknown") {
+		return netip.Addr{}, false
+	}
+	host, port := node, ""
+	if node[0] == '[' {
+		end := strings.IndexByte(node, ']')
+		if end < 0 {
+			return netip.Addr{}, false
+		}
+		host, port = node[1:end], node[end+1:]
+		if port != "" {
+			if port[0] != ':' {
+				return netip.Addr{}, false
+			}
+			port = port[1:]
+		}
+		a, ok := normalAddr(host)
+		if !ok || !validNodePort(port, true) {
+			return netip.Addr{}, false
+		}
+		return a, true
+	}
+	if a, ok := normalAddr(host); ok { // lenient: an IPv6 address without brackets
+		return a, true
+	}
+	host, port, ok := strings.Cut(node, ":")
+	if !ok {
+		return netip.Addr{}, false
+	}
+	a, ok := normalAddr(host)
+	if !ok || !a.Is4() || !validNodePort(port, false) {
+		return netip.Addr{}, false
+	}
+	return a, true
+}
+
+func validNodePort(p string, emptyOK bool) bool {
+	if p == "" {
+		return emptyOK
+	}
+	if p[0] == '_' {
+		return len(p) > 1
+	}
+	if len(p) > 5 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// cutUnquoted cuts s around the first sep that is outside a quoted string.
+func cutUnquoted(s string, sep byte) (before, after string) {
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case quoted && c == '\\':
+			i++
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == sep:
+			return s[:i], s[i+1:]
+		}
+	}
+	return s, ""
+}
+
+// unquote returns a token as is and a quoted-string without its quotes and
+// escapes. It allocates only when the string holds an escape.
+func unquote(s string) (string, bool) {
+	if s == "" || s[0] != '"' {
+		return s, !strings.ContainsAny(s, "\" \t")
+	}
+	if len(s) < 2 || s[len(s)-1] != '"' {
+		return "", false
+	}
+	inner := s[1 : len(s)-1]
+	if !strings.ContainsAny(inner, "\\\"") {
+		return inner, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(inner); i++ {
+		switch c := inner[i]; c {
+		case '"':
+			return "", false
+		case '\\':
+			i++
+			if i == len(inner) {
+				return "", false
+			}
+			b.WriteByte(inner[i])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
