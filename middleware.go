@@ -54,6 +54,12 @@ type Rule struct {
 	Algorithm backend.Algorithm
 	// Cost is the number of units one request takes; zero means 1.
 	Cost int64
+	// Estimate, when set, makes the cost provisional: it returns the units
+	// to reserve for r when the request is decided, and the handler reports
+	// the real cost with [Settle]. Zero means the cost is charged only after
+	// the work: the request is admitted while any budget is left. Its errors
+	// are treated like the Key's. Set Cost or Estimate, not both.
+	Estimate func(r *http.Request) (int64, error)
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
 	// Shadow evaluates and reports the rule but never rejects with it, so a
@@ -72,6 +78,9 @@ func (r *Rule) validate() error {
 	}
 	if r.Key == nil {
 		return fmt.Errorf("ceiling: rule %q: no key function", r.Name)
+	}
+	if r.Estimate != nil && r.Cost != 0 {
+		return fmt.Errorf("ceiling: rule %q: set Cost or Estimate, not both", r.Name)
 	}
 	if r.Cost < 0 {
 		return fmt.Errorf("ceiling: rule %q: negative cost %d", r.Name, r.Cost)
@@ -108,6 +117,7 @@ type Limiter struct {
 	digest  digester
 	policy  []string // precomputed RateLimit-Policy value
 	states  sync.Pool
+	extras  bool // prefetches or estimates: requests carry an extras
 }
 
 // New validates the rules and options and returns a Limiter. Errors name the
@@ -144,6 +154,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	}
 	l.digest = newDigester(l.cfg.secret)
 	l.policy = policyHeader(l.rules)
+	l.extras = l.hasExtras()
 	n := len(l.rules)
 	l.states.New = func() any { return newState(n) }
 	return l, nil
@@ -169,6 +180,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := l.states.Get().(*state)
 		defer l.states.Put(st)
+		if l.extras {
+			l.beginExtras(st)
+			defer l.endExtras(r, st)
+		}
 		if err := l.decide(r, st); err != nil {
 			var in *inputError
 			if errors.As(err, &in) {
@@ -178,7 +193,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			if !l.failed(w, r, st, err) {
 				return
 			}
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, l.admit(r, st, false))
 			return
 		}
 		d := &st.decision
@@ -190,7 +205,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.cfg.reject(w, r, d)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, l.admit(r, st, true))
 	})
 }
 
@@ -231,6 +246,7 @@ type state struct {
 	results  []backend.Result
 	decision Decision
 	buf      []byte
+	x        *extras // nil unless the limiter has prefetches or estimates
 }
 
 func newState(n int) *state {
@@ -260,6 +276,10 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 	for i := range l.rules {
 		rule := &l.rules[i]
 		v, err := rule.Key(r)
+		var cost int64
+		if err == nil {
+			cost, err = l.cost(r, st, rule)
+		}
 		if err != nil {
 			if err == ErrNoKey || errors.Is(err, ErrNoKey) {
 				continue
@@ -277,10 +297,13 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 			Limit:     rule.Limit,
 			Period:    rule.Period,
 			Burst:     rule.Burst,
-			Cost:      rule.Cost,
+			Cost:      cost,
 			Shadow:    rule.Shadow,
 		})
 		d.Results = append(d.Results, RuleResult{Rule: rule})
+	}
+	if st.x != nil {
+		st.x.startPrefetches(r)
 	}
 	d.Allowed, d.RetryAfter = true, 0
 	if len(st.reqs) == 0 {

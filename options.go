@@ -21,6 +21,8 @@ type config struct {
 	timeout  time.Duration
 	reject   RejectHandler
 	logger   *slog.Logger
+
+	prefetches []Prefetcher
 }
 
 // DefaultTimeout bounds every decision by a backend that does I/O.

@@ -1,0 +1,254 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// extrasKey is the request-context key under which the handler finds its
+// request's *extras.
+type extrasKey struct{}
+
+// extras is what prefetches and settlements keep for one request. It exists
+// only when the limiter has prefetches or rules with an Estimate, so that a
+// limiter without them pays no allocation for it; it is never pooled,
+// because a handler may keep its request (and so this) after returning.
+type extras struct {
+	l *Limiter
+
+	// Written by the middleware's goroutine before the handler runs.
+	cancel context.CancelFunc
+	calls  []prefetchCall
+	est    []estimate
+
+	mu     sync.Mutex
+	res    []reservation
+	closed bool // settled: later Settle calls are refused
+}
+
+// estimate is the Estimate of the request at index i of the decision.
+type estimate struct {
+	i int
+	n int64
+}
+
+// reservation is what one admitted rule reserved and what it will settle to.
+// It copies the backend request: the decision it came from is pooled.
+type reservation struct {
+	rule   *Rule
+	req    backend.Request // req.Cost is the number of units reserved
+	actual int64
+}
+
+// ErrNotReserved is returned (wrapped) by [Settle] when the request holds no
+// reservation under the rule: the rule has no Estimate or did not apply, the
+// request was admitted without a decision (failing open), or the handler has
+// already returned.
+var ErrNotReserved = errors.New("no reservation to settle")
+
+// Settle reports the real cost of r under the named rule, whose Estimate
+// reserved units when r was admitted. r is the request the handler received.
+// The difference is applied when the handler returns, in one backend call
+// for all of the request's rules: units not used are refunded, and units
+// used beyond the reservation are charged even past the limit, so that the
+// key goes into debt and the next requests wait it out. The excess one
+// request can charge is capped at the rule's capacity (Limit, or Burst for
+// GCRA): at most one more full budget of debt.
+//
+// The last call for a rule wins. Without one, the reservation settles at
+// the estimate: a handler that fails or panics before calling Settle is
+// charged what it estimated, and one that knows it used nothing settles 0
+// before returning. A panic is re-raised after settling. Settle is safe for
+// simultaneous use by the handler's goroutines.
+func Settle(r *http.Request, rule string, actual int64) error {
+	if actual < 0 {
+		return fmt.Errorf("ceiling: rule %q: settle: negative cost %d", rule, actual)
+	}
+	x, _ := r.Context().Value(extrasKey{}).(*extras)
+	if x == nil {
+		return fmt.Errorf("ceiling: rule %q: %w", rule, ErrNotReserved)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.closed {
+		return fmt.Errorf("ceiling: rule %q: %w: the handler has returned", rule, ErrNotReserved)
+	}
+	for i := range x.res {
+		if x.res[i].rule.Name == rule {
+			x.res[i].actual = actual
+			return nil
+		}
+	}
+	return fmt.Errorf("ceiling: rule %q: %w", rule, ErrNotReserved)
+}
+
+// hasExtras reports whether requests need an extras: prefetches to run or
+// reservations to settle.
+func (l *Limiter) hasExtras() bool {
+	if len(l.cfg.prefetches) > 0 {
+		return true
+	}
+	for i := range l.rules {
+		if l.rules[i].Estimate != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// beginExtras gives st a fresh extras for one request.
+func (l *Limiter) beginExtras(st *state) { st.x = &extras{l: l} }
+
+// endExtras runs when the middleware returns, after the handler (panicking
+// or not) or the rejection: it stops the prefetches, then settles.
+func (l *Limiter) endExtras(r *http.Request, st *state) {
+	x := st.x
+	st.x = nil
+	x.stopPrefetches()
+	x.settle(r.Context())
+}
+
+// cost returns the units rule takes from r: its Cost, or its Estimate,
+// which st's extras remember for the settlement. An estimate of zero
+// reserves one unit, the least that asks "is any budget left".
+func (l *Limiter) cost(r *http.Request, st *state, rule *Rule) (int64, error) {
+	if rule.Estimate == nil {
+		return rule.Cost, nil
+	}
+	n, err := rule.Estimate(r)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("negative estimate %d", n)
+	}
+	st.x.est = append(st.x.est, estimate{i: len(st.reqs), n: n})
+	return max(n, 1), nil
+}
+
+// admit returns the request the next handler gets: r itself unless the
+// limiter has prefetches or reservations, else r carrying them. decided
+// reports whether the backend decided the request (false when failing
+// open): only then were units reserved.
+func (l *Limiter) admit(r *http.Request, st *state, decided bool) *http.Request {
+	x := st.x
+	if x == nil {
+		return r
+	}
+	if decided {
+		for _, e := range x.est {
+			// A shadow rule that did not fit reserved nothing.
+			if !st.decision.Results[e.i].Allowed {
+				continue
+			}
+			x.res = append(x.res, reservation{rule: st.decision.Results[e.i].Rule, req: st.reqs[e.i], actual: e.n})
+		}
+	}
+	return r.WithContext(context.WithValue(r.Context(), extrasKey{}, x))
+}
+
+// settle applies every reservation's difference in one backend call. The
+// request's context may be done (the client left) but the work was done:
+// the call keeps its values and only drops the cancellation.
+func (x *extras) settle(ctx context.Context) {
+	x.mu.Lock()
+	x.closed = true
+	res := x.res
+	x.mu.Unlock()
+	var reqs []backend.Request
+	for _, rv := range res {
+		delta := min(rv.actual-rv.req.Cost, rv.rule.capacity())
+		if delta == 0 {
+			continue
+		}
+		q := rv.req
+		q.Cost, q.Force, q.Shadow = delta, delta > 0, false
+		reqs = append(reqs, q)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	l := x.l
+	ctx = context.WithoutCancel(ctx)
+	if l.remote && l.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
+		defer cancel()
+	}
+	if _, err := l.backend.Decide(ctx, reqs); err != nil {
+		names := make([]string, 0, len(reqs))
+		for _, rv := range res {
+			names = append(names, rv.rule.Name)
+		}
+		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed",
+			slog.Any("rules", names), slog.Any("err", err))
+	}
+}
+
+// rule returns the rule named name.
+func (l *Limiter) rule(name string) (*Rule, error) {
+	for i := range l.rules {
+		if l.rules[i].Name == name {
+			return &l.rules[i], nil
+		}
+	}
+	return nil, fmt.Errorf("ceiling: rule %q: not declared", name)
+}
+
+// request returns the backend request for rule's key value: the stored key
+// the middleware uses, so that support tooling sees what requests see.
+func (l *Limiter) request(rule *Rule, keyValue string) backend.Request {
+	st := l.states.Get().(*state)
+	key := l.storedKey(st, rule.Name, keyValue)
+	l.states.Put(st)
+	return backend.Request{Key: key, Algorithm: rule.Algorithm, Limit: rule.Limit, Period: rule.Period, Burst: rule.Burst}
+}
+
+// Peek returns the state of the rule's key for keyValue (an address, a
+// phone number: what the rule's KeyFunc would return) without consuming
+// anything: Remaining, ResetAfter and Limit as the next request would find
+// them. It is for operators and support tooling.
+func (l *Limiter) Peek(ctx context.Context, rule, keyValue string) (backend.Result, error) {
+	rl, err := l.rule(rule)
+	if err != nil {
+		return backend.Result{}, err
+	}
+	if l.remote && l.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
+		defer cancel()
+	}
+	res, err := l.backend.Decide(ctx, []backend.Request{l.request(rl, keyValue)})
+	if err != nil {
+		return backend.Result{}, fmt.Errorf("ceiling: rule %q: peek: %w", rule, err)
+	}
+	if len(res) != 1 {
+		return backend.Result{}, fmt.Errorf("ceiling: rule %q: peek: backend answered %d results for 1 request", rule, len(res))
+	}
+	return res[0], nil
+}
+
+// Reset forgets the rule's state for keyValue, restoring its full budget
+// (and forgiving any debt). It is for operators and support tooling: a
+// customer locked out by a bug, a test account.
+func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
+	rl, err := l.rule(rule)
+	if err != nil {
+		return err
+	}
+	if l.remote && l.cfg.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
+		defer cancel()
+	}
+	if err := l.backend.Reset(ctx, l.request(rl, keyValue).Key); err != nil {
+		return fmt.Errorf("ceiling: rule %q: reset: %w", rule, err)
+	}
+	return nil
+}
