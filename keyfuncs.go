@@ -2,7 +2,11 @@ package ceiling
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 )
 
 // A KeyFunc returns the value a rule limits by: a client address, an account,
@@ -25,4 +29,192 @@ var ErrBodyTooLarge = errors.New("ceiling: request body too large")
 // Static keys every request the same: one budget shared by all callers.
 func Static(value string) KeyFunc {
 	return func(*http.Request) (string, error) { return value, nil }
+}
+
+// Header keys by the value of a request header; a missing or empty header
+// yields [ErrNoKey], and several lines with different values are a 400,
+// because handlers disagree on which one counts.
+//
+// A header is only as trustworthy as whoever wrote it. Key on a header that
+// your own gateway sets (and strips from clients), or on one whose value is
+// the thing limited and checked later (an API key), never on one a client
+// can vary freely to obtain fresh budgets: use [ClientIP] for addresses.
+// Header panics if name is empty.
+func Header(name string) KeyFunc {
+	if name == "" {
+		panic("ceiling: Header(\"\")")
+	}
+	name = http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, error) {
+		return single(r.Header[name], "header "+name)
+	}
+}
+
+// Query keys by the value of a URL query parameter; a missing or empty
+// parameter yields [ErrNoKey], and repeated parameters with different values
+// are a 400. Query panics if name is empty.
+func Query(name string) KeyFunc {
+	if name == "" {
+		panic("ceiling: Query(\"\")")
+	}
+	return func(r *http.Request) (string, error) {
+		if r.URL == nil || r.URL.RawQuery == "" {
+			return "", ErrNoKey
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			return "", fmt.Errorf("query: %w", err)
+		}
+		return single(q[name], "query parameter "+name)
+	}
+}
+
+// single returns the one value a repeated field holds: [ErrNoKey] when there
+// is none (or it is empty), an error when copies disagree.
+func single(vs []string, what string) (string, error) {
+	if len(vs) == 0 || vs[0] == "" {
+		return "", ErrNoKey
+	}
+	for _, v := range vs[1:] {
+		if v != vs[0] {
+			return "", fmt.Errorf("%s given %d times with different values", what, len(vs))
+		}
+	}
+	return vs[0], nil
+}
+
+// Join keys by several values at once (the account and the route): the
+// parts are length-prefixed, so ("a|b", "c") and ("a", "b|c") are different
+// keys. If any part yields [ErrNoKey] or an error, so does Join; the
+// functions after it are not called. Join panics without functions or with a
+// nil one.
+func Join(fns ...KeyFunc) KeyFunc {
+	mustFuncs("Join", fns)
+	return func(r *http.Request) (string, error) {
+		var buf [64]byte
+		b := buf[:0]
+		for _, fn := range fns {
+			v, err := fn(r)
+			if err != nil {
+				return "", err
+			}
+			b = strconv.AppendInt(b, int64(len(v)), 10)
+			b = append(b, ':')
+			b = append(b, v...)
+		}
+		return string(b), nil
+	}
+}
+
+// FirstOf keys by the first function that has a key for the request: a
+// verified account, else the client address. A function returning
+// [ErrNoKey] passes to the next; any other error is returned at once. The
+// key is tagged with the function's position, so that a user named
+// "192.0.2.1" and the anonymous client at 192.0.2.1 do not share a budget.
+// FirstOf panics without functions or with a nil one.
+func FirstOf(fns ...KeyFunc) KeyFunc {
+	mustFuncs("FirstOf", fns)
+	return func(r *http.Request) (string, error) {
+		for i, fn := range fns {
+			v, err := fn(r)
+			if err == nil {
+				return strconv.Itoa(i) + ":" + v, nil
+			}
+			if !errors.Is(err, ErrNoKey) {
+				return "", err
+			}
+		}
+		return "", ErrNoKey
+	}
+}
+
+// Skip leaves a rule out for the requests pred selects (health checks,
+// allow-listed callers) and keys the others with fn. pred sees the request
+// as the client sent it: select on what a client cannot forge (a verified
+// identity, the peer address), never on a header it could copy. Skip panics
+// if either argument is nil.
+func Skip(pred func(*http.Request) bool, fn KeyFunc) KeyFunc {
+	if pred == nil || fn == nil {
+		panic("ceiling: Skip with a nil predicate or key function")
+	}
+	return func(r *http.Request) (string, error) {
+		if pred(r) {
+			return "", ErrNoKey
+		}
+		return fn(r)
+	}
+}
+
+// Normalize passes the key fn returns through norm, so that spellings of one
+// value share a budget (see [Digits] and [Lower]). An error from norm is bad
+// input (a 400) unless it wraps [ErrNoKey]; an empty result is [ErrNoKey].
+// Normalize panics if either argument is nil.
+func Normalize(fn KeyFunc, norm func(string) (string, error)) KeyFunc {
+	if fn == nil || norm == nil {
+		panic("ceiling: Normalize with a nil key function or normaliser")
+	}
+	return func(r *http.Request) (string, error) {
+		v, err := fn(r)
+		if err != nil {
+			return "", err
+		}
+		if v, err = norm(v); err != nil {
+			return "", err
+		}
+		if v == "" {
+			return "", ErrNoKey
+		}
+		return v, nil
+	}
+}
+
+// Digits normalises a phone number to its digits: "+254 700 000 000",
+// "254-700-000-000" and "254700000000" are one key. Anything but ASCII
+// digits, spaces and "+-.()" is an error rather than dropped, so that
+// look-alike characters (fullwidth digits, a letter O) cannot make a second
+// key for a number an SMS gateway would still reach. It does not know
+// country codes: "0700 000 000" is another key; normalise to E.164 yourself
+// for that.
+func Digits(s string) (string, error) {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			n++
+		case c == ' ' || c == '+' || c == '-' || c == '.' || c == '(' || c == ')':
+		default:
+			return "", errors.New("ceiling: Digits: not a phone number (only digits, spaces and +-.() allowed)")
+		}
+	}
+	if n == 0 {
+		return "", errors.New("ceiling: Digits: not a phone number (no digits)")
+	}
+	if n == len(s) {
+		return s, nil
+	}
+	b := make([]byte, 0, n)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= '0' && c <= '9' {
+			b = append(b, c)
+		}
+	}
+	return string(b), nil
+}
+
+// Lower trims surrounding space and lower-cases (Unicode), so that
+// "Alice@Example.com " and "alice@example.com" are one key. It does not
+// undo sub-addressing ("alice+1@example.com" stays another mailbox).
+func Lower(s string) (string, error) {
+	return strings.ToLower(strings.TrimSpace(s)), nil
+}
+
+func mustFuncs(name string, fns []KeyFunc) {
+	if len(fns) == 0 {
+		panic("ceiling: " + name + "() needs at least one key function")
+	}
+	for i, fn := range fns {
+		if fn == nil {
+			panic(fmt.Sprintf("ceiling: %s: key function %d is nil", name, i))
+		}
+	}
 }

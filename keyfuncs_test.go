@@ -1,0 +1,189 @@
+package ceiling
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHeaderAndQueryValues(t *testing.T) {
+	r := httptest.NewRequest("GET", "/?to=%2B254700&empty=&dup=a&dup=b&same=x&same=x", nil)
+	r.Header.Set("X-Api-Key", "k1")
+	r.Header["X-Dup"] = []string{"a", "b"}
+	for _, tc := range []struct {
+		name string
+		fn   KeyFunc
+		want string
+		err  error // ErrNoKey, or errBad for a 400
+	}{
+		{"header", Header("x-api-key"), "k1", nil},
+		{"missing header", Header("X-Other"), "", ErrNoKey},
+		{"repeated header", Header("X-Dup"), "", errBad},
+		{"query", Query("to"), "+254700", nil},
+		{"missing query", Query("from"), "", ErrNoKey},
+		{"empty query", Query("empty"), "", ErrNoKey},
+		{"repeated query", Query("dup"), "", errBad},
+		{"repeated equal query", Query("same"), "x", nil},
+	} {
+		got, err := tc.fn(r)
+		checkKey(t, tc.name, got, err, tc.want, tc.err)
+	}
+	noQuery := httptest.NewRequest("GET", "/", nil)
+	if _, err := Query("to")(noQuery); err != ErrNoKey {
+		t.Errorf("no query string: err = %v, want ErrNoKey", err)
+	}
+}
+
+// errBad stands for "any error that is not ErrNoKey" in tables.
+var errBad = errors.New("bad input")
+
+func checkKey(t *testing.T, name, got string, err error, want string, wantErr error) {
+	t.Helper()
+	switch {
+	case wantErr == nil && err != nil:
+		t.Errorf("%s: err = %v, want key %q", name, err, want)
+	case wantErr == ErrNoKey && !errors.Is(err, ErrNoKey):
+		t.Errorf("%s: key %q, err %v; want ErrNoKey", name, got, err)
+	case wantErr == errBad && (err == nil || errors.Is(err, ErrNoKey)):
+		t.Errorf("%s: key %q, err %v; want a bad-input error", name, got, err)
+	case wantErr == nil && got != want:
+		t.Errorf("%s: key %q, want %q", name, got, want)
+	}
+}
+
+func TestJoinIsUnambiguous(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	ab_c := mustKey(t, Join(Static("a|b"), Static("c")), r)
+	a_bc := mustKey(t, Join(Static("a"), Static("b|c")), r)
+	if ab_c == a_bc {
+		t.Errorf(`Join("a|b","c") = Join("a","b|c") = %q`, ab_c)
+	}
+	if x, y := mustKey(t, Join(Static("1:a"), Static("")), r), mustKey(t, Join(Static("1"), Static("a")), r); x == y {
+		t.Errorf("Join collides on %q", x)
+	}
+	if got, want := mustKey(t, Join(Static("alice"), Static("POST /otp")), r), "5:alice9:POST /otp"; got != want {
+		t.Errorf("Join = %q, want %q", got, want)
+	}
+}
+
+func TestJoinStopsAtTheFirstMissingPart(t *testing.T) {
+	called := false
+	later := func(*http.Request) (string, error) { called = true; return "x", nil }
+	r := httptest.NewRequest("GET", "/", nil)
+	if _, err := Join(Header("X-User"), later)(r); err != ErrNoKey {
+		t.Errorf("err = %v, want ErrNoKey", err)
+	}
+	if called {
+		t.Error("Join called the part after a missing one")
+	}
+	bad := errors.New("boom")
+	if _, err := Join(Static("a"), func(*http.Request) (string, error) { return "", bad })(r); err != bad {
+		t.Errorf("err = %v, want the part's error", err)
+	}
+}
+
+func TestFirstOfFallsBackInOrder(t *testing.T) {
+	fn := FirstOf(Header("X-User"), RemoteAddr)
+	anon := ipRequest("192.0.2.1:1")
+	named := ipRequest("192.0.2.1:1", "X-User", "192.0.2.1")
+	a, u := mustKey(t, fn, anon), mustKey(t, fn, named)
+	if a == u {
+		t.Errorf("user %q and the anonymous client at that address share key %q", "192.0.2.1", a)
+	}
+	if got, want := u, "0:192.0.2.1"; got != want {
+		t.Errorf("user key %q, want %q", got, want)
+	}
+	if _, err := FirstOf(Header("X-A"), Header("X-B"))(anon); err != ErrNoKey {
+		t.Errorf("no function has a key: err = %v, want ErrNoKey", err)
+	}
+	bad := errors.New("boom")
+	if _, err := FirstOf(func(*http.Request) (string, error) { return "", bad }, RemoteAddr)(anon); err != bad {
+		t.Errorf("err = %v: a bad-input error must not fall through", err)
+	}
+}
+
+func TestSkipLeavesTheRuleOut(t *testing.T) {
+	be := &quota{}
+	health := func(r *http.Request) bool { return r.URL.Path == "/healthz" }
+	h := MustNew([]Rule{{Name: "ip", Key: Skip(health, RemoteAddr), Limit: 1, Period: time.Minute}}, WithBackend(be)).Handler(okHandler)
+	got := statuses(t, h,
+		httptest.NewRequest("GET", "/healthz", nil),
+		httptest.NewRequest("GET", "/healthz", nil),
+		httptest.NewRequest("GET", "/x", nil),
+		httptest.NewRequest("GET", "/x", nil),
+		httptest.NewRequest("GET", "/healthz", nil))
+	if want := []int{200, 200, 200, 429, 200}; !equalInts(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+	if got, want := be.calls, 2; got != want {
+		t.Errorf("backend calls = %d, want %d (skipped requests cost nothing)", got, want)
+	}
+}
+
+func TestNormalisersMakeOneKey(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	phone := func(v string) KeyFunc { return Normalize(Static(v), Digits) }
+	want := mustKey(t, phone("254700000000"), r)
+	for _, v := range []string{"+254 700 000 000", "+254-700-000-000", "(254) 700.000.000"} {
+		if got := mustKey(t, phone(v), r); got != want {
+			t.Errorf("Digits(%q) = %q, want %q", v, got, want)
+		}
+	}
+	for _, v := range []string{"+254 7OO 000 000", "+254７００000000", "+", "call me"} {
+		if got, err := phone(v)(r); err == nil || errors.Is(err, ErrNoKey) {
+			t.Errorf("Digits(%q) = %q, %v; want a bad-input error", v, got, err)
+		}
+	}
+	email := func(v string) KeyFunc { return Normalize(Static(v), Lower) }
+	if a, b := mustKey(t, email(" Alice@Example.COM"), r), mustKey(t, email("alice@example.com"), r); a != b {
+		t.Errorf("Lower: %q != %q", a, b)
+	}
+	if _, err := email("   ")(r); err != ErrNoKey {
+		t.Errorf("blank after normalising: err = %v, want ErrNoKey", err)
+	}
+	if _, err := Normalize(Header("X-Phone"), Digits)(r); err != ErrNoKey {
+		t.Errorf("missing value: err = %v, want ErrNoKey", err)
+	}
+}
+
+// Through the middleware: two spellings of one phone number share the
+// budget, and a malformed one is a 400 before any backend call.
+func TestNormalisedPhoneSharesABudget(t *testing.T) {
+	be := &quota{}
+	h := MustNew([]Rule{{Name: "otp:to", Key: Normalize(Query("to"), Digits), Limit: 2, Period: time.Minute}}, WithBackend(be)).Handler(okHandler)
+	got := statuses(t, h,
+		httptest.NewRequest("POST", "/otp?to=%2B254+700+000+000", nil),
+		httptest.NewRequest("POST", "/otp?to=254700000000", nil),
+		httptest.NewRequest("POST", "/otp?to=254-700-000-000", nil),
+		httptest.NewRequest("POST", "/otp?to=%2B254+7OO", nil))
+	if want := []int{200, 200, 429, 400}; !equalInts(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+	if be.calls != 3 {
+		t.Errorf("backend calls = %d, want 3", be.calls)
+	}
+}
+
+func TestCompositionPanicsOnMisuse(t *testing.T) {
+	for name, f := range map[string]func(){
+		"Join()":         func() { Join() },
+		"Join(nil)":      func() { Join(Static("a"), nil) },
+		"FirstOf()":      func() { FirstOf() },
+		"Skip(nil)":      func() { Skip(nil, RemoteAddr) },
+		"Normalize(nil)": func() { Normalize(RemoteAddr, nil) },
+		`Header("")`:     func() { Header("") },
+		`Query("")`:      func() { Query("") },
+	} {
+		func() {
+			defer func() {
+				if p := recover(); p == nil || !strings.HasPrefix(p.(string), "ceiling: ") {
+					t.Errorf("%s: panic %v, want a ceiling: message", name, p)
+				}
+			}()
+			f()
+		}()
+	}
+}

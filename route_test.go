@@ -1,0 +1,89 @@
+package ceiling
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+)
+
+func TestRouteOnServeMuxIsThePattern(t *testing.T) {
+	var keys []string
+	record := func(fn KeyFunc) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			k, err := fn(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		})
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /users/{id}", record(Route))
+	mux.Handle("/files/", record(RouteWithMethod))
+	for _, target := range []string{"/users/1", "/users/2", "/users/999999"} {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", target, nil))
+	}
+	for _, m := range []string{"DELETE", "BREW", "FOO"} {
+		mux.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(m, "/files/a", nil))
+	}
+	want := []string{"GET /users/{id}", "GET /users/{id}", "GET /users/{id}", "DELETE /files/", "OTHER /files/", "OTHER /files/"}
+	if fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Errorf("keys %q, want %q", keys, want)
+	}
+}
+
+func TestRouteNeverUsesThePath(t *testing.T) {
+	// Mounted outside the router, no pattern is known yet: one shared key,
+	// never /users/1, /users/2, ...
+	for _, target := range []string{"/users/1", "/users/2"} {
+		r := httptest.NewRequest("GET", target, nil)
+		if got := mustKey(t, Route, r); got != UnmatchedRoute {
+			t.Errorf("%s: key %q, want %q", target, got, UnmatchedRoute)
+		}
+	}
+}
+
+func TestWithRouteWinsOverPattern(t *testing.T) {
+	r := httptest.NewRequest("POST", "/api/v1/otp", nil)
+	r.Pattern = "/api/"
+	if got, want := mustKey(t, Route, r), "/api/"; got != want {
+		t.Errorf("key %q, want %q", got, want)
+	}
+	r = WithRoute(r, "/v1/otp")
+	if got, want := mustKey(t, RouteWithMethod, r), "POST /v1/otp"; got != want {
+		t.Errorf("key %q, want %q (the inner router's pattern)", got, want)
+	}
+}
+
+// chiRoute hands chi's matched pattern to ceiling: the documented way for
+// other routers.
+func chiRoute(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, WithRoute(r, chi.RouteContext(r.Context()).RoutePattern()))
+	})
+}
+
+// Per user and route on chi: each user has a budget per route, and walking
+// through /users/1, /users/2, ... is one route.
+func TestRouteOnChiWithUser(t *testing.T) {
+	be := &quota{}
+	l := MustNew([]Rule{{Name: "user:route", Key: Join(Header("X-User"), RouteWithMethod), Limit: 2, Period: time.Minute}}, WithBackend(be))
+	router := chi.NewRouter()
+	router.With(chiRoute, l.Handler).Get("/users/{id}", okHandler)
+	router.With(chiRoute, l.Handler).Get("/orders/{id}", okHandler)
+	req := func(user, target string) *http.Request {
+		r := httptest.NewRequest("GET", target, nil)
+		r.Header.Set("X-User", user)
+		return r
+	}
+	got := statuses(t, router,
+		req("alice", "/users/1"), req("alice", "/users/2"), req("alice", "/users/3"),
+		req("alice", "/orders/1"), req("bob", "/users/1"))
+	if want := []int{200, 200, 429, 200, 200}; !equalInts(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+}
