@@ -26,12 +26,20 @@ func (s *Store) sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		removed += sh.gcra.sweep(now, gcraExpiry)
-		removed += sh.windows.sweep(now, windowExpiry)
-		removed += sh.logs.sweep(now, logExpiry)
+		removed += sh.sweep(now)
 		sh.mu.Unlock()
 	}
 	return removed
+}
+
+// sweep deletes the shard's keys that are back to full at now and records
+// the earliest expiry left. The caller holds sh.mu.
+func (sh *shard) sweep(now int64) int {
+	g, ge := sh.gcra.sweep(now, gcraExpiry)
+	w, we := sh.windows.sweep(now, windowExpiry)
+	l, le := sh.logs.sweep(now, logExpiry)
+	sh.minExp = min(ge, we, le)
+	return g + w + l
 }
 
 func gcraExpiry(tat *int64) int64 { return *tat }

@@ -145,9 +145,11 @@ func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) {
 		switch {
 		case p.tat > now && i >= 0:
 			sh.gcra.slots[i].v = p.tat
+			sh.minExp = min(sh.minExp, p.tat)
 		case p.tat > now:
 			s.makeRoom(sh, p.h, now)
 			sh.gcra.insert(p.h, p.tat)
+			sh.minExp = min(sh.minExp, p.tat)
 		case i >= 0:
 			sh.gcra.deleteAt(i)
 		}

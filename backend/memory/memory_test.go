@@ -2,6 +2,10 @@ package memory
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +24,7 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceSmallShards runs the suite with a store of one shard and
+// TestConformanceOneShard runs the suite with a store of one shard and
 // a tight key bound, so that multi-key calls share a lock and tables grow
 // and shrink under the suite's traffic.
 func TestConformanceOneShard(t *testing.T) {
@@ -34,3 +38,256 @@ func TestConformanceOneShard(t *testing.T) {
 }
 
 var ctx = context.Background()
+
+// fakeClock is a settable clock for the memory-specific tests.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func newTestStore(t *testing.T, opts ...Option) (*Store, *fakeClock) {
+	t.Helper()
+	c := &fakeClock{t: backendtest.Epoch}
+	s := New(append([]Option{WithClock(c.now), WithSweepInterval(0)}, opts...)...)
+	t.Cleanup(func() { s.Close() })
+	return s, c
+}
+
+func decide(t *testing.T, s *Store, reqs ...backend.Request) []backend.Result {
+	t.Helper()
+	res, err := s.Decide(ctx, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func TestIdleKeysAreSwept(t *testing.T) {
+	s, clock := newTestStore(t)
+	for _, alg := range []backend.Algorithm{backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow} {
+		for i := range 10 {
+			decide(t, s, backend.Request{Key: fmt.Sprintf("%v:%d", alg, i), Algorithm: alg, Limit: 10, Period: time.Second, Cost: 1})
+		}
+	}
+	if got, want := s.Len(), 40; got != want {
+		t.Fatalf("Len = %d, want %d", got, want)
+	}
+	clock.t = clock.t.Add(999 * time.Millisecond) // GCRA: T = 100ms, back to full
+	if got, want := s.sweep(), 10; got != want {
+		t.Errorf("sweep at 999ms deleted %d, want %d (the GCRA keys)", got, want)
+	}
+	clock.t = backendtest.Epoch.Add(time.Second) // the log and the fixed window
+	if got, want := s.sweep(), 20; got != want {
+		t.Errorf("sweep at 1s deleted %d, want %d", got, want)
+	}
+	clock.t = backendtest.Epoch.Add(2 * time.Second) // the sliding window's current count no longer weighs
+	if got, want := s.sweep(), 10; got != want {
+		t.Errorf("sweep at 2s deleted %d, want %d", got, want)
+	}
+	if got := s.Len(); got != 0 {
+		t.Errorf("Len after the sweeps = %d, want 0", got)
+	}
+}
+
+func TestRefundToFullDeletesTheKey(t *testing.T) {
+	s, _ := newTestStore(t)
+	for _, alg := range []backend.Algorithm{backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow} {
+		r := backend.Request{Key: "k", Algorithm: alg, Limit: 10, Period: time.Second, Cost: 2}
+		decide(t, s, r)
+		if got := s.Len(); got != 1 {
+			t.Fatalf("%v: Len after a charge = %d, want 1", alg, got)
+		}
+		r.Cost = -2
+		decide(t, s, r)
+		if got := s.Len(); got != 0 {
+			t.Errorf("%v: Len after refunding everything = %d, want 0", alg, got)
+		}
+		decide(t, s, backend.Request{Key: "k", Algorithm: alg, Limit: 10, Period: time.Second}) // a peek stores nothing
+		if got := s.Len(); got != 0 {
+			t.Errorf("%v: Len after a peek = %d, want 0", alg, got)
+		}
+	}
+}
+
+// TestMaxKeysUnderAFlood is the million-attacker simulation, scaled down:
+// 50 000 fresh keys against a bound of 1 000. The store stays bounded and
+// counts every live key it had to forget.
+func TestMaxKeysUnderAFlood(t *testing.T) {
+	const bound, attackers = 1000, 50_000
+	s, _ := newTestStore(t, WithMaxKeys(bound))
+	res := make([]backend.Result, 1)
+	for i := range attackers {
+		r := []backend.Request{{Key: fmt.Sprintf("ip:%d", i), Algorithm: backend.GCRA, Limit: 5, Period: time.Minute, Cost: 1}}
+		if err := s.DecideInto(ctx, r, res); err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Allowed {
+			t.Fatalf("attacker %d rejected: a fresh key has its full quota", i)
+		}
+	}
+	if got, max := s.Len(), bound+len(s.shards); got > max {
+		t.Errorf("Len = %d, want at most %d", got, max)
+	}
+	if got, min := s.Evictions(), uint64(attackers-bound-len(s.shards)); got < min {
+		t.Errorf("Evictions = %d, want at least %d", got, min)
+	}
+}
+
+// TestMaxKeysEvictsExpiredFirst: keys already back to full make room for
+// new ones without counting as a weakening.
+func TestMaxKeysEvictsExpiredFirst(t *testing.T) {
+	s, clock := newTestStore(t, WithMaxKeys(64))
+	fill := func(prefix string) {
+		for i := range 64 {
+			decide(t, s, backend.Request{Key: fmt.Sprintf("%s:%d", prefix, i), Algorithm: backend.FixedWindow, Limit: 5, Period: time.Second, Cost: 1})
+		}
+	}
+	fill("old")
+	clock.t = clock.t.Add(time.Second) // every old window has ended
+	fill("new")
+	if got := s.Evictions(); got != 0 {
+		t.Errorf("Evictions = %d, want 0: only expired state was replaced", got)
+	}
+	if got := s.Len(); got != 64 {
+		t.Errorf("Len = %d, want 64", got)
+	}
+}
+
+// TestMaxKeysEvictsClosestToFull: with every key live, the one whose state
+// is soonest back to full is the one forgotten (here the shard is small
+// enough for the sample to see all of it).
+func TestMaxKeysEvictsClosestToFull(t *testing.T) {
+	s, _ := newTestStore(t, WithMaxKeys(8))
+	r := backend.Request{Algorithm: backend.GCRA, Limit: 10, Period: time.Second, Cost: 5}
+	for i := range 8 {
+		r.Key = fmt.Sprintf("heavy:%d", i)
+		if i == 3 {
+			r.Key, r.Cost = "light", 1
+		}
+		decide(t, s, r)
+		r.Cost = 5
+	}
+	r.Key, r.Cost = "newcomer", 1
+	decide(t, s, r)
+	if got := s.Evictions(); got != 1 {
+		t.Fatalf("Evictions = %d, want 1", got)
+	}
+	r.Key, r.Cost = "light", 0
+	if got := decide(t, s, r)[0].Remaining; got != 10 {
+		t.Errorf("light key remaining = %d, want 10 (it was the one evicted)", got)
+	}
+	r.Key = "heavy:0"
+	if got := decide(t, s, r)[0].Remaining; got != 5 {
+		t.Errorf("heavy key remaining = %d, want 5 (kept)", got)
+	}
+}
+
+// TestSweepShrinksTables: once keys go idle the tables are rebuilt small, so
+// the heap really shrinks (a Go map would keep its peak size).
+func TestSweepShrinksTables(t *testing.T) {
+	s, clock := newTestStore(t)
+	const n = 100_000
+	for i := range n {
+		alg := backend.Algorithm(i % 4)
+		decide(t, s, backend.Request{Key: fmt.Sprintf("k:%d", i), Algorithm: alg, Limit: 10, Period: time.Second, Cost: 1})
+	}
+	decide(t, s, backend.Request{Key: "survivor", Algorithm: backend.GCRA, Limit: 1, Period: time.Hour, Cost: 1})
+	before := heapInUse()
+	clock.t = clock.t.Add(2 * time.Second)
+	if got, want := s.sweep(), n; got != want {
+		t.Fatalf("sweep deleted %d, want %d", got, want)
+	}
+	after := heapInUse()
+	if freed := int64(before) - int64(after); freed < n*30 {
+		t.Errorf("sweep freed %d bytes for %d keys, want at least 30 per key", freed, n)
+	}
+	slots := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		slots += len(sh.gcra.slots) + len(sh.windows.slots) + len(sh.logs.slots)
+	}
+	if slots > minSlots {
+		t.Errorf("%d slots left for one key, want at most %d", slots, minSlots)
+	}
+	if got := decide(t, s, backend.Request{Key: "survivor", Algorithm: backend.GCRA, Limit: 1, Period: time.Hour})[0].Remaining; got != 0 {
+		t.Errorf("the live key lost its state in the rebuild: remaining %d, want 0", got)
+	}
+}
+
+func TestCloseStopsJanitor(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	clock := &fakeClock{t: backendtest.Epoch}
+	s := New(WithClock(clock.now), WithSweepInterval(time.Millisecond))
+	decide(t, s, backend.Request{Key: "k", Algorithm: backend.GCRA, Limit: 1, Period: time.Second, Cost: 1})
+	s.Close()
+	s.Close() // idempotent
+	// The store still answers after Close.
+	if got := decide(t, s, backend.Request{Key: "k", Algorithm: backend.GCRA, Limit: 1, Period: time.Second}); got[0].Remaining != 0 {
+		t.Errorf("after Close: %+v", got[0])
+	}
+}
+
+func TestJanitorSweeps(t *testing.T) {
+	var mu sync.Mutex
+	now := backendtest.Epoch
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s := New(WithClock(clock), WithSweepInterval(time.Millisecond))
+	defer s.Close()
+	decide(t, s, backend.Request{Key: "k", Algorithm: backend.GCRA, Limit: 1, Period: time.Second, Cost: 1})
+	mu.Lock()
+	now = now.Add(time.Second)
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the janitor did not delete the idle key within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestNoAllocations(t *testing.T) {
+	s, _ := newTestStore(t)
+	for _, n := range []int{1, 3, smallCall} {
+		reqs := make([]backend.Request, n)
+		for i := range reqs {
+			reqs[i] = backend.Request{Key: fmt.Sprintf("k%d", i), Algorithm: backend.Algorithm(i % 4), Limit: 1 << 20, Period: time.Hour, Cost: 1}
+		}
+		res := make([]backend.Result, n)
+		allocs := testing.AllocsPerRun(100, func() {
+			if err := s.DecideInto(ctx, reqs, res); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("DecideInto with %d requests: %v allocations, want 0", n, allocs)
+		}
+	}
+}
+
+func TestInvalidRequestNamesTheKey(t *testing.T) {
+	s, _ := newTestStore(t)
+	_, err := s.Decide(ctx, []backend.Request{{Key: "otp:to", Algorithm: backend.GCRA, Limit: 0, Period: time.Second}})
+	if !errors.Is(err, backend.ErrInvalidRequest) || !strings.Contains(err.Error(), `"otp:to"`) {
+		t.Errorf("error %q: want one wrapping ErrInvalidRequest and naming the key", err)
+	}
+}
+
+func TestWithMaxKeysRejectsZero(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("WithMaxKeys(0) did not panic")
+		}
+	}()
+	WithMaxKeys(0)
+}
+
+func TestDefaultClockIsWallTimeInMicroseconds(t *testing.T) {
+	s := New(WithSweepInterval(0))
+	defer s.Close()
+	before := time.Now().UnixMicro()
+	got := s.now()
+	after := time.Now().UnixMicro()
+	if got < before-1000 || got > after+1000 {
+		t.Errorf("now() = %d, want within 1ms of [%d, %d]", got, before, after)
+	}
+}

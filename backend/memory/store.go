@@ -43,6 +43,11 @@ type shard struct {
 	gcra    table[int64] // theoretical arrival time, µs
 	windows table[window]
 	logs    table[logState]
+	// minExp is at most the earliest time a key of the shard is back to
+	// full: until then, sweeping it under pressure would free nothing.
+	minExp int64
+	// pressureSweep is when makeRoom last swept the shard.
+	pressureSweep int64
 	_       [64]byte // keep neighbouring shards' locks off this cache line
 }
 
@@ -262,9 +267,11 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 			switch {
 			case nt > now && i >= 0:
 				sh.gcra.slots[i].v = nt
+				sh.minExp = min(sh.minExp, nt)
 			case nt > now:
 				s.makeRoom(sh, h, now)
 				sh.gcra.insert(h, nt)
+				sh.minExp = min(sh.minExp, nt)
 			case i >= 0:
 				sh.gcra.deleteAt(i)
 			}
@@ -307,9 +314,11 @@ func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) {
 	switch {
 	case (w.a != 0 || w.b != 0) && i >= 0:
 		sh.windows.slots[i].v = w
+		sh.minExp = min(sh.minExp, w.exp)
 	case w.a != 0 || w.b != 0:
 		s.makeRoom(sh, h, now)
 		sh.windows.insert(h, w)
+		sh.minExp = min(sh.minExp, w.exp)
 	case i >= 0:
 		sh.windows.deleteAt(i)
 	}
@@ -322,9 +331,11 @@ func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) {
 	switch {
 	case live && i >= 0:
 		sh.logs.slots[i].v = st
+		sh.minExp = min(sh.minExp, st.exp)
 	case live:
 		s.makeRoom(sh, h, now)
 		sh.logs.insert(h, st)
+		sh.minExp = min(sh.minExp, st.exp)
 	case i >= 0:
 		sh.logs.deleteAt(i)
 	}
@@ -334,9 +345,15 @@ func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) {
 // before evicting one.
 const evictionSample = 8
 
-// makeRoom evicts one key from a shard at its bound before h is inserted:
-// among a few sampled, the one whose state is soonest back to full (an
-// expired one if any). Evicting live state is counted.
+// pressureSweepEvery is the least time (µs) between two sweeps of one full
+// shard by makeRoom: a flood of fresh keys cannot make every insertion pay
+// for a scan of the shard.
+const pressureSweepEvery = 1000
+
+// makeRoom frees a slot in a shard at its bound before h is inserted. Keys
+// whose state is back to full go first: a sampled one, or all of them by
+// sweeping the shard when one may exist. Failing that, the sampled key
+// whose state is soonest back to full is evicted, and that is counted.
 func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 	if sh.keys() < sh.maxKeys {
 		return
@@ -353,6 +370,12 @@ func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 	}
 	if li >= 0 && le < exp {
 		best, exp = 3, le
+	}
+	if exp > now && now >= sh.minExp && now-sh.pressureSweep >= pressureSweepEvery {
+		sh.pressureSweep = now
+		if sh.sweep(now) > 0 {
+			return
+		}
 	}
 	switch best {
 	case 1:

@@ -1,5 +1,7 @@
 package memory
 
+import "math"
+
 // keyHash is a key's 128-bit digest under the Store's random seeds. Tables
 // store it instead of the key string: fixed size, no pointer for the
 // garbage collector to scan, and collisions cannot be aimed at because the
@@ -105,21 +107,27 @@ func (t *table[V]) deleteAt(i int) {
 // sweep deletes every entry whose state is back to full at now (expiry at
 // or before now), then shrinks the table when it holds far fewer entries
 // than it has room for, so that memory is freed. It returns how many
-// entries it deleted.
-func (t *table[V]) sweep(now int64, expiry func(*V) int64) int {
-	removed := 0
+// entries it deleted and the earliest expiry among those left.
+func (t *table[V]) sweep(now int64, expiry func(*V) int64) (removed int, next int64) {
+	next = math.MaxInt64
 	for i := 0; i < len(t.slots); {
 		s := &t.slots[i]
-		if s.a != 0 && expiry(&s.v) <= now {
+		if s.a == 0 {
+			i++
+			continue
+		}
+		e := expiry(&s.v)
+		if e <= now {
 			// deleteAt may shift a later entry into i: look at i again.
 			t.deleteAt(i)
 			removed++
 			continue
 		}
+		next = min(next, e)
 		i++
 	}
 	t.shrink()
-	return removed
+	return removed, next
 }
 
 // shrink rebuilds the table at half load when it has fallen under 1/8 of

@@ -1,0 +1,141 @@
+package memory
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// benchRules are three rules as a request might carry them: a per-second
+// GCRA, a per-minute sliding window and a per-day fixed window.
+func benchRules(key string) []backend.Request {
+	return []backend.Request{
+		{Key: "sec:" + key, Algorithm: backend.GCRA, Limit: 1_000_000_000, Period: time.Second, Cost: 1},
+		{Key: "min:" + key, Algorithm: backend.SlidingWindow, Limit: 1_000_000_000, Period: time.Minute, Cost: 1},
+		{Key: "day:" + key, Algorithm: backend.FixedWindow, Limit: 1_000_000_000, Period: 24 * time.Hour, Cost: 1},
+	}
+}
+
+// benchKeys returns n distinct keys shaped like ceiling's stored keys.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("api:%016x%016x", uint64(i)*0x9e3779b97f4a7c15, uint64(i))
+	}
+	return keys
+}
+
+// benchDecide runs DecideInto over keys (each request set built once), after
+// filling the store with every key and checking it holds them.
+func benchDecide(b *testing.B, nKeys, nRules int, parallel bool) {
+	s := New(WithMaxKeys(4<<20), WithSweepInterval(0))
+	defer s.Close()
+	keys := benchKeys(nKeys)
+	sets := make([][]backend.Request, nKeys)
+	for i, k := range keys {
+		sets[i] = benchRules(k)[:nRules]
+		if err := s.DecideInto(ctx, sets[i], make([]backend.Result, nRules)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if got, want := s.Len(), nKeys*nRules; got != want {
+		b.Fatalf("store holds %d keys, want %d", got, want)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if !parallel {
+		res := make([]backend.Result, nRules)
+		for i := 0; b.Loop(); i++ {
+			if err := s.DecideInto(ctx, sets[i%nKeys], res); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	var worker atomic.Uint64
+	b.RunParallel(func(pb *testing.PB) {
+		res := make([]backend.Result, nRules)
+		i := int(worker.Add(1)) * 7919
+		for pb.Next() {
+			if err := s.DecideInto(ctx, sets[i%nKeys], res); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+func BenchmarkMemory(b *testing.B) {
+	for _, rules := range []int{1, 3} {
+		for _, keys := range []int{1, 100_000} {
+			for _, par := range []bool{false, true} {
+				mode := "serial"
+				if par {
+					mode = "parallel"
+				}
+				b.Run(fmt.Sprintf("rules=%d/keys=%d/%s", rules, keys, mode), func(b *testing.B) {
+					benchDecide(b, keys, rules, par)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMemoryDecide is Decide, which allocates its results slice, for
+// comparison with the DecideInto path above.
+func BenchmarkMemoryDecide(b *testing.B) {
+	s := New(WithSweepInterval(0))
+	defer s.Close()
+	reqs := benchRules("k")[:1]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Decide(ctx, reqs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkMemoryIdleKeys measures the heap one idle GCRA key holds, over
+// a million keys, and what is left once they are back to full and swept.
+// It reports bytes/key and freed-bytes/key; its ns/op is meaningless.
+func BenchmarkMemoryIdleKeys(b *testing.B) {
+	const n = 1_000_000
+	for b.Loop() {
+		clock := time.Unix(1_700_000_000, 0)
+		s := New(WithClock(func() time.Time { return clock }), WithMaxKeys(2*n), WithSweepInterval(0))
+		before := heapInUse()
+		reqs := []backend.Request{{Algorithm: backend.GCRA, Limit: 10, Period: time.Minute, Cost: 1}}
+		res := make([]backend.Result, 1)
+		for i := range n {
+			reqs[0].Key = "ip:" + strconv.Itoa(i)
+			if err := s.DecideInto(ctx, reqs, res); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if got := s.Len(); got != n {
+			b.Fatalf("store holds %d keys, want %d", got, n)
+		}
+		held := heapInUse()
+		clock = clock.Add(time.Minute) // every key is back to full
+		if got := s.sweep(); got != n {
+			b.Fatalf("sweep deleted %d keys, want %d", got, n)
+		}
+		after := heapInUse()
+		b.ReportMetric(float64(held-before)/n, "bytes/key")
+		b.ReportMetric(float64(int64(after)-int64(before))/n, "left-bytes/key")
+		s.Close()
+	}
+}
