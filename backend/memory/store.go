@@ -48,7 +48,7 @@ type shard struct {
 	minExp int64
 	// pressureSweep is when makeRoom last swept the shard.
 	pressureSweep int64
-	_       [64]byte // keep neighbouring shards' locks off this cache line
+	_             [64]byte // keep neighbouring shards' locks off this cache line
 }
 
 func (sh *shard) keys() int { return sh.gcra.n + sh.windows.n + sh.logs.n }
