@@ -36,7 +36,7 @@ func (l *Limiter) storedKey(st *state, rule, value string) string {
 		m.Reset()
 		st.buf = append(st.buf[:0], value...)
 		m.Write(st.buf)
-		m.Sum(st.buf[:0])
+		st.buf = m.Sum(st.buf[:0])
 		copy(sum[:], st.buf)
 		l.digest.macs.Put(m)
 	}
