@@ -48,30 +48,30 @@ func BenchmarkMiddlewareBare(b *testing.B) {
 // BenchmarkMiddleware is one GCRA rule on the memory backend with IETF
 // headers, one client; subtract BenchmarkMiddlewareBare for the overhead.
 func BenchmarkMiddleware(b *testing.B) {
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1 << 40, Period: time.Second}})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Second}})
 	benchServe(b, l.Handler(bare), addrs(1))
 }
 
 // BenchmarkMiddlewareThreeRules decides three rules in one backend call.
 func BenchmarkMiddlewareThreeRules(b *testing.B) {
 	l := ceiling.MustNew([]ceiling.Rule{
-		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1 << 40, Period: time.Second},
-		{Name: "global", Key: ceiling.Static("all"), Limit: 1 << 40, Period: time.Second, Algorithm: ceiling.FixedWindow},
-		{Name: "window", Key: ceiling.RemoteAddr, Limit: 1 << 40, Period: time.Minute, Algorithm: ceiling.SlidingWindow},
+		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Second},
+		{Name: "global", Key: ceiling.Static("all"), Limit: 1_000_000_000, Period: time.Second, Algorithm: ceiling.FixedWindow},
+		{Name: "window", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Minute, Algorithm: ceiling.SlidingWindow},
 	})
 	benchServe(b, l.Handler(bare), addrs(1))
 }
 
 // BenchmarkMiddlewareManyClients spreads requests over 100k client addresses.
 func BenchmarkMiddlewareManyClients(b *testing.B) {
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1 << 40, Period: time.Second}})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Second}})
 	benchServe(b, l.Handler(bare), addrs(100_000))
 }
 
 // BenchmarkMiddlewareParallel runs one rule from every core, one client per
 // goroutine.
 func BenchmarkMiddlewareParallel(b *testing.B) {
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1 << 40, Period: time.Second}})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Second}})
 	h := l.Handler(bare)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
