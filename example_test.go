@@ -27,13 +27,13 @@ func ExampleLimiter_Handler() {
 	for i := 0; i < 3; i++ {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-		fmt.Println(w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
+		fmt.Printf("%d %s retry-after=%q\n", w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
 	}
 	fmt.Println(w429Body(h))
 	// Output:
-	// 200 "api";r=1;t=60
-	// 200 "api";r=0;t=60
-	// 429 "api";r=0;t=60 60
+	// 200 "api";r=1;t=60 retry-after=""
+	// 200 "api";r=0;t=60 retry-after=""
+	// 429 "api";r=0;t=60 retry-after="60"
 	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api; retry in 60 s","violated-policies":["api"],"retry-after":60}
 }
 
