@@ -1,0 +1,305 @@
+-- One decision of ceiling's Redis backend: every request of a Decide call (or,
+-- on Redis Cluster, of one hash-slot group) is evaluated against the stored
+-- state, then written all or nothing. The arithmetic is backend/ALGORITHMS.md's,
+-- in whole microseconds; every value stays an integer under 2^53, so Lua's
+-- doubles are exact (floor division is corrected below to stay exact too).
+--
+-- KEYS[i]      the stored key of request i
+-- ARGV[1]      now in µs, or "" to read the server's TIME
+-- ARGV[2]      minimum TTL in ms (0 in production)
+-- ARGV[3+7(i-1) ...] request i: algorithm (0 gcra, 1 sliding log,
+--              2 sliding window, 3 fixed window), limit, period µs, burst,
+--              cost, force (0/1), stamp (µs, or 0)
+--
+-- A stamp marks a refund undoing units this backend consumed at that instant
+-- (a rejected cross-slot request on Redis Cluster): it gives back only units
+-- that still count, so the undo can never free more than was taken.
+--
+-- Reply: {now, rejected, then per request: allowed, remaining, reset µs,
+-- retry µs (-1 never)}.
+--
+-- Stored values are strings "<tag> <numbers...>": g tat | f start count |
+-- w start prev cur | l ts n ts n ... (sliding log runs, oldest first). A value
+-- with another tag (the rule changed algorithm) counts as absent.
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local minTTL = tonumber(ARGV[2])
+
+local floor, max, min = math.floor, math.max, math.min
+
+-- fdiv is floor(a / b) for integers a, b > 0, exact: the double quotient can
+-- round up to the next integer when a/b is just below it.
+local function fdiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function cdiv(a, b)
+  return fdiv(a + b - 1, b)
+end
+
+local states, order = {}, {}
+
+local function load(key, tag)
+  local s = states[key]
+  if s == nil then
+    s = { tag = '', v = {} }
+    local raw = redis.call('GET', key)
+    if raw then
+      for w in string.gmatch(raw, '%S+') do
+        if s.tag == '' then
+          s.tag = w
+        else
+          s.v[#s.v + 1] = tonumber(w)
+        end
+      end
+    end
+    states[key] = s
+    order[#order + 1] = key
+  end
+  if s.tag ~= tag then
+    s.tag, s.v = tag, {}
+  end
+  return s
+end
+
+-- Each algorithm returns allowed, remaining, reset, retry; on admission with a
+-- non-zero cost it replaces s.v and sets s.exp (when the state is full again)
+-- and s.dirty.
+
+local function gcra(s, L, P, B, c, force)
+  if B == 0 then B = L end
+  local T = cdiv(P, L)
+  local tau = T * B
+  local t0 = max(s.v[1] or now, now)
+  if c > 0 and not force and (c > B or t0 + c * T - now > tau) then
+    local retry = -1
+    if c <= B then retry = t0 + c * T - now - tau end
+    return 0, fdiv(max(0, tau - (t0 - now)), T), t0 - now, retry
+  end
+  local nt = t0
+  if c > 0 then
+    nt = t0 + c * T
+  elseif c < 0 then
+    nt = max(t0 + c * T, now)
+  end
+  if c ~= 0 then
+    s.v, s.exp, s.dirty = { nt }, nt, true
+  end
+  return 1, fdiv(max(0, tau - (nt - now)), T), nt - now, 0
+end
+
+local function fixed(s, L, P, c, force, stamp)
+  local ws = fdiv(now, P) * P
+  local fin = ws + P
+  local count = 0
+  if s.v[1] == ws then count = s.v[2] end
+  if c > 0 and not force and count + c > L then
+    local retry = fin - now
+    if c > L then retry = -1 end
+    local reset = 0
+    if count > 0 then reset = fin - now end
+    return 0, max(0, L - count), reset, retry
+  end
+  if c ~= 0 and not (stamp > 0 and c < 0 and fdiv(stamp, P) * P ~= ws) then
+    count = max(0, count + c)
+    s.v, s.exp, s.dirty = { ws, count }, fin, true
+    if count == 0 then s.exp = now end
+  end
+  local reset = 0
+  if count > 0 then reset = fin - now end
+  return 1, max(0, L - count), reset, 0
+end
+
+local function window(s, L, P, c, force, stamp)
+  local ws = fdiv(now, P) * P
+  local prev, cur = 0, 0
+  if s.v[1] == ws then
+    prev, cur = s.v[2], s.v[3]
+  elseif s.v[1] == ws - P then
+    prev = s.v[3]
+  end
+  local rem = ws + P - now
+  local Pm = fdiv(P, 1000)
+  local w = fdiv(fdiv(rem, 1000) * 1000000, Pm)
+  local function after(prev, cur)
+    local remaining = fdiv(max(0, L * 1000000 - (prev * w + cur * 1000000)), 1000000)
+    local reset = 0
+    if cur > 0 then
+      reset = rem + P
+    elseif prev > 0 then
+      reset = rem
+    end
+    return remaining, reset
+  end
+  if c > 0 and not force and prev * w + (cur + c) * 1000000 > L * 1000000 then
+    local retry = -1
+    if c <= L then
+      if cur + c <= L then
+        local X = min(1000000, fdiv((L - cur - c) * 1000000, prev))
+        local R = cdiv((X + 1) * Pm, 1000000) - 1
+        retry = rem - ((R + 1) * 1000 - 1)
+      else
+        local X = min(1000000, fdiv((L - c) * 1000000, cur))
+        local R = cdiv((X + 1) * Pm, 1000000) - 1
+        if R >= Pm then
+          retry = rem
+        else
+          retry = rem + P - ((R + 1) * 1000 - 1)
+        end
+      end
+    end
+    local remaining, reset = after(prev, cur)
+    return 0, remaining, reset, retry
+  end
+  if c ~= 0 then
+    if stamp > 0 and c < 0 then
+      local sws = fdiv(stamp, P) * P
+      if sws == ws then
+        cur = max(0, cur + c)
+      elseif sws == ws - P then
+        prev = max(0, prev + c)
+      end
+    else
+      cur = max(0, cur + c)
+    end
+    s.v, s.dirty = { ws, prev, cur }, true
+    if cur > 0 then
+      s.exp = ws + 2 * P
+    elseif prev > 0 then
+      s.exp = ws + P
+    else
+      s.exp = now
+    end
+  end
+  local remaining, reset = after(prev, cur)
+  return 1, remaining, reset, 0
+end
+
+local function log(s, L, P, c, force, stamp)
+  -- Drop the runs whose entries no longer count (e + P <= now).
+  local runs, k = {}, 0
+  for i = 1, #s.v - 1, 2 do
+    if s.v[i] + P > now then
+      runs[#runs + 1] = s.v[i]
+      runs[#runs + 1] = s.v[i + 1]
+      k = k + s.v[i + 1]
+    end
+  end
+  local function after(runs, k)
+    local reset = 0
+    if k > 0 then reset = runs[#runs - 1] + P - now end
+    return max(0, L - k), reset
+  end
+  if c > 0 and not force and k + c > L then
+    local retry = -1
+    if c <= L then
+      -- The entry at 0-based position k + c - L - 1 makes room when it expires.
+      local idx, seen = k + c - L - 1, 0
+      for i = 1, #runs - 1, 2 do
+        seen = seen + runs[i + 1]
+        if seen > idx then
+          retry = runs[i] + P - now
+          break
+        end
+      end
+    end
+    local remaining, reset = after(runs, k)
+    return 0, remaining, reset, retry
+  end
+  if c > 0 then
+    if runs[#runs - 1] == now then
+      runs[#runs] = runs[#runs] + c
+    else
+      runs[#runs + 1] = now
+      runs[#runs + 1] = c
+    end
+    k = k + c
+  elseif c < 0 then
+    local take = min(-c, k)
+    local i = #runs - 1
+    while take > 0 and i >= 1 do
+      if stamp > 0 and runs[i] ~= stamp then
+        i = i - 2
+      else
+        local n = min(take, runs[i + 1])
+        runs[i + 1] = runs[i + 1] - n
+        take, k = take - n, k - n
+        if runs[i + 1] == 0 then
+          table.remove(runs, i + 1)
+          table.remove(runs, i)
+        end
+        if stamp > 0 then break end
+        i = i - 2
+      end
+    end
+  end
+  if c ~= 0 then
+    s.v, s.dirty = runs, true
+    if k > 0 then
+      s.exp = runs[#runs - 1] + P
+    else
+      s.exp = now
+    end
+  end
+  local remaining, reset = after(runs, k)
+  return 1, remaining, reset, 0
+end
+
+local tags = { [0] = 'g', 'l', 'w', 'f' }
+local out = { now, 0 }
+local rejected = false
+for i = 1, #KEYS do
+  local a = 3 + (i - 1) * 7
+  local alg = tonumber(ARGV[a])
+  local L, P, B = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local c, force, stamp = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1', tonumber(ARGV[a + 6])
+  local s = load(KEYS[i], tags[alg])
+  local ok, remaining, reset, retry
+  if alg == 0 then
+    ok, remaining, reset, retry = gcra(s, L, P, B, c, force)
+  elseif alg == 1 then
+    ok, remaining, reset, retry = log(s, L, P, c, force, stamp)
+  elseif alg == 2 then
+    ok, remaining, reset, retry = window(s, L, P, c, force, stamp)
+  else
+    ok, remaining, reset, retry = fixed(s, L, P, c, force, stamp)
+  end
+  if ok == 0 then rejected = true end
+  out[#out + 1] = ok
+  out[#out + 1] = remaining
+  out[#out + 1] = max(0, reset)
+  out[#out + 1] = retry
+end
+
+if rejected then
+  out[2] = 1
+  return out
+end
+for _, key in ipairs(order) do
+  local s = states[key]
+  if s.dirty then
+    if s.exp <= now then
+      redis.call('DEL', key)
+    else
+      local parts = { s.tag }
+      for j = 1, #s.v do
+        parts[j + 1] = string.format('%.0f', s.v[j])
+      end
+      local ttl = max(1, cdiv(s.exp - now, 1000), minTTL)
+      redis.call('SET', key, table.concat(parts, ' '), 'PX', string.format('%.0f', ttl))
+    end
+  end
+end
+return out

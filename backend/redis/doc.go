@@ -1,0 +1,27 @@
+// Package redis is ceiling's Redis backend: a [backend.Backend] on any
+// go-redis v9 [redis.UniversalClient] (a single node, Sentinel failover, or
+// Redis Cluster), so that every instance of a service shares one exact
+// limit.
+//
+// Each decision is one Lua script, run with EVALSHA (reloaded transparently
+// after SCRIPT FLUSH, a restart or a failover): it reads the state of every
+// rule of the request, takes the time from the server's TIME (so instances
+// with skewed clocks agree), decides with the arithmetic of
+// backend/ALGORITHMS.md, and writes all or nothing, setting each written
+// key's expiry in the same script so idle keys disappear by themselves. On
+// Redis Cluster the keys of a request are grouped by hash slot, one script
+// per slot sent in parallel; if any slot rejects, the slots that consumed
+// are refunded, so no CROSSSLOT error ever reaches the caller.
+//
+// Keys are stored as prefix:rule:digest (see [WithPrefix]); ceiling passes
+// rule:digest, a fixed-length digest that holds no raw identifier and no
+// '{' that could move a key's slot. A deny cache (see [WithDenyCache])
+// answers keys that are known to be rejected without a round trip.
+//
+// The script needs Redis 6.2 or newer (or a compatible server running Lua
+// scripts with effects replication, the default since Redis 5); it does not
+// call redis.replicate_commands.
+//
+// See README.md beside this file for connecting to Redis, Sentinel and
+// Cluster.
+package redis

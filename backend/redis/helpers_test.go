@@ -1,0 +1,136 @@
+package redis
+
+import (
+	"context"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
+// target is a Redis to run a test against.
+type target struct {
+	name   string
+	client func(t testing.TB) redis.UniversalClient
+}
+
+// targets are miniredis (hermetic: always runs), the shared redis-server
+// and the shared three-master cluster (skipped without redis-server).
+var targets = []target{
+	{"miniredis", func(t testing.TB) redis.UniversalClient {
+		c := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}},
+	{"redis", func(t testing.TB) redis.UniversalClient { return redistest.Shared(t).Client(t) }},
+	{"cluster", func(t testing.TB) redis.UniversalClient { return redistest.SharedCluster(t).Client(t) }},
+}
+
+// forEachTarget runs test once per target, each with a fresh key prefix.
+func forEachTarget(t *testing.T, test func(t *testing.T, client redis.UniversalClient, prefix string)) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			test(t, tg.client(t), redistest.KeyPrefix(t))
+		})
+	}
+}
+
+// fakeClock is a settable clock for WithClock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	// An instant on a whole second, so windows of a second start at t0.
+	return &fakeClock{now: time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// commandCounter is a go-redis hook counting the commands sent to Redis,
+// pipelined ones included.
+type commandCounter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *commandCounter) record(cmd redis.Cmder) {
+	c.n.Add(1)
+	c.mu.Lock()
+	c.names = append(c.names, cmd.Name())
+	c.mu.Unlock()
+}
+
+func (c *commandCounter) reset() {
+	c.n.Store(0)
+	c.mu.Lock()
+	c.names = nil
+	c.mu.Unlock()
+}
+
+// countCommands installs a commandCounter on client: on a cluster client,
+// on every node client, where the commands really leave.
+func countCommands(client redis.UniversalClient) *commandCounter {
+	c := &commandCounter{}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(c) })
+		// Nodes created before the hook was registered.
+		cc.ForEachShard(context.Background(), func(ctx context.Context, n *redis.Client) error {
+			n.AddHook(c)
+			return nil
+		})
+		return c
+	}
+	client.AddHook(c)
+	return c
+}
+
+func decide(t *testing.T, s *Store, reqs ...backend.Request) []backend.Result {
+	t.Helper()
+	res, err := s.Decide(context.Background(), reqs)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	if len(res) != len(reqs) {
+		t.Fatalf("Decide returned %d results for %d requests", len(res), len(reqs))
+	}
+	return res
+}

@@ -1,0 +1,111 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed decide.lua
+var decideSource string
+
+// decideScript runs as EVALSHA first; go-redis falls back to EVAL (which
+// also reloads the script cache) on NOSCRIPT: after SCRIPT FLUSH, a
+// restart, or a failover to a replica that never saw the script.
+var decideScript = redis.NewScript(decideSource)
+
+// fakeClockMinTTL is the shortest TTL, in ms, of a key written under
+// WithClock (see there).
+const fakeClockMinTTL = 60_000
+
+// argsPerRequest is how many ARGV values the script reads per request.
+const argsPerRequest = 7
+
+// reply is one run of the decide script.
+type reply struct {
+	now      int64 // the script's clock, µs
+	rejected bool  // some request was rejected, so nothing was written
+	results  []backend.Result
+}
+
+// args encodes reqs as the script's ARGV. stamps is nil or holds, per
+// request, the instant of the consumption a refund undoes.
+func (s *Store) args(reqs []backend.Request, stamps []int64) []any {
+	args := make([]any, 0, 2+argsPerRequest*len(reqs))
+	if s.clock == nil {
+		args = append(args, "", 0)
+	} else {
+		args = append(args, s.clock().UnixMicro(), fakeClockMinTTL)
+	}
+	for i, r := range reqs {
+		force, stamp := 0, int64(0)
+		if r.Force {
+			force = 1
+		}
+		if stamps != nil {
+			stamp = stamps[i]
+		}
+		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst, r.Cost, force, stamp)
+	}
+	return args
+}
+
+// run decides reqs, stored under keys, in one script on c.
+func (s *Store) run(ctx context.Context, c redis.Scripter, keys []string, reqs []backend.Request, stamps []int64) (reply, error) {
+	v, err := decideScript.Run(ctx, c, keys, s.args(reqs, stamps)...).Result()
+	if err != nil {
+		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs), err)
+	}
+	return decode(v, reqs)
+}
+
+// describe names a call's keys for an error message.
+func describe(reqs []backend.Request) string {
+	if len(reqs) == 1 {
+		return fmt.Sprintf("key %q", reqs[0].Key)
+	}
+	return fmt.Sprintf("key %q and %d more", reqs[0].Key, len(reqs)-1)
+}
+
+var errReply = errors.New("unexpected decide script reply")
+
+// decode checks the reply's shape instead of trusting it: a server or proxy
+// answering something else is an error naming what it sent, not a panic.
+func decode(v any, reqs []backend.Request) (reply, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: %T, want an array", describe(reqs), errReply, v)
+	}
+	if got, want := len(arr), 2+4*len(reqs); got != want {
+		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: %d elements, want %d", describe(reqs), errReply, got, want)
+	}
+	ints := make([]int64, len(arr))
+	for i, e := range arr {
+		n, ok := e.(int64)
+		if !ok {
+			return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: element %d is %T, want an integer", describe(reqs), errReply, i, e)
+		}
+		ints[i] = n
+	}
+	r := reply{now: ints[0], rejected: ints[1] == 1, results: make([]backend.Result, len(reqs))}
+	for i, req := range reqs {
+		f := ints[2+4*i : 6+4*i]
+		res := backend.Result{
+			Allowed:    f[0] == 1,
+			Limit:      req.Limit,
+			Remaining:  f[1],
+			ResetAfter: time.Duration(f[2]) * time.Microsecond,
+			RetryAfter: time.Duration(f[3]) * time.Microsecond,
+		}
+		if f[3] < 0 {
+			res.RetryAfter = backend.Never
+		}
+		r.results[i] = res
+	}
+	return r, nil
+}

@@ -1,0 +1,236 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix is the key prefix of a Store without [WithPrefix].
+const DefaultPrefix = "ceiling"
+
+// DefaultDenyCacheSize is how many rejected keys a Store remembers by
+// default (see [WithDenyCache]).
+const DefaultDenyCacheSize = 10_000
+
+// refundTimeout bounds the refund of a rejected cross-slot request on Redis
+// Cluster; it runs even when the caller's context is already done, because
+// the units it gives back belong to nobody.
+const refundTimeout = time.Second
+
+// Store is a [backend.Backend] on Redis: single node, Sentinel failover and
+// Cluster, through any go-redis [redis.UniversalClient]. Each decision is
+// one Lua script (one per hash slot involved on Cluster) that reads every
+// rule's state, decides with the server's clock, and writes all or nothing.
+//
+// A Store is safe for simultaneous use by multiple goroutines, and any
+// number of Stores in any number of processes may share one Redis: that is
+// what makes a limit exact across instances. The zero value is not usable;
+// call [New]. A Store does not own its client: close the client yourself.
+type Store struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // non-nil: group requests by hash slot
+	prefix  string
+	clock   func() time.Time // nil: the script reads Redis TIME
+	deny    *denyCache       // nil: deny cache off
+}
+
+var _ backend.Backend = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	prefix   string
+	clock    func() time.Time
+	denySize int
+}
+
+// WithPrefix sets the prefix of every stored key, so several services can
+// share one Redis: a request's key K is stored as prefix + ":" + K. The
+// default is [DefaultPrefix]; an empty prefix stores K as is. A prefix with
+// a hash tag such as "{ceiling}" puts every key in one Redis Cluster slot:
+// every request is then one script, at the cost of one busy node.
+func WithPrefix(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// WithClock makes the Store take the current time from now instead of the
+// Redis server's TIME. It exists for tests with a fake clock (the
+// conformance suite); production code must not use it, because only the
+// server's clock is shared by every instance. Redis still expires keys on
+// its own clock, so under WithClock every written key lives at least a
+// minute, long enough to outlast a test's fake time.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.clock = now }
+}
+
+// WithDenyCache sets how many rejected keys the Store remembers in process;
+// zero or less turns the deny cache off. The default is
+// [DefaultDenyCacheSize].
+//
+// A key rejected until T (by its RetryAfter) is answered locally until T on
+// this process's monotonic clock, without a round trip, so a flood from one
+// caller costs Redis nothing. A Decide call with any unforced, positive-cost
+// request on a denied key (with a cost at least the one rejected) is
+// rejected locally: the denied requests report Allowed false, their
+// RetryAfter counting down to T and the Remaining and ResetAfter seen at the
+// rejection; every other request of the call, whose state is not read,
+// reports Allowed true with Remaining and ResetAfter 0. Nothing is
+// consumed, as for any rejection.
+//
+// The cache never admits: its only error is to reject a little longer than
+// necessary when another instance refunds or resets a denied key, or when
+// another rule of the call would have rejected for longer. A refund or
+// [Store.Reset] through this Store forgets the key at once.
+func WithDenyCache(size int) Option {
+	return func(c *config) { c.denySize = size }
+}
+
+// New returns a Store deciding on client, which may be a *redis.Client, a
+// Sentinel failover client or a *redis.ClusterClient (what
+// redis.NewUniversalClient returns for your options). A *redis.Ring is not
+// supported: its shards cannot run one script over keys of several shards.
+// New panics if client is nil.
+func New(client redis.UniversalClient, opts ...Option) *Store {
+	if client == nil {
+		panic("ceiling/backend/redis: New with a nil client")
+	}
+	cfg := config{prefix: DefaultPrefix, denySize: DefaultDenyCacheSize}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock}
+	if cfg.prefix != "" {
+		s.prefix += ":"
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		s.cluster = cc
+	}
+	if cfg.denySize > 0 {
+		s.deny = newDenyCache(cfg.denySize)
+	}
+	return s
+}
+
+// now is the clock of the deny cache: the injected clock under WithClock,
+// otherwise the process's monotonic clock.
+func (s *Store) now() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return time.Now()
+}
+
+// Decide decides every request atomically and all or nothing, in one round
+// trip (on Cluster, one per hash slot involved, in parallel). See
+// [backend.Backend].
+func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	for _, r := range reqs {
+		if err := validate(r); err != nil {
+			return nil, fmt.Errorf("ceiling/backend/redis: %w", err)
+		}
+	}
+	if len(reqs) == 0 {
+		return []backend.Result{}, nil
+	}
+	if s.deny != nil {
+		if res, ok := s.deny.answer(reqs, s.now()); ok {
+			return res, nil
+		}
+	}
+	var (
+		res      []backend.Result
+		rejected bool
+		err      error
+	)
+	if groups := s.slotGroups(reqs); len(groups) > 1 {
+		res, rejected, err = s.decideSlots(ctx, reqs, groups)
+	} else {
+		var r reply
+		r, err = s.run(ctx, s.client, s.keys(reqs), reqs, nil)
+		res, rejected = r.results, r.rejected
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.deny != nil {
+		s.deny.learn(reqs, res, rejected, s.now())
+	}
+	return res, nil
+}
+
+// Reset forgets the state of the given keys (the Request.Key values, without
+// the prefix).
+func (s *Store) Reset(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	stored := make([]string, len(keys))
+	for i, k := range keys {
+		stored[i] = s.prefix + k
+	}
+	if s.deny != nil {
+		s.deny.forget(keys...)
+	}
+	if s.cluster == nil {
+		if err := s.client.Del(ctx, stored...).Err(); err != nil {
+			return fmt.Errorf("ceiling/backend/redis: reset %d keys: %w", len(keys), err)
+		}
+		return nil
+	}
+	// One DEL per key: a DEL over keys of several slots is a CROSSSLOT error.
+	// The cluster pipeline sends each node its keys in parallel.
+	_, err := s.cluster.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range stored {
+			p.Del(ctx, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("ceiling/backend/redis: reset %d keys: %w", len(keys), err)
+	}
+	return nil
+}
+
+func (s *Store) keys(reqs []backend.Request) []string {
+	keys := make([]string, len(reqs))
+	for i, r := range reqs {
+		keys[i] = s.prefix + r.Key
+	}
+	return keys
+}
+
+// maxExact bounds the products the script forms from one request, so that,
+// added to a timestamp (about 2^51 µs until the year 2041), they stay under
+// 2^53 where doubles hold every integer.
+const maxExact = 1 << 52
+
+// validate is Request.Validate plus the bounds that keep the script's
+// doubles exact: the cost is within ±MaxLimit, and GCRA's emission interval
+// times the burst (or the cost) stays under 2^52 µs (142 years).
+func validate(r backend.Request) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	cost := r.Cost
+	if cost < 0 {
+		cost = -cost
+	}
+	if cost > backend.MaxLimit {
+		return fmt.Errorf("%w: key %q: cost %d outside ±%d", backend.ErrInvalidRequest, r.Key, r.Cost, int64(backend.MaxLimit))
+	}
+	if r.Algorithm == backend.GCRA {
+		p := r.Period.Microseconds()
+		t := (p + r.Limit - 1) / r.Limit
+		b := max(r.Burst, r.Limit, cost)
+		if b > math.MaxInt64/t || t*b > maxExact {
+			return fmt.Errorf("%w: key %q: %d units of %v/%d exceed 2^52µs", backend.ErrInvalidRequest, r.Key, b, r.Period, r.Limit)
+		}
+	}
+	return nil
+}
