@@ -61,6 +61,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("AllOrNothing", s.testAllOrNothing)
 	t.Run("AllOrNothingForced", s.testAllOrNothingForced)
 	t.Run("SameKeyTwiceInOneCall", s.testSameKey)
+	t.Run("ShadowNeverBlocks", s.testShadow)
 	t.Run("EmptyCall", s.testEmptyCall)
 	t.Run("InvalidRequests", s.testInvalid)
 	t.Run("Concurrent1000On100", s.testConcurrent)

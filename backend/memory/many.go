@@ -23,7 +23,7 @@ type pending struct {
 // decideMany decides several requests atomically: lock every shard
 // involved in ascending order (so concurrent calls cannot deadlock),
 // evaluate all requests on the state as it is, and write only when none is
-// rejected.
+// rejected (shadow requests excepted: see backend.Request.Shadow).
 func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pend []pending) {
 	now := s.now()
 	var idBuf [smallCall]uint32
@@ -56,7 +56,8 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		}
 		p.ok = s.step(r, p, now, &results[i])
 		p.dirty = p.dirty || (p.ok && r.Cost != 0)
-		rejected = rejected || !p.ok
+		// A shadow request reports its own rejection but blocks nothing.
+		rejected = rejected || (!p.ok && !r.Shadow)
 	}
 
 	if rejected {
