@@ -143,8 +143,9 @@ func (l *Limiter) admit(r *http.Request, st *state, decided bool) *http.Request 
 	}
 	if decided {
 		for _, e := range x.est {
-			// A shadow rule that did not fit reserved nothing.
-			if !st.decision.Results[e.i].Allowed {
+			// A shadow rule that did not fit reserved nothing; nor did a
+			// rule decided by its fail mode while the backend was down.
+			if rr := &st.decision.Results[e.i]; !rr.Allowed || rr.Fallback != inherit {
 				continue
 			}
 			x.res = append(x.res, reservation{rule: st.decision.Results[e.i].Rule, req: st.reqs[e.i], actual: e.n})

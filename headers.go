@@ -68,8 +68,8 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 		buf := st.buf[:0]
 		for i := range d.Results {
 			rr := &d.Results[i]
-			if rr.Rule.Shadow {
-				continue
+			if rr.Rule.Shadow || rr.Fallback == FailOpen {
+				continue // not enforced: no state to report
 			}
 			if len(buf) > 0 {
 				buf = append(buf, ", "...)
@@ -113,7 +113,7 @@ func mostConstrained(d *Decision) *RuleResult {
 	var best *RuleResult
 	for i := range d.Results {
 		rr := &d.Results[i]
-		if rr.Rule.Shadow {
+		if rr.Rule.Shadow || rr.Fallback == FailOpen {
 			continue
 		}
 		if best == nil || rr.Remaining < best.Remaining {

@@ -12,10 +12,8 @@
 package ceiling
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -117,7 +115,8 @@ type Limiter struct {
 	digest  digester
 	policy  []string // precomputed RateLimit-Policy value
 	states  sync.Pool
-	extras  bool // prefetches or estimates: requests carry an extras
+	extras  bool      // prefetches or estimates: requests carry an extras
+	fo      *failover // fail modes, breaker, reporting (failmode.go)
 }
 
 // New validates the rules and options and returns a Limiter. Errors name the
@@ -157,6 +156,9 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	l.extras = l.hasExtras()
 	n := len(l.rules)
 	l.states.New = func() any { return newState(n) }
+	if err := l.initFailover(); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -197,6 +199,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		d := &st.decision
+		l.observe(w, r, d)
 		l.cfg.headers.write(w.Header(), d, l.policy, st)
 		if !d.Allowed {
 			if d.RetryAfter > 0 {
@@ -226,6 +229,9 @@ type Decision struct {
 type RuleResult struct {
 	Rule *Rule
 	backend.Result
+	// Fallback is the fail mode that decided the rule because the backend
+	// could not ([FailOpen] or [FailLocal]); zero when the backend decided.
+	Fallback FailMode
 }
 
 // Rejected returns the first rule, in declaration order, that rejected the
@@ -311,7 +317,9 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 	}
 	results, err := l.call(r.Context(), st)
 	if err != nil {
-		return err
+		if results, err = l.fallback(r.Context(), st, err); err != nil {
+			return err
+		}
 	}
 	if len(results) != len(st.reqs) {
 		return fmt.Errorf("ceiling: backend answered %d results for %d requests", len(results), len(st.reqs))
@@ -331,38 +339,4 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 		}
 	}
 	return nil
-}
-
-// call asks the backend, bounded by the timeout when it does I/O.
-func (l *Limiter) call(ctx context.Context, st *state) ([]backend.Result, error) {
-	if l.remote && l.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
-		defer cancel()
-	}
-	if l.into != nil {
-		out := st.results[:len(st.reqs)]
-		if err := l.into.DecideInto(ctx, st.reqs, out); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	return l.backend.Decide(ctx, st.reqs)
-}
-
-// failed applies the fail mode after a backend error and reports whether the
-// request may go on to the next handler.
-func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, st *state, err error) bool {
-	mode := l.cfg.failMode
-	for i := range st.decision.Results {
-		if m := st.decision.Results[i].Rule.FailMode; m == FailClosed {
-			mode = FailClosed
-		}
-	}
-	l.cfg.logger.LogAttrs(r.Context(), slog.LevelError, "ceiling: backend failed", slog.String("mode", mode.String()), slog.Any("err", err))
-	if mode == FailOpen {
-		return true
-	}
-	writeUnavailable(w, time.Second)
-	return false
 }

@@ -23,6 +23,17 @@ type config struct {
 	logger   *slog.Logger
 
 	prefetches []Prefetcher
+
+	// Failure handling and observability (failmode.go, breaker.go,
+	// observer.go, health.go).
+	localShare     float64
+	instances      int
+	breaker        BreakerConfig
+	observer       Observer
+	onDegraded     func(DegradedEvent)
+	shadowHeader   bool
+	shadowLogEvery time.Duration
+	clock          func() time.Time
 }
 
 // DefaultTimeout bounds every decision by a backend that does I/O.
@@ -31,10 +42,15 @@ const DefaultTimeout = 100 * time.Millisecond
 func defaultConfig() config {
 	return config{
 		headers:  HeadersIETF,
-		failMode: FailClosed,
+		failMode: FailLocal,
 		timeout:  DefaultTimeout,
 		reject:   WriteRejection,
 		logger:   slog.Default(),
+
+		instances:      1,
+		breaker:        BreakerConfig{}.withDefaults(),
+		shadowLogEvery: 10 * time.Second,
+		clock:          time.Now,
 	}
 }
 
@@ -80,10 +96,14 @@ func WithKeySecret(secret []byte) Option {
 }
 
 // WithFailMode sets what happens when the backend cannot decide; rules may
-// override it. The default is [FailClosed].
+// override it. The default is [FailLocal]: while the backend is down each
+// instance keeps enforcing the limits on its own memory, so the service
+// neither goes down ([FailClosed]) nor stops limiting ([FailOpen]), and the
+// degradation is logged, counted and reported. Choose FailClosed where one
+// request over the limit costs more than an outage.
 func WithFailMode(m FailMode) Option {
 	return func(c *config) error {
-		if m == inherit || m > FailClosed {
+		if m == inherit || m > FailLocal {
 			return fmt.Errorf("ceiling: WithFailMode(%d): unknown mode", m)
 		}
 		c.failMode = m

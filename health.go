@@ -1,0 +1,224 @@
+package ceiling
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// WithInstances declares how many instances of the service run. With an
+// in-process backend (the default memory store) and n > 1, every instance
+// enforces the full limit: the limiter logs a warning at start-up and its
+// health report carries it, since the effective limit is up to n times the
+// configured one. With a shared backend it sizes [FailLocal]'s default share
+// to 1/n of each limit, so that n instances deciding locally together admit
+// about one limit's worth.
+func WithInstances(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("ceiling: WithInstances(%d): must be at least 1", n)
+		}
+		c.instances = n
+		return nil
+	}
+}
+
+// WithLocalShare sets the fraction of each rule's limit (and burst) that
+// [FailLocal] enforces on the in-process store while the backend is down,
+// in (0, 1]. The default is 1/n with [WithInstances](n), else 1. A rule's
+// local limit is never below its cost, so a request can still fit.
+func WithLocalShare(share float64) Option {
+	return func(c *config) error {
+		if !(share > 0 && share <= 1) {
+			return fmt.Errorf("ceiling: WithLocalShare(%v): must be in (0, 1]", share)
+		}
+		c.localShare = share
+		return nil
+	}
+}
+
+// Health is the limiter's state as [Limiter.HealthHandler] reports it.
+type Health struct {
+	// Status is "healthy" (the backend decides) or "degraded" (the circuit
+	// breaker is open and the rules' fail modes decide).
+	Status string `json:"status"`
+	// Reason is, when degraded, the latest backend failure.
+	Reason string `json:"reason,omitempty"`
+	// Since is when the limiter became degraded.
+	Since time.Time `json:"since,omitzero"`
+	// NextProbeSeconds is, when degraded, how long until the backend is
+	// tried again (zero while a probe is in flight).
+	NextProbeSeconds float64 `json:"next_probe_seconds,omitempty"`
+	// Backend is "remote" or "in-process".
+	Backend string `json:"backend"`
+	// FailMode is the limiter's fail mode (rules may override it).
+	FailMode string `json:"fail_mode"`
+	// Warnings are configurations weaker than they read, such as an
+	// in-process backend with several instances. They do not make the
+	// limiter degraded.
+	Warnings []string `json:"warnings,omitempty"`
+	// DegradedTotal counts healthy → degraded transitions since start.
+	DegradedTotal int64 `json:"degraded_total"`
+	// Rules reports what each rule admitted without the backend.
+	Rules []RuleHealth `json:"rules"`
+}
+
+// RuleHealth is one rule's part of [Health]; counts run since start.
+type RuleHealth struct {
+	Name     string `json:"name"`
+	FailMode string `json:"fail_mode"`
+	Shadow   bool   `json:"shadow,omitempty"`
+	// FailOpenAdmissions counts requests admitted without enforcement.
+	FailOpenAdmissions int64 `json:"fail_open_admissions"`
+	// FailLocalAdmissions counts requests admitted by the in-process store.
+	FailLocalAdmissions int64 `json:"fail_local_admissions"`
+	// ShadowRejections counts requests a shadow rule would have rejected.
+	ShadowRejections int64 `json:"shadow_rejections,omitempty"`
+}
+
+// Health returns the limiter's current state. It makes no backend call: it
+// reports what the requests saw, so a health check costs the backend
+// nothing.
+func (l *Limiter) Health() Health {
+	h := Health{
+		Status:   "healthy",
+		Backend:  "in-process",
+		FailMode: l.cfg.failMode.String(),
+		Rules:    make([]RuleHealth, len(l.rules)),
+	}
+	if l.fo.warning != "" {
+		h.Warnings = []string{l.fo.warning}
+	}
+	if b := l.fo.breaker; b != nil {
+		h.Backend = "remote"
+		s := b.status()
+		h.DegradedTotal = s.opened
+		if s.degraded {
+			h.Status, h.Since, h.NextProbeSeconds = "degraded", s.since, s.retryIn.Seconds()
+			if s.cause != nil {
+				h.Reason = s.cause.Error()
+			}
+		}
+	}
+	for i := range l.rules {
+		r, c := &l.rules[i], &l.fo.counts[i]
+		h.Rules[i] = RuleHealth{
+			Name:                r.Name,
+			FailMode:            l.modeOf(r).String(),
+			Shadow:              r.Shadow,
+			FailOpenAdmissions:  c.failOpen.Load(),
+			FailLocalAdmissions: c.failLocal.Load(),
+			ShadowRejections:    c.shadow.Load(),
+		}
+	}
+	return h
+}
+
+// HealthHandler answers health checks with the [Health] report as JSON:
+// 200 when healthy, 503 when degraded. It never calls the backend.
+//
+// Mind what a 503 does where you point it: an uptime check or an alert
+// should see it; a load balancer that takes degraded instances out of
+// rotation turns a Redis outage into a full outage even for rules that fail
+// open or local, since every instance is degraded at once.
+func (l *Limiter) HealthHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := l.Health()
+		body, err := json.Marshal(h)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		status := http.StatusOK
+		if h.Status != "healthy" {
+			status = http.StatusServiceUnavailable
+		}
+		hd := w.Header()
+		hd["Content-Type"] = []string{"application/json"}
+		hd["Cache-Control"] = []string{"no-store"}
+		hd["Content-Length"] = []string{strconv.Itoa(len(body))}
+		w.WriteHeader(status)
+		if r.Method != http.MethodHead {
+			_, _ = w.Write(body)
+		}
+	})
+}
+
+// ErrNotEnforcing is wrapped by [Limiter.Check] when the backend answers but
+// admits a request over its limit.
+var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
+
+// Check is a start-up probe: it proves the backend answers and actually
+// rejects. For each algorithm the rules use it asks for a canary key limited
+// to 1 per day, three times: the first must be admitted and a later one
+// rejected (a backend that admits everything fails with [ErrNotEnforcing]).
+// Canary keys are random and reset afterwards. Each call is bounded by the
+// limiter's timeout; ctx bounds the whole check. Check does not touch the
+// circuit breaker or the health report.
+func (l *Limiter) Check(ctx context.Context) error {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	prefix := "ceiling-check:" + hex.EncodeToString(id[:]) + ":"
+	var seen [backend.FixedWindow + 1]bool
+	var keys []string
+	defer func() {
+		if len(keys) > 0 {
+			rctx, cancel := l.checkContext(ctx)
+			defer cancel()
+			_ = l.backend.Reset(rctx, keys...)
+		}
+	}()
+	for i := range l.rules {
+		a := l.rules[i].Algorithm
+		if seen[a] {
+			continue
+		}
+		seen[a] = true
+		req := backend.Request{Key: prefix + a.String(), Algorithm: a, Limit: 1, Period: 24 * time.Hour, Cost: 1}
+		keys = append(keys, req.Key)
+		rejected := false
+		for attempt := range 3 {
+			res, err := l.checkDecide(ctx, req)
+			if err != nil {
+				return fmt.Errorf("ceiling: check: canary %q: the backend did not decide: %w", req.Key, err)
+			}
+			if attempt == 0 && !res.Allowed {
+				return fmt.Errorf("ceiling: check: canary %q (%s): the backend rejected a request under its limit", req.Key, a)
+			}
+			if attempt > 0 && !res.Allowed {
+				rejected = true
+				break
+			}
+		}
+		if !rejected {
+			return fmt.Errorf("ceiling: check: canary %q (%s, 1 per day) was admitted 3 times: %w", req.Key, a, ErrNotEnforcing)
+		}
+	}
+	return nil
+}
+
+func (l *Limiter) checkContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.remote {
+		return context.WithTimeout(ctx, l.cfg.timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+func (l *Limiter) checkDecide(ctx context.Context, req backend.Request) (backend.Result, error) {
+	reqs, out := []backend.Request{req}, make([]backend.Result, 1)
+	var err error
+	if l.remote {
+		err = l.timed(ctx, reqs, out)
+	} else {
+		err = l.decideInto(ctx, reqs, out)
+	}
+	return out[0], err
+}

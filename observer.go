@@ -1,0 +1,281 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Outcome is what one rule decided for one request.
+type Outcome uint8
+
+const (
+	// OutcomeAllowed: the rule had room for the request. In a request that
+	// another rule rejected, nothing was consumed.
+	OutcomeAllowed Outcome = iota
+	// OutcomeRejected: the rule refused the request.
+	OutcomeRejected
+	// OutcomeShadowRejected: a shadow rule would have refused the request;
+	// it was not refused for it.
+	OutcomeShadowRejected
+)
+
+// String returns the outcome as used in metric labels: "allowed",
+// "rejected" or "shadow_rejected".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllowed:
+		return "allowed"
+	case OutcomeRejected:
+		return "rejected"
+	case OutcomeShadowRejected:
+		return "shadow_rejected"
+	}
+	return "unknown"
+}
+
+// An Observer is told what the limiter does, for metrics. Its methods are
+// called synchronously on the request path, from many goroutines at once:
+// they must be safe for simultaneous use and must not block. Package
+// metrics/prometheus implements it.
+//
+// Embed [NopObserver] to implement only some of the methods.
+type Observer interface {
+	// ObserveDecision is called for every rule that applied to a request
+	// and was decided, by the backend or by the in-process store of
+	// [FailLocal]. Rules admitted failing open are not decisions: they are
+	// reported to ObserveFailMode.
+	ObserveDecision(rule string, outcome Outcome)
+	// ObserveBackend is called after every backend call with its latency
+	// and error (nil when it answered). Calls skipped by the open circuit
+	// breaker are not calls.
+	ObserveBackend(latency time.Duration, err error)
+	// ObserveDegraded is called once per transition between healthy and
+	// degraded.
+	ObserveDegraded(e DegradedEvent)
+	// ObserveFailMode is called for every rule of an admitted request that
+	// the backend did not decide: mode is [FailOpen] (admitted without
+	// enforcement) or [FailLocal] (admitted by the in-process store, a
+	// weaker limit).
+	ObserveFailMode(rule string, mode FailMode)
+}
+
+// NopObserver ignores everything. Embed it in an [Observer] that cares about
+// only some events.
+type NopObserver struct{}
+
+// ObserveDecision does nothing.
+func (NopObserver) ObserveDecision(string, Outcome) {}
+
+// ObserveBackend does nothing.
+func (NopObserver) ObserveBackend(time.Duration, error) {}
+
+// ObserveDegraded does nothing.
+func (NopObserver) ObserveDegraded(DegradedEvent) {}
+
+// ObserveFailMode does nothing.
+func (NopObserver) ObserveFailMode(string, FailMode) {}
+
+// WithObserver reports decisions, backend calls and degradation to o. By
+// default nothing is observed and nothing is spent on it.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return errors.New("ceiling: WithObserver(nil)")
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+// A DegradedEvent is one transition between healthy (the backend decides)
+// and degraded (the circuit breaker is open and fail modes decide).
+type DegradedEvent struct {
+	// Degraded is true for healthy → degraded, false for the way back.
+	Degraded bool
+	// Cause is the failure that opened the breaker; nil on recovery.
+	Cause error
+	// At is when the transition happened.
+	At time.Time
+	// Failures is how many consecutive failures opened the breaker.
+	Failures int
+	// Duration is, on recovery, how long the limiter was degraded.
+	Duration time.Duration
+	// Unenforced is, on recovery, how many rule admissions were made
+	// without the backend (failing open or local) while degraded.
+	Unenforced int64
+}
+
+// OnDegraded calls fn once per transition between healthy and degraded,
+// after it is logged. fn runs synchronously on the request that caused the
+// transition, one call at a time and in order; it must not block (page
+// someone from a goroutine). It may read [Limiter.Health].
+func OnDegraded(fn func(DegradedEvent)) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return errors.New("ceiling: OnDegraded(nil)")
+		}
+		c.onDegraded = fn
+		return nil
+	}
+}
+
+// emitDegraded logs, counts and reports a transition: loud, and once.
+func (l *Limiter) emitDegraded(ev DegradedEvent) {
+	unenforced := l.unenforced()
+	ctx := context.Background()
+	if ev.Degraded {
+		l.fo.unenforcedAtDegrade.Store(unenforced)
+		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: backend degraded; rules fall back to their fail modes until it answers again",
+			slog.Any("cause", ev.Cause), slog.Int("consecutive_failures", ev.Failures), slog.String("fail_mode", l.cfg.failMode.String()))
+	} else {
+		ev.Unenforced = unenforced - l.fo.unenforcedAtDegrade.Load()
+		l.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "ceiling: backend healthy again; limits enforced by the backend",
+			slog.Duration("degraded_for", ev.Duration), slog.Int64("unenforced_admissions", ev.Unenforced))
+	}
+	if o := l.cfg.observer; o != nil {
+		o.ObserveDegraded(ev)
+	}
+	if fn := l.cfg.onDegraded; fn != nil {
+		fn(ev)
+	}
+}
+
+// unenforced is the number of rule admissions made by fail modes so far.
+func (l *Limiter) unenforced() int64 {
+	var n int64
+	for i := range l.fo.counts {
+		n += l.fo.counts[i].failOpen.Load() + l.fo.counts[i].failLocal.Load()
+	}
+	return n
+}
+
+// WithShadowHeader makes responses name, in a RateLimit-Shadow header, the
+// shadow rules that would have rejected the request (a Structured Field list
+// of strings). Off by default: it tells clients about limits that are not
+// enforced yet.
+func WithShadowHeader() Option {
+	return func(c *config) error {
+		c.shadowHeader = true
+		return nil
+	}
+}
+
+// WithShadowLog logs at most one line per interval per shadow rule that
+// would have rejected a request, with how many such requests the interval
+// held (default 10s).
+func WithShadowLog(interval time.Duration) Option {
+	return func(c *config) error {
+		if interval <= 0 {
+			return errors.New("ceiling: WithShadowLog: interval must be positive")
+		}
+		c.shadowLogEvery = interval
+		return nil
+	}
+}
+
+const hShadow = "Ratelimit-Shadow"
+
+// observe reports a decided request: each rule's outcome, shadow
+// rejections, and the admissions made without the backend. With no observer
+// and nothing unusual it only reads the results.
+func (l *Limiter) observe(w http.ResponseWriter, r *http.Request, d *Decision) {
+	obs := l.cfg.observer
+	shadows := 0
+	for i := range d.Results {
+		rr := &d.Results[i]
+		if rr.Fallback != inherit && d.Allowed && !rr.Rule.Shadow {
+			c := &l.fo.counts[l.ruleIndex(rr.Rule)]
+			if rr.Fallback == FailOpen {
+				c.failOpen.Add(1)
+			} else {
+				c.failLocal.Add(1)
+			}
+			if obs != nil {
+				obs.ObserveFailMode(rr.Rule.Name, rr.Fallback)
+			}
+		}
+		if rr.Fallback == FailOpen {
+			continue
+		}
+		outcome := OutcomeAllowed
+		if !rr.Allowed {
+			outcome = OutcomeRejected
+			if rr.Rule.Shadow {
+				outcome = OutcomeShadowRejected
+				shadows++
+				l.shadowRejected(r, rr)
+			}
+		}
+		if obs != nil {
+			obs.ObserveDecision(rr.Rule.Name, outcome)
+		}
+	}
+	if shadows > 0 && l.cfg.shadowHeader {
+		var b []byte
+		for i := range d.Results {
+			if rr := &d.Results[i]; rr.Rule.Shadow && !rr.Allowed && rr.Fallback != FailOpen {
+				if len(b) > 0 {
+					b = append(b, ", "...)
+				}
+				b = strconv.AppendQuote(b, rr.Rule.Name)
+			}
+		}
+		w.Header()[hShadow] = []string{string(b)}
+	}
+}
+
+// shadowRejected counts a shadow rule's would-be rejection and logs a
+// sample of them.
+func (l *Limiter) shadowRejected(r *http.Request, rr *RuleResult) {
+	i := l.ruleIndex(rr.Rule)
+	l.fo.counts[i].shadow.Add(1)
+	if ok, n := l.fo.shadow[i].allow(l.cfg.clock()); ok {
+		l.cfg.logger.LogAttrs(r.Context(), slog.LevelInfo, "ceiling: shadow rule would have rejected requests",
+			slog.String("rule", rr.Rule.Name), slog.Int64("requests", n), slog.Duration("retry_after", rr.RetryAfter))
+	}
+}
+
+// ruleIndex finds a rule of the limiter by pointer; rules are few.
+func (l *Limiter) ruleIndex(r *Rule) int {
+	for i := range l.rules {
+		if &l.rules[i] == r {
+			return i
+		}
+	}
+	panic("ceiling: a result names a rule of another limiter")
+}
+
+// counter is a monotonic count.
+type counter = atomic.Int64
+
+// sampler lets one log line through per interval and counts what it held
+// back, so repeated events are loud without being noisy.
+type sampler struct {
+	every time.Duration
+	next  atomic.Int64 // Unix ns before which lines are held back
+	held  atomic.Int64 // events since the last line
+}
+
+// allow counts an event and reports whether to log it, with the number of
+// events the line stands for.
+func (s *sampler) allow(now time.Time) (bool, int64) {
+	n := s.held.Add(1)
+	t := now.UnixNano()
+	next := s.next.Load()
+	if t < next || !s.next.CompareAndSwap(next, t+int64(s.every)) {
+		return false, 0
+	}
+	return true, max(n, s.held.Swap(0))
+}
+
+// log writes msg at level when the sampler lets it through.
+func (s *sampler) log(lg *slog.Logger, now time.Time, level slog.Level, msg string, attrs ...slog.Attr) {
+	if ok, n := s.allow(now); ok {
+		lg.LogAttrs(context.Background(), level, msg, append(attrs, slog.Int64("occurrences", n))...)
+	}
+}
