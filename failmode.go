@@ -130,12 +130,16 @@ func (l *Limiter) initFailover() error {
 		}
 	}
 	if usesLocal && l.remote {
-		st := memory.New()
-		f.local = st
-		f.into, _ = backend.Backend(st).(backend.DecideIntoer)
-		if c, ok := backend.Backend(st).(io.Closer); ok {
-			f.closers = append(f.closers, c)
+		st := l.cfg.localStore
+		if st == nil {
+			m := memory.New()
+			st = m
+			if c, ok := backend.Backend(m).(io.Closer); ok {
+				f.closers = append(f.closers, c)
+			}
 		}
+		f.local = st
+		f.into, _ = st.(backend.DecideIntoer)
 		n := len(l.rules)
 		f.scratch.New = func() any {
 			return &localScratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n)}

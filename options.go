@@ -34,6 +34,7 @@ type config struct {
 	shadowHeader   bool
 	shadowLogEvery time.Duration
 	clock          func() time.Time
+	localStore     backend.Backend // FailLocal's store; nil means a new memory store
 }
 
 // DefaultTimeout bounds every decision by a backend that does I/O.

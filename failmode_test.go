@@ -1,0 +1,416 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func withClock(now func() time.Time) Option {
+	return func(c *config) error {
+		c.clock = now
+		return nil
+	}
+}
+
+// flaky is a remote backend that admits everything until told to fail, and
+// counts its calls. When block is set, calls wait on it (ignoring their
+// context, as a careless backend would) and announce themselves on entered.
+type flaky struct {
+	mu      sync.Mutex
+	err     error
+	calls   int
+	block   chan struct{}
+	entered chan struct{}
+}
+
+func (f *flaky) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	f.mu.Lock()
+	f.calls++
+	err, block, entered := f.err, f.block, f.entered
+	f.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+	}
+	if block != nil {
+		<-block
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]backend.Result, len(reqs))
+	for i, r := range reqs {
+		out[i] = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - r.Cost}
+	}
+	return out, nil
+}
+
+func (f *flaky) Reset(context.Context, ...string) error { return nil }
+
+func (f *flaky) fail(err error) {
+	f.mu.Lock()
+	f.err = err
+	f.mu.Unlock()
+}
+
+func (f *flaky) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// logRecorder is a slog.Handler that keeps every record's level and
+// message, for tests that count log lines.
+type logRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler            { return h }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	h.mu.Lock()
+	h.lines = append(h.lines, line)
+	h.mu.Unlock()
+	return nil
+}
+
+// count returns how many lines at level contain substr.
+func (h *logRecorder) count(level slog.Level, substr string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, l := range h.lines {
+		if strings.HasPrefix(l, level.String()+" ") && strings.Contains(l, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// recorder is an Observer that keeps what it is told.
+type recorder struct {
+	mu        sync.Mutex
+	decisions map[string]int // "rule outcome"
+	failmodes map[string]int // "rule mode"
+	backend   []error
+	events    []DegradedEvent
+}
+
+func newRecorder() *recorder {
+	return &recorder{decisions: map[string]int{}, failmodes: map[string]int{}}
+}
+
+func (o *recorder) ObserveDecision(rule string, out Outcome) {
+	o.mu.Lock()
+	o.decisions[rule+" "+out.String()]++
+	o.mu.Unlock()
+}
+
+func (o *recorder) ObserveBackend(_ time.Duration, err error) {
+	o.mu.Lock()
+	o.backend = append(o.backend, err)
+	o.mu.Unlock()
+}
+
+func (o *recorder) ObserveDegraded(e DegradedEvent) {
+	o.mu.Lock()
+	o.events = append(o.events, e)
+	o.mu.Unlock()
+}
+
+func (o *recorder) ObserveFailMode(rule string, m FailMode) {
+	o.mu.Lock()
+	o.failmodes[rule+" "+m.String()]++
+	o.mu.Unlock()
+}
+
+var errDown = errors.New("dial tcp 127.0.0.1:1: connection refused")
+
+func get(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
+	t.Helper()
+	return serve(t, h, httptest.NewRequest("GET", "/", nil))
+}
+
+// The breaker's life, step by step on a fake clock: it opens after 5
+// consecutive failures, stops calling the backend, probes once per
+// cool-down (doubling while probes fail, capped), and closes on the first
+// answered probe.
+func TestBreakerOpensProbesAndCloses(t *testing.T) {
+	clk := newFakeClock()
+	be := &flaky{}
+	logs := &logRecorder{}
+	var events []DegradedEvent
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
+		WithBackend(be), WithFailMode(FailOpen), withClock(clk.Now), WithLogger(slog.New(logs)),
+		WithBreaker(BreakerConfig{Failures: 5, CoolDown: time.Second, MaxCoolDown: 4 * time.Second}),
+		OnDegraded(func(e DegradedEvent) { events = append(events, e) }))
+	defer l.Close()
+	h := l.Handler(okHandler)
+
+	get(t, h)
+	be.fail(errDown)
+	steps := []struct {
+		name      string
+		advance   time.Duration
+		requests  int
+		wantCalls int // backend calls made by this step
+		wantState string
+	}{
+		{"four failures stay healthy", 0, 4, 4, "healthy"},
+		{"the fifth opens the breaker", 0, 1, 1, "degraded"},
+		{"open: no calls", 0, 20, 0, "degraded"},
+		{"just before the cool-down ends", 999 * time.Millisecond, 5, 0, "degraded"},
+		{"one probe after 1s, it fails", time.Millisecond, 5, 1, "degraded"},
+		{"cool-down doubled: nothing at +1s", time.Second, 5, 0, "degraded"},
+		{"probe at +2s fails", time.Second, 5, 1, "degraded"},
+		{"cool-down 4s now: nothing at +3.9s", 3900 * time.Millisecond, 5, 0, "degraded"},
+		{"probe at +4s fails", 100 * time.Millisecond, 5, 1, "degraded"},
+		{"capped at 4s: probe again at +4s", 4 * time.Second, 5, 1, "degraded"},
+	}
+	for _, s := range steps {
+		clk.Advance(s.advance)
+		before := be.callCount()
+		for range s.requests {
+			if w := get(t, h); w.Code != http.StatusOK {
+				t.Fatalf("%s: status %d, want 200 (failing open)", s.name, w.Code)
+			}
+		}
+		if got := be.callCount() - before; got != s.wantCalls {
+			t.Errorf("%s: backend calls = %d, want %d", s.name, got, s.wantCalls)
+		}
+		if got := l.Health().Status; got != s.wantState {
+			t.Errorf("%s: health = %q, want %q", s.name, got, s.wantState)
+		}
+	}
+
+	be.fail(nil)
+	clk.Advance(4 * time.Second)
+	before := be.callCount()
+	for range 5 {
+		get(t, h)
+	}
+	if got, want := be.callCount()-before, 5; got != want {
+		t.Errorf("after recovery: backend calls = %d, want %d (the probe closed the breaker)", got, want)
+	}
+	if got := l.Health().Status; got != "healthy" {
+		t.Errorf("after recovery: health = %q", got)
+	}
+
+	if len(events) != 2 || !events[0].Degraded || events[1].Degraded {
+		t.Fatalf("events = %+v, want one degraded then one healthy", events)
+	}
+	if !errors.Is(events[0].Cause, errDown) || events[0].Failures != 5 {
+		t.Errorf("degraded event = %+v, want cause %v after 5 failures", events[0], errDown)
+	}
+	if got, want := events[1].Duration, 15*time.Second; got != want {
+		t.Errorf("degraded for %v, want %v", got, want)
+	}
+	// Requests admitted unenforced while degraded: the one whose failure
+	// opened the breaker and every one after it until the probe answered.
+	if got, want := events[1].Unenforced, int64(1+20+7*5); got != want {
+		t.Errorf("unenforced admissions while degraded = %d, want %d", got, want)
+	}
+	if got, want := logs.count(slog.LevelError, "backend degraded"), 1; got != want {
+		t.Errorf("degraded logged %d times, want %d:\n%s", got, want, strings.Join(logs.lines, "\n"))
+	}
+	if got, want := logs.count(slog.LevelWarn, "healthy again"), 1; got != want {
+		t.Errorf("recovery logged %d times, want %d", got, want)
+	}
+	if got, want := l.Health().DegradedTotal, int64(1); got != want {
+		t.Errorf("DegradedTotal = %d, want %d", got, want)
+	}
+}
+
+// While a probe is in flight every other request falls back at once: the
+// backend sees one call at a time.
+func TestBreakerProbesOneAtATime(t *testing.T) {
+	clk := newFakeClock()
+	be := &flaky{}
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
+		WithBackend(be), WithFailMode(FailOpen), withClock(clk.Now), WithLogger(slog.New(&logRecorder{})),
+		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Second}), WithTimeout(time.Hour))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	be.fail(errDown)
+	get(t, h) // opens
+	clk.Advance(time.Second)
+
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	be.mu.Lock()
+	be.err, be.block, be.entered = nil, release, entered
+	be.mu.Unlock()
+	probeDone := make(chan int)
+	go func() {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		probeDone <- w.Code
+	}()
+	<-entered // the probe is inside the backend
+	be.mu.Lock()
+	be.block, be.entered = nil, nil
+	be.mu.Unlock()
+	for range 10 {
+		if w := get(t, h); w.Code != 200 {
+			t.Fatalf("request during the probe: status %d", w.Code)
+		}
+	}
+	if got, want := be.callCount(), 2; got != want {
+		t.Errorf("backend calls = %d, want %d (the opening failure and the one probe)", got, want)
+	}
+	close(release)
+	if code := <-probeDone; code != 200 {
+		t.Errorf("probe status %d", code)
+	}
+	get(t, h)
+	if got, want := be.callCount(), 3; got != want {
+		t.Errorf("after the probe answered: backend calls = %d, want %d", got, want)
+	}
+}
+
+// A backend that ignores its context cannot hold a request past the
+// timeout: the middleware stops waiting and applies the fail mode.
+func TestTimeoutHoldsEvenWhenTheBackendIgnoresItsContext(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	be := &flaky{block: release}
+	obs := newRecorder()
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1, Period: time.Minute, FailMode: FailClosed}},
+		WithBackend(be), WithTimeout(10*time.Millisecond), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
+	defer l.Close()
+	done := make(chan *httptest.ResponseRecorder)
+	go func() {
+		w := httptest.NewRecorder()
+		l.Handler(okHandler).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		done <- w
+	}()
+	select {
+	case w := <-done:
+		if w.Code != http.StatusServiceUnavailable {
+			t.Errorf("status %d, want 503", w.Code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request waited for a hung backend")
+	}
+	if len(obs.backend) != 1 || !errors.Is(obs.backend[0], errTimeout) {
+		t.Errorf("observed backend errors %v, want one timeout", obs.backend)
+	}
+}
+
+// Fail closed answers 503 with Retry-After set to when the backend will be
+// tried again, distinct from a 429, and never leaks the cause.
+func TestFailClosedRetryAfterFollowsTheBreaker(t *testing.T) {
+	clk := newFakeClock()
+	be := &flaky{err: errDown}
+	l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 3, Period: time.Minute}},
+		WithBackend(be), WithFailMode(FailClosed), withClock(clk.Now), WithLogger(slog.New(&logRecorder{})),
+		WithBreaker(BreakerConfig{Failures: 1, CoolDown: 8 * time.Second}))
+	defer l.Close()
+	w := get(t, l.Handler(okHandler))
+	if w.Code != 503 || w.Header().Get("Content-Type") != "application/problem+json" || strings.Contains(w.Body.String(), "refused") {
+		t.Fatalf("got %d %q %s", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+	if got, want := w.Header().Get("Retry-After"), "8"; got != want {
+		t.Errorf("Retry-After = %q, want %q (the cool-down)", got, want)
+	}
+	clk.Advance(7500 * time.Millisecond)
+	if got, want := get(t, l.Handler(okHandler)).Header().Get("Retry-After"), "1"; got != want {
+		t.Errorf("later Retry-After = %q, want %q", got, want)
+	}
+}
+
+// Isolated failures, below the breaker's threshold, are logged sampled at
+// warn: loud, not one line per request.
+func TestIsolatedFailuresAreLoggedSampled(t *testing.T) {
+	clk := newFakeClock()
+	be := &flaky{}
+	logs := &logRecorder{}
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
+		WithBackend(be), WithFailMode(FailOpen), withClock(clk.Now), WithLogger(slog.New(logs)))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	for range 10 { // fail, succeed: never 5 in a row
+		be.fail(errDown)
+		get(t, h)
+		be.fail(nil)
+		get(t, h)
+	}
+	if got, want := logs.count(slog.LevelWarn, "backend call failed"), 1; got != want {
+		t.Errorf("warn lines = %d, want %d", got, want)
+	}
+	clk.Advance(time.Minute)
+	be.fail(errDown)
+	get(t, h)
+	if got, want := logs.count(slog.LevelWarn, "occurrences=10"), 1; got != want {
+		t.Errorf("second sampled line should stand for the 9 held back and itself:\n%s", strings.Join(logs.lines, "\n"))
+	}
+	if got := l.Health().Status; got != "healthy" {
+		t.Errorf("isolated failures made the limiter %s", got)
+	}
+}
+
+func TestCloseIsIdempotent(t *testing.T) {
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1, Period: time.Second}}, WithBackend(&flaky{}))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFailureOptionsAreValidated(t *testing.T) {
+	ok := []Rule{{Name: "r", Key: RemoteAddr, Limit: 1, Period: time.Second}}
+	for _, tc := range []struct {
+		opt  Option
+		want string
+	}{
+		{WithFailMode(FailMode(9)), "unknown mode"},
+		{WithLocalShare(0), "WithLocalShare(0)"},
+		{WithLocalShare(1.5), "WithLocalShare(1.5)"},
+		{WithInstances(0), "WithInstances(0)"},
+		{WithBreaker(BreakerConfig{Failures: -1}), "negative"},
+		{WithBreaker(BreakerConfig{CoolDown: time.Minute, MaxCoolDown: time.Second}), "MaxCoolDown"},
+		{WithObserver(nil), "WithObserver(nil)"},
+		{OnDegraded(nil), "OnDegraded(nil)"},
+		{WithShadowLog(0), "WithShadowLog"},
+	} {
+		if _, err := New(ok, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v, want it to mention %q", err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,379 @@
+package ceiling
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// counting is a small exact in-process store: each key admits Limit units
+// in total (time never passes), all or nothing. Enough to tell admitted
+// from rejected without depending on a real store's clock.
+type counting struct {
+	mu     sync.Mutex
+	used   map[string]int64
+	calls  int
+	remote bool
+}
+
+func newCounting() *counting { return &counting{used: map[string]int64{}} }
+
+func (c *counting) InProcess() bool { return !c.remote }
+
+func (c *counting) DecideInto(_ context.Context, reqs []backend.Request, out []backend.Result) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	blocked := false
+	for i, r := range reqs {
+		used := c.used[r.Key]
+		ok := used+r.Cost <= r.Limit
+		out[i] = backend.Result{Allowed: ok, Limit: r.Limit, Remaining: max(0, r.Limit-used-r.Cost)}
+		if !ok {
+			out[i].Remaining = r.Limit - used
+			out[i].RetryAfter = time.Second
+			blocked = blocked || !r.Shadow
+		}
+	}
+	if !blocked {
+		for i, r := range reqs {
+			if out[i].Allowed {
+				c.used[r.Key] += r.Cost
+			}
+		}
+	}
+	return nil
+}
+
+func (c *counting) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	out := make([]backend.Result, len(reqs))
+	return out, c.DecideInto(ctx, reqs, out)
+}
+
+func (c *counting) Reset(_ context.Context, keys ...string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range keys {
+		delete(c.used, k)
+	}
+	return nil
+}
+
+func (c *counting) total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for _, v := range c.used {
+		n += v
+	}
+	return n
+}
+
+func withLocalStore(b backend.Backend) Option {
+	return func(c *config) error {
+		c.localStore = b
+		return nil
+	}
+}
+
+func statuses(t *testing.T, h http.Handler, n int) []int {
+	t.Helper()
+	out := make([]int, n)
+	for i := range out {
+		out[i] = get(t, h).Code
+	}
+	return out
+}
+
+func sameInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Each rule falls back by its own mode and the request needs every rule's
+// fallback to admit it: closed wins (503, nothing counted locally), then
+// local (429 when its share is spent), then open.
+func TestMixedFailModesPerRule(t *testing.T) {
+	rule := func(name string, m FailMode, shadow bool) Rule {
+		return Rule{Name: name, Key: RemoteAddr, Limit: 4, Period: time.Minute, FailMode: m, Shadow: shadow}
+	}
+	for _, tc := range []struct {
+		name       string
+		rules      []Rule
+		want       []int
+		wantLocal  int64 // units the local store holds afterwards
+		wantCounts map[string]int
+	}{
+		{"open only", []Rule{rule("a", FailOpen, false)}, []int{200, 200, 200, 200, 200}, 0,
+			map[string]int{"a open": 5}},
+		{"local: its half of 4", []Rule{rule("b", FailLocal, false)}, []int{200, 200, 429, 429, 429}, 2,
+			map[string]int{"b local": 2}},
+		{"open and local: local bounds the request", []Rule{rule("a", FailOpen, false), rule("b", FailLocal, false)},
+			[]int{200, 200, 429, 429, 429}, 2, map[string]int{"a open": 2, "b local": 2}},
+		{"closed wins over local and open", []Rule{rule("a", FailOpen, false), rule("b", FailLocal, false), rule("c", FailClosed, false)},
+			[]int{503, 503, 503}, 0, map[string]int{}},
+		{"a shadow rule failing closed refuses nothing", []Rule{rule("a", FailOpen, false), rule("s", FailClosed, true)},
+			[]int{200, 200, 200}, 0, map[string]int{"a open": 3}},
+		{"a shadow rule failing local is reported, never blocks", []Rule{rule("b", FailLocal, false), rule("s", FailLocal, true)},
+			[]int{200, 200, 429}, 4, map[string]int{"b local": 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			local, obs := newCounting(), newRecorder()
+			l := MustNew(tc.rules, WithBackend(&flaky{err: errDown}), WithFailMode(FailOpen), WithLocalShare(0.5),
+				withLocalStore(local), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
+			defer l.Close()
+			if got := statuses(t, l.Handler(okHandler), len(tc.want)); !sameInts(got, tc.want) {
+				t.Errorf("statuses = %v, want %v", got, tc.want)
+			}
+			if got := local.total(); got != tc.wantLocal {
+				t.Errorf("local store holds %d units, want %d", got, tc.wantLocal)
+			}
+			if len(obs.failmodes) != len(tc.wantCounts) {
+				t.Errorf("fail-mode admissions = %v, want %v", obs.failmodes, tc.wantCounts)
+			}
+			for k, v := range tc.wantCounts {
+				if obs.failmodes[k] != v {
+					t.Errorf("fail-mode admissions %q = %d, want %d", k, obs.failmodes[k], v)
+				}
+			}
+		})
+	}
+}
+
+// A local share never makes a request's own cost unfittable, and
+// WithInstances sizes the default share.
+func TestLocalShare(t *testing.T) {
+	r := &Rule{Name: "r", Limit: 10, Burst: 4, Cost: 3}
+	for _, tc := range []struct {
+		share            float64
+		wantLim, wantBur int64
+	}{
+		{1, 10, 4},
+		{0.5, 5, 3}, // burst 2 would not fit the cost of 3
+		{0.25, 3, 3},
+		{0.01, 3, 3},
+	} {
+		got := localRequest(r, backend.Request{Limit: 10, Burst: 4, Cost: 3}, tc.share)
+		if got.Limit != tc.wantLim || got.Burst != tc.wantBur {
+			t.Errorf("share %v: limit %d burst %d, want %d %d", tc.share, got.Limit, got.Burst, tc.wantLim, tc.wantBur)
+		}
+	}
+	local := newCounting()
+	l := MustNew([]Rule{{Name: "r", Key: RemoteAddr, Limit: 9, Period: time.Minute}},
+		WithBackend(&flaky{err: errDown}), WithInstances(3), withLocalStore(local), WithLogger(slog.New(&logRecorder{})))
+	defer l.Close()
+	if got, want := statuses(t, l.Handler(okHandler), 4), []int{200, 200, 200, 429}; !sameInts(got, want) {
+		t.Errorf("9 per minute over 3 instances, failing local: %v, want %v", got, want)
+	}
+}
+
+func TestFailLocalIsTheDefault(t *testing.T) {
+	l := MustNew([]Rule{{Name: "r", Key: RemoteAddr, Limit: 1, Period: time.Minute}},
+		WithBackend(&flaky{err: errDown}), withLocalStore(newCounting()), WithLogger(slog.New(&logRecorder{})))
+	defer l.Close()
+	if got, want := statuses(t, l.Handler(okHandler), 2), []int{200, 429}; !sameInts(got, want) {
+		t.Errorf("statuses = %v, want %v", got, want)
+	}
+	if got := l.Health().FailMode; got != "local" {
+		t.Errorf("fail mode %q", got)
+	}
+}
+
+func TestObserverSeesDecisionsAndBackendCalls(t *testing.T) {
+	be := &scripted{answers: map[string]backend.Result{
+		"s": {Allowed: false, Limit: 1, RetryAfter: time.Second},
+	}}
+	obs := newRecorder()
+	l := MustNew([]Rule{
+		{Name: "a", Key: RemoteAddr, Limit: 10, Period: time.Minute},
+		{Name: "s", Key: RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
+		{Name: "u", Key: headerKey("X-User"), Limit: 1, Period: time.Minute},
+	}, WithBackend(be), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	get(t, h)
+	get(t, h)
+	be.answers["a"] = backend.Result{Allowed: false, Limit: 10, RetryAfter: time.Second}
+	if w := get(t, h); w.Code != 429 {
+		t.Fatalf("status %d", w.Code)
+	}
+	want := map[string]int{"a allowed": 2, "a rejected": 1, "s shadow_rejected": 3}
+	if len(obs.decisions) != len(want) {
+		t.Errorf("decisions = %v, want %v", obs.decisions, want)
+	}
+	for k, v := range want {
+		if obs.decisions[k] != v {
+			t.Errorf("decisions[%q] = %d, want %d", k, obs.decisions[k], v)
+		}
+	}
+	if len(obs.backend) != 3 || obs.backend[0] != nil {
+		t.Errorf("backend observations = %v, want 3 answered calls", obs.backend)
+	}
+}
+
+func TestShadowReporting(t *testing.T) {
+	clk := newFakeClock()
+	be := &scripted{answers: map[string]backend.Result{
+		"otp:new": {Allowed: false, Limit: 1, RetryAfter: time.Minute},
+		"otp:try": {Allowed: false, Limit: 1, RetryAfter: time.Minute},
+	}}
+	rules := []Rule{
+		{Name: "otp:ip", Key: RemoteAddr, Limit: 10, Period: time.Minute},
+		{Name: "otp:new", Key: RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
+		{Name: "otp:ok", Key: RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
+		{Name: "otp:try", Key: RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
+	}
+	logs := &logRecorder{}
+	l := MustNew(rules, WithBackend(be), WithShadowHeader(), withClock(clk.Now), WithLogger(slog.New(logs)))
+	defer l.Close()
+	w := get(t, l.Handler(okHandler))
+	if w.Code != 200 {
+		t.Fatalf("status %d: a shadow rule refused", w.Code)
+	}
+	if got, want := w.Header().Get("RateLimit-Shadow"), `"otp:new", "otp:try"`; got != want {
+		t.Errorf("RateLimit-Shadow = %q, want %q", got, want)
+	}
+	if !sfList.MatchString(w.Header().Get("RateLimit-Shadow")) {
+		t.Errorf("RateLimit-Shadow is not a structured field list")
+	}
+	quiet := MustNew(rules, WithBackend(be), WithLogger(slog.New(&logRecorder{})))
+	if got := get(t, quiet.Handler(okHandler)).Header().Get("RateLimit-Shadow"); got != "" {
+		t.Errorf("RateLimit-Shadow sent without WithShadowHeader: %q", got)
+	}
+
+	for range 4 {
+		get(t, l.Handler(okHandler))
+	}
+	if got, want := logs.count(slog.LevelInfo, "rule=otp:new requests=1"), 1; got != want {
+		t.Errorf("first sampled line: %d, want %d:\n%s", got, want, strings.Join(logs.lines, "\n"))
+	}
+	if got, want := logs.count(slog.LevelInfo, "shadow rule would have rejected"), 2; got != want {
+		t.Errorf("shadow lines in the first interval = %d, want %d (one per rule)", got, want)
+	}
+	clk.Advance(10 * time.Second)
+	get(t, l.Handler(okHandler))
+	if got, want := logs.count(slog.LevelInfo, "rule=otp:new requests=5"), 1; got != want {
+		t.Errorf("the next interval's line should stand for 5 requests:\n%s", strings.Join(logs.lines, "\n"))
+	}
+	if got, want := l.Health().Rules[1].ShadowRejections, int64(6); got != want {
+		t.Errorf("shadow rejections reported = %d, want %d", got, want)
+	}
+}
+
+func TestHealthHandler(t *testing.T) {
+	clk := newFakeClock()
+	be := &flaky{}
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
+		WithBackend(be), WithFailMode(FailOpen), withClock(clk.Now), WithLogger(slog.New(&logRecorder{})),
+		WithBreaker(BreakerConfig{Failures: 2, CoolDown: 5 * time.Second}))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	check := func(wantCode int, wantStatus, wantReason string) Health {
+		t.Helper()
+		w := get(t, l.HealthHandler())
+		var got Health
+		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+			t.Fatalf("health body: %v: %s", err, w.Body)
+		}
+		if w.Code != wantCode || got.Status != wantStatus || !strings.Contains(got.Reason, wantReason) || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("health = %d %+v, want %d %q with reason %q", w.Code, got, wantCode, wantStatus, wantReason)
+		}
+		return got
+	}
+	get(t, h)
+	check(200, "healthy", "")
+	be.fail(errDown)
+	get(t, h)
+	get(t, h)
+	got := check(503, "degraded", "connection refused")
+	if got.NextProbeSeconds != 5 || !got.Since.Equal(clk.Now()) || got.Backend != "remote" || got.Rules[0].FailOpenAdmissions != 2 {
+		t.Errorf("degraded report = %+v", got)
+	}
+	be.fail(nil)
+	clk.Advance(5 * time.Second)
+	get(t, h)
+	got = check(200, "healthy", "")
+	if got.DegradedTotal != 1 {
+		t.Errorf("DegradedTotal = %d, want 1", got.DegradedTotal)
+	}
+}
+
+// Declaring several instances on an in-process backend is a warning at
+// start-up and in the health report, not a failure.
+func TestInProcessBackendWithInstancesWarns(t *testing.T) {
+	logs := &logRecorder{}
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
+		WithBackend(newCounting()), WithInstances(4), WithLogger(slog.New(logs)))
+	defer l.Close()
+	if got, want := logs.count(slog.LevelWarn, "per instance"), 1; got != want {
+		t.Errorf("start-up warnings = %d, want %d", got, want)
+	}
+	w := get(t, l.HealthHandler())
+	var h Health
+	json.Unmarshal(w.Body.Bytes(), &h)
+	if w.Code != 200 || h.Status != "healthy" || len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], "4 times") {
+		t.Errorf("health = %d %+v, want 200 with the warning", w.Code, h)
+	}
+	single := &logRecorder{}
+	MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}}, WithBackend(newCounting()), WithLogger(slog.New(single)))
+	if n := len(single.lines); n != 0 {
+		t.Errorf("one instance logged %v", single.lines)
+	}
+}
+
+func TestCheckProvesTheBackendRejects(t *testing.T) {
+	rules := []Rule{
+		{Name: "a", Key: RemoteAddr, Limit: 10, Period: time.Minute},
+		{Name: "b", Key: RemoteAddr, Limit: 10, Period: time.Minute, Algorithm: SlidingLog},
+		{Name: "c", Key: RemoteAddr, Limit: 10, Period: time.Minute, Algorithm: SlidingLog},
+	}
+	good := newCounting()
+	if err := MustNew(rules, WithBackend(good)).Check(context.Background()); err != nil {
+		t.Errorf("a backend that enforces failed the check: %v", err)
+	}
+	if good.calls != 2*2 || good.total() != 0 {
+		t.Errorf("check made %d calls and left %d units, want 4 calls (2 algorithms) and nothing", good.calls, good.total())
+	}
+
+	err := MustNew(rules, WithBackend(&scripted{})).Check(context.Background())
+	if !errors.Is(err, ErrNotEnforcing) || !strings.Contains(err.Error(), "gcra") {
+		t.Errorf("a backend that admits everything: err = %v, want ErrNotEnforcing naming the algorithm", err)
+	}
+	err = MustNew(rules, WithBackend(&flaky{err: errDown})).Check(context.Background())
+	if !errors.Is(err, errDown) || !strings.Contains(err.Error(), "did not decide") {
+		t.Errorf("a backend that is down: err = %v", err)
+	}
+	if err := MustNew(rules, WithBackend(rejectAll{})).Check(context.Background()); err == nil || !strings.Contains(err.Error(), "under its limit") {
+		t.Errorf("a backend that rejects everything: err = %v", err)
+	}
+	release := make(chan struct{})
+	defer close(release)
+	hung := MustNew(rules, WithBackend(&flaky{block: release}), WithTimeout(5*time.Millisecond))
+	if err := hung.Check(context.Background()); !errors.Is(err, errTimeout) {
+		t.Errorf("a hung backend: err = %v, want a timeout", err)
+	}
+}
+
+// rejectAll is a backend that refuses every request.
+type rejectAll struct{}
+
+func (rejectAll) Decide(_ context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	return make([]backend.Result, len(reqs)), nil
+}
+
+func (rejectAll) Reset(context.Context, ...string) error { return nil }
