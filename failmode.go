@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -78,15 +79,18 @@ func (l *Limiter) modeOf(r *Rule) FailMode {
 // breaker, the in-process store of FailLocal, and the event reporting.
 type failover struct {
 	breaker *breaker // nil for in-process backends
-	local   backend.Backend
-	into    backend.DecideIntoer
-	scratch sync.Pool // *localScratch
-	errLog  sampler   // isolated backend errors while healthy
-	shadow  []sampler // per rule: "would have rejected" log lines
-	counts  []ruleCounts
-	warning string // configuration weaker than it reads (health warning)
-	closers []io.Closer
-	once    sync.Once
+	// local is FailLocal's store, created on the first fallback that
+	// needs it, so that a healthy limiter runs no second store.
+	local     atomic.Pointer[localStore]
+	usesLocal bool // some rule may fail local and the backend is remote
+	localMu   sync.Mutex
+	scratch   sync.Pool // *localScratch
+	errLog    sampler   // isolated backend errors while healthy
+	shadow    []sampler // per rule: "would have rejected" log lines
+	counts    []ruleCounts
+	warning   string // configuration weaker than it reads (health warning)
+	closers   []io.Closer
+	once      sync.Once
 
 	unenforcedAtDegrade counter
 }
@@ -129,17 +133,11 @@ func (l *Limiter) initFailover() error {
 			usesLocal = true
 		}
 	}
+	if c, ok := l.backend.(io.Closer); ok && l.cfg.backend == nil {
+		f.closers = append(f.closers, c) // the default store New made
+	}
 	if usesLocal && l.remote {
-		st := l.cfg.localStore
-		if st == nil {
-			m := memory.New()
-			st = m
-			if c, ok := backend.Backend(m).(io.Closer); ok {
-				f.closers = append(f.closers, c)
-			}
-		}
-		f.local = st
-		f.into, _ = st.(backend.DecideIntoer)
+		f.usesLocal = true
 		n := len(l.rules)
 		f.scratch.New = func() any {
 			return &localScratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n)}
@@ -155,12 +153,47 @@ func (l *Limiter) initFailover() error {
 	return nil
 }
 
-// Close releases what the limiter started (the in-process store of
-// FailLocal). It does not close a backend passed with [WithBackend]: its
-// owner does. Close is idempotent; the limiter must not be used after it.
+// localMaxKeys bounds FailLocal's store: it holds only an outage's keys.
+const localMaxKeys = 1 << 18
+
+type localStore struct {
+	b    backend.Backend
+	into backend.DecideIntoer
+}
+
+// localStore returns FailLocal's store, creating it on first use.
+func (l *Limiter) localStore() *localStore {
+	f := l.fo
+	if ls := f.local.Load(); ls != nil {
+		return ls
+	}
+	f.localMu.Lock()
+	defer f.localMu.Unlock()
+	if ls := f.local.Load(); ls != nil {
+		return ls
+	}
+	b := l.cfg.localStore
+	if b == nil {
+		// No janitor: nothing to stop, and the key bound (which sweeps
+		// under pressure) keeps an outage's keys in check.
+		m := memory.New(memory.WithSweepInterval(0), memory.WithMaxKeys(localMaxKeys))
+		f.closers = append(f.closers, m)
+		b = m
+	}
+	ls := &localStore{b: b}
+	ls.into, _ = b.(backend.DecideIntoer)
+	f.local.Store(ls)
+	return ls
+}
+
+// Close releases what the limiter started: the default memory store (its
+// janitor goroutine) and FailLocal's store. It does not close a backend
+// passed with [WithBackend]: its owner does. Close is idempotent; the limiter must not be used after it.
 func (l *Limiter) Close() error {
 	var err error
 	l.fo.once.Do(func() {
+		l.fo.localMu.Lock()
+		defer l.fo.localMu.Unlock()
 		for _, c := range l.fo.closers {
 			err = errors.Join(err, c.Close())
 		}
@@ -318,7 +351,8 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 	out := st.results[:len(st.reqs)]
 	var sc *localScratch
 	if local > 0 {
-		if l.fo.local == nil {
+		if !l.fo.usesLocal {
+			// An in-process backend failed: there is nothing more local.
 			return nil, &UnavailableError{Rule: d.Results[0].Rule.Name, Err: cause}
 		}
 		sc = l.fo.scratch.Get().(*localScratch)
@@ -340,11 +374,11 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 	if local > 0 {
 		lo := sc.out[:len(sc.reqs)]
 		var err error
-		if l.fo.into != nil {
-			err = l.fo.into.DecideInto(ctx, sc.reqs, lo)
+		if ls := l.localStore(); ls.into != nil {
+			err = ls.into.DecideInto(ctx, sc.reqs, lo)
 		} else {
 			var res []backend.Result
-			if res, err = l.fo.local.Decide(ctx, sc.reqs); err == nil && len(res) != len(lo) {
+			if res, err = ls.b.Decide(ctx, sc.reqs); err == nil && len(res) != len(lo) {
 				err = errResultCount
 			}
 			copy(lo, res)

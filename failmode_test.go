@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"go.uber.org/goleak"
 )
 
 // fakeClock is a clock that moves only when told to.
@@ -412,5 +413,44 @@ func TestFailureOptionsAreValidated(t *testing.T) {
 		if _, err := New(ok, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("err = %v, want it to mention %q", err, tc.want)
 		}
+	}
+}
+
+// FailLocal on the real memory store: while the backend is down the rule
+// still holds, at its share.
+func TestFailLocalOnTheMemoryStore(t *testing.T) {
+	for _, alg := range []backend.Algorithm{GCRA, SlidingLog, SlidingWindow, FixedWindow} {
+		l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 4, Period: time.Hour, Algorithm: alg}},
+			WithBackend(&flaky{err: errDown}), WithLocalShare(0.5), WithLogger(slog.New(&logRecorder{})))
+		h := l.Handler(okHandler)
+		want := []int{200, 200, 429, 429}
+		var got []int
+		var last *httptest.ResponseRecorder
+		for range want {
+			last = get(t, h)
+			got = append(got, last.Code)
+		}
+		if !sameInts(got, want) {
+			t.Errorf("%v: statuses = %v, want %v", alg, got, want)
+		}
+		if last.Header().Get("Retry-After") == "" || !strings.Contains(last.Header().Get("RateLimit"), `"otp";r=0`) {
+			t.Errorf("%v: local 429 without its state: %v", alg, last.Header())
+		}
+		if err := l.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestCheckPassesOnTheMemoryStore(t *testing.T) {
+	var rules []Rule
+	for i, alg := range []backend.Algorithm{GCRA, SlidingLog, SlidingWindow, FixedWindow} {
+		rules = append(rules, Rule{Name: alg.String() + strings.Repeat("x", i), Key: RemoteAddr, Limit: 5, Period: time.Second, Algorithm: alg})
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	l := MustNew(rules)
+	defer l.Close() // stops the default store's janitor
+	if err := l.Check(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -84,7 +84,7 @@ func withLocalStore(b backend.Backend) Option {
 	}
 }
 
-func statuses(t *testing.T, h http.Handler, n int) []int {
+func codes(t *testing.T, h http.Handler, n int) []int {
 	t.Helper()
 	out := make([]int, n)
 	for i := range out {
@@ -137,7 +137,7 @@ func TestMixedFailModesPerRule(t *testing.T) {
 			l := MustNew(tc.rules, WithBackend(&flaky{err: errDown}), WithFailMode(FailOpen), WithLocalShare(0.5),
 				withLocalStore(local), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
 			defer l.Close()
-			if got := statuses(t, l.Handler(okHandler), len(tc.want)); !sameInts(got, tc.want) {
+			if got := codes(t, l.Handler(okHandler), len(tc.want)); !sameInts(got, tc.want) {
 				t.Errorf("statuses = %v, want %v", got, tc.want)
 			}
 			if got := local.total(); got != tc.wantLocal {
@@ -177,7 +177,7 @@ func TestLocalShare(t *testing.T) {
 	l := MustNew([]Rule{{Name: "r", Key: RemoteAddr, Limit: 9, Period: time.Minute}},
 		WithBackend(&flaky{err: errDown}), WithInstances(3), withLocalStore(local), WithLogger(slog.New(&logRecorder{})))
 	defer l.Close()
-	if got, want := statuses(t, l.Handler(okHandler), 4), []int{200, 200, 200, 429}; !sameInts(got, want) {
+	if got, want := codes(t, l.Handler(okHandler), 4), []int{200, 200, 200, 429}; !sameInts(got, want) {
 		t.Errorf("9 per minute over 3 instances, failing local: %v, want %v", got, want)
 	}
 }
@@ -186,7 +186,7 @@ func TestFailLocalIsTheDefault(t *testing.T) {
 	l := MustNew([]Rule{{Name: "r", Key: RemoteAddr, Limit: 1, Period: time.Minute}},
 		WithBackend(&flaky{err: errDown}), withLocalStore(newCounting()), WithLogger(slog.New(&logRecorder{})))
 	defer l.Close()
-	if got, want := statuses(t, l.Handler(okHandler), 2), []int{200, 429}; !sameInts(got, want) {
+	if got, want := codes(t, l.Handler(okHandler), 2), []int{200, 429}; !sameInts(got, want) {
 		t.Errorf("statuses = %v, want %v", got, want)
 	}
 	if got := l.Health().FailMode; got != "local" {

@@ -93,7 +93,7 @@ func TestRejectedResponseHoldsNoPrefetchedByte(t *testing.T) {
 				w.Header().Set("X-Spy", v)
 				WriteRejection(w, r, d)
 			}
-			l := MustNew(ipRule, WithBackend(tc.be(gate)), WithPrefetch(order), WithRejectHandler(spy), WithTimeout(5*time.Second))
+			l := MustNew(ipRule, WithBackend(tc.be(gate)), WithPrefetch(order), WithRejectHandler(spy), WithTimeout(5*time.Second), WithFailMode(FailClosed))
 			h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				t.Error("a refused request reached the handler")
 			}))
