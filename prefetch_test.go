@@ -120,9 +120,8 @@ func TestPrefetchCancelledOnRejection(t *testing.T) {
 	var workErr error
 	slow := Prefetch("slow", func(ctx context.Context, r *http.Request) (int, error) {
 		close(started)
-		<-ctx.Done()
-		workErr = ctx.Err()
-		return 0, ctx.Err()
+		workErr = waitForCancel(ctx)
+		return 0, workErr
 	})
 	be := &gated{gate: started, scripted: scripted{answers: rejectIP}}
 	l := MustNew(ipRule, WithBackend(be), WithPrefetch(slow), WithTimeout(5*time.Second))
@@ -142,9 +141,8 @@ func TestPrefetchStoppedWhenHandlerReturns(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	var workErr error
 	slow := Prefetch("slow", func(ctx context.Context, r *http.Request) (int, error) {
-		<-ctx.Done()
-		workErr = ctx.Err()
-		return 0, ctx.Err()
+		workErr = waitForCancel(ctx)
+		return 0, workErr
 	})
 	l := MustNew(ipRule, WithBackend(&scripted{}), WithPrefetch(slow))
 	w := serve(t, l.Handler(okHandler), httptest.NewRequest("GET", "/", nil))
@@ -242,6 +240,20 @@ func TestWithPrefetchRejectsBadHandles(t *testing.T) {
 		if _, err := New(ipRule, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// waitForCancel returns ctx's error once it is done, or an error of its own
+// if nobody cancels it within a few seconds, so that a broken cancellation
+// fails the test instead of hanging it.
+func waitForCancel(ctx context.Context) error {
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errors.New("the work's context was never cancelled")
 	}
 }
 
