@@ -58,6 +58,16 @@ func addCount(n, c int64) int64 {
 	return n + c
 }
 
+// windowStart is the start of the aligned window of length P holding now
+// (floored, so that times before 1970 from a test clock work too).
+func windowStart(now, P int64) int64 {
+	m := now % P
+	if m < 0 {
+		m += P
+	}
+	return now - m
+}
+
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
@@ -112,7 +122,7 @@ func windowExpiry(w *window) int64 { return w.exp }
 // the key is full again.
 func fixedStep(r *backend.Request, now int64, st window) (window, backend.Result, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
-	ws := now - now%P
+	ws := windowStart(now, P)
 	end := ws + P
 	var count int64
 	if st.start == ws {
@@ -143,7 +153,7 @@ func fixedStep(r *backend.Request, now int64, st window) (window, backend.Result
 // with both counts zero means the key is full again.
 func slidingStep(r *backend.Request, now int64, st window) (window, backend.Result, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
-	ws := now - now%P
+	ws := windowStart(now, P)
 	var prev, cur int64
 	switch st.start {
 	case ws:

@@ -14,6 +14,7 @@ type pending struct {
 	last  bool  // no later request on the same key: this one writes
 	dirty bool  // this request or an earlier one on its key changes state
 	ok    bool  // admitted when evaluated
+	idx   int   // the key's slot when loaded, -1 if absent
 
 	tat int64
 	win window
@@ -50,7 +51,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		r, p := &reqs[i], &pend[i]
 		if p.dup >= 0 {
 			q := &pend[p.dup]
-			p.tat, p.win, p.log, p.dirty = q.tat, q.win, q.log, q.dirty
+			p.tat, p.win, p.log, p.dirty, p.idx = q.tat, q.win, q.log, q.dirty, q.idx
 		} else {
 			s.load(&s.shards[p.shard], r, p, now)
 		}
@@ -74,9 +75,15 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 			s.step(&peek, &p, now, &results[i])
 		}
 	} else {
+		// Slots found while loading stay valid until a write inserts or
+		// deletes a key; after that, keys are looked up again.
+		moved := false
 		for i := range reqs {
 			if p := &pend[i]; p.last && p.dirty {
-				s.store(&s.shards[p.shard], &reqs[i], p, now)
+				if moved {
+					p.idx = -2
+				}
+				moved = s.store(&s.shards[p.shard], &reqs[i], p, now) || moved
 			}
 		}
 	}
@@ -105,17 +112,17 @@ func insertSorted(ids []uint32, id uint32) []uint32 {
 func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 	switch r.Algorithm {
 	case backend.GCRA:
-		if i := sh.gcra.find(p.h); i >= 0 {
-			p.tat = sh.gcra.slots[i].v
+		if p.idx = sh.gcra.find(p.h); p.idx >= 0 {
+			p.tat = sh.gcra.slots[p.idx].v
 		}
 	case backend.FixedWindow, backend.SlidingWindow:
-		if i := sh.windows.find(p.h); i >= 0 {
-			p.win = sh.windows.slots[i].v
+		if p.idx = sh.windows.find(p.h); p.idx >= 0 {
+			p.win = sh.windows.slots[p.idx].v
 		}
 	case backend.SlidingLog:
 		var st logState
-		if i := sh.logs.find(p.h); i >= 0 {
-			st = sh.logs.slots[i].v
+		if p.idx = sh.logs.find(p.h); p.idx >= 0 {
+			st = sh.logs.slots[p.idx].v
 		}
 		p.log = newLogView(&st, now, micros(r.Period))
 	}
@@ -137,26 +144,26 @@ func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Res
 	return ok
 }
 
-// store writes p's state for its key, looking the key up again: earlier
-// writes of the same call may have moved it.
-func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) {
+// store writes p's state for its key at slot p.idx, or wherever it is now
+// when p.idx is -2. It reports whether it inserted or deleted a key (which
+// moves other keys' slots).
+func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) bool {
 	switch r.Algorithm {
 	case backend.GCRA:
-		i := sh.gcra.find(p.h)
-		switch {
-		case p.tat > now && i >= 0:
-			sh.gcra.slots[i].v = p.tat
-			sh.minExp = min(sh.minExp, p.tat)
-		case p.tat > now:
-			s.makeRoom(sh, p.h, now)
-			sh.gcra.insert(p.h, p.tat)
-			sh.minExp = min(sh.minExp, p.tat)
-		case i >= 0:
-			sh.gcra.deleteAt(i)
+		if p.idx == -2 {
+			p.idx = sh.gcra.find(p.h)
 		}
+		return s.putGCRA(sh, p.h, p.idx, p.tat, now)
 	case backend.FixedWindow, backend.SlidingWindow:
-		s.putWindow(sh, p.h, sh.windows.find(p.h), p.win, now)
+		if p.idx == -2 {
+			p.idx = sh.windows.find(p.h)
+		}
+		return s.putWindow(sh, p.h, p.idx, p.win, now)
 	case backend.SlidingLog:
-		s.putLog(sh, p.h, sh.logs.find(p.h), &p.log, now, micros(r.Period))
+		if p.idx == -2 {
+			p.idx = sh.logs.find(p.h)
+		}
+		return s.putLog(sh, p.h, p.idx, &p.log, now, micros(r.Period))
 	}
+	return false
 }

@@ -216,9 +216,9 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 		}
 	}
 	switch n := len(reqs); {
-	case n == 0:
 	case n == 1:
 		s.decideOne(&reqs[0], &results[0])
+	case n == 0:
 	case n <= smallCall:
 		var buf [smallCall]pending
 		s.decideMany(reqs, results, buf[:n])
@@ -264,17 +264,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		nt, res, ok := gcraStep(r, now, tat)
 		*out = res
 		if ok && r.Cost != 0 {
-			switch {
-			case nt > now && i >= 0:
-				sh.gcra.slots[i].v = nt
-				sh.minExp = min(sh.minExp, nt)
-			case nt > now:
-				s.makeRoom(sh, h, now)
-				sh.gcra.insert(h, nt)
-				sh.minExp = min(sh.minExp, nt)
-			case i >= 0:
-				sh.gcra.deleteAt(i)
-			}
+			s.putGCRA(sh, h, i, nt, now)
 		}
 	case backend.FixedWindow, backend.SlidingWindow:
 		i := sh.windows.find(h)
@@ -308,37 +298,67 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 	sh.mu.Unlock()
 }
 
-// putWindow stores a window state at slot i (-1: absent), deleting the key
-// when the state is back to full.
-func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) {
+// putGCRA stores a GCRA key's tat at slot i (-1: absent), deleting the key
+// when it is back to full. It reports whether it inserted or deleted.
+func (s *Store) putGCRA(sh *shard, h keyHash, i int, tat, now int64) bool {
 	switch {
-	case (w.a != 0 || w.b != 0) && i >= 0:
+	case tat > now && i >= 0:
+		sh.gcra.slots[i].v = tat
+		sh.minExp = min(sh.minExp, tat)
+		return false
+	case tat > now:
+		s.makeRoom(sh, h, now)
+		sh.gcra.insert(h, tat)
+		sh.minExp = min(sh.minExp, tat)
+	case i >= 0:
+		sh.gcra.deleteAt(i)
+	default:
+		return false
+	}
+	return true
+}
+
+// putWindow stores a window state at slot i (-1: absent), deleting the key
+// when the state is back to full. It reports whether it inserted or deleted.
+func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) bool {
+	live := w.a != 0 || w.b != 0
+	switch {
+	case live && i >= 0:
 		sh.windows.slots[i].v = w
 		sh.minExp = min(sh.minExp, w.exp)
-	case w.a != 0 || w.b != 0:
+		return false
+	case live:
 		s.makeRoom(sh, h, now)
 		sh.windows.insert(h, w)
 		sh.minExp = min(sh.minExp, w.exp)
 	case i >= 0:
 		sh.windows.deleteAt(i)
+	default:
+		return false
 	}
+	return true
 }
 
-// putLog commits a log view for the key at slot i (-1: absent).
-func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) {
+// putLog commits a log view for the key at slot i (-1: absent). It reports
+// whether it inserted or deleted.
+func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) bool {
 	var st logState
 	live := v.commit(&st, now, P)
 	switch {
 	case live && i >= 0:
 		sh.logs.slots[i].v = st
 		sh.minExp = min(sh.minExp, st.exp)
+		return false
 	case live:
 		s.makeRoom(sh, h, now)
 		sh.logs.insert(h, st)
 		sh.minExp = min(sh.minExp, st.exp)
 	case i >= 0:
 		sh.logs.deleteAt(i)
+	default:
+		return false
 	}
+	return true
 }
 
 // evictionSample is how many keys of each table a full shard compares
