@@ -75,7 +75,7 @@ func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 // gcraStep decides r on a GCRA key whose theoretical arrival time is tat
 // (a tat at or before now means a full bucket). It returns the tat to
 // store; a returned tat at or before now means the key is full again.
-func gcraStep(r *backend.Request, now, tat int64) (int64, backend.Result, bool) {
+func gcraStep(r *backend.Request, now, tat int64, res *backend.Result) (int64, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
 	B := r.Burst
 	if B == 0 {
@@ -84,7 +84,7 @@ func gcraStep(r *backend.Request, now, tat int64) (int64, backend.Result, bool) 
 	T := (P + L - 1) / L
 	tau := mulSat(T, B)
 	t0 := max(tat, now)
-	res := backend.Result{Allowed: true, Limit: L}
+	*res = backend.Result{Allowed: true, Limit: L}
 	var nt int64
 	switch {
 	case c > 0:
@@ -97,7 +97,7 @@ func gcraStep(r *backend.Request, now, tat int64) (int64, backend.Result, bool) 
 			}
 			res.Remaining = max(0, (tau-(t0-now))/T)
 			res.ResetAfter = dur(t0 - now)
-			return tat, res, false
+			return tat, false
 		}
 	case c == 0:
 		nt = t0
@@ -106,7 +106,7 @@ func gcraStep(r *backend.Request, now, tat int64) (int64, backend.Result, bool) 
 	}
 	res.Remaining = max(0, (tau-(nt-now))/T)
 	res.ResetAfter = dur(nt - now)
-	return nt, res, true
+	return nt, true
 }
 
 // window is the state of a fixed window (a = count) or of a sliding window
@@ -120,7 +120,7 @@ func windowExpiry(w *window) int64 { return w.exp }
 
 // fixedStep decides r on a fixed-window key. A returned count of zero means
 // the key is full again.
-func fixedStep(r *backend.Request, now int64, st window) (window, backend.Result, bool) {
+func fixedStep(r *backend.Request, now int64, st window, res *backend.Result) (window, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
 	ws := windowStart(now, P)
 	end := ws + P
@@ -128,7 +128,7 @@ func fixedStep(r *backend.Request, now int64, st window) (window, backend.Result
 	if st.start == ws {
 		count = st.a
 	}
-	res := backend.Result{Allowed: true, Limit: L}
+	*res = backend.Result{Allowed: true, Limit: L}
 	if c > 0 && !r.Force && c > L-count {
 		res.Allowed = false
 		res.RetryAfter = dur(end - now)
@@ -139,19 +139,19 @@ func fixedStep(r *backend.Request, now int64, st window) (window, backend.Result
 		if count > 0 {
 			res.ResetAfter = dur(end - now)
 		}
-		return st, res, false
+		return st, false
 	}
 	count = addCount(count, c)
 	res.Remaining = max(0, L-count)
 	if count > 0 {
 		res.ResetAfter = dur(end - now)
 	}
-	return window{start: ws, exp: end, a: count}, res, true
+	return window{start: ws, exp: end, a: count}, true
 }
 
 // slidingStep decides r on a sliding-window-counter key. A returned state
 // with both counts zero means the key is full again.
-func slidingStep(r *backend.Request, now int64, st window) (window, backend.Result, bool) {
+func slidingStep(r *backend.Request, now int64, st window, res *backend.Result) (window, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
 	ws := windowStart(now, P)
 	var prev, cur int64
@@ -164,7 +164,7 @@ func slidingStep(r *backend.Request, now int64, st window) (window, backend.Resu
 	rem := ws + P - now
 	Pm := P / 1000
 	w := rem / 1000 * million / Pm
-	res := backend.Result{Allowed: true, Limit: L}
+	*res = backend.Result{Allowed: true, Limit: L}
 	if c > 0 && !r.Force && (c > L || prev*w+(cur+c)*million > L*million) {
 		res.Allowed = false
 		switch {
@@ -183,16 +183,16 @@ func slidingStep(r *backend.Request, now int64, st window) (window, backend.Resu
 				res.RetryAfter = dur(rem + P - ((R+1)*1000 - 1))
 			}
 		}
-		slidingAfter(&res, L, P, rem, prev, cur, w)
-		return st, res, false
+		slidingAfter(res, L, P, rem, prev, cur, w)
+		return st, false
 	}
 	cur = addCount(cur, c)
-	slidingAfter(&res, L, P, rem, prev, cur, w)
+	slidingAfter(res, L, P, rem, prev, cur, w)
 	next := window{start: ws, exp: ws + P, a: prev, b: cur}
 	if cur > 0 {
 		next.exp = ws + 2*P
 	}
-	return next, res, true
+	return next, true
 }
 
 func slidingAfter(res *backend.Result, L, P, rem, prev, cur, w int64) {
@@ -264,10 +264,10 @@ func (v *logView) newest(now int64) int64 {
 }
 
 // logStep decides r on a sliding log, updating the view.
-func logStep(r *backend.Request, now int64, v *logView) (backend.Result, bool) {
+func logStep(r *backend.Request, now int64, v *logView, res *backend.Result) bool {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
 	k := v.count()
-	res := backend.Result{Allowed: true, Limit: L}
+	*res = backend.Result{Allowed: true, Limit: L}
 	if c > 0 && !r.Force && c > L-k {
 		res.Allowed = false
 		if c > L {
@@ -275,8 +275,8 @@ func logStep(r *backend.Request, now int64, v *logView) (backend.Result, bool) {
 		} else {
 			res.RetryAfter = dur(v.unit(k+c-L-1, now) + P - now)
 		}
-		logAfter(&res, L, P, now, k, v)
-		return res, false
+		logAfter(res, L, P, now, k, v)
+		return false
 	}
 	switch {
 	case c > 0:
@@ -290,8 +290,8 @@ func logStep(r *backend.Request, now int64, v *logView) (backend.Result, bool) {
 			v.add = 0
 		}
 	}
-	logAfter(&res, L, P, now, v.count(), v)
-	return res, true
+	logAfter(res, L, P, now, v.count(), v)
+	return true
 }
 
 func logAfter(res *backend.Result, L, P, now, k int64, v *logView) {

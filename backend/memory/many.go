@@ -133,13 +133,13 @@ func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Res
 	var ok bool
 	switch r.Algorithm {
 	case backend.GCRA:
-		p.tat, *out, ok = gcraStep(r, now, p.tat)
+		p.tat, ok = gcraStep(r, now, p.tat, out)
 	case backend.FixedWindow:
-		p.win, *out, ok = fixedStep(r, now, p.win)
+		p.win, ok = fixedStep(r, now, p.win, out)
 	case backend.SlidingWindow:
-		p.win, *out, ok = slidingStep(r, now, p.win)
+		p.win, ok = slidingStep(r, now, p.win, out)
 	case backend.SlidingLog:
-		*out, ok = logStep(r, now, &p.log)
+		ok = logStep(r, now, &p.log, out)
 	}
 	return ok
 }

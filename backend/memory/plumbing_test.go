@@ -33,15 +33,15 @@ func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
 		var ok bool
 		switch r.Algorithm {
 		case backend.GCRA:
-			gcra[r.Key], res[i], ok = gcraStep(r, now, gcra[r.Key])
+			gcra[r.Key], ok = gcraStep(r, now, gcra[r.Key], &res[i])
 		case backend.FixedWindow:
-			win[r.Key], res[i], ok = fixedStep(r, now, win[r.Key])
+			win[r.Key], ok = fixedStep(r, now, win[r.Key], &res[i])
 		case backend.SlidingWindow:
-			win[r.Key], res[i], ok = slidingStep(r, now, win[r.Key])
+			win[r.Key], ok = slidingStep(r, now, win[r.Key], &res[i])
 		case backend.SlidingLog:
 			st := logState{runs: logs[r.Key]}
 			v := newLogView(&st, now, micros(r.Period))
-			res[i], ok = logStep(r, now, &v)
+			ok = logStep(r, now, &v, &res[i])
 			if ok {
 				v.commit(&st, now, micros(r.Period))
 				logs[r.Key] = st.runs

@@ -261,8 +261,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		if i >= 0 {
 			tat = sh.gcra.slots[i].v
 		}
-		nt, res, ok := gcraStep(r, now, tat)
-		*out = res
+		nt, ok := gcraStep(r, now, tat, out)
 		if ok && r.Cost != 0 {
 			s.putGCRA(sh, h, i, nt, now)
 		}
@@ -275,9 +274,9 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		var next window
 		var ok bool
 		if r.Algorithm == backend.FixedWindow {
-			next, *out, ok = fixedStep(r, now, st)
+			next, ok = fixedStep(r, now, st, out)
 		} else {
-			next, *out, ok = slidingStep(r, now, st)
+			next, ok = slidingStep(r, now, st, out)
 		}
 		if ok && r.Cost != 0 {
 			s.putWindow(sh, h, i, next, now)
@@ -289,8 +288,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 			st = sh.logs.slots[i].v
 		}
 		v := newLogView(&st, now, micros(r.Period))
-		res, ok := logStep(r, now, &v)
-		*out = res
+		ok := logStep(r, now, &v, out)
 		if ok && r.Cost != 0 {
 			s.putLog(sh, h, i, &v, now, micros(r.Period))
 		}
