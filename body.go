@@ -1,0 +1,388 @@
+package ceiling
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// DefaultBodyLimit is how many bytes of a request body [BodyField] and
+// [FormField] read unless [BodyLimit] says otherwise.
+const DefaultBodyLimit = 64 << 10
+
+// BodyField returns a [KeyFunc] that keys by a field of a JSON request body:
+// "phone", or "user.id" for {"user": {"id": ...}}. It is how an OTP endpoint
+// limits by the destination phone number, which the client names in the body.
+//
+// The body is read once per request, however many rules use it, up to the
+// limit (see [BodyLimit]); a longer body is an error wrapping
+// [ErrBodyTooLarge] (413). It is parsed once, and the handler afterwards reads
+// exactly the bytes the client sent: r.Body is replaced by a reader over
+// them. Key functions run one after another, so this needs no lock; a body
+// that is never asked for is never touched.
+//
+// The body is parsed as JSON whatever its Content-Type, as handlers decoding
+// it do. Malformed JSON is a 400. So is a field that appears twice on the
+// path, or in two letter cases ("phone" and "Phone"): encoding/json matches
+// struct fields case-insensitively and keeps the last duplicate, other
+// parsers keep the first, and a limiter that read another copy than the
+// handler would limit the wrong phone number. A missing field, null or an
+// empty string yields [ErrNoKey]; a string, number or boolean is the key; an
+// object or array is a 400. A dot always separates names, so a name holding
+// a dot cannot be addressed.
+//
+// BodyField returns an error for an empty path or segment; use
+// [MustBodyField] for literals. The KeyFunc is safe for simultaneous use on
+// different requests.
+func BodyField(path string, opts ...BodyOption) (KeyFunc, error) {
+	if path == "" {
+		return nil, errors.New("ceiling: BodyField: empty path")
+	}
+	segs := strings.Split(path, ".")
+	for _, s := range segs {
+		if s == "" {
+			return nil, fmt.Errorf("ceiling: BodyField(%q): empty name in path", path)
+		}
+	}
+	b := bodyKey{limit: DefaultBodyLimit}
+	if err := b.apply("BodyField", path, opts); err != nil {
+		return nil, err
+	}
+	return func(r *http.Request) (string, error) {
+		cb, err := bodyOf(r, b.limit)
+		if err != nil {
+			return "", err
+		}
+		root, err := cb.jsonTree()
+		if err != nil {
+			return "", err
+		}
+		return root.lookup(path, segs)
+	}, nil
+}
+
+// MustBodyField is like [BodyField] but panics on a configuration error.
+func MustBodyField(path string, opts ...BodyOption) KeyFunc {
+	k, err := BodyField(path, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// FormField returns a [KeyFunc] that keys by a form field, as
+// [http.Request.FormValue] would see it: URL-encoded bodies (whatever the
+// Content-Type says, unless it is multipart/form-data) and multipart forms
+// (files are ignored), together with the URL's query parameters, because
+// FormValue falls back to them. The body is read and parsed once per
+// request, bounded like [BodyField]'s, and left intact for the handler. A
+// missing or empty field yields [ErrNoKey]; copies with different values (in
+// the body, or the body and the query) or a malformed body are a 400.
+// FormField returns an error for an empty name; use [MustFormField] for
+// literals.
+func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
+	if name == "" {
+		return nil, errors.New("ceiling: FormField: empty name")
+	}
+	b := bodyKey{limit: DefaultBodyLimit}
+	if err := b.apply("FormField", name, opts); err != nil {
+		return nil, err
+	}
+	return func(r *http.Request) (string, error) {
+		cb, err := bodyOf(r, b.limit)
+		if err != nil {
+			return "", err
+		}
+		form, err := cb.formValues(r)
+		if err != nil {
+			return "", err
+		}
+		vs := form[name]
+		if r.URL != nil && r.URL.RawQuery != "" {
+			q, err := url.ParseQuery(r.URL.RawQuery)
+			if err != nil {
+				return "", fmt.Errorf("query: %w", err)
+			}
+			vs = append(vs[:len(vs):len(vs)], q[name]...)
+		}
+		return single(vs, "form field "+name)
+	}, nil
+}
+
+// MustFormField is like [FormField] but panics on a configuration error.
+func MustFormField(name string, opts ...BodyOption) KeyFunc {
+	k, err := FormField(name, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
+// A BodyOption configures [BodyField] and [FormField].
+type BodyOption func(*bodyKey) error
+
+// BodyLimit sets how many bytes of the body may be read (default
+// [DefaultBodyLimit]). When rules with different limits read one body, each
+// applies its own.
+func BodyLimit(n int64) BodyOption {
+	return func(b *bodyKey) error {
+		if n <= 0 {
+			return fmt.Errorf("BodyLimit(%d): must be positive", n)
+		}
+		b.limit = n
+		return nil
+	}
+}
+
+type bodyKey struct{ limit int64 }
+
+func (b *bodyKey) apply(fn, arg string, opts []BodyOption) error {
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("ceiling: %s(%q): nil option", fn, arg)
+		}
+		if err := o(b); err != nil {
+			return fmt.Errorf("ceiling: %s(%q): %w", fn, arg, err)
+		}
+	}
+	return nil
+}
+
+// cachedBody replaces r.Body once a key function has read it: the handler
+// reads the same bytes, followed by whatever was not read.
+type cachedBody struct {
+	buf  []byte
+	off  int           // the handler's read position in buf
+	rest io.ReadCloser // the original body
+	done bool          // rest is exhausted: buf is the whole body
+	err  error         // the error that stopped reading, if not EOF
+
+	parsedJSON bool
+	tree       *jvalue
+	jsonErr    error
+
+	parsedForm bool
+	form       url.Values
+	formErr    error
+}
+
+func (c *cachedBody) Read(p []byte) (int, error) {
+	if c.off < len(c.buf) {
+		n := copy(p, c.buf[c.off:])
+		c.off += n
+		return n, nil
+	}
+	if c.err != nil {
+		return 0, c.err
+	}
+	if c.done {
+		return 0, io.EOF
+	}
+	return c.rest.Read(p)
+}
+
+func (c *cachedBody) Close() error { return c.rest.Close() }
+
+// bodyOf returns r's body read up to limit bytes, reading (more of) it only
+// the first time a rule needs it.
+func bodyOf(r *http.Request, limit int64) (*cachedBody, error) {
+	cb, ok := r.Body.(*cachedBody)
+	if !ok {
+		if r.ContentLength > limit {
+			return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBodyTooLarge, r.ContentLength, limit)
+		}
+		rest := r.Body
+		if rest == nil {
+			rest = http.NoBody
+		}
+		cb = &cachedBody{rest: rest}
+		r.Body = cb
+	}
+	if !cb.done && cb.err == nil && int64(len(cb.buf)) <= limit {
+		want := limit + 1 - int64(len(cb.buf))
+		more, err := io.ReadAll(io.LimitReader(cb.rest, want))
+		cb.buf = append(cb.buf, more...)
+		switch {
+		case err != nil:
+			cb.err = err
+		case int64(len(more)) < want:
+			cb.done = true
+		}
+	}
+	if int64(len(cb.buf)) > limit {
+		return nil, fmt.Errorf("%w: limit %d bytes", ErrBodyTooLarge, limit)
+	}
+	if cb.err != nil {
+		return nil, fmt.Errorf("reading body: %w", cb.err)
+	}
+	return cb, nil
+}
+
+// maxJSONDepth matches encoding/json's nesting limit, so that the limiter
+// refuses no body the handler could decode, and deep nesting cannot exhaust
+// the stack.
+const maxJSONDepth = 10000
+
+// jvalue is a parsed JSON value that keeps object members in order, with
+// duplicates, so that ambiguous bodies can be told apart.
+type jvalue struct {
+	kind    byte // 's'tring, 'n'umber, 'b'oolean, 'z' null, 'o'bject, 'a'rray
+	text    string
+	names   []string
+	members []*jvalue
+}
+
+func (c *cachedBody) jsonTree() (*jvalue, error) {
+	if !c.parsedJSON {
+		c.parsedJSON = true
+		c.tree, c.jsonErr = parseJSON(c.buf)
+	}
+	return c.tree, c.jsonErr
+}
+
+// parseJSON parses one JSON value; an empty body is nil.
+func parseJSON(b []byte) (*jvalue, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	v, err := parseValue(dec, 0)
+	if err != nil {
+		return nil, fmt.Errorf("body is not valid JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("body is not valid JSON: data after the value")
+	}
+	return v, nil
+}
+
+func parseValue(dec *json.Decoder, depth int) (*jvalue, error) {
+	if depth > maxJSONDepth {
+		return nil, errors.New("nested too deeply")
+	}
+	tok, err := dec.Token()
+	if err == io.EOF {
+		return nil, io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		v := &jvalue{kind: 'a'}
+		if t == '{' {
+			v.kind = 'o'
+		}
+		for dec.More() {
+			if v.kind == 'o' {
+				nt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				name, _ := nt.(string)
+				v.names = append(v.names, name)
+			}
+			m, err := parseValue(dec, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			if v.kind == 'o' {
+				v.members = append(v.members, m)
+			}
+		}
+		if _, err := dec.Token(); err != nil { // the closing delimiter
+			return nil, err
+		}
+		return v, nil
+	case string:
+		return &jvalue{kind: 's', text: t}, nil
+	case json.Number:
+		return &jvalue{kind: 'n', text: string(t)}, nil
+	case bool:
+		if t {
+			return &jvalue{kind: 'b', text: "true"}, nil
+		}
+		return &jvalue{kind: 'b', text: "false"}, nil
+	default:
+		return &jvalue{kind: 'z'}, nil
+	}
+}
+
+// lookup follows the path from v, refusing names that appear twice in any
+// letter case.
+func (v *jvalue) lookup(path string, segs []string) (string, error) {
+	for _, seg := range segs {
+		if v == nil || v.kind != 'o' {
+			return "", ErrNoKey
+		}
+		var next *jvalue
+		for i, name := range v.names {
+			if !strings.EqualFold(name, seg) {
+				continue
+			}
+			if next != nil {
+				return "", fmt.Errorf("body field %q appears more than once", path)
+			}
+			next = v.members[i]
+		}
+		v = next
+	}
+	switch {
+	case v == nil || v.kind == 'z' || v.kind == 's' && v.text == "":
+		return "", ErrNoKey
+	case v.kind == 'o' || v.kind == 'a':
+		return "", fmt.Errorf("body field %q is not a string, number or boolean", path)
+	}
+	return v.text, nil
+}
+
+func (c *cachedBody) formValues(r *http.Request) (url.Values, error) {
+	if !c.parsedForm {
+		c.parsedForm = true
+		c.form, c.formErr = parseForm(r.Header.Get("Content-Type"), c.buf)
+	}
+	return c.form, c.formErr
+}
+
+func parseForm(contentType string, b []byte) (url.Values, error) {
+	mt, params, _ := mime.ParseMediaType(contentType)
+	if mt != "multipart/form-data" {
+		vs, err := url.ParseQuery(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("form body: %w", err)
+		}
+		return vs, nil
+	}
+	boundary := params["boundary"]
+	if boundary == "" {
+		return nil, errors.New("multipart form without a boundary")
+	}
+	vs := url.Values{}
+	mr := multipart.NewReader(bytes.NewReader(b), boundary)
+	for {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return vs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("multipart form: %w", err)
+		}
+		name := p.FormName()
+		if name == "" || p.FileName() != "" {
+			continue
+		}
+		v, err := io.ReadAll(p)
+		if err != nil {
+			return nil, fmt.Errorf("multipart form: %w", err)
+		}
+		vs[name] = append(vs[name], string(v))
+	}
+}

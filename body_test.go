@@ -1,0 +1,278 @@
+package ceiling
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// countingBody is a request body that counts the bytes read from it and how
+// often it was read past its end.
+type countingBody struct {
+	r      io.Reader
+	n      int
+	eofs   int
+	closed bool
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	if err == io.EOF {
+		c.eofs++
+	}
+	return n, err
+}
+
+func (c *countingBody) Close() error { c.closed = true; return nil }
+
+func bodyRequest(contentType, body string) *http.Request {
+	r := httptest.NewRequest("POST", "/otp", strings.NewReader(body))
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	return r
+}
+
+func TestBodyFieldJSON(t *testing.T) {
+	for _, tc := range []struct {
+		path, body string
+		want       string
+		err        error
+	}{
+		{"phone", `{"phone": "+254700000000"}`, "+254700000000", nil},
+		{"user.id", `{"user": {"id": 42, "name": "x"}, "id": 7}`, "42", nil},
+		{"user.id", `{"user": {"id": 4.2e1}}`, "4.2e1", nil},
+		{"ok", `{"ok": true}`, "true", nil},
+		{"phone", `{"PHONE": "+1"}`, "+1", nil}, // encoding/json would fill a Phone field from it
+		{"phone", `{"to": "+1"}`, "", ErrNoKey},
+		{"phone", `{"phone": null}`, "", ErrNoKey},
+		{"phone", `{"phone": ""}`, "", ErrNoKey},
+		{"phone", ``, "", ErrNoKey},
+		{"phone", "  \n", "", ErrNoKey},
+		{"phone", `["phone"]`, "", ErrNoKey},
+		{"user.id", `{"user": "bob"}`, "", ErrNoKey},
+		{"phone", `{"phone": "+1", "phone": "+2"}`, "", errBad},
+		{"phone", `{"phone": "+1", "Phone": "+2"}`, "", errBad},
+		{"user.id", `{"user": {"id": 1}, "User": {"x": 1}}`, "", errBad},
+		{"phone", `{"phone": {"n": "+1"}}`, "", errBad},
+		{"phone", `{"phone": ["+1"]}`, "", errBad},
+		{"phone", `{"phone": "+1"`, "", errBad},
+		{"phone", `{"phone": "+1"} {"phone": "+2"}`, "", errBad},
+		{"phone", `{"phone": +1}`, "", errBad},
+		{"phone", `{phone: "+1"}`, "", errBad},
+	} {
+		got, err := MustBodyField(tc.path)(bodyRequest("application/json", tc.body))
+		checkKey(t, tc.path+" in "+tc.body, got, err, tc.want, tc.err)
+	}
+}
+
+func TestBodyFieldIgnoresContentType(t *testing.T) {
+	// A handler decoding JSON does not look at Content-Type; neither may the
+	// limiter, or a text/plain request would skip the phone rule.
+	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded"} {
+		if got := mustKey(t, MustBodyField("phone"), bodyRequest(ct, `{"phone":"+1"}`)); got != "+1" {
+			t.Errorf("Content-Type %q: key %q", ct, got)
+		}
+	}
+}
+
+// Two rules read one body: it is read from the client once, parsed once,
+// and the handler reads exactly the bytes that were sent.
+func TestBodyIsReadOnceAndLeftIntact(t *testing.T) {
+	body := `{"phone": "+254 700 000 000", "user": {"id": "u1"}, "message": "` + strings.Repeat("x", 5000) + `"}`
+	src := &countingBody{r: strings.NewReader(body)}
+	r := httptest.NewRequest("POST", "/otp", nil)
+	r.Body = src
+	var seen []byte
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen, _ = io.ReadAll(r.Body)
+		r.Body.Close()
+	})
+	be := &quota{}
+	h := MustNew([]Rule{
+		{Name: "phone", Key: Normalize(MustBodyField("phone"), Digits), Limit: 3, Period: time.Minute},
+		{Name: "user", Key: MustBodyField("user.id"), Limit: 3, Period: time.Minute},
+		{Name: "ip", Key: RemoteAddr, Limit: 3, Period: time.Minute},
+	}, WithBackend(be)).Handler(handler)
+	if got := statuses(t, h, r); got[0] != 200 {
+		t.Fatalf("status %d", got[0])
+	}
+	if string(seen) != body {
+		t.Errorf("handler read %d bytes, not the %d sent", len(seen), len(body))
+	}
+	if src.n != len(body) || src.eofs != 1 || !src.closed {
+		t.Errorf("client body: %d bytes read, %d reads at EOF, closed %v; want %d, 1, true", src.n, src.eofs, src.closed, len(body))
+	}
+	if got, want := be.calls, 1; got != want {
+		t.Errorf("backend calls %d", got)
+	}
+}
+
+func TestBodyIsParsedOnce(t *testing.T) {
+	r := bodyRequest("application/json", `{"a": "1", "b": "2"}`)
+	mustKey(t, MustBodyField("a"), r)
+	cb := r.Body.(*cachedBody)
+	tree := cb.tree
+	if got := mustKey(t, MustBodyField("b"), r); got != "2" || cb.tree != tree || r.Body != io.ReadCloser(cb) {
+		t.Errorf("second rule re-read or re-parsed the body (key %q)", got)
+	}
+	form := bodyRequest("application/x-www-form-urlencoded", "a=1&b=2")
+	mustKey(t, MustFormField("a"), form)
+	fcb := form.Body.(*cachedBody)
+	values := fcb.form
+	if mustKey(t, MustFormField("b"), form); form.Body.(*cachedBody) != fcb || len(fcb.form) != len(values) {
+		t.Error("second form rule re-parsed")
+	}
+}
+
+// Requests whose rules never ask for the body keep their body untouched.
+func TestBodyUntouchedWhenNoRuleNeedsIt(t *testing.T) {
+	src := &countingBody{r: strings.NewReader(`{"phone":"+1"}`)}
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Body = src
+	var body io.ReadCloser
+	h := MustNew([]Rule{
+		{Name: "ip", Key: RemoteAddr, Limit: 3, Period: time.Minute},
+		{Name: "phone", Key: Skip(func(*http.Request) bool { return true }, MustBodyField("phone")), Limit: 3, Period: time.Minute},
+	}, WithBackend(&quota{})).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { body = r.Body }))
+	statuses(t, h, r)
+	if body != io.ReadCloser(src) || src.n != 0 {
+		t.Errorf("body replaced or read (%d bytes) although no rule needed it", src.n)
+	}
+}
+
+func TestBodyLimits(t *testing.T) {
+	big := `{"phone": "+1", "pad": "` + strings.Repeat("x", 100) + `"}`
+	small, large := MustBodyField("phone", BodyLimit(50)), MustBodyField("phone", BodyLimit(1000))
+
+	// The small rule first: 413 for it, but the large rule reads on, and the
+	// handler still gets every byte.
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Body = io.NopCloser(strings.NewReader(big)) // no Content-Length
+	r.ContentLength = -1
+	if _, err := small(r); !errors.Is(err, ErrBodyTooLarge) {
+		t.Errorf("over the limit: err = %v, want ErrBodyTooLarge", err)
+	}
+	if got := mustKey(t, large, r); got != "+1" {
+		t.Errorf("larger limit: key %q", got)
+	}
+	if all, _ := io.ReadAll(r.Body); string(all) != big {
+		t.Errorf("handler read %q", all)
+	}
+
+	// A declared Content-Length over the limit is refused without reading.
+	src := &countingBody{r: strings.NewReader(big)}
+	r = httptest.NewRequest("POST", "/", nil)
+	r.Body, r.ContentLength = src, int64(len(big))
+	if _, err := small(r); !errors.Is(err, ErrBodyTooLarge) || src.n != 0 {
+		t.Errorf("declared length: err = %v after reading %d bytes", err, src.n)
+	}
+
+	// An http.MaxBytesReader installed earlier keeps its say.
+	r = httptest.NewRequest("POST", "/", nil)
+	r.Body = http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(strings.NewReader(big)), 20)
+	r.ContentLength = -1
+	var mbe *http.MaxBytesError
+	if _, err := large(r); !errors.As(err, &mbe) {
+		t.Errorf("MaxBytesReader: err = %v", err)
+	}
+
+	if _, err := BodyField("phone", BodyLimit(0)); err == nil || !strings.Contains(err.Error(), `ceiling: BodyField("phone"): BodyLimit(0)`) {
+		t.Errorf("BodyLimit(0): err = %v", err)
+	}
+	for _, p := range []string{"", ".", "user.", "a..b"} {
+		if _, err := BodyField(p); err == nil {
+			t.Errorf("BodyField(%q) accepted", p)
+		}
+	}
+}
+
+// Bad bodies are answered before any backend call: 400 for malformed or
+// ambiguous JSON, 413 for a body over the limit, both problem+json.
+func TestBadBodiesAreProblemsBeforeTheBackend(t *testing.T) {
+	be := &scripted{}
+	h := MustNew([]Rule{
+		{Name: "otp:ip", Key: RemoteAddr, Limit: 10, Period: time.Minute},
+		{Name: "otp:to", Key: MustBodyField("to", BodyLimit(64)), Limit: 3, Period: time.Minute},
+	}, WithBackend(be)).Handler(okHandler)
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{
+		{`{"to": "+1"`, 400},
+		{`{"to": "+1", "TO": "+2"}`, 400},
+		{`{"to": "+1", "pad": "` + strings.Repeat("x", 64) + `"}`, 413},
+	} {
+		w := serve(t, h, bodyRequest("application/json", tc.body))
+		var p Problem
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Code != tc.status || p.Status != tc.status ||
+			w.Header().Get("Content-Type") != "application/problem+json" || !strings.Contains(p.Detail, `"otp:to"`) {
+			t.Errorf("%.30s: %d %s", tc.body, w.Code, w.Body)
+		}
+	}
+	if n := be.callCount(); n != 0 {
+		t.Errorf("backend called %d times", n)
+	}
+	if got := serve(t, h, bodyRequest("application/json", `{"to": "+1"}`)).Code; got != 200 || be.callCount() != 1 {
+		t.Errorf("good body: %d, %d calls", got, be.callCount())
+	}
+}
+
+func TestFormField(t *testing.T) {
+	var mp bytes.Buffer
+	mw := multipart.NewWriter(&mp)
+	mw.WriteField("phone", "+254700000000")
+	fw, _ := mw.CreateFormFile("phone", "evil.txt")
+	fw.Write([]byte("+1 999"))
+	mw.Close()
+
+	for _, tc := range []struct {
+		name, ct, target, body string
+		want                   string
+		err                    error
+	}{
+		{"urlencoded", "application/x-www-form-urlencoded", "/otp", "phone=%2B254700000000&x=1", "+254700000000", nil},
+		{"any content type", "text/plain", "/otp", "phone=1", "1", nil},
+		{"multipart, files ignored", mw.FormDataContentType(), "/otp", mp.String(), "+254700000000", nil},
+		{"query, as FormValue falls back to it", "application/x-www-form-urlencoded", "/otp?phone=2", "", "2", nil},
+		{"same in query and body", "application/x-www-form-urlencoded", "/otp?phone=2", "phone=2", "2", nil},
+		{"query and body disagree", "application/x-www-form-urlencoded", "/otp?phone=3", "phone=2", "", errBad},
+		{"repeated in the body", "application/x-www-form-urlencoded", "/otp", "phone=1&phone=2", "", errBad},
+		{"missing", "application/x-www-form-urlencoded", "/otp", "to=1", "", ErrNoKey},
+		{"empty", "application/x-www-form-urlencoded", "/otp", "phone=", "", ErrNoKey},
+		{"malformed", "application/x-www-form-urlencoded", "/otp", "phone=%zz", "", errBad},
+		{"multipart without boundary", "multipart/form-data", "/otp", "phone=1", "", errBad},
+		{"broken multipart", mw.FormDataContentType(), "/otp", "--nope", "", errBad},
+	} {
+		r := httptest.NewRequest("POST", tc.target, strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", tc.ct)
+		got, err := MustFormField("phone")(r)
+		checkKey(t, tc.name, got, err, tc.want, tc.err)
+		if rest, _ := io.ReadAll(r.Body); string(rest) != tc.body {
+			t.Errorf("%s: handler reads %q, want %q", tc.name, rest, tc.body)
+		}
+	}
+}
+
+func BenchmarkBodyField(b *testing.B) {
+	body := `{"phone": "+254700000000", "user": {"id": "u1"}, "message": "hello"}`
+	phone, user := MustBodyField("phone"), MustBodyField("user.id")
+	b.ReportAllocs()
+	for b.Loop() {
+		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
+		if _, err := phone(r); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := user(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
