@@ -57,12 +57,12 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 			sub[g] = append(sub[g], reqs[i])
 		}
 	}
-	replies, errs := s.runPipelined(ctx, keys, sub, nil)
+	replies, errs := s.runPipelined(ctx, keys, sub, nil, true)
 
 	res := make([]backend.Result, len(reqs))
 	rejected := false
 	var firstErr error
-	for g, idx := range groups {
+	for g := range groups {
 		if errs[g] != nil {
 			if firstErr == nil {
 				firstErr = errs[g]
@@ -70,8 +70,17 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 			continue
 		}
 		rejected = rejected || replies[g].rejected
+	}
+	for g, idx := range groups {
+		if errs[g] != nil {
+			continue
+		}
 		for j, i := range idx {
 			res[i] = replies[g].results[j]
+			if rejected {
+				// Nothing of the call stays consumed: report as a peek would.
+				res[i] = replies[g].peeks[j]
+			}
 		}
 	}
 	if rejected || firstErr != nil {
@@ -120,12 +129,12 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 	defer cancel()
 	// A failed refund leaves units consumed until their keys expire: the
 	// limiter under-admits for a while but never admits more than the limit.
-	s.runPipelined(ctx, rkeys, rreqs, rstamps)
+	s.runPipelined(ctx, rkeys, rreqs, rstamps, false)
 }
 
 // runPipelined runs one decide script per group in one cluster pipeline,
 // then re-sends with EVAL the groups whose node had no cached script.
-func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]backend.Request, stamps [][]int64) ([]reply, []error) {
+func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]backend.Request, stamps [][]int64, withPeeks bool) ([]reply, []error) {
 	cmds := make([]*redis.Cmd, len(reqs))
 	stampsOf := func(g int) []int64 {
 		if stamps == nil {
@@ -135,7 +144,7 @@ func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]back
 	}
 	pipe := s.cluster.Pipeline()
 	for g := range reqs {
-		cmds[g] = decideScript.EvalSha(ctx, pipe, keys[g], s.args(reqs[g], stampsOf(g))...)
+		cmds[g] = decideScript.EvalSha(ctx, pipe, keys[g], s.args(reqs[g], stampsOf(g), withPeeks)...)
 	}
 	pipe.Exec(ctx) // errors are read per command below
 	var missing []int
@@ -147,7 +156,7 @@ func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]back
 	if len(missing) > 0 {
 		pipe = s.cluster.Pipeline()
 		for _, g := range missing {
-			cmds[g] = decideScript.Eval(ctx, pipe, keys[g], s.args(reqs[g], stampsOf(g))...)
+			cmds[g] = decideScript.Eval(ctx, pipe, keys[g], s.args(reqs[g], stampsOf(g), withPeeks)...)
 		}
 		pipe.Exec(ctx)
 	}
@@ -159,7 +168,7 @@ func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]back
 			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), err)
 			continue
 		}
-		replies[g], errs[g] = decode(v, reqs[g])
+		replies[g], errs[g] = decode(v, reqs[g], withPeeks)
 	}
 	return replies, errs
 }

@@ -7,16 +7,19 @@
 -- KEYS[i]      the stored key of request i
 -- ARGV[1]      now in µs, or "" to read the server's TIME
 -- ARGV[2]      minimum TTL in ms (0 in production)
--- ARGV[3+7(i-1) ...] request i: algorithm (0 gcra, 1 sliding log,
+-- ARGV[3]      "1" to add each request's peek of the unchanged state to
+--              the reply (Redis Cluster: another slot may reject the call)
+-- ARGV[4+8(i-1) ...] request i: algorithm (0 gcra, 1 sliding log,
 --              2 sliding window, 3 fixed window), limit, period µs, burst,
---              cost, force (0/1), stamp (µs, or 0)
+--              cost, force (0/1), shadow (0/1), stamp (µs, or 0)
 --
 -- A stamp marks a refund undoing units this backend consumed at that instant
 -- (a rejected cross-slot request on Redis Cluster): it gives back only units
 -- that still count, so the undo can never free more than was taken.
 --
 -- Reply: {now, rejected, then per request: allowed, remaining, reset µs,
--- retry µs (-1 never)}.
+-- retry µs (-1 never) [, peek remaining, peek reset µs]}. In a rejected call
+-- every admitted request reports the unchanged state, as a peek would.
 --
 -- Stored values are strings "<tag> <numbers...>": g tat | f start count |
 -- w start prev cur | l ts n ts n ... (sliding log runs, oldest first). A value
@@ -30,6 +33,7 @@ else
   now = tonumber(ARGV[1])
 end
 local minTTL = tonumber(ARGV[2])
+local withPeeks = ARGV[3] == '1'
 
 local floor, max, min = math.floor, math.max, math.min
 
@@ -70,6 +74,9 @@ local function load(key, tag)
   end
   if s.tag ~= tag then
     s.tag, s.v = tag, {}
+  end
+  if s.orig == nil then
+    s.orig = s.v -- algorithms replace s.v, never change it in place
   end
   return s
 end
@@ -257,34 +264,60 @@ local function log(s, L, P, c, force, stamp)
   return 1, remaining, reset, 0
 end
 
+local algs = {
+  [0] = function(s, L, P, B, c, force) return gcra(s, L, P, B, c, force) end,
+  function(s, L, P, B, c, force, stamp) return log(s, L, P, c, force, stamp) end,
+  function(s, L, P, B, c, force, stamp) return window(s, L, P, c, force, stamp) end,
+  function(s, L, P, B, c, force, stamp) return fixed(s, L, P, c, force, stamp) end,
+}
 local tags = { [0] = 'g', 'l', 'w', 'f' }
+local per = 4
+if withPeeks then per = 6 end
 local out = { now, 0 }
+local params = {}
 local rejected = false
 for i = 1, #KEYS do
-  local a = 3 + (i - 1) * 7
+  local a = 4 + (i - 1) * 8
   local alg = tonumber(ARGV[a])
   local L, P, B = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local c, force, stamp = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1', tonumber(ARGV[a + 6])
+  local c, force, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1', ARGV[a + 6] == '1'
   local s = load(KEYS[i], tags[alg])
-  local ok, remaining, reset, retry
-  if alg == 0 then
-    ok, remaining, reset, retry = gcra(s, L, P, B, c, force)
-  elseif alg == 1 then
-    ok, remaining, reset, retry = log(s, L, P, c, force, stamp)
-  elseif alg == 2 then
-    ok, remaining, reset, retry = window(s, L, P, c, force, stamp)
-  else
-    ok, remaining, reset, retry = fixed(s, L, P, c, force, stamp)
+  local ok, remaining, reset, retry = algs[alg](s, L, P, B, c, force, tonumber(ARGV[a + 7]))
+  if ok == 0 and not shadow then rejected = true end
+  local o = 2 + (i - 1) * per
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, remaining, max(0, reset), retry
+  params[i] = { alg, L, P, B, s }
+end
+
+-- peek reports request i's key as it was before the call (cost 0 writes
+-- nothing): what an admitted request reports when the call is rejected.
+local function peek(i)
+  local p = params[i]
+  local _, remaining, reset = algs[p[1]]({ tag = p[5].tag, v = p[5].orig }, p[2], p[3], p[4], 0, false, 0)
+  return remaining, max(0, reset)
+end
+
+if withPeeks then
+  for i = 1, #KEYS do
+    local o = 2 + (i - 1) * per
+    if out[o + 1] == 1 then
+      out[o + 5], out[o + 6] = peek(i)
+    else
+      out[o + 5], out[o + 6] = out[o + 2], out[o + 3]
+    end
   end
-  if ok == 0 then rejected = true end
-  out[#out + 1] = ok
-  out[#out + 1] = remaining
-  out[#out + 1] = max(0, reset)
-  out[#out + 1] = retry
 end
 
 if rejected then
   out[2] = 1
+  if not withPeeks then
+    for i = 1, #KEYS do
+      local o = 2 + (i - 1) * per
+      if out[o + 1] == 1 then
+        out[o + 2], out[o + 3] = peek(i)
+      end
+    end
+  end
   return out
 end
 for _, key in ipairs(order) do

@@ -18,8 +18,9 @@ type denyCache struct {
 	entries map[string]denial
 }
 
-// denial is one rejection: requests on the key costing at least cost are
-// rejected until until.
+// denial is one rejection: requests on the key of the same cost are
+// rejected until until. (A larger cost is rejected too, but for longer than
+// this entry knows: it goes to Redis for its true RetryAfter.)
 type denial struct {
 	cost      int64
 	until     time.Time
@@ -31,20 +32,22 @@ func newDenyCache(size int) *denyCache {
 	return &denyCache{size: size, entries: make(map[string]denial)}
 }
 
-// answer rejects reqs locally when one of its unforced, positive-cost
-// requests is on a denied key; ok is false when Redis must decide.
-func (d *denyCache) answer(reqs []backend.Request, now time.Time) (res []backend.Result, ok bool) {
+// answer rejects reqs locally, writing res, when one of its unforced,
+// positive-cost, non-shadow requests is on a denied key; it reports false,
+// leaving res alone, when Redis must decide.
+func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now time.Time) bool {
 	if d.n.Load() == 0 {
-		return nil, false
+		return false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	denied := false
 	for i, r := range reqs {
-		if r.Force || r.Cost <= 0 {
+		if r.Force || r.Shadow || r.Cost <= 0 {
 			continue
 		}
 		e, found := d.entries[r.Key]
-		if !found || r.Cost < e.cost {
+		if !found || r.Cost != e.cost {
 			continue
 		}
 		if !now.Before(e.until) {
@@ -52,8 +55,8 @@ func (d *denyCache) answer(reqs []backend.Request, now time.Time) (res []backend
 			d.n.Store(int64(len(d.entries)))
 			continue
 		}
-		if res == nil {
-			res = make([]backend.Result, len(reqs))
+		if !denied {
+			denied = true
 			for j, o := range reqs {
 				res[j] = backend.Result{Allowed: true, Limit: o.Limit}
 			}
@@ -65,7 +68,7 @@ func (d *denyCache) answer(reqs []backend.Request, now time.Time) (res []backend
 			RetryAfter: e.until.Sub(now),
 		}
 	}
-	return res, res != nil
+	return denied
 }
 
 // learn records the rejections of a decision, and forgets keys that a
@@ -84,7 +87,7 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 		switch {
 		case r.Cost < 0 && !rejected:
 			delete(d.entries, r.Key)
-		case r.Cost > 0 && !r.Force && !res[i].Allowed && res[i].RetryAfter > 0:
+		case r.Cost > 0 && !r.Force && !r.Shadow && !res[i].Allowed && res[i].RetryAfter > 0:
 			if _, found := d.entries[r.Key]; !found && len(d.entries) >= d.size {
 				d.evict(now)
 			}

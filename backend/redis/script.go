@@ -24,44 +24,53 @@ var decideScript = redis.NewScript(decideSource)
 const fakeClockMinTTL = 60_000
 
 // argsPerRequest is how many ARGV values the script reads per request.
-const argsPerRequest = 7
+const argsPerRequest = 8
 
 // reply is one run of the decide script.
 type reply struct {
 	now      int64 // the script's clock, µs
 	rejected bool  // some request was rejected, so nothing was written
 	results  []backend.Result
+	// peeks, when asked for, are the requests' results had the call been
+	// rejected elsewhere: admitted requests report their unchanged state.
+	peeks []backend.Result
 }
 
 // args encodes reqs as the script's ARGV. stamps is nil or holds, per
-// request, the instant of the consumption a refund undoes.
-func (s *Store) args(reqs []backend.Request, stamps []int64) []any {
-	args := make([]any, 0, 2+argsPerRequest*len(reqs))
+// request, the instant of the consumption a refund undoes; withPeeks asks
+// the script for the peeks of a reply.
+func (s *Store) args(reqs []backend.Request, stamps []int64, withPeeks bool) []any {
+	args := make([]any, 0, 3+argsPerRequest*len(reqs))
 	if s.clock == nil {
 		args = append(args, "", 0)
 	} else {
 		args = append(args, s.clock().UnixMicro(), fakeClockMinTTL)
 	}
+	args = append(args, flag(withPeeks))
 	for i, r := range reqs {
-		force, stamp := 0, int64(0)
-		if r.Force {
-			force = 1
-		}
+		stamp := int64(0)
 		if stamps != nil {
 			stamp = stamps[i]
 		}
-		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst, r.Cost, force, stamp)
+		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst, r.Cost, flag(r.Force), flag(r.Shadow), stamp)
 	}
 	return args
 }
 
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // run decides reqs, stored under keys, in one script on c.
 func (s *Store) run(ctx context.Context, c redis.Scripter, keys []string, reqs []backend.Request, stamps []int64) (reply, error) {
-	v, err := decideScript.Run(ctx, c, keys, s.args(reqs, stamps)...).Result()
+	v, err := decideScript.Run(ctx, c, keys, s.args(reqs, stamps, false)...).Result()
 	if err != nil {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs), err)
 	}
-	return decode(v, reqs)
+	return decode(v, reqs, false)
 }
 
 // describe names a call's keys for an error message.
@@ -76,12 +85,16 @@ var errReply = errors.New("unexpected decide script reply")
 
 // decode checks the reply's shape instead of trusting it: a server or proxy
 // answering something else is an error naming what it sent, not a panic.
-func decode(v any, reqs []backend.Request) (reply, error) {
+func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
+	per := 4
+	if withPeeks {
+		per = 6
+	}
 	arr, ok := v.([]any)
 	if !ok {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: %T, want an array", describe(reqs), errReply, v)
 	}
-	if got, want := len(arr), 2+4*len(reqs); got != want {
+	if got, want := len(arr), 2+per*len(reqs); got != want {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: %d elements, want %d", describe(reqs), errReply, got, want)
 	}
 	ints := make([]int64, len(arr))
@@ -93,8 +106,11 @@ func decode(v any, reqs []backend.Request) (reply, error) {
 		ints[i] = n
 	}
 	r := reply{now: ints[0], rejected: ints[1] == 1, results: make([]backend.Result, len(reqs))}
+	if withPeeks {
+		r.peeks = make([]backend.Result, len(reqs))
+	}
 	for i, req := range reqs {
-		f := ints[2+4*i : 6+4*i]
+		f := ints[2+per*i : 2+per*(i+1)]
 		res := backend.Result{
 			Allowed:    f[0] == 1,
 			Limit:      req.Limit,
@@ -106,6 +122,10 @@ func decode(v any, reqs []backend.Request) (reply, error) {
 			res.RetryAfter = backend.Never
 		}
 		r.results[i] = res
+		if withPeeks {
+			res.Remaining, res.ResetAfter = f[4], time.Duration(f[5])*time.Microsecond
+			r.peeks[i] = res
+		}
 	}
 	return r, nil
 }

@@ -39,7 +39,10 @@ type Store struct {
 	deny    *denyCache       // nil: deny cache off
 }
 
-var _ backend.Backend = (*Store)(nil)
+var (
+	_ backend.Backend    = (*Store)(nil)
+	_ backend.DecideInto = (*Store)(nil)
+)
 
 // Option configures a Store.
 type Option func(*config)
@@ -76,16 +79,18 @@ func WithClock(now func() time.Time) Option {
 // A key rejected until T (by its RetryAfter) is answered locally until T on
 // this process's monotonic clock, without a round trip, so a flood from one
 // caller costs Redis nothing. A Decide call with any unforced, positive-cost
-// request on a denied key (with a cost at least the one rejected) is
-// rejected locally: the denied requests report Allowed false, their
-// RetryAfter counting down to T and the Remaining and ResetAfter seen at the
+// request on a denied key, of the same cost as the rejected one, is
+// rejected locally (a Shadow request never is, as its rejection blocks
+// nothing): the denied requests report Allowed false, their RetryAfter and
+// ResetAfter counting down from the rejection's and the Remaining seen at the
 // rejection; every other request of the call, whose state is not read,
 // reports Allowed true with Remaining and ResetAfter 0. Nothing is
 // consumed, as for any rejection.
 //
-// The cache never admits: its only error is to reject a little longer than
-// necessary when another instance refunds or resets a denied key, or when
-// another rule of the call would have rejected for longer. A refund or
+// The cache never admits. Its answer can differ from Redis's in two ways:
+// it keeps rejecting until T when another instance refunds or resets the
+// key meanwhile, and when another rule of the call would reject too, for
+// longer, that rule's longer RetryAfter is not known. A refund or
 // [Store.Reset] through this Store forgets the key at once.
 func WithDenyCache(size int) Option {
 	return func(c *config) { c.denySize = size }
@@ -130,18 +135,29 @@ func (s *Store) now() time.Time {
 // trip (on Cluster, one per hash slot involved, in parallel). See
 // [backend.Backend].
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	res := make([]backend.Result, len(reqs))
+	if err := s.DecideInto(ctx, reqs, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DecideInto is [Store.Decide] writing the results into the first
+// len(reqs) elements of results, which must be at least that long.
+func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results []backend.Result) error {
+	if len(results) < len(reqs) {
+		return fmt.Errorf("ceiling/backend/redis: %d results for %d requests", len(results), len(reqs))
+	}
 	for _, r := range reqs {
 		if err := validate(r); err != nil {
-			return nil, fmt.Errorf("ceiling/backend/redis: %w", err)
+			return fmt.Errorf("ceiling/backend/redis: %w", err)
 		}
 	}
 	if len(reqs) == 0 {
-		return []backend.Result{}, nil
+		return nil
 	}
-	if s.deny != nil {
-		if res, ok := s.deny.answer(reqs, s.now()); ok {
-			return res, nil
-		}
+	if s.deny != nil && s.deny.answer(reqs, results, s.now()) {
+		return nil
 	}
 	var (
 		res      []backend.Result
@@ -156,12 +172,13 @@ func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.R
 		res, rejected = r.results, r.rejected
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
+	copy(results, res)
 	if s.deny != nil {
 		s.deny.learn(reqs, res, rejected, s.now())
 	}
-	return res, nil
+	return nil
 }
 
 // Reset forgets the state of the given keys (the Request.Key values, without
