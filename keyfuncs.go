@@ -183,11 +183,11 @@ func Digits(s string) (string, error) {
 			n++
 		case c == ' ' || c == '+' || c == '-' || c == '.' || c == '(' || c == ')':
 		default:
-			return "", errors.New("ceiling: Digits: not a phone number (only digits, spaces and +-.() allowed)")
+			return "", errors.New("not a phone number: only digits, spaces and +-.() allowed")
 		}
 	}
 	if n == 0 {
-		return "", errors.New("ceiling: Digits: not a phone number (no digits)")
+		return "", errors.New("not a phone number: no digits")
 	}
 	if n == len(s) {
 		return s, nil
