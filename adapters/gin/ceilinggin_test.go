@@ -1,0 +1,161 @@
+package ceilinggin_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	ceilinggin "github.com/ceiling-go/ceiling/adapters/gin"
+	"github.com/ceiling-go/ceiling/internal/adaptertest"
+	"github.com/gin-gonic/gin"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	os.Exit(m.Run())
+}
+
+// mount is how the README tells people to set up Gin.
+func mount(l *ceiling.Limiter, pattern string, h http.Handler) http.Handler {
+	r := gin.New()
+	r.Use(ceilinggin.Middleware(l))
+	r.Any(adaptertest.Colon(pattern), gin.WrapH(h))
+	return r
+}
+
+func TestAnswersExactlyAsNetHTTP(t *testing.T) {
+	adaptertest.Run(t, mount)
+}
+
+func limiter(limit int64, key ceiling.KeyFunc, opts ...ceiling.Option) *ceiling.Limiter {
+	return ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: key, Limit: limit, Period: time.Minute}},
+		append([]ceiling.Option{ceiling.WithBackend(&adaptertest.Counter{})}, opts...)...)
+}
+
+func statuses(h http.Handler, steps ...adaptertest.Step) []int {
+	var got []int
+	for _, s := range steps {
+		got = append(got, adaptertest.Capture(h, s.Request()).Status)
+	}
+	return got
+}
+
+func TestRejectionAbortsTheChain(t *testing.T) {
+	var ran []string
+	var aborted []bool
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		aborted = append(aborted, c.IsAborted())
+	})
+	r.Use(ceilinggin.Middleware(limiter(1, ceiling.RemoteAddr)))
+	r.Use(func(c *gin.Context) { ran = append(ran, "later middleware") })
+	r.GET("/", func(c *gin.Context) {
+		ran = append(ran, "handler")
+		c.String(http.StatusOK, "ok")
+	})
+
+	if got := adaptertest.Capture(r, httptest.NewRequest("GET", "/", nil)); got.Status != 200 || got.Body != "ok" {
+		t.Fatalf("first request: %d %q, want 200 ok", got.Status, got.Body)
+	}
+	if got, want := ran, []string{"later middleware", "handler"}; !slices.Equal(got, want) {
+		t.Fatalf("an admitted request ran %v, want %v, each once", got, want)
+	}
+	ran = nil
+	got := adaptertest.Capture(r, httptest.NewRequest("GET", "/", nil))
+	if got.Status != http.StatusTooManyRequests || got.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("second request: %d %q, want 429 problem+json", got.Status, got.Header.Get("Content-Type"))
+	}
+	if len(ran) != 0 {
+		t.Errorf("after a rejection these ran: %v", ran)
+	}
+	if got, want := aborted, []bool{false, true}; !slices.Equal(got, want) {
+		t.Errorf("c.IsAborted() = %v, want %v", got, want)
+	}
+}
+
+func TestRouteMiddlewareRejectsOnlyItsRoute(t *testing.T) {
+	r := gin.New()
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	r.POST("/otp", ceilinggin.Middleware(limiter(1, ceiling.RemoteAddr)), ok)
+	r.GET("/health", ok)
+	steps := []adaptertest.Step{
+		{Method: "POST", Target: "/otp"}, {Method: "POST", Target: "/otp"}, {Method: "GET", Target: "/health"},
+	}
+	if got, want := statuses(r, steps...), []int{200, 429, 200}; !slices.Equal(got, want) {
+		t.Errorf("statuses = %v, want %v", got, want)
+	}
+}
+
+// The handlers see the request the core handed on, not the one Gin started
+// with.
+func TestHandlersSeeTheCoresRequest(t *testing.T) {
+	r := gin.New()
+	r.Use(ceilinggin.Middleware(limiter(5, ceiling.RemoteAddr)))
+	var same bool
+	r.GET("/", func(c *gin.Context) {
+		same = ceilinggin.Context(c.Request) == c
+		c.Status(http.StatusNoContent)
+	})
+	adaptertest.Capture(r, httptest.NewRequest("GET", "/", nil))
+	if !same {
+		t.Error("c.Request in the handler is not the request the middleware passed through the core")
+	}
+	if c := ceilinggin.Context(httptest.NewRequest("GET", "/", nil)); c != nil {
+		t.Errorf("Context of a plain request = %v, want nil", c)
+	}
+}
+
+func spoofing(n int, peer string) []adaptertest.Step {
+	var steps []adaptertest.Step
+	for i := range n {
+		steps = append(steps, adaptertest.Step{Method: "GET", Target: "/", RemoteAddr: peer,
+			Header: map[string]string{"X-Forwarded-For": "203.0.113." + string(rune('1'+i)), "X-Real-IP": "198.51.100.9"}})
+	}
+	return steps
+}
+
+// TestSpoofedForwardedForBuysNoQuota pins the default: a client that writes
+// a new X-Forwarded-For on every request is still one client. The opt-in
+// key shows what the test guards against: Gin's default engine trusts every
+// proxy, so the same requests get a fresh quota each.
+func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		key     ceiling.KeyFunc
+		proxies []string
+		want    []int
+	}{
+		{"ceiling.RemoteAddr", ceiling.RemoteAddr, nil, []int{200, 429, 429}},
+		{"FrameworkClientIP, Gin's default trust (opt-in, spoofable)", ceilinggin.FrameworkClientIP, nil, []int{200, 200, 200}},
+		{"FrameworkClientIP, no trusted proxies", ceilinggin.FrameworkClientIP, []string{}, []int{200, 429, 429}},
+	} {
+		r := gin.New()
+		if tc.proxies != nil {
+			if err := r.SetTrustedProxies(tc.proxies); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r.Use(ceilinggin.Middleware(limiter(1, tc.key)))
+		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+		if got := statuses(r, spoofing(3, "192.0.2.1:1234")...); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: statuses = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestFrameworkClientIPOutsideTheMiddlewareIsLoud(t *testing.T) {
+	h := limiter(5, ceilinggin.FrameworkClientIP).Handler(adaptertest.Handler)
+	got := adaptertest.Capture(h, httptest.NewRequest("GET", "/", nil))
+	if got.Status != http.StatusBadRequest {
+		t.Errorf("status = %d, want 400", got.Status)
+	}
+	if _, err := ceilinggin.FrameworkClientIP(httptest.NewRequest("GET", "/", nil)); err == nil || errors.Is(err, ceiling.ErrNoKey) {
+		t.Errorf("FrameworkClientIP outside the middleware: err = %v, want a configuration error", err)
+	}
+}

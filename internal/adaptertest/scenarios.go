@@ -1,0 +1,188 @@
+package adaptertest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+)
+
+// A Scenario is a limiter and a sequence of requests to it.
+type Scenario struct {
+	Name string
+	// Pattern is where the application is routed, in ServeMux syntax.
+	Pattern string
+	// Limiter builds a fresh limiter with a fresh backend.
+	Limiter func() *ceiling.Limiter
+	Steps   []Step
+	// Want is the status of each step under net/http.
+	Want []int
+}
+
+// quiet keeps the expected backend failures out of the test output.
+var quiet = ceiling.WithLogger(slog.New(slog.DiscardHandler))
+
+func limiter(rules []ceiling.Rule, opts ...ceiling.Option) func() *ceiling.Limiter {
+	return func() *ceiling.Limiter {
+		return ceiling.MustNew(rules, append([]ceiling.Option{ceiling.WithBackend(&Counter{}), quiet}, opts...)...)
+	}
+}
+
+func header(name string) ceiling.KeyFunc {
+	return func(r *http.Request) (string, error) {
+		if v := r.Header.Get(name); v != "" {
+			return v, nil
+		}
+		return "", ceiling.ErrNoKey
+	}
+}
+
+// MaxBody bounds the body [BodyTo] reads.
+const MaxBody = 64
+
+// BodyTo keys by the "to" field of a JSON body of at most [MaxBody] bytes and
+// puts the body back for the handler. A longer body is ErrBodyTooLarge (413),
+// a body that is not such JSON is bad input (400), and no body means the
+// rule does not apply.
+func BodyTo(r *http.Request) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(b))
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("reading the body: %w", err)
+	case len(b) > MaxBody:
+		return "", fmt.Errorf("body over %d bytes: %w", MaxBody, ceiling.ErrBodyTooLarge)
+	case len(b) == 0:
+		return "", ceiling.ErrNoKey
+	}
+	var v struct {
+		To string `json:"to"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return "", fmt.Errorf("body: %w", err)
+	}
+	if v.To == "" {
+		return "", fmt.Errorf(`body: no "to" field`)
+	}
+	return v.To, nil
+}
+
+func get(target string) Step { return Step{Method: http.MethodGet, Target: target} }
+
+func post(target, body string) Step {
+	return Step{Method: http.MethodPost, Target: target, Body: body, Header: map[string]string{"Content-Type": "application/json"}}
+}
+
+func as(user string, s Step) Step {
+	s.Header = map[string]string{"X-User": user}
+	return s
+}
+
+func spoofed(xff string) Step {
+	s := get("/items/1")
+	s.Header = map[string]string{"X-Forwarded-For": xff, "X-Real-IP": xff}
+	return s
+}
+
+// Scenarios returns the table every adapter answers as net/http does.
+func Scenarios() []Scenario {
+	ip := ceiling.Rule{Name: "ip", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Minute}
+	return []Scenario{
+		{
+			Name:    "429 past the limit",
+			Pattern: "/items/{id}",
+			Limiter: limiter([]ceiling.Rule{ip}),
+			Steps:   []Step{get("/items/1"), get("/items/2"), get("/items/3"), get("/items/4")},
+			Want:    []int{200, 200, 429, 429},
+		},
+		{
+			Name:    "the first rejecting rule in declaration order is named",
+			Pattern: "/chat",
+			Limiter: limiter([]ceiling.Rule{
+				{Name: "user:minute", Key: header("X-User"), Limit: 1, Period: time.Minute, Algorithm: ceiling.SlidingLog},
+				{Name: "user:day", Key: header("X-User"), Limit: 2, Period: 24 * time.Hour, Algorithm: ceiling.FixedWindow},
+				{Name: "ip", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute},
+			}),
+			// The anonymous request is decided by the ip rule alone.
+			Steps: []Step{as("ann", post("/chat", "")), as("ann", post("/chat", "")), as("bob", post("/chat", "")), post("/chat", "")},
+			Want:  []int{200, 429, 200, 200},
+		},
+		{
+			Name:    "a spoofed X-Forwarded-For buys no quota",
+			Pattern: "/items/{id}",
+			Limiter: limiter([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}}),
+			Steps:   []Step{spoofed("203.0.113.1"), spoofed("203.0.113.2"), spoofed("203.0.113.3, 198.51.100.7")},
+			Want:    []int{200, 429, 429},
+		},
+		{
+			Name:    "503 when the backend is down and the limiter fails closed",
+			Pattern: "/items/{id}",
+			Limiter: func() *ceiling.Limiter {
+				return ceiling.MustNew([]ceiling.Rule{ip}, ceiling.WithBackend(Down{}), quiet)
+			},
+			Steps: []Step{get("/items/1"), get("/items/1")},
+			Want:  []int{503, 503},
+		},
+		{
+			Name:    "a rule that fails closed wins over a limiter that fails open",
+			Pattern: "/otp",
+			Limiter: func() *ceiling.Limiter {
+				return ceiling.MustNew([]ceiling.Rule{
+					{Name: "ip", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Minute},
+					{Name: "otp:to", Key: BodyTo, Limit: 3, Period: 15 * time.Minute, FailMode: ceiling.FailClosed},
+				}, ceiling.WithBackend(Down{}), ceiling.WithFailMode(ceiling.FailOpen), quiet)
+			},
+			Steps: []Step{get("/otp"), post("/otp", `{"to":"+254700000000"}`)},
+			Want:  []int{200, 503},
+		},
+		{
+			Name:    "400 and 413 for bodies the key cannot use, before any decision",
+			Pattern: "/otp",
+			Limiter: limiter([]ceiling.Rule{{Name: "otp:to", Key: BodyTo, Limit: 1, Period: 15 * time.Minute, Algorithm: ceiling.SlidingLog}}),
+			Steps: []Step{
+				post("/otp", `{"to": 254700000000}`),
+				post("/otp", `not json`),
+				post("/otp", `{"to":"+254700000000","pad":"`+string(bytes.Repeat([]byte("x"), MaxBody))+`"}`),
+				post("/otp", `{"to":"+254700000000"}`),
+				post("/otp", `{"to":"+254700000000"}`),
+				post("/otp", `{"to":"+254700000001"}`),
+			},
+			Want: []int{400, 400, 413, 200, 429, 200},
+		},
+		{
+			Name:    "shadow rules are reported to the backend but never reject or show",
+			Pattern: "/items/{id}",
+			Limiter: limiter([]ceiling.Rule{
+				{Name: "ip", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Minute},
+				{Name: "ip:new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
+			}),
+			Steps: []Step{get("/items/1"), get("/items/1"), get("/items/1"), get("/items/1")},
+			Want:  []int{200, 200, 200, 429},
+		},
+		{
+			Name:    "X-RateLimit headers",
+			Pattern: "/items/{id}",
+			Limiter: limiter([]ceiling.Rule{ip}, ceiling.WithHeaders(ceiling.HeadersXRateLimit)),
+			Steps:   []Step{get("/items/1"), get("/items/1"), get("/items/1")},
+			Want:    []int{200, 200, 429},
+		},
+		{
+			Name:    "a custom reject handler writes the rejection",
+			Pattern: "/items/{id}",
+			Limiter: limiter([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}},
+				ceiling.WithRejectHandler(func(w http.ResponseWriter, r *http.Request, d *ceiling.Decision) {
+					w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+					w.WriteHeader(http.StatusTooManyRequests)
+					fmt.Fprintf(w, "slow down on %s: %s\n", r.URL.Path, d.Rejected().Rule.Name)
+				})),
+			Steps: []Step{get("/items/1"), get("/items/2")},
+			Want:  []int{200, 429},
+		},
+	}
+}
