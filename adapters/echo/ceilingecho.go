@@ -19,8 +19,10 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// Middleware returns Echo middleware that decides every request with l. The
-// core writes the rate-limit headers to c.Response() and then either:
+// Middleware returns Echo middleware that decides every request with l. It
+// hands the core the request carrying Echo's matched route (c.Path(), see
+// [ceiling.WithRoute]) for [ceiling.Route] and its Echo context for
+// [Context]. The core writes the rate-limit headers to c.Response() and then either:
 //
 //   - admits the request: the chain goes on with the *http.Request the core
 //     handed on set as c.Request(), so whatever the core keeps in the
@@ -32,7 +34,8 @@ import (
 //     error handler writes nothing more.
 //
 // Register it with e.Use, g.Use or on a route, not with e.Pre: Echo routes
-// after Pre middleware, and key functions may need the matched route.
+// after Pre middleware, so there c.Path() is still empty and every request
+// would share the [ceiling.UnmatchedRoute] budget of a route rule.
 func Middleware(l *ceiling.Limiter) echo.MiddlewareFunc {
 	// Each call carries the per-request state to the core's next handler. It
 	// is pooled with its core handler so that the translation itself does
@@ -48,7 +51,7 @@ func Middleware(l *ceiling.Limiter) echo.MiddlewareFunc {
 			k := calls.Get().(*call)
 			k.c, k.next = c, next
 			r := c.Request()
-			r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, c))
+			r = ceiling.WithRoute(r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)), c.Path())
 			k.core.ServeHTTP(c.Response(), r)
 			err := k.err
 			*k = call{core: k.core}

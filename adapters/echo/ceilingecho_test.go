@@ -15,10 +15,12 @@ import (
 )
 
 // mount is how the README tells people to set up Echo.
-func mount(l *ceiling.Limiter, pattern string, h http.Handler) http.Handler {
+func mount(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler {
 	e := echo.New()
 	e.Use(ceilingecho.Middleware(l))
-	e.Any(adaptertest.Colon(pattern), echo.WrapHandler(h))
+	for _, p := range patterns {
+		e.Any(adaptertest.Colon(p), echo.WrapHandler(h))
+	}
 	return e
 }
 

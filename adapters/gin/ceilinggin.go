@@ -19,8 +19,10 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// Middleware returns a Gin handler that decides every request with l. The
-// core writes the rate-limit headers to c.Writer and then either:
+// Middleware returns a Gin handler that decides every request with l. It
+// hands the core the request carrying Gin's matched route (c.FullPath(), see
+// [ceiling.WithRoute]) for [ceiling.Route] and its Gin context for
+// [Context]. The core writes the rate-limit headers to c.Writer and then either:
 //
 //   - admits the request: c.Request becomes the *http.Request the core
 //     handed on, so whatever the core keeps in the request's context is
@@ -31,7 +33,8 @@ import (
 //     so no handler after it runs.
 //
 // Register it with r.Use, a group's Use or on a route: Gin has matched the
-// route by then, which key functions may need.
+// route by then. Requests that match no route have an empty c.FullPath()
+// and share the [ceiling.UnmatchedRoute] budget of a route rule.
 func Middleware(l *ceiling.Limiter) gin.HandlerFunc {
 	// Each call carries the per-request state to the core's next handler. It
 	// is pooled with its core handler so that the translation itself does
@@ -46,7 +49,7 @@ func Middleware(l *ceiling.Limiter) gin.HandlerFunc {
 		k := calls.Get().(*call)
 		k.c = c
 		r := c.Request
-		r = r.WithContext(context.WithValue(r.Context(), ctxKey{}, c))
+		r = ceiling.WithRoute(r.WithContext(context.WithValue(r.Context(), ctxKey{}, c)), c.FullPath())
 		k.core.ServeHTTP(c.Writer, r)
 		admitted := k.admitted
 		k.c, k.admitted = nil, false

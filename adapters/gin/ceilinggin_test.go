@@ -21,10 +21,12 @@ func TestMain(m *testing.M) {
 }
 
 // mount is how the README tells people to set up Gin.
-func mount(l *ceiling.Limiter, pattern string, h http.Handler) http.Handler {
+func mount(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler {
 	r := gin.New()
 	r.Use(ceilinggin.Middleware(l))
-	r.Any(adaptertest.Colon(pattern), gin.WrapH(h))
+	for _, p := range patterns {
+		r.Any(adaptertest.Colon(p), gin.WrapH(h))
+	}
 	return r
 }
 

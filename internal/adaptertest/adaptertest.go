@@ -6,11 +6,13 @@
 package adaptertest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,16 +20,18 @@ import (
 )
 
 // A Mount builds an application in one framework: the limiter's middleware
-// in front of h, which is routed at pattern for every method. The pattern is
-// in ServeMux syntax ("/items/{id}"); frameworks that spell parameters
-// ":id" convert it with [Colon].
-type Mount func(l *ceiling.Limiter, pattern string, h http.Handler) http.Handler
+// in front of h, which is routed at each pattern for every method. Patterns
+// are in ServeMux syntax ("/items/{id}"); frameworks that spell parameters
+// ":id" convert them with [Colon].
+type Mount func(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler
 
-// NetHTTP is the reference [Mount]: a ServeMux routing pattern to
-// l.Handler(h).
-func NetHTTP(l *ceiling.Limiter, pattern string, h http.Handler) http.Handler {
+// NetHTTP is the reference [Mount]: a ServeMux routing each pattern to
+// l.Handler(h), as ceiling's README sets it up.
+func NetHTTP(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(pattern, l.Handler(h))
+	for _, p := range patterns {
+		mux.Handle(p, l.Handler(h))
+	}
 	return mux
 }
 
@@ -110,8 +114,8 @@ func Run(t *testing.T, mount Mount) {
 // differs. It also pins the reference: the net/http statuses must be the
 // scenario's.
 func Check(sc Scenario, mount Mount) []string {
-	ref := NetHTTP(sc.Limiter(), sc.Pattern, Handler)
-	app := mount(sc.Limiter(), sc.Pattern, Handler)
+	ref := NetHTTP(sc.Limiter(), Handler, sc.Patterns...)
+	app := mount(sc.Limiter(), Handler, sc.Patterns...)
 	var problems []string
 	var statuses []int
 	for i, step := range sc.Steps {
@@ -133,17 +137,36 @@ func Check(sc Scenario, mount Mount) []string {
 // response comes from the middleware, not from a framework's helpers: the
 // method and path it was reached with, the body it read (which must be the
 // body the client sent, even after a key function read it) and the
-// RateLimit header the middleware had set by then.
+// RateLimit header the middleware had set by then. Asked by the request, it
+// also reports the real cost of the work with [ceiling.Settle] (header
+// X-Used: "rule=units") and reads [Order]'s prefetched result (header
+// X-Prefetch), both of which need the request the core handed on.
 var Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	var extra strings.Builder
+	if used := r.Header.Get("X-Used"); used != "" {
+		rule, n, _ := strings.Cut(used, "=")
+		units, _ := strconv.ParseInt(n, 10, 64)
+		fmt.Fprintf(&extra, " settle=%v", ceiling.Settle(r, rule, units))
+	}
+	if r.Header.Get("X-Prefetch") != "" {
+		v, err := Order.Get(r)
+		fmt.Fprintf(&extra, " prefetched=%q err=%v", v, err)
+	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Handler", "ran")
 	w.WriteHeader(http.StatusOK)
-	fmt.Fprintf(w, "%s %s body=%q ratelimit=%q\n", r.Method, r.URL.Path, body, w.Header().Get("RateLimit"))
+	fmt.Fprintf(w, "%s %s body=%q ratelimit=%q%s\n", r.Method, r.URL.Path, body, w.Header().Get("RateLimit"), extra.String())
+})
+
+// Order is the prefetched work of the scenarios that register it: it
+// answers with the path it was started for.
+var Order = ceiling.Prefetch("order", func(_ context.Context, r *http.Request) (string, error) {
+	return "order for " + r.URL.Path, nil
 })
 
 // A Step is one request of a scenario.

@@ -37,13 +37,15 @@ func TestCheckCatchesAnAdapterThatDiffers(t *testing.T) {
 		mount    Mount
 		scenario string
 	}{
-		{"skips the limiter", func(_ *ceiling.Limiter, pattern string, h http.Handler) http.Handler {
+		{"skips the limiter", func(_ *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler {
 			mux := http.NewServeMux()
-			mux.Handle(pattern, h)
+			for _, p := range patterns {
+				mux.Handle(p, h)
+			}
 			return mux
 		}, "429 past the limit"},
-		{"keys by X-Forwarded-For", func(l *ceiling.Limiter, pattern string, h http.Handler) http.Handler {
-			core := NetHTTP(l, pattern, h)
+		{"keys by X-Forwarded-For", func(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler {
+			core := NetHTTP(l, h, patterns...)
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
 					r.RemoteAddr = xff + ":1"
@@ -51,8 +53,8 @@ func TestCheckCatchesAnAdapterThatDiffers(t *testing.T) {
 				core.ServeHTTP(w, r)
 			})
 		}, "a spoofed X-Forwarded-For buys no quota"},
-		{"adds a header to rejections", func(l *ceiling.Limiter, pattern string, h http.Handler) http.Handler {
-			core := NetHTTP(l, pattern, h)
+		{"adds a header to rejections", func(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler {
+			core := NetHTTP(l, h, patterns...)
 			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("X-Powered-By", "adapter")
 				core.ServeHTTP(w, r)

@@ -15,8 +15,8 @@ import (
 // A Scenario is a limiter and a sequence of requests to it.
 type Scenario struct {
 	Name string
-	// Pattern is where the application is routed, in ServeMux syntax.
-	Pattern string
+	// Patterns are the application's routes, in ServeMux syntax.
+	Patterns []string
 	// Limiter builds a fresh limiter with a fresh backend.
 	Limiter func() *ceiling.Limiter
 	Steps   []Step
@@ -84,6 +84,15 @@ func as(user string, s Step) Step {
 	return s
 }
 
+func with(header, value string, s Step) Step {
+	h := map[string]string{header: value}
+	for k, v := range s.Header {
+		h[k] = v
+	}
+	s.Header = h
+	return s
+}
+
 func spoofed(xff string) Step {
 	s := get("/items/1")
 	s.Header = map[string]string{"X-Forwarded-For": xff, "X-Real-IP": xff}
@@ -95,15 +104,15 @@ func Scenarios() []Scenario {
 	ip := ceiling.Rule{Name: "ip", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Minute}
 	return []Scenario{
 		{
-			Name:    "429 past the limit",
-			Pattern: "/items/{id}",
-			Limiter: limiter([]ceiling.Rule{ip}),
-			Steps:   []Step{get("/items/1"), get("/items/2"), get("/items/3"), get("/items/4")},
-			Want:    []int{200, 200, 429, 429},
+			Name:     "429 past the limit",
+			Patterns: []string{"/items/{id}"},
+			Limiter:  limiter([]ceiling.Rule{ip}),
+			Steps:    []Step{get("/items/1"), get("/items/2"), get("/items/3"), get("/items/4")},
+			Want:     []int{200, 200, 429, 429},
 		},
 		{
-			Name:    "the first rejecting rule in declaration order is named",
-			Pattern: "/chat",
+			Name:     "the first rejecting rule in declaration order is named",
+			Patterns: []string{"/chat"},
 			Limiter: limiter([]ceiling.Rule{
 				{Name: "user:minute", Key: header("X-User"), Limit: 1, Period: time.Minute, Algorithm: ceiling.SlidingLog},
 				{Name: "user:day", Key: header("X-User"), Limit: 2, Period: 24 * time.Hour, Algorithm: ceiling.FixedWindow},
@@ -114,15 +123,15 @@ func Scenarios() []Scenario {
 			Want:  []int{200, 429, 200, 200},
 		},
 		{
-			Name:    "a spoofed X-Forwarded-For buys no quota",
-			Pattern: "/items/{id}",
-			Limiter: limiter([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}}),
-			Steps:   []Step{spoofed("203.0.113.1"), spoofed("203.0.113.2"), spoofed("203.0.113.3, 198.51.100.7")},
-			Want:    []int{200, 429, 429},
+			Name:     "a spoofed X-Forwarded-For buys no quota",
+			Patterns: []string{"/items/{id}"},
+			Limiter:  limiter([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}}),
+			Steps:    []Step{spoofed("203.0.113.1"), spoofed("203.0.113.2"), spoofed("203.0.113.3, 198.51.100.7")},
+			Want:     []int{200, 429, 429},
 		},
 		{
-			Name:    "503 when the backend is down and the limiter fails closed",
-			Pattern: "/items/{id}",
+			Name:     "503 when the backend is down and the limiter fails closed",
+			Patterns: []string{"/items/{id}"},
 			Limiter: func() *ceiling.Limiter {
 				return ceiling.MustNew([]ceiling.Rule{ip}, ceiling.WithBackend(Down{}), quiet)
 			},
@@ -130,8 +139,8 @@ func Scenarios() []Scenario {
 			Want:  []int{503, 503},
 		},
 		{
-			Name:    "a rule that fails closed wins over a limiter that fails open",
-			Pattern: "/otp",
+			Name:     "a rule that fails closed wins over a limiter that fails open",
+			Patterns: []string{"/otp"},
 			Limiter: func() *ceiling.Limiter {
 				return ceiling.MustNew([]ceiling.Rule{
 					{Name: "ip", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Minute},
@@ -142,9 +151,9 @@ func Scenarios() []Scenario {
 			Want:  []int{200, 503},
 		},
 		{
-			Name:    "400 and 413 for bodies the key cannot use, before any decision",
-			Pattern: "/otp",
-			Limiter: limiter([]ceiling.Rule{{Name: "otp:to", Key: BodyTo, Limit: 1, Period: 15 * time.Minute, Algorithm: ceiling.SlidingLog}}),
+			Name:     "400 and 413 for bodies the key cannot use, before any decision",
+			Patterns: []string{"/otp"},
+			Limiter:  limiter([]ceiling.Rule{{Name: "otp:to", Key: BodyTo, Limit: 1, Period: 15 * time.Minute, Algorithm: ceiling.SlidingLog}}),
 			Steps: []Step{
 				post("/otp", `{"to": 254700000000}`),
 				post("/otp", `not json`),
@@ -156,8 +165,8 @@ func Scenarios() []Scenario {
 			Want: []int{400, 400, 413, 200, 429, 200},
 		},
 		{
-			Name:    "shadow rules are reported to the backend but never reject or show",
-			Pattern: "/items/{id}",
+			Name:     "shadow rules are reported to the backend but never reject or show",
+			Patterns: []string{"/items/{id}"},
 			Limiter: limiter([]ceiling.Rule{
 				{Name: "ip", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Minute},
 				{Name: "ip:new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
@@ -166,15 +175,15 @@ func Scenarios() []Scenario {
 			Want:  []int{200, 200, 200, 429},
 		},
 		{
-			Name:    "X-RateLimit headers",
-			Pattern: "/items/{id}",
-			Limiter: limiter([]ceiling.Rule{ip}, ceiling.WithHeaders(ceiling.HeadersXRateLimit)),
-			Steps:   []Step{get("/items/1"), get("/items/1"), get("/items/1")},
-			Want:    []int{200, 200, 429},
+			Name:     "X-RateLimit headers",
+			Patterns: []string{"/items/{id}"},
+			Limiter:  limiter([]ceiling.Rule{ip}, ceiling.WithHeaders(ceiling.HeadersXRateLimit)),
+			Steps:    []Step{get("/items/1"), get("/items/1"), get("/items/1")},
+			Want:     []int{200, 200, 429},
 		},
 		{
-			Name:    "a custom reject handler writes the rejection",
-			Pattern: "/items/{id}",
+			Name:     "a custom reject handler writes the rejection",
+			Patterns: []string{"/items/{id}"},
 			Limiter: limiter([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}},
 				ceiling.WithRejectHandler(func(w http.ResponseWriter, r *http.Request, d *ceiling.Decision) {
 					w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -183,6 +192,29 @@ func Scenarios() []Scenario {
 				})),
 			Steps: []Step{get("/items/1"), get("/items/2")},
 			Want:  []int{200, 429},
+		},
+		{
+			Name:     "route keys: one budget per matched route, never per path",
+			Patterns: []string{"/items/{id}", "/users/{id}"},
+			Limiter:  limiter([]ceiling.Rule{{Name: "route", Key: ceiling.Route, Limit: 2, Period: time.Minute}}),
+			Steps:    []Step{get("/items/1"), get("/items/2"), get("/items/3"), get("/users/1"), get("/users/2"), get("/users/3")},
+			Want:     []int{200, 200, 429, 200, 200, 429},
+		},
+		{
+			Name:     "the handler settles the real cost after the work",
+			Patterns: []string{"/chat"},
+			Limiter: limiter([]ceiling.Rule{{Name: "tokens", Key: ceiling.RemoteAddr, Limit: 10, Period: time.Hour,
+				Estimate: func(*http.Request) (int64, error) { return 1, nil }}}),
+			// 9 used, then 1 at the estimate: the budget of 10 is spent.
+			Steps: []Step{with("X-Used", "tokens=9", post("/chat", "")), post("/chat", ""), post("/chat", "")},
+			Want:  []int{200, 200, 429},
+		},
+		{
+			Name:     "prefetched work reaches the handler and never a rejection",
+			Patterns: []string{"/items/{id}"},
+			Limiter:  limiter([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}}, ceiling.WithPrefetch(Order)),
+			Steps:    []Step{with("X-Prefetch", "1", get("/items/1")), with("X-Prefetch", "1", get("/items/2"))},
+			Want:     []int{200, 429},
 		},
 	}
 }
