@@ -57,6 +57,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("SettleAboveEstimate", s.testSettleAbove)
 	t.Run("SettleSeveralRulesInOneCall", s.testSettleBatch)
 	t.Run("ResetForgivesDebt", s.testResetForgivesDebt)
+	t.Run("RefundAfterRejection", s.testRefundAfterRejection)
 	t.Run("CostAboveLimitNeverFits", s.testNever)
 	t.Run("AllOrNothing", s.testAllOrNothing)
 	t.Run("AllOrNothingForced", s.testAllOrNothingForced)

@@ -123,7 +123,7 @@ func (s *suite) testSettleBatch(t *testing.T) {
 }
 
 // testResetForgivesDebt: Reset restores the full budget even of a key that
-// a settlement put into debt.
+// a settlement put into debt and that has just refused a request.
 func (s *suite) testResetForgivesDebt(t *testing.T) {
 	s.forEach(t, func(t *testing.T, e *env, alg backend.Algorithm) {
 		r := req(e.key("k"), alg, 3, time.Minute, 3)
@@ -133,10 +133,40 @@ func (s *suite) testResetForgivesDebt(t *testing.T) {
 				t.Fatalf("forced charge %d refused", i)
 			}
 		}
+		// A rejection first: a backend that remembers rejections (a deny
+		// cache) must forget this one on Reset.
+		one := r
+		one.Cost, one.Force = 1, false
+		if got := e.one(one); got.Allowed {
+			t.Fatalf("a request on the indebted key: %+v, want rejected", got)
+		}
 		if err := e.b.Reset(context.Background(), r.Key); err != nil {
 			t.Fatalf("Reset: %v", err)
 		}
 		check(t, "peek after Reset", e.peek(r), want{ok: true, rem: 3}.result(3))
 		admitN(t, e, r, 4, 3)
+	})
+}
+
+// testRefundAfterRejection: a refund is visible to the very next request,
+// even one on a key that has just refused a request (a backend that
+// remembers rejections must forget them when the key is refunded).
+func (s *suite) testRefundAfterRejection(t *testing.T) {
+	s.forEach(t, func(t *testing.T, e *env, alg backend.Algorithm) {
+		r := req(e.key("k"), alg, 3, time.Minute, 3)
+		if got := e.one(r); !got.Allowed {
+			t.Fatalf("reserve 3 of 3: %+v", got)
+		}
+		one := r
+		one.Cost = 1
+		if got := e.one(one); got.Allowed {
+			t.Fatalf("a fourth unit: %+v, want rejected", got)
+		}
+		refund := r
+		refund.Cost = 1 - 3 // the work used 1 of the 3 reserved
+		if got := e.one(refund); !got.Allowed || got.Remaining != 2 {
+			t.Errorf("settling at 1: %+v, want allowed with 2 remaining", got)
+		}
+		admitN(t, e, one, 3, 2)
 	})
 }
