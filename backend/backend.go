@@ -138,11 +138,11 @@ type InProcess interface {
 	InProcess() bool
 }
 
-// DecideInto is implemented by backends that can decide without allocating:
-// DecideInto is [Backend.Decide] with the results written into a slice the
-// caller owns, so a hot path can reuse one buffer per request. results must
-// have at least len(reqs) elements; the first len(reqs) are overwritten,
-// with exactly the semantics of Decide. The middleware uses it when the
+// DecideInto is implemented by backends that can decide without allocating.
+// Its method is [Backend.Decide] writing the results into a slice the caller
+// owns, so that a hot path reuses one buffer: results must have at least
+// len(reqs) elements, the first len(reqs) are overwritten, and the
+// semantics are exactly those of Decide. The middleware uses it when the
 // backend offers it.
 type DecideInto interface {
 	DecideInto(ctx context.Context, reqs []Request, results []Result) error

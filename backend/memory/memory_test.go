@@ -109,10 +109,10 @@ func TestRefundToFullDeletesTheKey(t *testing.T) {
 }
 
 // TestMaxKeysUnderAFlood is the million-attacker simulation, scaled down:
-// 50 000 fresh keys against a bound of 1 000. The store stays bounded and
+// 20 000 fresh keys against a bound of 1 000. The store stays bounded and
 // counts every live key it had to forget.
 func TestMaxKeysUnderAFlood(t *testing.T) {
-	const bound, attackers = 1000, 50_000
+	const bound, attackers = 1000, 20_000
 	s, _ := newTestStore(t, WithMaxKeys(bound))
 	res := make([]backend.Result, 1)
 	for i := range attackers {
@@ -185,7 +185,7 @@ func TestMaxKeysEvictsClosestToFull(t *testing.T) {
 // the heap really shrinks (a Go map would keep its peak size).
 func TestSweepShrinksTables(t *testing.T) {
 	s, clock := newTestStore(t)
-	const n = 100_000
+	const n = 20_000
 	for i := range n {
 		alg := backend.Algorithm(i % 4)
 		decide(t, s, backend.Request{Key: fmt.Sprintf("k:%d", i), Algorithm: alg, Limit: 10, Period: time.Second, Cost: 1})
