@@ -244,6 +244,7 @@ func TestFormField(t *testing.T) {
 		{"multipart, files ignored", mw.FormDataContentType(), "/otp", mp.String(), "+254700000000", nil},
 		{"query, as FormValue falls back to it", "application/x-www-form-urlencoded", "/otp?phone=2", "", "2", nil},
 		{"same in query and body", "application/x-www-form-urlencoded", "/otp?phone=2", "phone=2", "2", nil},
+		{"empty in the body, a value in the query", "application/x-www-form-urlencoded", "/otp?phone=3", "phone=", "", errBad},
 		{"query and body disagree", "application/x-www-form-urlencoded", "/otp?phone=3", "phone=2", "", errBad},
 		{"repeated in the body", "application/x-www-form-urlencoded", "/otp", "phone=1&phone=2", "", errBad},
 		{"missing", "application/x-www-form-urlencoded", "/otp", "to=1", "", ErrNoKey},

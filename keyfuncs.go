@@ -72,13 +72,16 @@ func Query(name string) KeyFunc {
 // single returns the one value a repeated field holds: [ErrNoKey] when there
 // is none (or it is empty), an error when copies disagree.
 func single(vs []string, what string) (string, error) {
-	if len(vs) == 0 || vs[0] == "" {
+	if len(vs) == 0 {
 		return "", ErrNoKey
 	}
 	for _, v := range vs[1:] {
 		if v != vs[0] {
 			return "", fmt.Errorf("%s given %d times with different values", what, len(vs))
 		}
+	}
+	if vs[0] == "" {
+		return "", ErrNoKey
 	}
 	return vs[0], nil
 }

@@ -13,6 +13,7 @@ func TestHeaderAndQueryValues(t *testing.T) {
 	r := httptest.NewRequest("GET", "/?to=%2B254700&empty=&dup=a&dup=b&same=x&same=x", nil)
 	r.Header.Set("X-Api-Key", "k1")
 	r.Header["X-Dup"] = []string{"a", "b"}
+	r.Header["X-Blank-First"] = []string{"", "b"}
 	for _, tc := range []struct {
 		name string
 		fn   KeyFunc
@@ -22,6 +23,7 @@ func TestHeaderAndQueryValues(t *testing.T) {
 		{"header", Header("x-api-key"), "k1", nil},
 		{"missing header", Header("X-Other"), "", ErrNoKey},
 		{"repeated header", Header("X-Dup"), "", errBad},
+		{"empty, then a value", Header("X-Blank-First"), "", errBad},
 		{"query", Query("to"), "+254700", nil},
 		{"missing query", Query("from"), "", ErrNoKey},
 		{"empty query", Query("empty"), "", ErrNoKey},
