@@ -236,7 +236,7 @@ func (l *Limiter) call(ctx context.Context, st *state) ([]backend.Result, error)
 		b.success(probe)
 		return out, nil
 	}
-	if ctx.Err() != nil && !errors.Is(err, errTimeout) {
+	if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
 		// The client went away: no evidence about the backend either way.
 		b.neutral(probe)
 		return nil, err
@@ -264,8 +264,9 @@ func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []
 	return nil
 }
 
-// errTimeout marks a decision that took longer than the timeout.
-var errTimeout = errors.New("ceiling: backend timed out")
+// ErrTimeout is wrapped by the error of a backend decision that took
+// longer than the limiter's timeout ([WithTimeout]).
+var ErrTimeout = errors.New("ceiling: backend timed out")
 
 // errBreakerOpen is the cause of a fallback decided without calling the
 // backend because the circuit breaker is open.
@@ -300,12 +301,12 @@ func (l *Limiter) timed(ctx context.Context, reqs []backend.Request, out []backe
 		copy(out, c.out)
 		timedCalls.Put(c)
 		if err != nil && ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%w after %v: %w", errTimeout, l.cfg.timeout, err)
+			return fmt.Errorf("%w after %v: %w", ErrTimeout, l.cfg.timeout, err)
 		}
 		return err
 	case <-ctx.Done():
 		if ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%w after %v", errTimeout, l.cfg.timeout)
+			return fmt.Errorf("%w after %v", ErrTimeout, l.cfg.timeout)
 		}
 		return ctx.Err()
 	}

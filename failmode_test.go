@@ -327,7 +327,7 @@ func TestTimeoutHoldsEvenWhenTheBackendIgnoresItsContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request waited for a hung backend")
 	}
-	if len(obs.backend) != 1 || !errors.Is(obs.backend[0], errTimeout) {
+	if len(obs.backend) != 1 || !errors.Is(obs.backend[0], ErrTimeout) {
 		t.Errorf("observed backend errors %v, want one timeout", obs.backend)
 	}
 }

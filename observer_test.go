@@ -364,7 +364,7 @@ func TestCheckProvesTheBackendRejects(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	hung := MustNew(rules, WithBackend(&flaky{block: release}), WithTimeout(5*time.Millisecond))
-	if err := hung.Check(context.Background()); !errors.Is(err, errTimeout) {
+	if err := hung.Check(context.Background()); !errors.Is(err, ErrTimeout) {
 		t.Errorf("a hung backend: err = %v, want a timeout", err)
 	}
 }

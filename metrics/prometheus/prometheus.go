@@ -1,0 +1,152 @@
+// Package ceilingprom exposes what a ceiling limiter does as Prometheus
+// metrics: it implements [ceiling.Observer] and [prometheus.Collector].
+//
+//	obs := ceilingprom.New(ceilingprom.Options{})
+//	prometheus.MustRegister(obs)
+//	limiter := ceiling.MustNew(rules, ceiling.WithObserver(obs), ...)
+//
+// The metrics, with the default namespace "ceiling":
+//
+//	ceiling_decisions_total{rule, outcome="allowed|rejected|shadow_rejected"}
+//	ceiling_backend_duration_seconds              histogram of backend calls
+//	ceiling_backend_errors_total{kind="timeout|error"}
+//	ceiling_degraded                              1 while the breaker is open
+//	ceiling_degraded_transitions_total            healthy → degraded transitions
+//	ceiling_failmode_admissions_total{rule, mode="open|local"}
+//
+// Alert on ceiling_degraded == 1 and on any increase of
+// ceiling_failmode_admissions_total: both mean limits are enforced less
+// than configured.
+package ceilingprom
+
+import (
+	"errors"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configure an [Observer]. The zero value is ready to use.
+type Options struct {
+	// Namespace prefixes every metric name; empty means "ceiling".
+	Namespace string
+	// ConstLabels are added to every metric, for example
+	// {"limiter": "api"} when one process runs several limiters.
+	ConstLabels prometheus.Labels
+	// Buckets are the backend latency histogram's bucket bounds in
+	// seconds; nil means 100µs to 1s, which frames a 100ms timeout.
+	Buckets []float64
+}
+
+// DefaultBuckets frame a backend round trip on a local network and the
+// default 100ms timeout.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+
+// Observer records a limiter's events as Prometheus metrics. Create it with
+// [New]; it is safe for simultaneous use by multiple goroutines and may be
+// shared by several limiters (their counts add up).
+type Observer struct {
+	decisions   *prometheus.CounterVec
+	duration    prometheus.Histogram
+	errors      *prometheus.CounterVec
+	degraded    prometheus.Gauge
+	transitions prometheus.Counter
+	failmode    *prometheus.CounterVec
+}
+
+var (
+	_ ceiling.Observer     = (*Observer)(nil)
+	_ prometheus.Collector = (*Observer)(nil)
+)
+
+// New returns an Observer; register it with a prometheus.Registerer.
+func New(o Options) *Observer {
+	ns := o.Namespace
+	if ns == "" {
+		ns = "ceiling"
+	}
+	buckets := o.Buckets
+	if buckets == nil {
+		buckets = DefaultBuckets
+	}
+	return &Observer{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "decisions_total", ConstLabels: o.ConstLabels,
+			Help: "Rule decisions by outcome: allowed, rejected, or shadow_rejected (a shadow rule that would have rejected).",
+		}, []string{"rule", "outcome"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: ns, Name: "backend_duration_seconds", ConstLabels: o.ConstLabels, Buckets: buckets,
+			Help: "Latency of backend decision calls, answered or failed; calls skipped by the open circuit breaker are not counted.",
+		}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "backend_errors_total", ConstLabels: o.ConstLabels,
+			Help: "Backend calls that failed, by kind: timeout or error.",
+		}, []string{"kind"}),
+		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "degraded", ConstLabels: o.ConstLabels,
+			Help: "1 while the backend is not called (circuit breaker open) and fail modes decide, else 0.",
+		}),
+		transitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "degraded_transitions_total", ConstLabels: o.ConstLabels,
+			Help: "Transitions from healthy to degraded.",
+		}),
+		failmode: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "failmode_admissions_total", ConstLabels: o.ConstLabels,
+			Help: "Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).",
+		}, []string{"rule", "mode"}),
+	}
+}
+
+// ObserveDecision counts one rule's decision.
+func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
+	o.decisions.WithLabelValues(rule, outcome.String()).Inc()
+}
+
+// ObserveBackend records a backend call's latency and, if it failed, its
+// error's kind.
+func (o *Observer) ObserveBackend(latency time.Duration, err error) {
+	o.duration.Observe(latency.Seconds())
+	if err != nil {
+		kind := "error"
+		if errors.Is(err, ceiling.ErrTimeout) {
+			kind = "timeout"
+		}
+		o.errors.WithLabelValues(kind).Inc()
+	}
+}
+
+// ObserveDegraded sets the degraded gauge and counts transitions into it.
+func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
+	if e.Degraded {
+		o.degraded.Set(1)
+		o.transitions.Inc()
+		return
+	}
+	o.degraded.Set(0)
+}
+
+// ObserveFailMode counts a rule admission made by a fail mode.
+func (o *Observer) ObserveFailMode(rule string, mode ceiling.FailMode) {
+	o.failmode.WithLabelValues(rule, mode.String()).Inc()
+}
+
+// Describe sends the metrics' descriptions.
+func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
+	o.decisions.Describe(ch)
+	o.duration.Describe(ch)
+	o.errors.Describe(ch)
+	o.degraded.Describe(ch)
+	o.transitions.Describe(ch)
+	o.failmode.Describe(ch)
+}
+
+// Collect sends the metrics' current values.
+func (o *Observer) Collect(ch chan<- prometheus.Metric) {
+	o.decisions.Collect(ch)
+	o.duration.Collect(ch)
+	o.errors.Collect(ch)
+	o.degraded.Collect(ch)
+	o.transitions.Collect(ch)
+	o.failmode.Collect(ch)
+}

@@ -1,0 +1,192 @@
+package ceilingprom_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
+	ceilingprom "github.com/ceiling-go/ceiling/metrics/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+var ok = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+
+func get(h http.Handler) int {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+	return w.Code
+}
+
+func TestDecisionsByRuleAndOutcome(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	store := memory.New()
+	defer store.Close()
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Hour, Algorithm: ceiling.SlidingLog},
+		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour, Algorithm: ceiling.SlidingLog, Shadow: true},
+	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	h := l.Handler(ok)
+	var codes []int
+	for range 4 {
+		codes = append(codes, get(h))
+	}
+	if got, want := codes, []int{200, 200, 200, 429}; !equal(got, want) {
+		t.Fatalf("statuses = %v, want %v", got, want)
+	}
+	want := `
+# HELP ceiling_decisions_total Rule decisions by outcome: allowed, rejected, or shadow_rejected (a shadow rule that would have rejected).
+# TYPE ceiling_decisions_total counter
+ceiling_decisions_total{outcome="allowed",rule="ip"} 3
+ceiling_decisions_total{outcome="allowed",rule="new"} 1
+ceiling_decisions_total{outcome="rejected",rule="ip"} 1
+ceiling_decisions_total{outcome="shadow_rejected",rule="new"} 3
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_decisions_total"); err != nil {
+		t.Error(err)
+	}
+	// The memory store is in process: its calls are timed too, never failed.
+	if got, want := testutil.CollectAndCount(obs, "ceiling_backend_duration_seconds"), 1; got != want {
+		t.Errorf("histogram series = %d, want %d", got, want)
+	}
+}
+
+// flaky fails while down is set.
+type flaky struct {
+	mu   sync.Mutex
+	down bool
+	hang bool
+}
+
+func (f *flaky) set(down, hang bool) {
+	f.mu.Lock()
+	f.down, f.hang = down, hang
+	f.mu.Unlock()
+}
+
+func (f *flaky) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	f.mu.Lock()
+	down, hang := f.down, f.hang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	if down {
+		return nil, errors.New("connection refused")
+	}
+	out := make([]backend.Result, len(reqs))
+	for i, r := range reqs {
+		out[i] = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - r.Cost}
+	}
+	return out, nil
+}
+
+func (f *flaky) Reset(context.Context, ...string) error { return nil }
+
+func TestDegradationErrorsAndFailModeAdmissions(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
+	be := &flaky{}
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "chat", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute, FailMode: ceiling.FailOpen},
+		{Name: "shop", Key: ceiling.Static("s"), Limit: 100, Period: time.Minute, FailMode: ceiling.FailLocal},
+	}, ceiling.WithBackend(be), ceiling.WithObserver(obs), ceiling.WithTimeout(5*time.Millisecond),
+		ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 3, CoolDown: time.Hour}),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	h := l.Handler(ok)
+	get(h)
+	be.set(false, true) // hung: one timeout
+	get(h)
+	be.set(true, false) // refused: two errors open the breaker
+	get(h)
+	get(h)
+	degraded := `
+# HELP ceiling_degraded 1 while the backend is not called (circuit breaker open) and fail modes decide, else 0.
+# TYPE ceiling_degraded gauge
+ceiling_degraded{limiter="api"} 1
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(degraded), "ceiling_degraded"); err != nil {
+		t.Error(err)
+	}
+	for range 5 { // the breaker is open: no backend calls
+		get(h)
+	}
+	want := `
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind: timeout or error.
+# TYPE ceiling_backend_errors_total counter
+ceiling_backend_errors_total{kind="error",limiter="api"} 2
+ceiling_backend_errors_total{kind="timeout",limiter="api"} 1
+# HELP ceiling_failmode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
+# TYPE ceiling_failmode_admissions_total counter
+ceiling_failmode_admissions_total{limiter="api",mode="local",rule="shop"} 8
+ceiling_failmode_admissions_total{limiter="api",mode="open",rule="chat"} 8
+# HELP ceiling_degraded_transitions_total Transitions from healthy to degraded.
+# TYPE ceiling_degraded_transitions_total counter
+ceiling_degraded_transitions_total{limiter="api"} 1
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want),
+		"ceiling_backend_errors_total", "ceiling_failmode_admissions_total", "ceiling_degraded_transitions_total"); err != nil {
+		t.Error(err)
+	}
+	// Four calls were made (one answered, three failed), none while open.
+	if got := histogramCount(t, obs); got != 4 {
+		t.Errorf("backend calls observed = %d, want 4", got)
+	}
+}
+
+func TestMetricNamesFollowConventions(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	obs.ObserveDecision("r", ceiling.OutcomeAllowed)
+	obs.ObserveBackend(time.Millisecond, errors.New("x"))
+	obs.ObserveFailMode("r", ceiling.FailOpen)
+	problems, err := testutil.CollectAndLint(obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(obs); err != nil {
+		t.Errorf("registering: %v", err)
+	}
+}
+
+func histogramCount(t *testing.T, obs *ceilingprom.Observer) uint64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ceiling_backend_duration_seconds" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatal("no ceiling_backend_duration_seconds")
+	return 0
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
