@@ -124,12 +124,12 @@ type Backend interface {
 	Reset(ctx context.Context, keys ...string) error
 }
 
-// DecideIntoer is implemented by backends that can decide without allocating
-// the result slice: out has len(reqs) elements and receives the results. The
-// middleware prefers it over Decide; the semantics are Decide's.
-type DecideIntoer interface {
-	DecideInto(ctx context.Context, reqs []Request, out []Result) error
-}
+// DecideIntoer is another name for [DecideInto], which it was added beside
+// at the same time; both name one interface, so a backend that has the
+// method satisfies either.
+//
+// Deprecated: use [DecideInto].
+type DecideIntoer = DecideInto
 
 // InProcess is implemented by backends that answer from process memory and
 // cannot block or fail for I/O reasons. The middleware skips the timeout and
