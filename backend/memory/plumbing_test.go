@@ -47,7 +47,7 @@ func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
 				logs[r.Key] = st.runs
 			}
 		}
-		rejected = rejected || !ok
+		rejected = rejected || (!ok && !r.Shadow)
 	}
 	if !rejected {
 		m.gcra, m.win, m.logs = gcra, win, logs
@@ -72,8 +72,8 @@ func maps[V any](m map[string]V) map[string]V {
 }
 
 // TestStoreMatchesModel sends random multi-rule calls (shared keys,
-// repeated keys within a call, refunds, peeks, forced charges, keys going
-// idle) to a Store and to the model and requires identical results.
+// repeated keys within a call, refunds, peeks, forced charges, shadow
+// requests, keys going idle) to a Store and to the model and requires identical results.
 func TestStoreMatchesModel(t *testing.T) {
 	for _, maxKeys := range []int{64, DefaultMaxKeys} { // one shard; 256 shards
 		t.Run(fmt.Sprint("maxKeys=", maxKeys), func(t *testing.T) {
@@ -94,6 +94,7 @@ func TestStoreMatchesModel(t *testing.T) {
 						Period:    time.Second,
 						Cost:      rng.Int64N(5) - 1,
 						Force:     rng.IntN(10) == 0,
+						Shadow:    rng.IntN(8) == 0,
 					}
 				}
 				got := decide(t, s, reqs...)
