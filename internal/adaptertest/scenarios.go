@@ -133,10 +133,22 @@ func Scenarios() []Scenario {
 			Name:     "503 when the backend is down and the limiter fails closed",
 			Patterns: []string{"/items/{id}"},
 			Limiter: func() *ceiling.Limiter {
-				return ceiling.MustNew([]ceiling.Rule{ip}, ceiling.WithBackend(Down{}), quiet)
+				return ceiling.MustNew([]ceiling.Rule{ip}, ceiling.WithBackend(Down{}), ceiling.WithFailMode(ceiling.FailClosed), quiet)
 			},
 			Steps: []Step{get("/items/1"), get("/items/1")},
 			Want:  []int{503, 503},
+		},
+		{
+			// GCRA, whose headers count from the key's first request, so
+			// that two limiters' wall clocks give the same rounded seconds.
+			Name:     "the in-process fallback limits while the backend is down",
+			Patterns: []string{"/items/{id}"},
+			Limiter: func() *ceiling.Limiter {
+				return ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Hour}},
+					ceiling.WithBackend(Down{}), ceiling.WithFailMode(ceiling.FailLocal), ceiling.WithLocalShare(1), quiet)
+			},
+			Steps: []Step{get("/items/1"), get("/items/1"), get("/items/1")},
+			Want:  []int{200, 200, 429},
 		},
 		{
 			Name:     "a rule that fails closed wins over a limiter that fails open",
