@@ -163,6 +163,7 @@ func (x *extras) settle(ctx context.Context) {
 	res := x.res
 	x.mu.Unlock()
 	var reqs []backend.Request
+	var names []string
 	for _, rv := range res {
 		delta := min(rv.actual-rv.req.Cost, rv.rule.capacity())
 		if delta == 0 {
@@ -171,6 +172,7 @@ func (x *extras) settle(ctx context.Context) {
 		q := rv.req
 		q.Cost, q.Force, q.Shadow = delta, delta > 0, false
 		reqs = append(reqs, q)
+		names = append(names, rv.rule.Name)
 	}
 	if len(reqs) == 0 {
 		return
@@ -183,10 +185,6 @@ func (x *extras) settle(ctx context.Context) {
 		defer cancel()
 	}
 	if _, err := l.backend.Decide(ctx, reqs); err != nil {
-		names := make([]string, 0, len(reqs))
-		for _, rv := range res {
-			names = append(names, rv.rule.Name)
-		}
 		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed",
 			slog.Any("rules", names), slog.Any("err", err))
 	}

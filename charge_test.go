@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -295,5 +296,26 @@ func TestPlainLimiterPassesTheSameRequest(t *testing.T) {
 	})), in)
 	if got != in {
 		t.Error("the handler got a copy of the request from a limiter with nothing to carry")
+	}
+}
+
+// A settlement the backend cannot take is not silent: it is logged with the
+// rules whose charge was lost.
+func TestFailedSettlementIsLogged(t *testing.T) {
+	var logs syncBuffer
+	be := &recording{}
+	h := MustNew(chatRules, WithBackend(be), WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		Settle(r, "chat:tokens", 9_000)
+		Settle(r, "chat:spend", 1)
+		be.mu.Lock()
+		be.err = errors.New("connection reset")
+		be.mu.Unlock()
+	}))
+	serve(t, h, shopRequest())
+	if got, want := len(be.calls), 2; got != want {
+		t.Fatalf("backend calls = %d, want %d", got, want)
+	}
+	if s := logs.String(); !strings.Contains(s, "settlement failed") || !strings.Contains(s, "rules=[chat:tokens]") || !strings.Contains(s, "connection reset") {
+		t.Errorf("log = %q, want the failed settlement of chat:tokens and its cause", s)
 	}
 }

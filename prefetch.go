@@ -41,21 +41,21 @@ type Prefetched[T any] struct {
 // fn must honour ctx. A panic in fn is recovered, logged, and returned by
 // Get as an error wrapping [ErrPrefetchPanic].
 //
-// fn runs on its own goroutine, concurrently with the key functions' callers
-// and the handler: it may read r's URL and headers but must not read or
+// fn runs on its own goroutine, concurrently with the backend call and then
+// with the handler: it may read r's URL and headers but must not read or
 // close r.Body. The name identifies the work in errors and logs.
 func Prefetch[T any](name string, fn func(ctx context.Context, r *http.Request) (T, error)) *Prefetched[T] {
 	return &Prefetched[T]{name: name, fn: fn}
 }
 
-// ErrNotPrefetched is returned (wrapped) by [Prefetched.Get] when the
-// request did not come through a limiter's admitted path with that work
-// registered.
-var ErrNotPrefetched = errors.New("ceiling: prefetch not started for this request")
+// ErrNotPrefetched is returned by [Prefetched.Get], wrapped in an error
+// naming the work, when the request did not come through a limiter's
+// admitted path with that work registered.
+var ErrNotPrefetched = errors.New("not started for this request")
 
 // ErrPrefetchPanic is wrapped by the error [Prefetched.Get] returns when the
-// work panicked.
-var ErrPrefetchPanic = errors.New("ceiling: prefetch panicked")
+// work panicked: `ceiling: prefetch "order": panicked: <value>`.
+var ErrPrefetchPanic = errors.New("panicked")
 
 // Get waits for the work started for r and returns its result. It returns
 // early with the context's error if r's context ends first. r must be the
