@@ -111,10 +111,20 @@ func (c *commandCounter) reset() {
 func countCommands(client redis.UniversalClient) *commandCounter {
 	c := &commandCounter{}
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(c) })
-		// Nodes created before the hook was registered.
+		var mu sync.Mutex
+		hooked := map[*redis.Client]bool{}
+		add := func(n *redis.Client) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !hooked[n] {
+				hooked[n] = true
+				n.AddHook(c)
+			}
+		}
+		cc.OnNewNode(add)
+		// Nodes created before OnNewNode was registered.
 		cc.ForEachShard(context.Background(), func(ctx context.Context, n *redis.Client) error {
-			n.AddHook(c)
+			add(n)
 			return nil
 		})
 		return c

@@ -1,0 +1,141 @@
+package redis
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// threeRules is a request under three rules, each its own key and
+// algorithm: a minute limit, a day limit and a per-IP limit.
+func threeRules(user string) []backend.Request {
+	return []backend.Request{
+		{Key: "minute:" + user, Algorithm: backend.SlidingLog, Limit: 30, Period: time.Minute, Cost: 1},
+		{Key: "day:" + user, Algorithm: backend.GCRA, Limit: 1000, Period: 24 * time.Hour, Cost: 1},
+		{Key: "ip:" + user, Algorithm: backend.FixedWindow, Limit: 100, Period: time.Minute, Cost: 1},
+	}
+}
+
+func TestThreeRulesTakeOneRoundTrip(t *testing.T) {
+	for _, tg := range targets[:2] { // miniredis and redis-server: one node
+		t.Run(tg.name, func(t *testing.T) {
+			client := tg.client(t)
+			count := countCommands(client)
+			s := New(client, WithPrefix(redistest.KeyPrefix(t)))
+			ctx := context.Background()
+			if err := client.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			count.reset()
+			decide(t, s, threeRules("a")...)
+			// An empty script cache costs one more: EVALSHA, then EVAL.
+			if got, want := strings.Join(count.names, ","), "evalsha,eval"; got != want {
+				t.Fatalf("first decision sent %s, want %s", got, want)
+			}
+			for i := range 3 {
+				count.reset()
+				decide(t, s, threeRules("a")...)
+				if got, want := strings.Join(count.names, ","), "evalsha"; got != want {
+					t.Fatalf("decision %d sent %s, want %s: one round trip", i+2, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestClusterTakesOneScriptPerSlot(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	count := countCommands(client)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+
+	// A hash-tagged prefix puts every key in one slot: one script.
+	tagged := New(client, WithPrefix("{"+prefix+"}"))
+	decide(t, tagged, threeRules("a")...) // loads the script on that node
+	count.reset()
+	decide(t, tagged, threeRules("a")...)
+	if got, want := count.n.Load(), int64(1); got != want {
+		t.Errorf("single-slot request: %d commands %v, want %d", got, count.names, want)
+	}
+
+	s := New(client, WithPrefix(prefix))
+	reqs := threeRules("a")
+	slots := map[uint16]bool{}
+	for _, r := range reqs {
+		slots[slot(prefix+":"+r.Key)] = true
+	}
+	if len(slots) != 3 {
+		t.Fatalf("test keys fall in %d slots, want 3", len(slots))
+	}
+	decide(t, s, reqs...)
+	count.reset()
+	res, err := s.Decide(ctx, reqs)
+	if err != nil {
+		t.Fatalf("cross-slot Decide: %v", err)
+	}
+	for i, r := range res {
+		if !r.Allowed {
+			t.Errorf("rule %d rejected: %+v", i, r)
+		}
+	}
+	if got, want := count.n.Load(), int64(3); got != want {
+		t.Errorf("three-slot request: %d commands %v, want %d (one script per slot)", got, count.names, want)
+	}
+}
+
+// TestScriptCacheRecovery empties the script cache, as SCRIPT FLUSH, a
+// restart or a failover to a replica that never saw the script do, and
+// decides on: EVALSHA's NOSCRIPT is answered by EVAL, transparently.
+func TestScriptCacheRecovery(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
+		s := New(client, WithPrefix(prefix), WithDenyCache(0))
+		ctx := context.Background()
+		flush := func() {
+			t.Helper()
+			var err error
+			if cc, ok := client.(*redis.ClusterClient); ok {
+				err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+					return n.ScriptFlush(ctx).Err()
+				})
+			} else {
+				err = client.ScriptFlush(ctx).Err()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		for round := range 3 {
+			flush()
+			res, err := s.Decide(ctx, threeRules("u"))
+			if err != nil {
+				t.Fatalf("round %d after SCRIPT FLUSH: %v", round, err)
+			}
+			if got, want := res[0].Remaining, int64(30-1-round); got != want {
+				t.Fatalf("round %d: remaining %d, want %d", round, got, want)
+			}
+		}
+	})
+}
+
+// TestScriptCacheRecoveryAfterRestart restarts the server under a Store:
+// the connection drops and the new server has an empty script cache.
+func TestScriptCacheRecoveryAfterRestart(t *testing.T) {
+	srv := redistest.Server(t)
+	s := New(srv.Client(t))
+	ctx := context.Background()
+	decide(t, s, threeRules("u")...)
+	srv.Restart(t)
+	res, err := s.Decide(ctx, threeRules("u"))
+	if err != nil {
+		t.Fatalf("Decide after a restart: %v", err)
+	}
+	// Nothing was persisted: the quota starts over.
+	if got, want := res[0].Remaining, int64(29); got != want {
+		t.Fatalf("remaining = %d, want %d", got, want)
+	}
+}
