@@ -203,6 +203,9 @@ func parseTrusted(s string) (netip.Prefix, error) {
 		}
 		p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 	}
+	if p.Bits() == 0 {
+		return p, fmt.Errorf("proxy prefix %q trusts every address, which lets any client write the header", s)
+	}
 	return p.Masked(), nil
 }
 

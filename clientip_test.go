@@ -172,6 +172,8 @@ func TestClientIPConfigErrors(t *testing.T) {
 		{[]IPOption{TrustForwarded()}, "no trusted proxies"},
 		{[]IPOption{TrustXForwardedFor("10.0.0.1"), TrustForwarded("10.0.0.1")}, "already trusting X-Forwarded-For"},
 		{[]IPOption{TrustXRealIP("fe80::1%eth0")}, "zones"},
+		{[]IPOption{TrustXForwardedFor("0.0.0.0/0")}, "trusts every address"},
+		{[]IPOption{TrustXForwardedFor("::ffff:0.0.0.0/96")}, "trusts every address"},
 		{[]IPOption{IPv6Prefix(0)}, "IPv6Prefix(0)"},
 		{[]IPOption{nil}, "nil option"},
 	} {
