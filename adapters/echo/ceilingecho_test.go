@@ -180,3 +180,22 @@ func TestFrameworkRealIPOutsideTheMiddlewareIsLoud(t *testing.T) {
 		t.Errorf("FrameworkRealIP outside the middleware: err = %v, want a configuration error", err)
 	}
 }
+
+// Route keys are Echo's matched route, never the raw path.
+func TestRouteKeyIsTheMatchedRoute(t *testing.T) {
+	var seen []string
+	route := func(r *http.Request) (string, error) {
+		k, err := ceiling.Route(r)
+		seen = append(seen, k)
+		return k, err
+	}
+	e := echo.New()
+	e.Use(ceilingecho.Middleware(limiter(100, route)))
+	e.GET("/users/:id/orders/:order", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
+	for _, target := range []string{"/users/1/orders/7", "/users/2/orders/8", "/nowhere"} {
+		adaptertest.Capture(e, httptest.NewRequest("GET", target, nil))
+	}
+	if want := []string{"/users/:id/orders/:order", "/users/:id/orders/:order", ceiling.UnmatchedRoute}; !slices.Equal(seen, want) {
+		t.Errorf("route keys = %q, want %q", seen, want)
+	}
+}

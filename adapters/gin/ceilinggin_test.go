@@ -161,3 +161,22 @@ func TestFrameworkClientIPOutsideTheMiddlewareIsLoud(t *testing.T) {
 		t.Errorf("FrameworkClientIP outside the middleware: err = %v, want a configuration error", err)
 	}
 }
+
+// Route keys are Gin's matched route, never the raw path.
+func TestRouteKeyIsTheMatchedRoute(t *testing.T) {
+	var seen []string
+	route := func(r *http.Request) (string, error) {
+		k, err := ceiling.Route(r)
+		seen = append(seen, k)
+		return k, err
+	}
+	r := gin.New()
+	r.Use(ceilinggin.Middleware(limiter(100, route)))
+	r.GET("/users/:id/orders/:order", func(c *gin.Context) { c.Status(http.StatusNoContent) })
+	for _, target := range []string{"/users/1/orders/7", "/users/2/orders/8", "/nowhere"} {
+		adaptertest.Capture(r, httptest.NewRequest("GET", target, nil))
+	}
+	if want := []string{"/users/:id/orders/:order", "/users/:id/orders/:order", ceiling.UnmatchedRoute}; !slices.Equal(seen, want) {
+		t.Errorf("route keys = %q, want %q", seen, want)
+	}
+}

@@ -2,9 +2,7 @@ package adaptertest
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -42,36 +40,12 @@ func header(name string) ceiling.KeyFunc {
 	}
 }
 
-// MaxBody bounds the body [BodyTo] reads.
+// MaxBody is the body limit of the scenarios' body keys.
 const MaxBody = 64
 
-// BodyTo keys by the "to" field of a JSON body of at most [MaxBody] bytes and
-// puts the body back for the handler. A longer body is ErrBodyTooLarge (413),
-// a body that is not such JSON is bad input (400), and no body means the
-// rule does not apply.
-func BodyTo(r *http.Request) (string, error) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
-	r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(b))
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("reading the body: %w", err)
-	case len(b) > MaxBody:
-		return "", fmt.Errorf("body over %d bytes: %w", MaxBody, ceiling.ErrBodyTooLarge)
-	case len(b) == 0:
-		return "", ceiling.ErrNoKey
-	}
-	var v struct {
-		To string `json:"to"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return "", fmt.Errorf("body: %w", err)
-	}
-	if v.To == "" {
-		return "", fmt.Errorf(`body: no "to" field`)
-	}
-	return v.To, nil
-}
+// to keys by the "to" field of a JSON body of at most MaxBody bytes, with
+// the core's body key, which leaves the body intact for the handler.
+var to = ceiling.MustBodyField("to", ceiling.BodyLimit(MaxBody))
 
 func get(target string) Step { return Step{Method: http.MethodGet, Target: target} }
 
@@ -156,7 +130,7 @@ func Scenarios() []Scenario {
 			Limiter: func() *ceiling.Limiter {
 				return ceiling.MustNew([]ceiling.Rule{
 					{Name: "ip", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Minute},
-					{Name: "otp:to", Key: BodyTo, Limit: 3, Period: 15 * time.Minute, FailMode: ceiling.FailClosed},
+					{Name: "otp:to", Key: to, Limit: 3, Period: 15 * time.Minute, FailMode: ceiling.FailClosed},
 				}, ceiling.WithBackend(Down{}), ceiling.WithFailMode(ceiling.FailOpen), quiet)
 			},
 			Steps: []Step{get("/otp"), post("/otp", `{"to":"+254700000000"}`)},
@@ -165,16 +139,17 @@ func Scenarios() []Scenario {
 		{
 			Name:     "400 and 413 for bodies the key cannot use, before any decision",
 			Patterns: []string{"/otp"},
-			Limiter:  limiter([]ceiling.Rule{{Name: "otp:to", Key: BodyTo, Limit: 1, Period: 15 * time.Minute, Algorithm: ceiling.SlidingLog}}),
+			Limiter:  limiter([]ceiling.Rule{{Name: "otp:to", Key: to, Limit: 1, Period: 15 * time.Minute, Algorithm: ceiling.SlidingLog}}),
 			Steps: []Step{
-				post("/otp", `{"to": 254700000000}`),
+				post("/otp", `{"to": {"phone": "+254700000000"}}`),
 				post("/otp", `not json`),
+				post("/otp", `{"to": "+254700000000", "To": "+254700000001"}`),
 				post("/otp", `{"to":"+254700000000","pad":"`+string(bytes.Repeat([]byte("x"), MaxBody))+`"}`),
 				post("/otp", `{"to":"+254700000000"}`),
 				post("/otp", `{"to":"+254700000000"}`),
 				post("/otp", `{"to":"+254700000001"}`),
 			},
-			Want: []int{400, 400, 413, 200, 429, 200},
+			Want: []int{400, 400, 400, 413, 200, 429, 200},
 		},
 		{
 			Name:     "shadow rules are reported to the backend but never reject or show",
