@@ -108,4 +108,3 @@ func algorithmOf(t *testing.T, key, prefix string) backend.Algorithm {
 	t.Fatalf("key %s names no algorithm", key)
 	return 0
 }
-
