@@ -129,8 +129,12 @@ func (l *Limiter) initFailover() error {
 	}
 	usesLocal := l.cfg.failMode == FailLocal
 	for i := range l.rules {
-		if l.rules[i].FailMode == FailLocal {
+		switch m := l.rules[i].FailMode; {
+		case m == FailLocal:
 			usesLocal = true
+		case m > FailLocal:
+			// An unknown mode must not quietly behave as open.
+			return fmt.Errorf("ceiling: rule %q: unknown fail mode %d", l.rules[i].Name, m)
 		}
 	}
 	if c, ok := l.backend.(io.Closer); ok && l.cfg.backend == nil {

@@ -168,12 +168,10 @@ func (l *Limiter) Check(ctx context.Context) error {
 	_, _ = rand.Read(id[:])
 	prefix := "ceiling-check:" + hex.EncodeToString(id[:]) + ":"
 	var seen [backend.FixedWindow + 1]bool
-	var keys []string
+	var keys []string // canaries the backend may hold
 	defer func() {
 		if len(keys) > 0 {
-			rctx, cancel := l.checkContext(ctx)
-			defer cancel()
-			_ = l.backend.Reset(rctx, keys...)
+			l.checkReset(ctx, keys)
 		}
 	}()
 	for i := range l.rules {
@@ -183,12 +181,14 @@ func (l *Limiter) Check(ctx context.Context) error {
 		}
 		seen[a] = true
 		req := backend.Request{Key: prefix + a.String(), Algorithm: a, Limit: 1, Period: 24 * time.Hour, Cost: 1}
-		keys = append(keys, req.Key)
 		rejected := false
 		for attempt := range 3 {
 			res, err := l.checkDecide(ctx, req)
 			if err != nil {
 				return fmt.Errorf("ceiling: check: canary %q: the backend did not decide: %w", req.Key, err)
+			}
+			if attempt == 0 {
+				keys = append(keys, req.Key)
 			}
 			if attempt == 0 && !res.Allowed {
 				return fmt.Errorf("ceiling: check: canary %q (%s): the backend rejected a request under its limit", req.Key, a)
@@ -205,11 +205,24 @@ func (l *Limiter) Check(ctx context.Context) error {
 	return nil
 }
 
-func (l *Limiter) checkContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.remote {
-		return context.WithTimeout(ctx, l.cfg.timeout)
+// checkReset deletes the canaries, waiting at most the timeout for a
+// remote backend even if it ignores its context.
+func (l *Limiter) checkReset(ctx context.Context, keys []string) {
+	if !l.remote {
+		_ = l.backend.Reset(ctx, keys...)
+		return
 	}
-	return context.WithCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		_ = l.backend.Reset(ctx, keys...)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 func (l *Limiter) checkDecide(ctx context.Context, req backend.Request) (backend.Result, error) {

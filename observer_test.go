@@ -367,6 +367,19 @@ func TestCheckProvesTheBackendRejects(t *testing.T) {
 	if err := hung.Check(context.Background()); !errors.Is(err, ErrTimeout) {
 		t.Errorf("a hung backend: err = %v, want a timeout", err)
 	}
+	// Cleaning the canaries up is bounded too, even if Reset ignores its
+	// context.
+	stuck := resetHangs{counting: &counting{used: map[string]int64{}, remote: true}, release: release}
+	done := make(chan error)
+	go func() { done <- MustNew(rules, WithBackend(stuck), WithTimeout(5*time.Millisecond)).Check(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("an enforcing backend whose Reset hangs: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("Check waited for a hung Reset")
+	}
 }
 
 // rejectAll is a backend that refuses every request.
@@ -377,3 +390,15 @@ func (rejectAll) Decide(_ context.Context, reqs []backend.Request) ([]backend.Re
 }
 
 func (rejectAll) Reset(context.Context, ...string) error { return nil }
+
+// resetHangs enforces limits but hangs in Reset until release is closed,
+// ignoring its context.
+type resetHangs struct {
+	*counting
+	release chan struct{}
+}
+
+func (r resetHangs) Reset(context.Context, ...string) error {
+	<-r.release
+	return nil
+}
