@@ -371,7 +371,9 @@ func TestCheckProvesTheBackendRejects(t *testing.T) {
 	// context.
 	stuck := resetHangs{counting: &counting{used: map[string]int64{}, remote: true}, release: release}
 	done := make(chan error)
-	go func() { done <- MustNew(rules, WithBackend(stuck), WithTimeout(5*time.Millisecond)).Check(context.Background()) }()
+	go func() {
+		done <- MustNew(rules, WithBackend(stuck), WithTimeout(5*time.Millisecond)).Check(context.Background())
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
