@@ -1,7 +1,9 @@
 package ceilinggin_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -178,5 +180,43 @@ func TestRouteKeyIsTheMatchedRoute(t *testing.T) {
 	}
 	if want := []string{"/users/:id/orders/:order", "/users/:id/orders/:order", ceiling.UnmatchedRoute}; !slices.Equal(seen, want) {
 		t.Errorf("route keys = %q, want %q", seen, want)
+	}
+}
+
+// Prefetched work and the post-work settlement are reached from a Gin
+// handler through c.Request.
+func TestPrefetchAndSettleFromGinHandlers(t *testing.T) {
+	order := ceiling.Prefetch("order", func(_ context.Context, r *http.Request) (string, error) {
+		return "order " + r.URL.Query().Get("id"), nil
+	})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "tokens", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Hour,
+		Estimate: func(*http.Request) (int64, error) { return 1, nil }}},
+		ceiling.WithBackend(&adaptertest.Counter{}), ceiling.WithPrefetch(order))
+	r := gin.New()
+	r.Use(ceilinggin.Middleware(l))
+	r.POST("/chat", func(c *gin.Context) {
+		o, err := order.Get(c.Request)
+		if err == nil {
+			err = ceiling.Settle(c.Request, "tokens", 60)
+		}
+		if err != nil {
+			c.String(http.StatusInternalServerError, err.Error())
+			return
+		}
+		c.String(http.StatusOK, o)
+	})
+	steps := []adaptertest.Step{{Method: "POST", Target: "/chat?id=7"}, {Method: "POST", Target: "/chat?id=8"}}
+	var got []string
+	for _, s := range steps {
+		res := adaptertest.Capture(r, s.Request())
+		got = append(got, fmt.Sprint(res.Status, " ", res.Body))
+	}
+	// 60 settled by the first request leaves 40, so the second one settles
+	// 60 too (debt): a third would be refused.
+	if want := []string{"200 order 7", "200 order 8"}; !slices.Equal(got, want) {
+		t.Fatalf("responses = %q, want %q", got, want)
+	}
+	if res := adaptertest.Capture(r, steps[0].Request()); res.Status != http.StatusTooManyRequests {
+		t.Errorf("after settling 120 of 100 units: status %d, want 429", res.Status)
 	}
 }
