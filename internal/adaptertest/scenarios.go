@@ -162,6 +162,16 @@ func Scenarios() []Scenario {
 			Want:  []int{200, 200, 200, 429},
 		},
 		{
+			Name:     "shadow rules named in RateLimit-Shadow when asked",
+			Patterns: []string{"/items/{id}"},
+			Limiter: limiter([]ceiling.Rule{
+				{Name: "ip", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Minute},
+				{Name: "ip:new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
+			}, ceiling.WithShadowHeader()),
+			Steps: []Step{get("/items/1"), get("/items/1"), get("/items/1"), get("/items/1")},
+			Want:  []int{200, 200, 200, 429},
+		},
+		{
 			Name:     "X-RateLimit headers",
 			Patterns: []string{"/items/{id}"},
 			Limiter:  limiter([]ceiling.Rule{ip}, ceiling.WithHeaders(ceiling.HeadersXRateLimit)),
