@@ -162,7 +162,7 @@ const localMaxKeys = 1 << 18
 
 type localStore struct {
 	b    backend.Backend
-	into backend.DecideIntoer
+	into backend.DecideInto
 }
 
 // localStore returns FailLocal's store, creating it on first use.
@@ -185,7 +185,7 @@ func (l *Limiter) localStore() *localStore {
 		b = m
 	}
 	ls := &localStore{b: b}
-	ls.into, _ = b.(backend.DecideIntoer)
+	ls.into, _ = b.(backend.DecideInto)
 	f.local.Store(ls)
 	return ls
 }
