@@ -38,8 +38,10 @@ import (
 // would share the [ceiling.UnmatchedRoute] budget of a route rule.
 func Middleware(l *ceiling.Limiter) echo.MiddlewareFunc {
 	// Each call carries the per-request state to the core's next handler. It
-	// is pooled with its core handler so that the translation itself does
-	// not allocate.
+	// is pooled with its core handler, so that the core handler is built
+	// once, not per request. What the translation does allocate is the
+	// request carrying the route and the framework context (BenchmarkEcho:
+	// 5 allocations, about 760 bytes, on top of the core's own).
 	calls := sync.Pool{}
 	calls.New = func() any {
 		k := new(call)

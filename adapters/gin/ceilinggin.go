@@ -37,8 +37,10 @@ import (
 // and share the [ceiling.UnmatchedRoute] budget of a route rule.
 func Middleware(l *ceiling.Limiter) gin.HandlerFunc {
 	// Each call carries the per-request state to the core's next handler. It
-	// is pooled with its core handler so that the translation itself does
-	// not allocate.
+	// is pooled with its core handler, so that the core handler is built
+	// once, not per request. What the translation does allocate is the
+	// request carrying the route and the framework context (BenchmarkGin:
+	// 4 allocations, about 740 bytes, on top of the core's own).
 	calls := sync.Pool{}
 	calls.New = func() any {
 		k := new(call)
