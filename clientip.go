@@ -219,14 +219,21 @@ func (c *clientIP) isTrusted(a netip.Addr) bool {
 }
 
 func (c *clientIP) key(r *http.Request) (string, error) {
-	peer, ok := parsePeer(r.RemoteAddr)
+	host := peerHost(r.RemoteAddr)
+	peer, ok := normalAddr(host)
 	if !ok {
 		if r.RemoteAddr == "" {
 			return "", ErrNoKey
 		}
 		return r.RemoteAddr, nil
 	}
-	return c.format(c.client(r.Header, peer)), nil
+	a := c.client(r.Header, peer)
+	if a == peer && a.Is4() && !strings.Contains(host, ":") {
+		// netip accepts only canonical dotted quads, so the peer's own text
+		// is the key: no string to build on the common path.
+		return host, nil
+	}
+	return c.format(a), nil
 }
 
 // client returns the client's address for a request from peer.
@@ -320,11 +327,16 @@ func (c *clientIP) format(a netip.Addr) string {
 // parsePeer reads r.RemoteAddr ("host:port", or a bare host from some
 // listeners and tests).
 func parsePeer(s string) (netip.Addr, bool) {
+	return normalAddr(peerHost(s))
+}
+
+// peerHost is the host part of r.RemoteAddr.
+func peerHost(s string) string {
 	host, _, err := net.SplitHostPort(s)
 	if err != nil {
-		host = s
+		return s
 	}
-	return normalAddr(host)
+	return host
 }
 
 // parseHop reads one X-Forwarded-For or X-Real-IP entry: an address, with
