@@ -116,6 +116,9 @@ func (l *Limiter) initFailover() error {
 		counts: make([]ruleCounts, len(l.rules)),
 	}
 	l.fo = f
+	if c, ok := l.backend.(io.Closer); ok && l.cfg.backend == nil {
+		f.closers = append(f.closers, c) // the default store New made
+	}
 	now := l.cfg.clock
 	if l.cfg.localShare == 0 {
 		l.cfg.localShare = 1 / float64(l.cfg.instances)
@@ -134,11 +137,9 @@ func (l *Limiter) initFailover() error {
 			usesLocal = true
 		case m > FailLocal:
 			// An unknown mode must not quietly behave as open.
+			l.Close()
 			return fmt.Errorf("ceiling: rule %q: unknown fail mode %d", l.rules[i].Name, m)
 		}
-	}
-	if c, ok := l.backend.(io.Closer); ok && l.cfg.backend == nil {
-		f.closers = append(f.closers, c) // the default store New made
 	}
 	if usesLocal && l.remote {
 		f.usesLocal = true

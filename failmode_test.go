@@ -414,6 +414,7 @@ func TestFailureOptionsAreValidated(t *testing.T) {
 			t.Errorf("err = %v, want it to mention %q", err, tc.want)
 		}
 	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent()) // the default store New made is closed
 	odd := []Rule{{Name: "odd", Key: RemoteAddr, Limit: 1, Period: time.Second, FailMode: FailMode(7)}}
 	if _, err := New(odd); err == nil || !strings.Contains(err.Error(), `rule "odd": unknown fail mode 7`) {
 		t.Errorf("a rule with an unknown fail mode: err = %v", err)
