@@ -1,0 +1,78 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+)
+
+// The real binary as `go run ./examples/chat` starts it on a fresh machine:
+// no Redis, no secret. It warns loudly about both, answers a token it
+// minted itself, and shuts down cleanly on SIGTERM.
+func TestBinaryStartsAnswersAndStops(t *testing.T) {
+	bin := chatBinary(t)
+	p := servicetest.Start(t, bin, nil)
+	for _, warning := range []string{"EVERY INSTANCE ENFORCES ITS OWN LIMITS", "CHAT_JWT_SECRET is not set"} {
+		if !strings.Contains(p.Log(), warning) {
+			t.Errorf("start-up log lacks %q:\n%s", warning, p.Log())
+		}
+	}
+	out, err := exec.Command(bin, "-mint-token", "https://shop-1.myshopify.com").Output()
+	if err != nil {
+		t.Fatalf("-mint-token: %v", err)
+	}
+	resp, err := servicetest.Post(http.DefaultClient, p.URL+"/api/chat", strings.TrimSpace(string(out)), question)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply chatReply
+	if resp.Status != 200 || json.Unmarshal([]byte(resp.Body), &reply) != nil || reply.Reply == "" || reply.Order.ID == "" {
+		t.Errorf("chat: %d %s, want 200 with a reply and an order", resp.Status, resp.Body)
+	}
+	if resp, err := servicetest.Get(http.DefaultClient, p.URL+"/healthz"); err != nil || resp.Status != 200 {
+		t.Errorf("/healthz: %d %v, want 200", resp.Status, err)
+	}
+	p.Stop(t)
+}
+
+// Three processes on three ports sharing one Redis, requests spread over
+// them: exactly the limit is admitted per shop, in total. (On the memory
+// backend the same check admits three times the limit:
+// TestThreeInstancesOnMemoryAdmitThreeTimesTheLimit.)
+func TestThreeInstancesShareOneRedis(t *testing.T) {
+	srv := redistest.Shared(t)
+	bin := chatBinary(t)
+	env := []string{"REDIS_URL=redis://" + srv.Addr + "/0", "CHAT_JWT_SECRET=" + testSecret, "KEY_SECRET=" + strings.Repeat("k", 32)}
+	var urls []string
+	for range 3 {
+		p := servicetest.Start(t, bin, env)
+		urls = append(urls, p.URL)
+		defer p.Stop(t)
+	}
+	// Shop names unique to this run: the binaries use the default key
+	// prefix on a server other tests (and -count=2 reruns) share.
+	run := redistest.KeyPrefix(t)
+	shops := []string{"https://a-" + run + ".myshopify.com", "https://b-" + run + ".myshopify.com"}
+	toks := []string{token(t, shops[0]), token(t, shops[1])}
+	admitted := make([]map[int]int, len(shops))
+	for s := range shops {
+		got, err := servicetest.Parallel(90, 9, func(i int) (int, error) {
+			r, err := servicetest.Post(http.DefaultClient, urls[i%3]+"/api/chat", toks[s], question)
+			return r.Status, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admitted[s] = got
+	}
+	for s, got := range admitted {
+		if got[200] != 30 || got[429] != 60 {
+			t.Errorf("shop %d: statuses %v, want exactly 30 × 200 and 60 × 429 across the three instances", s, got)
+		}
+	}
+}

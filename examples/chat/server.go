@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/examples/internal/service"
+)
+
+// Rule names: they appear in RateLimit headers, 429 bodies, metrics and
+// stored keys.
+const (
+	ruleMinute = "chat:shop:minute"
+	ruleDay    = "chat:shop:day"
+	ruleIP     = "chat:ip"
+	ruleTokens = "chat:shop:tokens"
+)
+
+// maxBody bounds a chat message's request body.
+const maxBody = 16 << 10
+
+// limits are the service's limits; tests shrink them.
+type limits struct {
+	PerMinute   int64         // chats per shop per rolling Minute
+	Minute      time.Duration //
+	PerDay      int64         // chats per shop per rolling Day
+	Day         time.Duration //
+	PerIP       int64         // requests per client address per rolling IPWindow
+	IPWindow    time.Duration //
+	Tokens      int64         // model tokens per shop per TokenWindow (aligned: a UTC day)
+	TokenWindow time.Duration //
+}
+
+// config is everything newServer needs; defaultConfig has production values
+// and tests change fields.
+type config struct {
+	service.Config
+	Logger    *slog.Logger
+	JWTSecret []byte
+	Limits    limits
+	// Timeout bounds each limiter decision; past it the request is
+	// admitted (the service fails open) and the degradation reported.
+	Timeout time.Duration
+	// Breaker stops paying Timeout on every request while Redis is down.
+	Breaker ceiling.BreakerConfig
+	// Orders finds the shop's order; Model answers the message.
+	Orders func(ctx context.Context, shop string) (Order, error)
+	Model  func(message string, o Order) (reply string, tokens int64)
+}
+
+func defaultConfig() config {
+	return config{
+		Logger: slog.Default(),
+		Limits: limits{
+			PerMinute: 30, Minute: time.Minute,
+			PerDay: 1000, Day: 24 * time.Hour,
+			PerIP: 300, IPWindow: time.Minute,
+			Tokens: 200_000, TokenWindow: 24 * time.Hour,
+		},
+		Timeout: 50 * time.Millisecond,
+		Orders:  fakeOrders(lookupLatency),
+		Model:   fakeModel,
+	}
+}
+
+// server holds the chat endpoint's dependencies.
+type server struct {
+	cfg    config
+	orders *ceiling.Prefetched[Order]
+}
+
+// newServer builds the service's handler: POST /api/chat behind the limiter,
+// GET /healthz and GET /metrics. cleanup releases the Redis client and the
+// limiter; call it after the HTTP server has stopped.
+func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
+	if len(cfg.JWTSecret) == 0 {
+		return nil, nil, errors.New("chat: no JWT secret")
+	}
+	ip, err := cfg.ClientIP()
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &server{cfg: cfg}
+	// The lookup starts as soon as the limiter knows the keys, while it
+	// waits for Redis; the handler picks up the result, and a rejected
+	// request cancels it and never sees it.
+	s.orders = ceiling.Prefetch("order", func(ctx context.Context, r *http.Request) (Order, error) {
+		c, ok := claimsFrom(r)
+		if !ok {
+			return Order{}, errUnauthenticated
+		}
+		return cfg.Orders(ctx, c.Shop)
+	})
+
+	lim := cfg.Limits
+	rules := []ceiling.Rule{
+		// "30 per minute" means at most 30 in any rolling minute: a sliding
+		// log, not a token bucket (which would admit up to 59 in the
+		// first minute).
+		{Name: ruleMinute, Key: shopKey, Limit: lim.PerMinute, Period: lim.Minute, Algorithm: ceiling.SlidingLog},
+		{Name: ruleDay, Key: shopKey, Limit: lim.PerDay, Period: lim.Day, Algorithm: ceiling.SlidingLog},
+		{Name: ruleIP, Key: ip, Limit: lim.PerIP, Period: lim.IPWindow, Algorithm: ceiling.SlidingLog},
+		// The token budget's cost is known only after the reply: each
+		// request reserves one token ("is anything left?") and the handler
+		// settles the real count, which may overdraw the day's budget; the
+		// next requests then wait for the next day. A fixed window is a
+		// budget per UTC day and costs two integers, where a log of
+		// 200,000 entries would not.
+		{Name: ruleTokens, Key: shopKey, Limit: lim.Tokens, Period: lim.TokenWindow, Algorithm: ceiling.FixedWindow,
+			Estimate: func(*http.Request) (int64, error) { return 0, nil }},
+	}
+	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:chat")
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts,
+		ceiling.WithFailMode(ceiling.FailOpen),
+		ceiling.WithTimeout(cfg.Timeout),
+		ceiling.WithBreaker(cfg.Breaker),
+		ceiling.WithLogger(cfg.Logger),
+		ceiling.WithPrefetch(s.orders),
+	)
+	limiter, err := ceiling.New(rules, opts...)
+	if err != nil {
+		closeBackend()
+		return nil, nil, err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("POST /api/chat", authenticate(cfg.JWTSecret, limiter.Handler(http.HandlerFunc(s.chat))))
+	mux.Handle("GET /healthz", limiter.HealthHandler())
+	cleanup = func() {
+		limiter.Close()
+		closeBackend()
+	}
+	return mux, cleanup, nil
+}
+
+var errUnauthenticated = errors.New("no valid bearer token")
+
+// shopKey keys by the shop of a verified token. Without one the per-shop
+// rules do not apply, so nobody spends a shop's budget without the shop's
+// signature.
+func shopKey(r *http.Request) (string, error) {
+	c, ok := claimsFrom(r)
+	if !ok {
+		return "", ceiling.ErrNoKey
+	}
+	return c.Shop, nil
+}
+
+// chatRequest is the body of POST /api/chat.
+type chatRequest struct {
+	Message string `json:"message"`
+}
+
+// chatReply is the body of a 200 answer.
+type chatReply struct {
+	Reply  string `json:"reply"`
+	Order  Order  `json:"order"`
+	Tokens int64  `json:"tokens"`
+}
+
+// chat answers one message. The limiter has admitted the request; it may
+// still be unauthenticated (only the per-address rule applied) or malformed
+// (it counted all the same: a client cannot probe for free).
+func (s *server) chat(w http.ResponseWriter, r *http.Request) {
+	c, ok := claimsFrom(r)
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="chat", error="invalid_token"`)
+		problem(w, http.StatusUnauthorized, "a valid bearer token (HS256, with dest and sub) is required")
+		return
+	}
+	var body chatRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", maxBody))
+			return
+		}
+		problem(w, http.StatusBadRequest, `the body must be JSON: {"message": "..."}`)
+		return
+	}
+	if strings.TrimSpace(body.Message) == "" {
+		problem(w, http.StatusBadRequest, "the message is empty")
+		return
+	}
+	order, err := s.orders.Get(r)
+	if err != nil {
+		s.cfg.Logger.ErrorContext(r.Context(), "order lookup failed", slog.String("shop", c.Shop), slog.Any("err", err))
+		problem(w, http.StatusBadGateway, "the order lookup failed; retry later")
+		return
+	}
+	reply, tokens := s.cfg.Model(body.Message, order)
+	// Charge the budget with what the model really used. When the limiter
+	// failed open there is no reservation to settle: the request was not
+	// counted at all, and the health report says so.
+	if err := ceiling.Settle(r, ruleTokens, tokens); err != nil && !errors.Is(err, ceiling.ErrNotReserved) {
+		s.cfg.Logger.ErrorContext(r.Context(), "charging the token budget failed", slog.Any("err", err))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(chatReply{Reply: reply, Order: order, Tokens: tokens})
+}
+
+// problem writes an RFC 9457 problem body.
+func problem(w http.ResponseWriter, status int, detail string) {
+	ceiling.WriteProblem(w, &ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+func TestReplyCarriesTheOrder(t *testing.T) {
+	cfg, _ := testConfig(t)
+	ts := start(t, cfg)
+	shop := "https://shop-1.myshopify.com"
+	resp := chat(t, ts.URL, token(t, shop), question)
+	if resp.Status != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", resp.Status, resp.Body)
+	}
+	var got chatReply
+	if err := json.Unmarshal([]byte(resp.Body), &got); err != nil {
+		t.Fatal(err)
+	}
+	wantReply, wantTokens := fakeModel("where is my order?", orderOf(shop))
+	if got.Order != orderOf(shop) || got.Reply != wantReply || got.Tokens != wantTokens {
+		t.Errorf("reply %+v, want order %+v, reply %q, %d tokens", got, orderOf(shop), wantReply, wantTokens)
+	}
+	if !strings.Contains(resp.Header.Get("RateLimit"), `"chat:shop:minute";r=29`) {
+		t.Errorf("RateLimit %q does not count the request against the shop's minute", resp.Header.Get("RateLimit"))
+	}
+}
+
+// The limiter counts a request before the handler looks at its body, so a
+// client cannot send malformed requests for free.
+func TestMalformedBodiesCountThen429(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config) {
+		ts := start(t, cfg)
+		tok := token(t, "https://shop-1.myshopify.com")
+		var last servicetest.Response
+		got := statuses(t, 35, func() servicetest.Response {
+			last = chat(t, ts.URL, tok, `{"message": `)
+			return last
+		})
+		if want := append(repeat(30, 400), repeat(5, 429)...); !slices.Equal(got, want) {
+			t.Fatalf("statuses %v, want %v", got, want)
+		}
+		if got, want := violated(t, last), []string{ruleMinute}; !slices.Equal(got, want) {
+			t.Errorf("violated policies %v, want %v", got, want)
+		}
+		if last.Header.Get("Retry-After") == "" {
+			t.Error("429 without Retry-After")
+		}
+	})
+}
+
+func TestConcurrentRequestsAdmitExactlyTheLimit(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config) {
+		cfg.Limits.PerMinute = 5
+		ts := start(t, cfg)
+		tok := token(t, "https://shop-1.myshopify.com")
+		got, err := servicetest.Parallel(10, 10, func(int) (int, error) {
+			r, err := servicetest.Post(http.DefaultClient, ts.URL+"/api/chat", tok, question)
+			return r.Status, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[200] != 5 || got[429] != 5 {
+			t.Errorf("statuses %v, want 5 × 200 and 5 × 429", got)
+		}
+	})
+}
+
+func TestWindowReopensAfterItPasses(t *testing.T) {
+	const window = 300 * time.Millisecond
+	eachBackend(t, func(t *testing.T, cfg config) {
+		cfg.Limits.PerMinute, cfg.Limits.Minute = 2, window
+		ts := start(t, cfg)
+		tok := token(t, "https://shop-1.myshopify.com")
+		begin := time.Now()
+		if got, want := statuses(t, 3, func() servicetest.Response { return chat(t, ts.URL, tok, question) }), []int{200, 200, 429}; !slices.Equal(got, want) {
+			t.Fatalf("statuses %v, want %v", got, want)
+		}
+		if !servicetest.Eventually(5*time.Second, func() bool { return chat(t, ts.URL, tok, question).Status == 200 }) {
+			t.Fatal("the window did not reopen within 5s")
+		}
+		// A lower bound only: the window cannot reopen before it has passed
+		// since the first admission, which came after begin. (Redis's clock
+		// and ours are the same host clock; 5ms absorbs rounding.)
+		if elapsed := time.Since(begin); elapsed < window-5*time.Millisecond {
+			t.Errorf("reopened after %v, before the %v window passed", elapsed, window)
+		}
+	})
+}
+
+// All or nothing: requests the minute rule refuses spend nothing of the
+// day's budget, so after the minute passes the day still has room.
+func TestMinuteRejectionsSpendNoDayBudget(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config) {
+		cfg.Limits.PerMinute, cfg.Limits.Minute = 2, 300*time.Millisecond
+		cfg.Limits.PerDay = 3
+		ts := start(t, cfg)
+		tok := token(t, "https://shop-1.myshopify.com")
+		send := func() servicetest.Response { return chat(t, ts.URL, tok, question) }
+		if got, want := statuses(t, 6, send), []int{200, 200, 429, 429, 429, 429}; !slices.Equal(got, want) {
+			t.Fatalf("statuses %v, want %v", got, want)
+		}
+		if !servicetest.Eventually(5*time.Second, func() bool { return send().Status == 200 }) {
+			t.Fatal("the third request of the day was never admitted: the minute's rejections spent the day's budget")
+		}
+		last := send()
+		if got, want := violated(t, last), []string{ruleDay}; last.Status != 429 || !slices.Equal(got, want) {
+			t.Errorf("fourth admission attempt: status %d, violated %v; want 429 by %v", last.Status, got, want)
+		}
+	})
+}
+
+// Each reply is charged with the tokens the model reports: the budget runs
+// out after as many replies as it pays for, and a 400 costs no tokens.
+func TestTokenBudgetChargedAfterEachReply(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config) {
+		shop := "https://shop-1.myshopify.com"
+		_, perReply := fakeModel("where is my order?", orderOf(shop))
+		// Room for two replies and one token: the third reply is admitted
+		// on that token and overdraws the budget, the fourth waits.
+		cfg.Limits.Tokens = 2*perReply + 1
+		ts := start(t, cfg)
+		tok := token(t, shop)
+		var last servicetest.Response
+		got := []int{}
+		for _, body := range []string{"{", "{", "{", question, question, question, question} {
+			last = chat(t, ts.URL, tok, body)
+			got = append(got, last.Status)
+		}
+		if want := []int{400, 400, 400, 200, 200, 200, 429}; !slices.Equal(got, want) {
+			t.Fatalf("statuses %v, want %v", got, want)
+		}
+		if got, want := violated(t, last), []string{ruleTokens}; !slices.Equal(got, want) {
+			t.Errorf("violated policies %v, want %v", got, want)
+		}
+	})
+}
+
+// The order lookup runs while the limiter decides; a rejected request
+// cancels it and its 429 carries nothing of it.
+func TestRejectedRequestCarriesNoOrder(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config) {
+		var started, cancelled atomic.Int32
+		slow := fakeOrders(200 * time.Millisecond)
+		cfg.Orders = func(ctx context.Context, shop string) (Order, error) {
+			started.Add(1)
+			o, err := slow(ctx, shop)
+			if ctx.Err() != nil {
+				cancelled.Add(1)
+			}
+			return o, err
+		}
+		cfg.Limits.PerMinute = 1
+		ts := start(t, cfg)
+		shop := "https://shop-1.myshopify.com"
+		tok := token(t, shop)
+		ok, refused := chat(t, ts.URL, tok, question), chat(t, ts.URL, tok, question)
+		if ok.Status != 200 || !strings.Contains(ok.Body, orderOf(shop).ID) {
+			t.Errorf("first: %d %s, want 200 with order %s", ok.Status, ok.Body, orderOf(shop).ID)
+		}
+		if refused.Status != 429 || strings.Contains(refused.Body, orderOf(shop).ID) || strings.Contains(refused.Body, `"order"`) {
+			t.Errorf("second: %d %s, want a 429 without the order", refused.Status, refused.Body)
+		}
+		if got, want := started.Load(), int32(2); got != want {
+			t.Errorf("%d lookups started, want %d (one per request, speculatively)", got, want)
+		}
+		if got, want := cancelled.Load(), int32(1); got != want {
+			t.Errorf("%d lookups cancelled, want %d (the rejected request's)", got, want)
+		}
+	})
+}
+
+// Only a verified token names a shop: requests without one get 401 from the
+// handler and spend none of any shop's budget, whatever shop they claim.
+func TestUnauthenticatedRequestsSpendNoShopBudget(t *testing.T) {
+	cfg, _ := testConfig(t)
+	cfg.Limits.PerMinute = 3
+	ts := start(t, cfg)
+	shop := "https://shop-1.myshopify.com"
+	none, err := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"dest": shop, "sub": "x", "exp": time.Now().Add(time.Hour).Unix()}).
+		SignedString(jwt.UnsafeAllowNoneSignatureType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tok := range map[string]string{
+		"no token":     "",
+		"garbage":      "not-a-jwt",
+		"wrong secret": servicetest.Token(t, "another-secret", jwt.MapClaims{"dest": shop, "sub": "x"}),
+		"alg none":     none,
+		"expired":      servicetest.Token(t, testSecret, jwt.MapClaims{"dest": shop, "sub": "x", "exp": time.Now().Add(-time.Minute).Unix()}),
+		"no expiry":    servicetest.Token(t, testSecret, jwt.MapClaims{"dest": shop, "sub": "x", "exp": nil}),
+		"no shop":      servicetest.Token(t, testSecret, jwt.MapClaims{"sub": "x"}),
+		"no user":      servicetest.Token(t, testSecret, jwt.MapClaims{"dest": shop}),
+	} {
+		for range 2 {
+			resp := chat(t, ts.URL, tok, question)
+			if resp.Status != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s: status %d (WWW-Authenticate %q), want 401 with a challenge", name, resp.Status, resp.Header.Get("WWW-Authenticate"))
+			}
+		}
+	}
+	tok := token(t, shop)
+	if got, want := statuses(t, 4, func() servicetest.Response { return chat(t, ts.URL, tok, question) }), []int{200, 200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("the shop's own requests after 16 unauthenticated ones: %v, want %v", got, want)
+	}
+}
+
+// The per-address rule counts every request, authenticated or not, and
+// with trusted proxies keys by the client their X-Forwarded-For names.
+func TestClientAddressRuleBehindTrustedProxies(t *testing.T) {
+	cfg, _ := testConfig(t)
+	cfg.Limits.PerIP = 2
+	cfg.TrustedProxies = []string{"127.0.0.0/8"}
+	ts := start(t, cfg)
+	tok := token(t, "https://shop-1.myshopify.com")
+	a, b := "X-Forwarded-For: 198.51.100.7", "X-Forwarded-For: 203.0.113.9, 198.51.100.8"
+	got := []int{
+		chat(t, ts.URL, "", question, a).Status,
+		chat(t, ts.URL, tok, question, a).Status,
+		chat(t, ts.URL, tok, question, a).Status,
+		chat(t, ts.URL, tok, question, b).Status,
+	}
+	if want := []int{401, 200, 429, 200}; !slices.Equal(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+}
+
+// Three instances without a shared backend each enforce their own limit:
+// the check that a per-instance limiter fails, shown on the memory backend.
+// TestThreeInstancesShareOneRedis is the same check passing.
+func TestThreeInstancesOnMemoryAdmitThreeTimesTheLimit(t *testing.T) {
+	var urls []string
+	for range 3 {
+		cfg, _ := testConfig(t)
+		urls = append(urls, start(t, cfg).URL)
+	}
+	tok := token(t, "https://shop-1.myshopify.com")
+	got, err := servicetest.Parallel(120, 12, func(i int) (int, error) {
+		r, err := servicetest.Post(http.DefaultClient, urls[i%3]+"/api/chat", tok, question)
+		return r.Status, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[200] != 90 || got[429] != 30 {
+		t.Errorf("statuses %v, want 90 × 200 (30 per instance) and 30 × 429", got)
+	}
+}

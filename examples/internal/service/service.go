@@ -1,0 +1,131 @@
+// Package service is what the example services share: their settings from
+// flags and the environment, the choice of backend (Redis when REDIS_URL is
+// set, the in-process memory store otherwise, loudly), the client-address
+// key, and serving until a signal. Each example's main package holds
+// everything about its endpoint; this package holds only the plumbing.
+package service
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultAddr is where the services listen without -addr or ADDR: loopback
+// only, so that a service started by hand is not exposed.
+const DefaultAddr = "127.0.0.1:8080"
+
+// Config holds the settings both services take. The zero value means the
+// memory backend, no trusted proxies and plain SHA-256 stored keys.
+type Config struct {
+	// Addr is the listen address (-addr, else ADDR, else [DefaultAddr]).
+	Addr string
+	// RedisURL is a redis:// or rediss:// URL (REDIS_URL). Empty means the
+	// in-process memory backend: limits per process.
+	RedisURL string
+	// TrustedProxies are the CIDR prefixes or addresses of the reverse
+	// proxies in front of the service (TRUSTED_PROXIES, comma-separated);
+	// only their X-Forwarded-For entries are believed.
+	TrustedProxies []string
+	// KeySecret makes stored keys HMACs (KEY_SECRET), so that nobody who
+	// reads Redis can recover a phone number or an address by hashing
+	// candidates. Empty means plain SHA-256 digests.
+	KeySecret []byte
+	// RedisPrefix starts every key the service stores in Redis, so that
+	// several services (or tests) share one server; empty means the prefix
+	// the service passes to [Config.Backend].
+	RedisPrefix string
+}
+
+// Register adds -addr to fs and reads the rest of Config from getenv
+// (os.Getenv, or a map in tests). Parse fs before using Addr.
+func Register(fs *flag.FlagSet, getenv func(string) string) *Config {
+	c := &Config{
+		RedisURL:  strings.TrimSpace(getenv("REDIS_URL")),
+		KeySecret: []byte(getenv("KEY_SECRET")),
+	}
+	addr := getenv("ADDR")
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	fs.StringVar(&c.Addr, "addr", addr, "listen address (env ADDR)")
+	for _, p := range strings.Split(getenv("TRUSTED_PROXIES"), ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.TrustedProxies = append(c.TrustedProxies, p)
+		}
+	}
+	return c
+}
+
+// ClientIP returns the key function for the client's address: the peer
+// address, or with trusted proxies the right-most X-Forwarded-For entry that
+// is not one of them (see [ceiling.ClientIP]).
+func (c *Config) ClientIP() (ceiling.KeyFunc, error) {
+	if len(c.TrustedProxies) == 0 {
+		return ceiling.ClientIP()
+	}
+	k, err := ceiling.ClientIP(ceiling.TrustXForwardedFor(c.TrustedProxies...))
+	if err != nil {
+		return nil, fmt.Errorf("TRUSTED_PROXIES=%q: %w", strings.Join(c.TrustedProxies, ","), err)
+	}
+	return k, nil
+}
+
+// Backend returns the limiter options that choose where limits are counted,
+// and a function that releases what it opened.
+//
+// With RedisURL, the options name a Redis store whose keys start with
+// RedisPrefix, else prefix, on a client whose every command is bounded by the limiter's
+// timeout (ContextTimeoutEnabled), so that an unreachable Redis costs a
+// request the timeout and not the client's own dial and read timeouts.
+//
+// Without it, the limiter keeps its default in-process memory store, and
+// Backend logs a warning that every instance then enforces its own limits:
+// three instances admit three times the limit. That is right for a laptop
+// and wrong for a deployment, so it must never go unnoticed.
+func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, func() error, error) {
+	var opts []ceiling.Option
+	if len(c.KeySecret) > 0 {
+		opts = append(opts, ceiling.WithKeySecret(c.KeySecret))
+	}
+	if c.RedisURL == "" {
+		logger.Warn("REDIS_URL is not set: limits are counted in this process's memory, so EVERY INSTANCE ENFORCES ITS OWN LIMITS "+
+			"(n instances admit n times each limit, and a restart forgets them); set REDIS_URL=redis://host:6379/0 to share them",
+			slog.String("backend", "memory"))
+		return opts, func() error { return nil }, nil
+	}
+	ro, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	ro.ContextTimeoutEnabled = true
+	ro.DialTimeout = time.Second
+	client := redis.NewClient(ro)
+	if len(c.KeySecret) == 0 {
+		logger.Warn("KEY_SECRET is not set: stored keys are plain SHA-256 digests, which can be reversed for small key spaces (addresses, phone numbers) by hashing candidates")
+	}
+	logger.Info("limits are shared through Redis", slog.String("backend", "redis"), slog.String("addr", ro.Addr), slog.Int("db", ro.DB))
+	if c.RedisPrefix != "" {
+		prefix = c.RedisPrefix
+	}
+	opts = append(opts, ceiling.WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))))
+	return opts, client.Close, nil
+}
+
+// Secret returns the value of the environment variable name, or, when it
+// is unset, dev after logging a warning that tokens signed with a published
+// development secret are accepted.
+func Secret(logger *slog.Logger, getenv func(string) string, name, dev string) []byte {
+	if v := getenv(name); v != "" {
+		return []byte(v)
+	}
+	logger.Warn(name+" is not set: using the DEVELOPMENT secret, so anybody can sign tokens this service accepts; set "+name+" in any real deployment",
+		slog.String("dev_secret", dev))
+	return []byte(dev)
+}

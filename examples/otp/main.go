@@ -1,0 +1,71 @@
+// Command otp sends one-time passwords by SMS: POST /api/otp with
+// {"phone": "+254 700 000 000"} answers 202 and sends a code. Every SMS
+// costs money and SMS pumping fraud turns an open endpoint into a bill, so
+// each destination number gets 3 codes per rolling 15 minutes, each client
+// address 20 requests per rolling 15 minutes, and each signed-in user
+// (a valid HS256 bearer token) 5 per rolling hour, all or nothing.
+//
+// The limiter fails closed: when Redis is unreachable the answer is 503
+// with Retry-After and no SMS is sent.
+//
+// Usage:
+//
+//	go run ./examples/otp [-addr 127.0.0.1:8080]
+//
+// Environment: ADDR, REDIS_URL (redis://host:6379/0; without it limits are
+// per process, and the service says so loudly), TRUSTED_PROXIES
+// (comma-separated CIDRs of your reverse proxies), OTP_JWT_SECRET (the
+// HS256 secret of user tokens; a development default otherwise) and
+// KEY_SECRET (HMAC secret of the stored keys, so that Redis holds no
+// recoverable phone numbers). See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ceiling-go/ceiling/examples/internal/service"
+)
+
+// devSecret verifies user tokens when OTP_JWT_SECRET is unset. It is
+// published in this file, so the service warns whenever it uses it.
+const devSecret = "otp-development-secret-do-not-deploy"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "otp:", err)
+		os.Exit(1)
+	}
+}
+
+// run is main with its inputs as parameters.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	fs := flag.NewFlagSet("otp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	svc := service.Register(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := defaultConfig()
+	cfg.Config, cfg.Logger = *svc, logger
+	cfg.JWTSecret = service.Secret(logger, getenv, "OTP_JWT_SECRET", devSecret)
+	h, cleanup, err := newServer(cfg)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return service.Serve(ctx, svc.Addr, h, logger)
+}

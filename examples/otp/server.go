@@ -1,0 +1,164 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net/http"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/examples/internal/service"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Rule names: they appear in RateLimit headers, 429 bodies, metrics and
+// stored keys.
+const (
+	rulePhone = "otp:phone"
+	ruleIP    = "otp:ip"
+	ruleUser  = "otp:user"
+)
+
+// limits are the service's limits; tests shrink them. Each is "at most N in
+// any rolling window": a sliding log.
+type limits struct {
+	PerPhone    int64 // codes per destination number per PhoneWindow
+	PhoneWindow time.Duration
+	PerIP       int64 // requests per client address per IPWindow
+	IPWindow    time.Duration
+	PerUser     int64 // codes per signed-in user per UserWindow
+	UserWindow  time.Duration
+}
+
+// config is everything newServer needs; defaultConfig has production values
+// and tests change fields.
+type config struct {
+	service.Config
+	Logger    *slog.Logger
+	JWTSecret []byte
+	Limits    limits
+	// Timeout bounds each limiter decision; past it the request is refused
+	// with 503 (the service fails closed).
+	Timeout time.Duration
+	// Breaker stops paying Timeout on every request while Redis is down.
+	Breaker ceiling.BreakerConfig
+	// Sender delivers the codes; nil means the logging fake.
+	Sender sender
+}
+
+func defaultConfig() config {
+	return config{
+		Logger: slog.Default(),
+		Limits: limits{
+			PerPhone: 3, PhoneWindow: 15 * time.Minute,
+			PerIP: 20, IPWindow: 15 * time.Minute,
+			PerUser: 5, UserWindow: time.Hour,
+		},
+		Timeout: 100 * time.Millisecond,
+	}
+}
+
+// newServer builds the service's handler: POST /api/otp behind the limiter,
+// GET /healthz and GET /metrics. cleanup releases the Redis client and the
+// limiter; call it after the HTTP server has stopped.
+func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
+	if len(cfg.JWTSecret) == 0 {
+		return nil, nil, errors.New("otp: no JWT secret")
+	}
+	if cfg.Sender == nil {
+		cfg.Sender = logSender{cfg.Logger}
+	}
+	ip, err := cfg.ClientIP()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Only a token that verifies (HS256 only, not expired) names a user;
+	// without one the per-user rule does not apply, and a forged token buys
+	// no fresh budget.
+	user, err := ceiling.JWTSubject(func(*jwt.Token) (any, error) { return cfg.JWTSecret, nil }, []string{"HS256"})
+	if err != nil {
+		return nil, nil, err
+	}
+	lim := cfg.Limits
+	rules := []ceiling.Rule{
+		// The destination first: it is what an SMS pumping attack varies
+		// least, and the 429 names the first rule that refused.
+		{Name: rulePhone, Key: phoneKey, Limit: lim.PerPhone, Period: lim.PhoneWindow, Algorithm: ceiling.SlidingLog},
+		{Name: ruleIP, Key: ip, Limit: lim.PerIP, Period: lim.IPWindow, Algorithm: ceiling.SlidingLog},
+		{Name: ruleUser, Key: user, Limit: lim.PerUser, Period: lim.UserWindow, Algorithm: ceiling.SlidingLog},
+	}
+	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:otp")
+	if err != nil {
+		return nil, nil, err
+	}
+	opts = append(opts,
+		// Every SMS costs money and an uncounted one is what an attacker
+		// wants: when the limiter cannot decide, nothing is sent.
+		ceiling.WithFailMode(ceiling.FailClosed),
+		ceiling.WithTimeout(cfg.Timeout),
+		ceiling.WithBreaker(cfg.Breaker),
+		ceiling.WithLogger(cfg.Logger),
+	)
+	limiter, err := ceiling.New(rules, opts...)
+	if err != nil {
+		closeBackend()
+		return nil, nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /api/otp", limiter.Handler(sendOTP(cfg.Sender, cfg.Logger)))
+	mux.Handle("GET /healthz", limiter.HealthHandler())
+	cleanup = func() {
+		limiter.Close()
+		closeBackend()
+	}
+	return mux, cleanup, nil
+}
+
+// sendOTP sends a fresh code to the body's number. The limiter has admitted
+// the request, so the phone key function has already checked the body.
+func sendOTP(s sender, logger *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req otpRequest
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody)).Decode(&req); err != nil {
+			problem(w, http.StatusBadRequest, `the body must be JSON: {"phone": "+254 700 000 000"}`)
+			return
+		}
+		phone, err := normalPhone(req.Phone)
+		if err != nil {
+			problem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		code, err := newCode()
+		if err != nil {
+			logger.ErrorContext(r.Context(), "generating a code failed", slog.Any("err", err))
+			problem(w, http.StatusInternalServerError, "could not generate a code")
+			return
+		}
+		if err := s.Send(r.Context(), phone, code); err != nil {
+			logger.ErrorContext(r.Context(), "sending the sms failed", slog.String("to", maskPhone(phone)), slog.Any("err", err))
+			problem(w, http.StatusBadGateway, "the sms could not be sent; retry later")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusAccepted)
+		fmt.Fprintln(w, `{"status":"sent"}`)
+	})
+}
+
+// newCode returns a uniformly random six-digit code.
+func newCode() (string, error) {
+	n, err := rand.Int(rand.Reader, big.NewInt(1_000_000))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%06d", n.Int64()), nil
+}
+
+// problem writes an RFC 9457 problem body.
+func problem(w http.ResponseWriter, status int, detail string) {
+	ceiling.WriteProblem(w, &ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}
