@@ -47,12 +47,16 @@ func TestBinaryStartsAnswersAndStops(t *testing.T) {
 func TestThreeInstancesShareOneRedis(t *testing.T) {
 	srv := redistest.Shared(t)
 	bin := chatBinary(t)
-	env := []string{"REDIS_URL=redis://" + srv.Addr + "/0", "CHAT_JWT_SECRET=" + testSecret, "KEY_SECRET=" + strings.Repeat("k", 32)}
+	// A generous LIMITER_TIMEOUT: a decision that failed open on a loaded
+	// machine would be admitted uncounted, which is not what this counts.
+	env := []string{"REDIS_URL=redis://" + srv.Addr + "/0", "CHAT_JWT_SECRET=" + testSecret,
+		"KEY_SECRET=" + strings.Repeat("k", 32), "LIMITER_TIMEOUT=2s"}
+	var procs []*servicetest.Process
 	var urls []string
 	for range 3 {
 		p := servicetest.Start(t, bin, env)
+		procs = append(procs, p)
 		urls = append(urls, p.URL)
-		defer p.Stop(t)
 	}
 	// Shop names unique to this run: the binaries use the default key
 	// prefix on a server other tests (and -count=2 reruns) share.
@@ -74,5 +78,11 @@ func TestThreeInstancesShareOneRedis(t *testing.T) {
 		if got[200] != 30 || got[429] != 60 {
 			t.Errorf("shop %d: statuses %v, want exactly 30 × 200 and 60 × 429 across the three instances", s, got)
 		}
+	}
+	for i, p := range procs {
+		if strings.Contains(p.Log(), "fail modes applied") {
+			t.Errorf("instance %d failed open during the count:\n%s", i, p.Log())
+		}
+		p.Stop(t)
 	}
 }

@@ -19,6 +19,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	cfg, logs := testConfig(t)
 	cfg.RedisURL = "redis://" + srv.Addr + "/0"
 	cfg.Limits.PerMinute = 3
+	cfg.Timeout = 50 * time.Millisecond
 	cfg.Breaker = ceiling.BreakerConfig{Failures: 2, CoolDown: 20 * time.Millisecond, MaxCoolDown: 100 * time.Millisecond}
 	ts := start(t, cfg)
 	tok := token(t, "https://shop-1.myshopify.com")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
@@ -37,6 +38,9 @@ func testConfig(t *testing.T) (config, *servicetest.LogBuffer) {
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	cfg.JWTSecret = []byte(testSecret)
 	cfg.Orders = fakeOrders(0)
+	// Generous, so that a loaded machine never makes an exactness test
+	// fail open; the failure tests set a short one.
+	cfg.Timeout = 2 * time.Second
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("service log:\n%s", logs.String())

@@ -16,8 +16,10 @@
 // Environment: ADDR, REDIS_URL (redis://host:6379/0; without it limits are
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), CHAT_JWT_SECRET (the
-// HS256 secret of the session tokens; a development default otherwise) and
-// KEY_SECRET (HMAC secret of the stored keys). See README.md.
+// HS256 secret of the session tokens; a development default otherwise),
+// KEY_SECRET (HMAC secret of the stored keys) and LIMITER_TIMEOUT (how long
+// a decision may wait for Redis before failing open; default 100ms). See
+// README.md.
 package main
 
 import (
@@ -72,8 +74,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
+	var err error
 	cfg := defaultConfig()
 	cfg.Config, cfg.Logger, cfg.JWTSecret = *svc, logger, secret
+	if cfg.Timeout, err = service.Duration(getenv, "LIMITER_TIMEOUT", cfg.Timeout); err != nil {
+		return err
+	}
 	h, cleanup, err := newServer(cfg)
 	if err != nil {
 		return err

@@ -64,7 +64,7 @@ func defaultConfig() config {
 			PerIP: 300, IPWindow: time.Minute,
 			Tokens: 200_000, TokenWindow: 24 * time.Hour,
 		},
-		Timeout: 50 * time.Millisecond,
+		Timeout: ceiling.DefaultTimeout,
 		Orders:  fakeOrders(lookupLatency),
 		Model:   fakeModel,
 	}

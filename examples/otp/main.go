@@ -15,9 +15,10 @@
 // Environment: ADDR, REDIS_URL (redis://host:6379/0; without it limits are
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), OTP_JWT_SECRET (the
-// HS256 secret of user tokens; a development default otherwise) and
+// HS256 secret of user tokens; a development default otherwise),
 // KEY_SECRET (HMAC secret of the stored keys, so that Redis holds no
-// recoverable phone numbers). See README.md.
+// recoverable phone numbers) and LIMITER_TIMEOUT (how long a decision may
+// wait for Redis before failing closed; default 100ms). See README.md.
 package main
 
 import (
@@ -62,6 +63,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg := defaultConfig()
 	cfg.Config, cfg.Logger = *svc, logger
 	cfg.JWTSecret = service.Secret(logger, getenv, "OTP_JWT_SECRET", devSecret)
+	var err error
+	if cfg.Timeout, err = service.Duration(getenv, "LIMITER_TIMEOUT", cfg.Timeout); err != nil {
+		return err
+	}
 	h, cleanup, err := newServer(cfg)
 	if err != nil {
 		return err

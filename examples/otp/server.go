@@ -58,7 +58,7 @@ func defaultConfig() config {
 			PerIP: 20, IPWindow: 15 * time.Minute,
 			PerUser: 5, UserWindow: time.Hour,
 		},
-		Timeout: 100 * time.Millisecond,
+		Timeout: ceiling.DefaultTimeout,
 	}
 }
 

@@ -118,6 +118,20 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 	return opts, client.Close, nil
 }
 
+// Duration returns the duration in the environment variable name ("250ms",
+// "2s"), or def when it is unset.
+func Duration(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	v := getenv(name)
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 100ms", name, v)
+	}
+	return d, nil
+}
+
 // Secret returns the value of the environment variable name, or, when it
 // is unset, dev after logging a warning that tokens signed with a published
 // development secret are accepted.

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
+)
+
+// The real binary as `go run ./examples/otp` starts it on a fresh machine:
+// it warns that limits are per process, sends (fakes) a code, limits the
+// number, and shuts down cleanly on SIGTERM.
+func TestBinaryStartsLimitsAndStops(t *testing.T) {
+	p := servicetest.Start(t, otpBinary(t), nil)
+	if !strings.Contains(p.Log(), "EVERY INSTANCE ENFORCES ITS OWN LIMITS") {
+		t.Errorf("start-up log lacks the per-process warning:\n%s", p.Log())
+	}
+	var got []int
+	for range 4 {
+		resp, err := servicetest.Post(http.DefaultClient, p.URL+"/api/otp", "", phone(kenya))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, resp.Status)
+	}
+	if want := []int{202, 202, 202, 429}; !slices.Equal(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+	if !strings.Contains(p.Log(), "to=2547******00") {
+		t.Errorf("the fake sender did not log the masked number:\n%s", p.Log())
+	}
+	p.Stop(t)
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+)
+
+func TestMain(m *testing.M) {
+	code := redistest.Main(m)
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// testSecret signs the tests' user tokens.
+const testSecret = "otp-test-secret"
+
+// countingSender records every number it was asked to send to.
+type countingSender struct {
+	mu   sync.Mutex
+	sent []string
+}
+
+func (s *countingSender) Send(_ context.Context, phone, code string) error {
+	if len(code) != 6 {
+		panic("code " + code + " is not six digits")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sent = append(s.sent, phone)
+	return nil
+}
+
+func (s *countingSender) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sent)
+}
+
+// testConfig is the production configuration with the tests' secret, a
+// log buffer and a counting sender.
+func testConfig(t *testing.T) (config, *countingSender) {
+	t.Helper()
+	logs := &servicetest.LogBuffer{}
+	sms := &countingSender{}
+	cfg := defaultConfig()
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg.JWTSecret = []byte(testSecret)
+	cfg.Sender = sms
+	// Generous, so that a loaded machine never makes an exactness test
+	// fail closed; the failure tests set a short one.
+	cfg.Timeout = 2 * time.Second
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("service log:\n%s", logs.String())
+		}
+	})
+	return cfg, sms
+}
+
+// eachBackend runs fn on the memory backend and on a real Redis shared by
+// the package's tests (keys apart by a prefix of the test's own).
+func eachBackend(t *testing.T, fn func(t *testing.T, cfg config, sms *countingSender)) {
+	t.Run("memory", func(t *testing.T) {
+		cfg, sms := testConfig(t)
+		fn(t, cfg, sms)
+	})
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Shared(t)
+		cfg, sms := testConfig(t)
+		cfg.RedisURL = "redis://" + srv.Addr + "/0"
+		cfg.RedisPrefix = redistest.KeyPrefix(t)
+		fn(t, cfg, sms)
+	})
+}
+
+// start serves newServer(cfg) on a loopback port until the test ends.
+func start(t *testing.T, cfg config) *httptest.Server {
+	t.Helper()
+	h, cleanup, err := newServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(h)
+	t.Cleanup(func() {
+		ts.Close()
+		cleanup()
+	})
+	return ts
+}
+
+// otp posts body to the service's OTP endpoint.
+func otp(t *testing.T, url, tok, body string, header ...string) servicetest.Response {
+	t.Helper()
+	resp, err := servicetest.Post(http.DefaultClient, url+"/api/otp", tok, body, header...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// phone is the body asking for a code to number.
+func phone(number string) string {
+	b, _ := json.Marshal(otpRequest{Phone: number})
+	return string(b)
+}
+
+// violated returns the violated-policies of a 429's problem body.
+func violated(t *testing.T, r servicetest.Response) []string {
+	t.Helper()
+	var p ceiling.Problem
+	if err := json.Unmarshal([]byte(r.Body), &p); err != nil {
+		t.Fatalf("body %q: %v", r.Body, err)
+	}
+	return p.ViolatedPolicies
+}
+
+// binDir holds the binary built by otpBinary, removed by TestMain.
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// otpBinary builds the service once per test run and returns its path.
+func otpBinary(t *testing.T) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "otp-bin-")
+		if binErr == nil {
+			binPath, binErr = servicetest.Build(binDir, "github.com/ceiling-go/ceiling/examples/otp")
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}

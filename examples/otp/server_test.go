@@ -1,0 +1,185 @@
+package main
+
+import (
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+const kenya = "+254 700 000 000"
+
+// The check that catches a limiter that is not atomic: 30 requests for one
+// number, 10 at a time, and exactly 3 codes go out.
+func TestParallelRequestsForOnePhoneSendExactlyThree(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config, sms *countingSender) {
+		ts := start(t, cfg)
+		got, err := servicetest.Parallel(30, 10, func(int) (int, error) {
+			r, err := servicetest.Post(http.DefaultClient, ts.URL+"/api/otp", "", phone(kenya))
+			return r.Status, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[202] != 3 || got[429] != 27 {
+			t.Errorf("statuses %v, want 3 × 202 and 27 × 429", got)
+		}
+		if got, want := sms.count(), 3; got != want {
+			t.Errorf("%d SMS sent, want %d", got, want)
+		}
+	})
+}
+
+func TestSpellingsOfOneNumberShareItsBudget(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config, sms *countingSender) {
+		ts := start(t, cfg)
+		var got []int
+		var last servicetest.Response
+		for _, n := range []string{"+254 700 000 000", "254700000000", "+254-700-000-000", "(254) 700.000.000"} {
+			last = otp(t, ts.URL, "", phone(n))
+			got = append(got, last.Status)
+		}
+		if want := []int{202, 202, 202, 429}; !slices.Equal(got, want) {
+			t.Fatalf("statuses %v, want %v", got, want)
+		}
+		if got, want := violated(t, last), []string{rulePhone}; !slices.Equal(got, want) {
+			t.Errorf("violated policies %v, want %v", got, want)
+		}
+		if last.Header.Get("Retry-After") == "" {
+			t.Error("429 without Retry-After")
+		}
+		if got, want := sms.sent, []string{"254700000000", "254700000000", "254700000000"}; !slices.Equal(got, want) {
+			t.Errorf("sent to %v, want %v", got, want)
+		}
+	})
+}
+
+// Bad input is refused before the limiter asks the backend: it sends
+// nothing and spends nothing.
+func TestBadInputIsRefusedAndCountsForNothing(t *testing.T) {
+	cfg, sms := testConfig(t)
+	ts := start(t, cfg)
+	for _, tc := range []struct {
+		name, body string
+		status     int
+	}{
+		{"malformed JSON", `{"phone": `, 400},
+		{"not an object", `"+254 700 000 000"`, 400},
+		{"empty body", ``, 400},
+		{"no phone", `{"number": "+254 700 000 000"}`, 400},
+		{"empty phone", `{"phone": ""}`, 400},
+		{"letters", `{"phone": "+254 7OO OOO OOO"}`, 400},
+		{"fullwidth digits", `{"phone": "+２５４ 700 000 000"}`, 400},
+		{"too short", `{"phone": "+254 700"}`, 400},
+		{"too long", `{"phone": "+254 700 000 000 000 000"}`, 400},
+		{"over 1 KiB", `{"phone": "+254 700 000 000", "pad": "` + strings.Repeat("x", 1024) + `"}`, 413},
+	} {
+		for range 4 {
+			resp := otp(t, ts.URL, "", tc.body)
+			if resp.Status != tc.status || resp.Header.Get("Content-Type") != "application/problem+json" {
+				t.Errorf("%s: %d %s %s, want %d problem+json", tc.name, resp.Status, resp.Header.Get("Content-Type"), resp.Body, tc.status)
+			}
+		}
+	}
+	if got := sms.count(); got != 0 {
+		t.Errorf("%d SMS sent for bad input", got)
+	}
+	got := []int{}
+	for range 4 {
+		got = append(got, otp(t, ts.URL, "", phone(kenya)).Status)
+	}
+	if want := []int{202, 202, 202, 429}; !slices.Equal(got, want) {
+		t.Errorf("valid requests after 40 bad ones: %v, want %v", got, want)
+	}
+}
+
+func TestAcceptedAnswerAndMaskedLog(t *testing.T) {
+	cfg, _ := testConfig(t)
+	logs := &servicetest.LogBuffer{}
+	cfg.Sender = nil // the logging fake
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	ts := start(t, cfg)
+	resp := otp(t, ts.URL, "", phone("+254 700 000 012"))
+	if resp.Status != 202 || strings.TrimSpace(resp.Body) != `{"status":"sent"}` || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("%d %q, want 202 {\"status\":\"sent\"}", resp.Status, resp.Body)
+	}
+	if log := logs.String(); !strings.Contains(log, "to=2547******12") || strings.Contains(log, "254700000012") {
+		t.Errorf("the fake sender must log the masked number only:\n%s", log)
+	}
+}
+
+// A signed-in user gets 5 codes an hour whatever numbers they ask for; a
+// token that does not verify names nobody.
+func TestSignedInUserGetsFivePerHour(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config, sms *countingSender) {
+		ts := start(t, cfg)
+		alice := servicetest.Token(t, testSecret, jwt.MapClaims{"sub": "alice"})
+		var got []int
+		var last servicetest.Response
+		for i := range 6 {
+			last = otp(t, ts.URL, alice, phone("+254 700 000 01"+string(rune('0'+i))))
+			got = append(got, last.Status)
+		}
+		if want := []int{202, 202, 202, 202, 202, 429}; !slices.Equal(got, want) {
+			t.Fatalf("alice: %v, want %v", got, want)
+		}
+		if got, want := violated(t, last), []string{ruleUser}; !slices.Equal(got, want) {
+			t.Errorf("violated policies %v, want %v", got, want)
+		}
+		bob := servicetest.Token(t, testSecret, jwt.MapClaims{"sub": "bob"})
+		if got := otp(t, ts.URL, bob, phone("+254 700 000 020")).Status; got != 202 {
+			t.Errorf("bob: %d, want 202 (his own budget)", got)
+		}
+		forged := servicetest.Token(t, "not-the-secret", jwt.MapClaims{"sub": "alice"})
+		if got := otp(t, ts.URL, forged, phone("+254 700 000 021")).Status; got != 202 {
+			t.Errorf("forged alice: %d, want 202 (an anonymous caller, not alice)", got)
+		}
+	})
+}
+
+// Behind trusted proxies each client address has its own budget; a client
+// that reaches the service directly cannot choose its address.
+func TestClientAddressRule(t *testing.T) {
+	cfg, _ := testConfig(t)
+	cfg.Limits.PerIP = 2
+	cfg.TrustedProxies = []string{"127.0.0.1/32"}
+	ts := start(t, cfg)
+	a, b := "X-Forwarded-For: 198.51.100.7", "X-Forwarded-For: 198.51.100.8"
+	got := []int{
+		otp(t, ts.URL, "", phone("+254 700 000 101"), a).Status,
+		otp(t, ts.URL, "", phone("+254 700 000 102"), a).Status,
+		otp(t, ts.URL, "", phone("+254 700 000 103"), a).Status,
+		otp(t, ts.URL, "", phone("+254 700 000 104"), b).Status,
+	}
+	if want := []int{202, 202, 429, 202}; !slices.Equal(got, want) {
+		t.Errorf("behind a trusted proxy: %v, want %v", got, want)
+	}
+
+	cfg, _ = testConfig(t)
+	cfg.Limits.PerIP = 2
+	direct := start(t, cfg)
+	got = []int{
+		otp(t, direct.URL, "", phone("+254 700 000 101"), a).Status,
+		otp(t, direct.URL, "", phone("+254 700 000 102"), b).Status,
+		otp(t, direct.URL, "", phone("+254 700 000 103"), "X-Forwarded-For: 192.0.2.1").Status,
+	}
+	if want := []int{202, 202, 429}; !slices.Equal(got, want) {
+		t.Errorf("without trusted proxies, spoofed X-Forwarded-For: %v, want %v", got, want)
+	}
+}
+
+func TestMaskPhone(t *testing.T) {
+	for in, want := range map[string]string{
+		"254700000012":  "2547******12",
+		"4915112345678": "4915*******78",
+		"12345678":      "1234**78",
+	} {
+		if got := maskPhone(in); got != want {
+			t.Errorf("maskPhone(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
