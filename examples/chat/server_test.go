@@ -113,9 +113,11 @@ func TestMinuteRejectionsSpendNoDayBudget(t *testing.T) {
 		if !servicetest.Eventually(5*time.Second, func() bool { return send().Status == 200 }) {
 			t.Fatal("the third request of the day was never admitted: the minute's rejections spent the day's budget")
 		}
+		// The minute rule may refuse it too, depending on whether the
+		// second admission has left the window yet; the day rule must.
 		last := send()
-		if got, want := violated(t, last), []string{ruleDay}; last.Status != 429 || !slices.Equal(got, want) {
-			t.Errorf("fourth admission attempt: status %d, violated %v; want 429 by %v", last.Status, got, want)
+		if got := violated(t, last); last.Status != 429 || !slices.Contains(got, ruleDay) {
+			t.Errorf("fourth admission attempt: status %d, violated %v; want 429 by %s", last.Status, got, ruleDay)
 		}
 	})
 }
