@@ -291,3 +291,27 @@ func TestDefaultClockIsWallTimeInMicroseconds(t *testing.T) {
 		t.Errorf("now() = %d, want within 1ms of [%d, %d]", got, before, after)
 	}
 }
+
+// TestSweepShrinksPartly: when most keys of a table go idle, the table is
+// rebuilt at the size the survivors need, not kept at its peak.
+func TestSweepShrinksPartly(t *testing.T) {
+	s, clock := newTestStore(t, WithMaxKeys(64)) // one shard, one table to look at
+	sh := &s.shards[0]
+	sh.maxKeys = 10_000
+	for i := range 10_000 {
+		period := time.Second
+		if i%10 == 0 {
+			period = time.Hour // one key in ten stays busy
+		}
+		decide(t, s, backend.Request{Key: fmt.Sprint(i), Algorithm: backend.GCRA, Limit: 1, Period: period, Cost: 1})
+	}
+	peak := len(sh.gcra.slots)
+	clock.t = clock.t.Add(time.Second)
+	s.sweep()
+	if got, want := sh.gcra.n, 1000; got != want {
+		t.Fatalf("%d keys left, want %d", got, want)
+	}
+	if got := len(sh.gcra.slots); got > 4*1000 {
+		t.Errorf("table has %d slots for 1000 keys (peak %d), want at most 4000", got, peak)
+	}
+}

@@ -130,13 +130,14 @@ func (t *table[V]) sweep(now int64, expiry func(*V) int64) (removed int, next in
 	return removed, next
 }
 
-// shrink rebuilds the table at half load when it has fallen under 1/8 of
-// its capacity, and drops its slots when it is empty.
+// shrink rebuilds the table at about half load once it holds under a fifth
+// of its capacity (growth happens at four fifths, so a table does not
+// oscillate), and drops its slots when it is empty.
 func (t *table[V]) shrink() {
 	switch {
 	case t.n == 0 && t.slots != nil:
 		t.resize(0)
-	case len(t.slots) > minSlots && t.n*8 < len(t.slots):
+	case len(t.slots) > minSlots && t.n*5 < len(t.slots):
 		size := minSlots
 		for size < 2*t.n {
 			size *= 2
