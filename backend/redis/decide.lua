@@ -264,36 +264,41 @@ local function log(s, L, P, c, force, stamp)
   return 1, remaining, reset, 0
 end
 
-local algs = {
-  [0] = function(s, L, P, B, c, force) return gcra(s, L, P, B, c, force) end,
-  function(s, L, P, B, c, force, stamp) return log(s, L, P, c, force, stamp) end,
-  function(s, L, P, B, c, force, stamp) return window(s, L, P, c, force, stamp) end,
-  function(s, L, P, B, c, force, stamp) return fixed(s, L, P, c, force, stamp) end,
-}
-local tags = { [0] = 'g', 'l', 'w', 'f' }
+-- decide runs request i's algorithm on s with cost c.
+local function decide(s, i, c)
+  local a = 4 + (i - 1) * 8
+  local alg = ARGV[a]
+  local L, P = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local force, stamp = ARGV[a + 5] == '1', tonumber(ARGV[a + 7])
+  if alg == '0' then
+    return gcra(s, L, P, tonumber(ARGV[a + 3]), c, force)
+  elseif alg == '1' then
+    return log(s, L, P, c, force, stamp)
+  elseif alg == '2' then
+    return window(s, L, P, c, force, stamp)
+  end
+  return fixed(s, L, P, c, force, stamp)
+end
+
+local tags = { ['0'] = 'g', ['1'] = 'l', ['2'] = 'w', ['3'] = 'f' }
 local per = 4
 if withPeeks then per = 6 end
 local out = { now, 0 }
-local params = {}
 local rejected = false
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 8
-  local alg = tonumber(ARGV[a])
-  local L, P, B = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local c, force, shadow = tonumber(ARGV[a + 4]), ARGV[a + 5] == '1', ARGV[a + 6] == '1'
-  local s = load(KEYS[i], tags[alg])
-  local ok, remaining, reset, retry = algs[alg](s, L, P, B, c, force, tonumber(ARGV[a + 7]))
-  if ok == 0 and not shadow then rejected = true end
+  local s = load(KEYS[i], tags[ARGV[a]])
+  local ok, remaining, reset, retry = decide(s, i, tonumber(ARGV[a + 4]))
+  if ok == 0 and ARGV[a + 6] ~= '1' then rejected = true end
   local o = 2 + (i - 1) * per
   out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, remaining, max(0, reset), retry
-  params[i] = { alg, L, P, B, s }
 end
 
 -- peek reports request i's key as it was before the call (cost 0 writes
 -- nothing): what an admitted request reports when the call is rejected.
 local function peek(i)
-  local p = params[i]
-  local _, remaining, reset = algs[p[1]]({ tag = p[5].tag, v = p[5].orig }, p[2], p[3], p[4], 0, false, 0)
+  local s = states[KEYS[i]]
+  local _, remaining, reset = decide({ tag = s.tag, v = s.orig }, i, 0)
   return remaining, max(0, reset)
 end
 

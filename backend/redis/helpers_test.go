@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -12,9 +13,22 @@ import (
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+// TestMain shares one redis-server and one cluster across the package's
+// tests, and fails the run if any goroutine outlives them: the Store starts
+// none, so a leak would be a test's client left open or a Store bug.
+func TestMain(m *testing.M) {
+	code := redistest.Main(m)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines leaked:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 // target is a Redis to run a test against.
 type target struct {
