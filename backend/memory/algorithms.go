@@ -324,6 +324,10 @@ func (v *logView) commit(st *logState, now, P int64) bool {
 			runs = append(runs, run{t: now, n: v.add})
 		}
 	}
+	if cap(runs) > 16 && cap(runs) > 4*len(runs) {
+		// A burst grew the log; most of it has expired: give the memory back.
+		runs = append(make([]run, 0, 2*len(runs)), runs...)
+	}
 	st.runs = runs
 	if len(runs) == 0 {
 		st.runs, st.exp = nil, 0
