@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -335,5 +336,44 @@ func TestSlidingLogGivesBackABurst(t *testing.T) {
 	}
 	if got := cap(st.runs); got > 16 {
 		t.Errorf("the log keeps room for %d entries after the burst, want at most 16", got)
+	}
+}
+
+// TestConcurrentMultiKeyCalls: goroutines decide two keys at once, half of
+// them naming the keys in the opposite order. Locks are taken in shard
+// order, so nothing deadlocks, and every call is all or nothing: exactly
+// as many calls are admitted as the smaller limit, and the larger key is
+// charged for those alone.
+func TestConcurrentMultiKeyCalls(t *testing.T) {
+	for _, maxKeys := range []int{64, DefaultMaxKeys} { // one shard; keys on different shards
+		s, _ := newTestStore(t, WithMaxKeys(maxKeys))
+		a := backend.Request{Key: "a", Algorithm: backend.GCRA, Limit: 100, Period: time.Hour, Cost: 1}
+		b := backend.Request{Key: "b", Algorithm: backend.SlidingLog, Limit: 50, Period: time.Hour, Cost: 1}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 400 {
+			reqs := []backend.Request{a, b}
+			if i%2 == 1 {
+				reqs = []backend.Request{b, a}
+			}
+			wg.Go(func() {
+				res := make([]backend.Result, 2)
+				if err := s.DecideInto(ctx, reqs, res); err != nil {
+					t.Error(err)
+					return
+				}
+				if res[0].Allowed && res[1].Allowed {
+					admitted.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		if got, want := admitted.Load(), int64(50); got != want {
+			t.Errorf("maxKeys=%d: %d calls admitted, want %d", maxKeys, got, want)
+		}
+		a.Cost = 0
+		if got, want := decide(t, s, a)[0].Remaining, int64(50); got != want {
+			t.Errorf("maxKeys=%d: a remaining = %d, want %d", maxKeys, got, want)
+		}
 	}
 }
