@@ -184,7 +184,7 @@ func (x *extras) settle(ctx context.Context) {
 		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
 		defer cancel()
 	}
-	if _, err := l.backend.Decide(ctx, reqs); err != nil {
+	if _, err := l.decideBounded(ctx, reqs); err != nil {
 		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed",
 			slog.Any("rules", names), slog.Any("err", err))
 	}

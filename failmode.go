@@ -322,6 +322,21 @@ func (l *Limiter) run(ctx context.Context, c *timedCall) {
 	c.done <- struct{}{}
 }
 
+// decideBounded is a backend decision outside a request's own decision (a
+// settlement after the handler): bounded by the timeout like every call,
+// even when the backend ignores its context, and skipped while the circuit
+// breaker is open, when it could only wait and fail.
+func (l *Limiter) decideBounded(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	out := make([]backend.Result, len(reqs))
+	if !l.remote {
+		return out, l.decideInto(ctx, reqs, out)
+	}
+	if b := l.fo.breaker; b.state.Load() != breakerClosed {
+		return nil, errBreakerOpen
+	}
+	return out, l.timed(ctx, reqs, out)
+}
+
 // UnavailableError is the error behind a 503: the backend could not decide
 // and a rule of the request fails closed.
 type UnavailableError struct {
