@@ -4,14 +4,26 @@ go 1.26.0
 
 require (
 	github.com/ceiling-go/ceiling v0.0.0
+	github.com/ceiling-go/ceiling/metrics/prometheus v0.0.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
 require (
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.2 // indirect
+	github.com/prometheus/common v0.66.1 // indirect
+	github.com/prometheus/procfs v0.16.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/sys v0.48.0 // indirect
+	google.golang.org/protobuf v1.36.8 // indirect
 )
 
-replace github.com/ceiling-go/ceiling => ..
+replace (
+	github.com/ceiling-go/ceiling => ..
+	github.com/ceiling-go/ceiling/metrics/prometheus => ../metrics/prometheus
+)

@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if got := chat(t, ts.URL, tok, question).Status; got != 200 {
 		t.Fatalf("before the outage: %d, want 200", got)
 	}
+	if m := metrics(t, ts.URL); !strings.Contains(m, `ceiling_decisions_total{outcome="allowed",rule="chat:shop:minute"} 1`) || !strings.Contains(m, "ceiling_degraded 0") {
+		t.Errorf("/metrics before the outage lacks the admission or says degraded:\n%s", m)
+	}
 
 	srv.Kill()
 	got := statuses(t, 10, func() servicetest.Response { return chat(t, ts.URL, tok, question) })
@@ -42,6 +46,12 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if got := count(logs, "backend degraded"); got != 1 {
 		t.Errorf("the degradation was logged %d times, want once", got)
 	}
+	m := metrics(t, ts.URL)
+	for _, want := range []string{"ceiling_degraded 1", "ceiling_degraded_transitions_total 1", `ceiling_failmode_admissions_total{mode="open",rule="chat:shop:minute"}`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics during the outage lacks %q", want)
+		}
+	}
 
 	srv.Restart(t)
 	probe := token(t, "https://probe.myshopify.com")
@@ -54,5 +64,8 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	}
 	if got, want := statuses(t, 4, func() servicetest.Response { return chat(t, ts.URL, tok, question) }), []int{200, 200, 200, 429}; !slices.Equal(got, want) {
 		t.Errorf("after recovery: %v, want %v (enforced again; the restarted Redis is empty)", got, want)
+	}
+	if m := metrics(t, ts.URL); !strings.Contains(m, "ceiling_degraded 0") {
+		t.Error("/metrics still says degraded after recovery")
 	}
 }

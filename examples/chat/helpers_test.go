@@ -134,6 +134,16 @@ func health(t *testing.T, url string) (int, ceiling.Health) {
 	return resp.Status, h
 }
 
+// metrics returns the /metrics exposition.
+func metrics(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := servicetest.Get(http.DefaultClient, url+"/metrics")
+	if err != nil || resp.Status != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", resp.Status, err)
+	}
+	return resp.Body
+}
+
 // binDir holds the binary built by chatBinary, removed by TestMain.
 var (
 	binOnce sync.Once

@@ -116,6 +116,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		{Name: ruleTokens, Key: shopKey, Limit: lim.Tokens, Period: lim.TokenWindow, Algorithm: ceiling.FixedWindow,
 			Estimate: func(*http.Request) (int64, error) { return 0, nil }},
 	}
+	obs, metrics := service.Metrics()
 	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:chat")
 	if err != nil {
 		return nil, nil, err
@@ -125,6 +126,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		ceiling.WithTimeout(cfg.Timeout),
 		ceiling.WithBreaker(cfg.Breaker),
 		ceiling.WithLogger(cfg.Logger),
+		ceiling.WithObserver(obs),
 		ceiling.WithPrefetch(s.orders),
 	)
 	limiter, err := ceiling.New(rules, opts...)
@@ -136,6 +138,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /api/chat", authenticate(cfg.JWTSecret, limiter.Handler(http.HandlerFunc(s.chat))))
 	mux.Handle("GET /healthz", limiter.HealthHandler())
+	mux.Handle("GET /metrics", metrics)
 	cleanup = func() {
 		limiter.Close()
 		closeBackend()

@@ -31,5 +31,9 @@ func TestBinaryStartsLimitsAndStops(t *testing.T) {
 	if !strings.Contains(p.Log(), "to=2547******00") {
 		t.Errorf("the fake sender did not log the masked number:\n%s", p.Log())
 	}
+	resp, err := servicetest.Get(http.DefaultClient, p.URL+"/metrics")
+	if err != nil || !strings.Contains(resp.Body, `ceiling_decisions_total{outcome="rejected",rule="otp:phone"} 1`) {
+		t.Errorf("/metrics does not count the rejection: %v\n%s", err, resp.Body)
+	}
 	p.Stop(t)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,9 @@ func TestRedisKilledFailsClosedThenRecovers(t *testing.T) {
 	}
 	if resp, err := servicetest.Get(http.DefaultClient, ts.URL+"/healthz"); err != nil || resp.Status != http.StatusServiceUnavailable {
 		t.Errorf("/healthz during the outage: %d %v, want 503", resp.Status, err)
+	}
+	if resp, err := servicetest.Get(http.DefaultClient, ts.URL+"/metrics"); err != nil || !strings.Contains(resp.Body, "ceiling_degraded 1") {
+		t.Errorf("/metrics during the outage does not say degraded: %v\n%s", err, resp.Body)
 	}
 
 	srv.Restart(t)

@@ -91,6 +91,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		{Name: ruleIP, Key: ip, Limit: lim.PerIP, Period: lim.IPWindow, Algorithm: ceiling.SlidingLog},
 		{Name: ruleUser, Key: user, Limit: lim.PerUser, Period: lim.UserWindow, Algorithm: ceiling.SlidingLog},
 	}
+	obs, metrics := service.Metrics()
 	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:otp")
 	if err != nil {
 		return nil, nil, err
@@ -102,6 +103,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		ceiling.WithTimeout(cfg.Timeout),
 		ceiling.WithBreaker(cfg.Breaker),
 		ceiling.WithLogger(cfg.Logger),
+		ceiling.WithObserver(obs),
 	)
 	limiter, err := ceiling.New(rules, opts...)
 	if err != nil {
@@ -111,6 +113,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	mux := http.NewServeMux()
 	mux.Handle("POST /api/otp", limiter.Handler(sendOTP(cfg.Sender, cfg.Logger)))
 	mux.Handle("GET /healthz", limiter.HealthHandler())
+	mux.Handle("GET /metrics", metrics)
 	cleanup = func() {
 		limiter.Close()
 		closeBackend()

@@ -76,6 +76,8 @@ func TestBadInputIsRefusedAndCountsForNothing(t *testing.T) {
 		{"fullwidth digits", `{"phone": "+２５４ 700 000 000"}`, 400},
 		{"too short", `{"phone": "+254 700"}`, 400},
 		{"too long", `{"phone": "+254 700 000 000 000 000"}`, 400},
+		{"phone twice", `{"phone": "+254 700 000 000", "Phone": "+254 700 000 001"}`, 400},
+		{"phone an object", `{"phone": {"number": "+254 700 000 000"}}`, 400},
 		{"over 1 KiB", `{"phone": "+254 700 000 000", "pad": "` + strings.Repeat("x", 1024) + `"}`, 413},
 	} {
 		for range 4 {
