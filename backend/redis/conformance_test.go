@@ -23,9 +23,11 @@ func TestConformance(t *testing.T) {
 }
 
 // TestConformanceWithoutDenyCache runs the suite with every decision going
-// to Redis, so the script alone is held to the same answers.
+// to Redis, so the script alone is held to the same answers, on the real
+// servers (miniredis, slow under the suite's 1000 goroutines, runs it once
+// above).
 func TestConformanceWithoutDenyCache(t *testing.T) {
-	for _, tg := range targets {
+	for _, tg := range targets[1:] {
 		t.Run(tg.name, func(t *testing.T) {
 			client := tg.client(t)
 			backendtest.Run(t, func(t *testing.T, now func() time.Time) backend.Backend {

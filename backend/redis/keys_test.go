@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,8 +50,11 @@ func TestStoredKeysHoldNoRawValue(t *testing.T) {
 
 	ctx := context.Background()
 	var stored []string
+	var mu sync.Mutex
 	var nodes []*redis.Client
 	if err := client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		mu.Lock() // ForEachMaster calls this concurrently
+		defer mu.Unlock()
 		nodes = append(nodes, n)
 		return nil
 	}); err != nil {

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,9 +24,12 @@ func storedKeys(t *testing.T, client redis.UniversalClient, prefix string) map[s
 	}
 	var err error
 	if cc, ok := client.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
 		var nodes []*redis.Client
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			nodes = append(nodes, n) // collected first: ForEachMaster is concurrent
+			mu.Lock() // ForEachMaster calls this concurrently
+			defer mu.Unlock()
+			nodes = append(nodes, n)
 			return nil
 		})
 		for _, n := range nodes {
