@@ -1,0 +1,146 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestRegister(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		addr     string
+		proxies  []string
+		redisURL string
+	}{
+		{name: "defaults", addr: DefaultAddr},
+		{name: "ADDR", env: map[string]string{"ADDR": "127.0.0.1:9000"}, addr: "127.0.0.1:9000"},
+		{name: "-addr wins", env: map[string]string{"ADDR": "127.0.0.1:9000"}, args: []string{"-addr", "127.0.0.1:9001"}, addr: "127.0.0.1:9001"},
+		{name: "proxies and Redis", env: map[string]string{"TRUSTED_PROXIES": " 10.0.0.0/8, ,192.168.1.1 ", "REDIS_URL": " redis://r:6379/2 "},
+			addr: DefaultAddr, proxies: []string{"10.0.0.0/8", "192.168.1.1"}, redisURL: "redis://r:6379/2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			c := Register(fs, env(tc.env))
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if c.Addr != tc.addr || !slices.Equal(c.TrustedProxies, tc.proxies) || c.RedisURL != tc.redisURL {
+				t.Errorf("got addr %q, proxies %q, redis %q; want %q, %q, %q", c.Addr, c.TrustedProxies, c.RedisURL, tc.addr, tc.proxies, tc.redisURL)
+			}
+		})
+	}
+}
+
+func TestClientIPRefusesABadProxy(t *testing.T) {
+	c := &Config{TrustedProxies: []string{"10.0.0.0/8", "not-a-cidr"}}
+	if _, err := c.ClientIP(); err == nil || !strings.Contains(err.Error(), "TRUSTED_PROXIES") {
+		t.Errorf("err %v, want one naming TRUSTED_PROXIES", err)
+	}
+}
+
+func TestBackendWithoutRedisWarnsLoudly(t *testing.T) {
+	var logs bytes.Buffer
+	opts, closeFn, err := (&Config{}).Backend(slog.New(slog.NewTextHandler(&logs, nil)), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if len(opts) != 0 {
+		t.Errorf("%d options, want none (the limiter's default memory store)", len(opts))
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "EVERY INSTANCE ENFORCES ITS OWN LIMITS") {
+		t.Errorf("no loud warning:\n%s", logs.String())
+	}
+}
+
+func TestBackendRefusesABadRedisURL(t *testing.T) {
+	_, _, err := (&Config{RedisURL: "http://localhost:6379"}).Backend(slog.New(slog.DiscardHandler), "p")
+	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
+		t.Errorf("err %v, want one naming REDIS_URL", err)
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+		ok   bool
+	}{{"", time.Second, true}, {"250ms", 250 * time.Millisecond, true}, {"0s", 0, false}, {"-1s", 0, false}, {"fast", 0, false}} {
+		got, err := Duration(env(map[string]string{"T": tc.v}), "T", time.Second)
+		if got != tc.want || (err == nil) != tc.ok {
+			t.Errorf("Duration(%q) = %v, %v; want %v, ok %v", tc.v, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestSecretWarnsOnTheDevelopmentDefault(t *testing.T) {
+	var logs bytes.Buffer
+	lg := slog.New(slog.NewTextHandler(&logs, nil))
+	if got := string(Secret(lg, env(map[string]string{"S": "real"}), "S", "dev")); got != "real" || logs.Len() != 0 {
+		t.Errorf("set: %q, logged %q; want the value, silently", got, logs.String())
+	}
+	if got := string(Secret(lg, env(nil), "S", "dev")); got != "dev" || !strings.Contains(logs.String(), "S is not set") {
+		t.Errorf("unset: %q, logged %q; want the default and a warning", got, logs.String())
+	}
+}
+
+// A request in flight when the service is told to stop is answered before
+// Serve returns.
+func TestServeFinishesRequestsInFlight(t *testing.T) {
+	logs := &servicetest.LogBuffer{}
+	started, release := make(chan struct{}), make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		<-release
+		io.WriteString(w, "done")
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, "127.0.0.1:0", h, slog.New(slog.NewTextHandler(logs, nil))) }()
+	var addr string
+	deadline := time.Now().Add(5 * time.Second)
+	for addr == "" && time.Now().Before(deadline) {
+		if m := regexp.MustCompile(`msg=listening addr=(\S+)`).FindStringSubmatch(logs.String()); m != nil {
+			addr = m[1]
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if addr == "" {
+		t.Fatalf("no listening line:\n%s", logs.String())
+	}
+	body := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			body <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body <- string(b)
+	}()
+	<-started
+	stop()
+	close(release)
+	if got := <-body; got != "done" {
+		t.Errorf("the request in flight got %q, want done", got)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
