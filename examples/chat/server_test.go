@@ -258,3 +258,15 @@ func TestThreeInstancesOnMemoryAdmitThreeTimesTheLimit(t *testing.T) {
 		t.Errorf("statuses %v, want 90 × 200 (30 per instance) and 30 × 429", got)
 	}
 }
+
+// Instances declared on the memory backend: /healthz says the limits are
+// per instance (still 200: a warning, not a degradation).
+func TestHealthWarnsOfPerInstanceLimits(t *testing.T) {
+	cfg, _ := testConfig(t)
+	cfg.Instances = 3
+	ts := start(t, cfg)
+	status, h := health(t, ts.URL)
+	if status != http.StatusOK || len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], "every instance enforces the full limit") {
+		t.Errorf("/healthz: %d %+v, want 200 with the per-instance warning", status, h)
+	}
+}

@@ -18,7 +18,8 @@
 // HS256 secret of user tokens; a development default otherwise),
 // KEY_SECRET (HMAC secret of the stored keys, so that Redis holds no
 // recoverable phone numbers) and LIMITER_TIMEOUT (how long a decision may
-// wait for Redis before failing closed; default 100ms). See README.md.
+// wait for Redis before failing closed; default 100ms) and INSTANCES (how many run, for the
+// health report). See README.md.
 package main
 
 import (

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,10 +38,16 @@ type Config struct {
 	// reads Redis can recover a phone number or an address by hashing
 	// candidates. Empty means plain SHA-256 digests.
 	KeySecret []byte
+	// Instances is how many instances of the service run (INSTANCES; 0
+	// means not said). With the memory backend and more than one, the
+	// health report carries the warning that each enforces its own limits.
+	Instances int
 	// RedisPrefix starts every key the service stores in Redis, so that
 	// several services (or tests) share one server; empty means the prefix
 	// the service passes to [Config.Backend].
 	RedisPrefix string
+
+	instancesErr error // a bad INSTANCES, reported by Backend
 }
 
 // Register adds -addr to fs and reads the rest of Config from getenv
@@ -49,6 +56,13 @@ func Register(fs *flag.FlagSet, getenv func(string) string) *Config {
 	c := &Config{
 		RedisURL:  strings.TrimSpace(getenv("REDIS_URL")),
 		KeySecret: []byte(getenv("KEY_SECRET")),
+	}
+	if v := getenv("INSTANCES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			c.instancesErr = fmt.Errorf("INSTANCES=%q: want a positive number of instances", v)
+		}
+		c.Instances = n
 	}
 	addr := getenv("ADDR")
 	if addr == "" {
@@ -91,6 +105,12 @@ func (c *Config) ClientIP() (ceiling.KeyFunc, error) {
 // and wrong for a deployment, so it must never go unnoticed.
 func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, func() error, error) {
 	var opts []ceiling.Option
+	if c.instancesErr != nil {
+		return nil, nil, c.instancesErr
+	}
+	if c.Instances > 0 {
+		opts = append(opts, ceiling.WithInstances(c.Instances))
+	}
 	if len(c.KeySecret) > 0 {
 		opts = append(opts, ceiling.WithKeySecret(c.KeySecret))
 	}

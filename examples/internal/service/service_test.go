@@ -68,6 +68,22 @@ func TestBackendWithoutRedisWarnsLoudly(t *testing.T) {
 	}
 }
 
+func TestInstances(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		n    int
+		opts int
+		ok   bool
+	}{{"", 0, 0, true}, {"3", 3, 1, true}, {"0", 0, 0, false}, {"three", 0, 0, false}} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		c := Register(fs, env(map[string]string{"INSTANCES": tc.v}))
+		opts, _, err := c.Backend(slog.New(slog.DiscardHandler), "p")
+		if (err == nil) != tc.ok || (tc.ok && (c.Instances != tc.n || len(opts) != tc.opts)) {
+			t.Errorf("INSTANCES=%q: %d instances, %d options, err %v; want %d, %d, ok %v", tc.v, c.Instances, len(opts), err, tc.n, tc.opts, tc.ok)
+		}
+	}
+}
+
 func TestBackendRefusesABadRedisURL(t *testing.T) {
 	_, _, err := (&Config{RedisURL: "http://localhost:6379"}).Backend(slog.New(slog.DiscardHandler), "p")
 	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
