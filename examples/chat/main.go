@@ -17,9 +17,9 @@
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), CHAT_JWT_SECRET (the
 // HS256 secret of the session tokens; a development default otherwise),
-// KEY_SECRET (HMAC secret of the stored keys) and LIMITER_TIMEOUT (how long
-// a decision may wait for Redis before failing open; default 100ms) and INSTANCES (how many run, for the health report). See
-// README.md.
+// KEY_SECRET (HMAC secret of the stored keys), LIMITER_TIMEOUT (how long a
+// decision may wait for Redis before failing open; default 100ms) and
+// INSTANCES (how many run, for the health report). See README.md.
 package main
 
 import (
