@@ -1,0 +1,81 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+BenchmarkDecide/keys=1/serial/ceiling-2   	 1000000	       50.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkDecide/keys=1/serial/ceiling-2   	 1000000	       40.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkDecide/keys=1/serial/ulule-2     	 1000000	      200 ns/op	      24 B/op	       2 allocs/op
+BenchmarkDecide/keys=1/serial/golimiter-2 	 1000000	       80.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkMiddleware/clients=1/serial/bare-2      	 1000000	       10.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkMiddleware/clients=1/serial/echo-bare-2 	 1000000	       40.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkMiddleware/clients=1/serial/ceiling-2   	 1000000	      110 ns/op	      80 B/op	       4 allocs/op
+BenchmarkMiddleware/clients=1/serial/echo-2      	 1000000	      240 ns/op	      80 B/op	       1 allocs/op
+BenchmarkMiddleware/clients=1/serial/ulule-2     	 1000000	      410 ns/op	     216 B/op	      14 allocs/op
+BenchmarkExact/throttled-2 	       1	 391415057 ns/op	        27.00 admitted	       973.0 errors	       389.0 ms	         0 rejected
+PASS
+`
+
+func TestParseKeepsTheFastestRunOfEachBenchmark(t *testing.T) {
+	rs, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(rs), 9; got != want {
+		t.Fatalf("parsed %d benchmarks, want %d", got, want)
+	}
+	r := rs[0]
+	if r.family != "Decide" || r.variant != "keys=1/serial" || r.lib != "ceiling" {
+		t.Fatalf("first result is %s %q %s", r.family, r.variant, r.lib)
+	}
+	if got, want := r.metrics["ns/op"], 40.0; got != want {
+		t.Fatalf("ceiling ns/op = %v, want the faster run's %v", got, want)
+	}
+	if got, want := rs[8].metrics["errors"], 973.0; got != want {
+		t.Fatalf("throttled errors = %v, want %v", got, want)
+	}
+	if got, want := rs[8].variant, ""; got != want {
+		t.Fatalf("a benchmark with only a library level has variant %q", got)
+	}
+}
+
+func TestRenderComparesCeilingWithTheBestPeer(t *testing.T) {
+	rs, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	render(&b, rs)
+	out := b.String()
+	for _, want := range []string{
+		"| ceiling | 40 (0) |",
+		"| ulule | 200 (2) |",
+		// 40 ns against golimiter's 80.
+		"| **ceiling ÷ best peer** (ns/op) | **0.50×** (golimiter) |",
+		// Overheads: ceiling 110-10, echo 240-40 (its own base), ulule 410-10.
+		"| bare | base: 10 |",
+		"| ceiling | 100 (4) |",
+		"| echo | 200 (1) |",
+		"| ulule | 400 (14) |",
+		"| **ceiling ÷ best peer** (overhead) | **0.50×** (echo) |",
+		"| throttled | ✗ 27 admitted, 0 rejected, 973 errors (389 ms) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestNum(t *testing.T) {
+	for _, c := range []struct {
+		in   float64
+		want string
+	}{{0, "0"}, {0.05082, "0.05"}, {12.34, "12.3"}, {100, "100"}, {234.5, "234"}, {31894, "31.9k"}, {2_500_000, "2.50M"}} {
+		if got := num(c.in); got != c.want {
+			t.Errorf("num(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

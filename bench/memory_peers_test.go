@@ -1,0 +1,238 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	cmemory "github.com/ceiling-go/ceiling/backend/memory"
+	"github.com/didip/tollbooth/v7"
+	tblimiter "github.com/didip/tollbooth/v7/limiter"
+	"github.com/go-chi/httprate"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/sethvargo/go-limiter/memorystore"
+	"github.com/throttled/throttled/v2"
+	"github.com/throttled/throttled/v2/store/memstore"
+	ulule "github.com/ulule/limiter/v3"
+	ulmemory "github.com/ulule/limiter/v3/drivers/store/memory"
+	"golang.org/x/time/rate"
+)
+
+var ctx = context.Background()
+
+// allowFunc decides one request for key: admitted or not. An error is a
+// limiter that could not decide.
+type allowFunc func(key string) (bool, error)
+
+// memLimiter is one in-memory limiter configured for limit per period.
+// worker returns the decision function for one goroutine (most libraries
+// hand every goroutine the same one); close releases background goroutines.
+type memLimiter struct {
+	worker func() allowFunc
+	close  func()
+}
+
+// memLib is a library with an in-memory store.
+type memLib struct {
+	name string
+	algo string
+	// new builds a limiter admitting limit per period per key. idle is how
+	// long a key must stay unused before the library may forget it, where
+	// the library lets one say so (the Keys1M benchmark sets it short).
+	new func(limit int, period, idle time.Duration) memLimiter
+}
+
+func same(f allowFunc) func() allowFunc { return func() allowFunc { return f } }
+
+func noClose() {}
+
+// memLibs are ceiling's memory store and every in-memory peer, each used the
+// way its documentation shows, keyed by a string.
+var memLibs = []memLib{
+	{"ceiling", "GCRA", func(limit int, period, idle time.Duration) memLimiter {
+		return ceilingMem(backend.GCRA, limit, period, idle)
+	}},
+	{"ulule", "fixed window", func(limit int, period, idle time.Duration) memLimiter {
+		store := ulmemory.NewStoreWithOptions(ulule.StoreOptions{Prefix: "bench", CleanUpInterval: idle})
+		l := ulule.New(store, ulule.Rate{Period: period, Limit: int64(limit)})
+		return memLimiter{worker: same(func(key string) (bool, error) {
+			c, err := l.Get(ctx, key)
+			return err == nil && !c.Reached, err
+		}), close: noClose}
+	}},
+	{"httprate", "sliding window", func(limit int, period, idle time.Duration) memLimiter {
+		l := httprate.NewRateLimiter(limit, period)
+		// OnLimit is httprate's only decision call; it writes its headers
+		// on the ResponseWriter, so each goroutine gets one to reuse.
+		return memLimiter{worker: func() allowFunc {
+			w := newSink()
+			r := httptest.NewRequest("GET", "/", nil)
+			return func(key string) (bool, error) {
+				clear(w.h)
+				return !l.OnLimit(w, r, key), nil
+			}
+		}, close: noClose}
+	}},
+	{"golimiter", "fixed window", func(limit int, period, idle time.Duration) memLimiter {
+		store, err := memorystore.New(&memorystore.Config{Tokens: uint64(limit), Interval: period, SweepInterval: idle, SweepMinTTL: idle})
+		if err != nil {
+			panic(err)
+		}
+		return memLimiter{worker: same(func(key string) (bool, error) {
+			_, _, _, ok, err := store.Take(ctx, key)
+			return ok, err
+		}), close: func() { store.Close(ctx) }}
+	}},
+	{"throttled", "GCRA", func(limit int, period, idle time.Duration) memLimiter {
+		l := throttledGCRA(throttledMemStore(), limit, period)
+		return memLimiter{worker: same(func(key string) (bool, error) {
+			limited, _, err := l.RateLimitCtx(ctx, key, 1)
+			return !limited && err == nil, err
+		}), close: noClose}
+	}},
+	{"echo", "token bucket", func(limit int, period, idle time.Duration) memLimiter {
+		store := echoStore(limit, period, idle)
+		return memLimiter{worker: same(store.Allow), close: noClose}
+	}},
+	{"xtimerate", "token bucket", func(limit int, period, idle time.Duration) memLimiter {
+		m := newRateMap(limit, period)
+		return memLimiter{worker: same(func(key string) (bool, error) { return m.allow(key), nil }), close: noClose}
+	}},
+	{"tollbooth", "token bucket", func(limit int, period, idle time.Duration) memLimiter {
+		l := tollboothLimiter(limit, period, idle)
+		return memLimiter{worker: same(func(key string) (bool, error) { return !l.LimitReached(key), nil }), close: noClose}
+	}},
+}
+
+// ceilingMem is ceiling's memory store deciding one rule per call through
+// DecideInto, the path the middleware takes.
+func ceilingMem(algo backend.Algorithm, limit int, period, idle time.Duration) memLimiter {
+	sweep := cmemory.DefaultSweepInterval
+	if idle > 0 {
+		sweep = idle
+	}
+	s := cmemory.New(cmemory.WithSweepInterval(sweep))
+	return memLimiter{worker: func() allowFunc {
+		reqs := []backend.Request{{Algorithm: algo, Limit: int64(limit), Period: period, Cost: 1}}
+		res := make([]backend.Result, 1)
+		return func(key string) (bool, error) {
+			reqs[0].Key = key
+			err := s.DecideInto(ctx, reqs, res)
+			return err == nil && res[0].Allowed, err
+		}
+	}, close: func() { s.Close() }}
+}
+
+// throttledKeys bounds throttled's LRU store: room for the million keys of
+// the Keys1M benchmark, like ceiling's default bound.
+const throttledKeys = 1 << 20
+
+func throttledMemStore() throttled.GCRAStoreCtx {
+	st, err := memstore.NewCtx(throttledKeys)
+	if err != nil {
+		panic(err)
+	}
+	return st
+}
+
+// throttledGCRA admits a burst of limit, then limit per period: throttled's
+// MaxBurst counts the requests beyond the first.
+func throttledGCRA(st throttled.GCRAStoreCtx, limit int, period time.Duration) *throttled.GCRARateLimiterCtx {
+	l, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerDuration(limit, period), MaxBurst: limit - 1})
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func echoStore(limit int, period, idle time.Duration) *middleware.RateLimiterMemoryStore {
+	cfg := middleware.RateLimiterMemoryStoreConfig{Rate: perSecond(limit, period), Burst: limit}
+	if idle > 0 {
+		cfg.ExpiresIn = idle
+	}
+	return middleware.NewRateLimiterMemoryStoreWithConfig(cfg)
+}
+
+func tollboothLimiter(limit int, period, idle time.Duration) *tblimiter.Limiter {
+	l := tollbooth.NewLimiter(float64(perSecond(limit, period)), nil)
+	l.SetBurst(limit)
+	l.SetIPLookups([]string{"RemoteAddr"})
+	if idle > 0 {
+		l.SetTokenBucketExpirationTTL(idle)
+	}
+	return l
+}
+
+// perSecond converts limit per period to the events per second that
+// token-bucket libraries take.
+func perSecond(limit int, period time.Duration) rate.Limit {
+	return rate.Limit(float64(limit) / period.Seconds())
+}
+
+// rateMap is the hand-written limiter found in countless services: one
+// x/time/rate token bucket per key in a map under a mutex, never swept.
+type rateMap struct {
+	mu    sync.Mutex
+	m     map[string]*rate.Limiter
+	limit rate.Limit
+	burst int
+}
+
+func newRateMap(limit int, period time.Duration) *rateMap {
+	return &rateMap{m: make(map[string]*rate.Limiter), limit: perSecond(limit, period), burst: limit}
+}
+
+func (m *rateMap) allow(key string) bool {
+	m.mu.Lock()
+	l, ok := m.m[key]
+	if !ok {
+		l = rate.NewLimiter(m.limit, m.burst)
+		m.m[key] = l
+	}
+	m.mu.Unlock()
+	return l.Allow()
+}
+
+// sink is a ResponseWriter that keeps only the header map and the status,
+// reused across requests so that benchmarks time the limiter, not the
+// recorder.
+type sink struct {
+	h    http.Header
+	code int
+}
+
+func newSink() *sink { return &sink{h: make(http.Header)} }
+
+func (s *sink) Header() http.Header         { return s.h }
+func (s *sink) Write(p []byte) (int, error) { return len(p), nil }
+func (s *sink) WriteHeader(code int)        { s.code = code }
+
+func (s *sink) reset() {
+	clear(s.h)
+	s.code = 0
+}
+
+// status is the response's status code as a client would see it.
+func (s *sink) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
+}
+
+// keys returns n distinct keys shaped like IPv4 addresses.
+func keys(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = ip(i)
+	}
+	return out
+}
+
+func ip(i int) string {
+	return "10." + strconv.Itoa(i>>16&255) + "." + strconv.Itoa(i>>8&255) + "." + strconv.Itoa(i&255)
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs every benchmark of the bench module against a redis-server of its own
+# (a free loopback port, never 6379; stopped by PID on exit) and prints the
+# tables of BENCHMARKS.md, ratios included, from this one run.
+#
+#   bench/run.sh            # about five minutes on 2 cores
+#   COUNT=1 BENCHTIME=50ms bench/run.sh   # quicker, noisier
+set -euo pipefail
+cd "$(dirname "$0")"
+
+COUNT=${COUNT:-3}
+BENCHTIME=${BENCHTIME:-100ms}
+work=$(mktemp -d)
+redis_pid=
+cleanup() {
+	if [ -n "$redis_pid" ]; then
+		kill "$redis_pid" 2>/dev/null || true
+		wait "$redis_pid" 2>/dev/null || true
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+command -v redis-server >/dev/null || { echo "run.sh: redis-server not found on PATH" >&2; exit 1; }
+
+# A free loopback port: try a few random ones until a server starts on one.
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+	port=$((20000 + RANDOM % 30000))
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		continue # somebody listens there
+	fi
+	redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
+		--dir "$work" --logfile "$work/redis.log" --daemonize no &
+	redis_pid=$!
+	for _ in $(seq 50); do
+		if redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
+			break 2
+		fi
+		if ! kill -0 "$redis_pid" 2>/dev/null; then
+			break
+		fi
+		sleep 0.1
+	done
+	kill "$redis_pid" 2>/dev/null || true
+	wait "$redis_pid" 2>/dev/null || true
+	redis_pid=
+done
+[ -n "$redis_pid" ] || { echo "run.sh: could not start redis-server" >&2; exit 1; }
+export CEILING_BENCH_REDIS="127.0.0.1:$port"
+
+go test -c -o "$work/bench.test" .
+go build -o "$work/benchtable" ./cmd/benchtable
+
+{
+	echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "$(go version), $(redis-server --version | cut -d' ' -f1-3) on $CEILING_BENCH_REDIS"
+} | tee "$work/out.txt"
+
+# Timed benchmarks: best of $COUNT runs of $BENCHTIME each.
+"$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Decide|Middleware|Redis)$' \
+	-test.benchtime "$BENCHTIME" -test.count "$COUNT" | tee -a "$work/out.txt"
+# Experiments: one run each.
+"$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Exact|Attack|Boundary|Keys1M)$' \
+	-test.benchtime 1x | tee -a "$work/out.txt"
+
+echo
+echo "## Tables (ratios: ceiling ÷ best peer, from this run; below 1 means ceiling is better)"
+"$work/benchtable" <"$work/out.txt"
