@@ -139,3 +139,39 @@ func TestScriptCacheRecoveryAfterRestart(t *testing.T) {
 		t.Fatalf("remaining = %d, want %d", got, want)
 	}
 }
+
+// TestClusterNodeRestart restarts every master of a cluster under a Store:
+// connections drop and script caches are empty, and once the cluster is ok
+// again the next cross-slot decision succeeds (EVALSHA's NOSCRIPT answered
+// by EVAL inside the pipeline, dropped connections redialled by go-redis).
+func TestClusterNodeRestart(t *testing.T) {
+	cl := redistest.Cluster(t)
+	client := cl.Client(t)
+	s := New(client, WithDenyCache(0))
+	reqs := threeRules("u")
+	decide(t, s, reqs...)
+	count := countCommands(client)
+	for _, n := range cl.Nodes {
+		n.Restart(t)
+	}
+	cl.WaitOK(t)
+	res, err := s.Decide(context.Background(), reqs)
+	if err != nil {
+		t.Fatalf("Decide after every master restarted: %v", err)
+	}
+	evals := 0
+	for _, name := range count.names {
+		if name == "eval" {
+			evals++
+		}
+	}
+	if evals == 0 {
+		t.Errorf("commands %v: no EVAL, so the empty script caches were not exercised", count.names)
+	}
+	// Nothing was persisted: every rule starts over.
+	for i, want := range []int64{29, 999, 99} {
+		if !res[i].Allowed || res[i].Remaining != want {
+			t.Errorf("rule %d: %+v, want allowed with %d remaining", i, res[i], want)
+		}
+	}
+}

@@ -61,7 +61,16 @@ func startCluster(server, cli string) (*ClusterInstance, error) {
 	return c, nil
 }
 
-// waitOK waits until every node reports cluster_state:ok.
+// WaitOK waits until every node reports cluster_state:ok, as after
+// restarting a node with [Instance.Restart]: until the nodes have talked to
+// each other again, the cluster answers CLUSTERDOWN.
+func (c *ClusterInstance) WaitOK(tb testing.TB) {
+	tb.Helper()
+	if err := c.waitOK(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 func (c *ClusterInstance) waitOK() error {
 	deadline := time.Now().Add(startTimeout)
 	for _, n := range c.Nodes {
