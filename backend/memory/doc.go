@@ -5,8 +5,8 @@
 // as the Redis backend, and passes the same conformance suite
 // (package backendtest). What each algorithm promises, and when to pick it:
 //
-//   - [backend.GCRA] (token bucket): a smooth rate with a burst, 8 bytes of
-//     state per key. Pick it for APIs: "10 per second, burst 20". It is a
+//   - [backend.GCRA] (token bucket): a smooth rate with a burst, one 8-byte
+//     value per key (about 50 bytes of heap per idle key, slot included). Pick it for APIs: "10 per second, burst 20". It is a
 //     rate, not a count: "30 per minute, burst 30" admits up to 59 in the
 //     first rolling minute.
 //   - [backend.SlidingLog]: exactly "at most N in any rolling window". One
@@ -31,6 +31,6 @@
 // [Store.Evictions]) when a flood of fresh keys reaches it. A sliding log
 // also holds its entries, at most one per admission in its window.
 //
-// The fast path is [Store.DecideInto] (see [backend.DecideInto]): one rule,
-// one key, no allocation.
+// The fast path is [Store.DecideInto] (see [backend.DecideInto]): up to
+// eight rules per call without allocating.
 package memory
