@@ -50,13 +50,24 @@ func testConfig(t *testing.T) (config, *servicetest.LogBuffer) {
 }
 
 // eachBackend runs fn on the memory backend and on a real Redis shared by
-// the package's tests (keys apart by a prefix of the test's own).
-func eachBackend(t *testing.T, fn func(t *testing.T, cfg config)) {
+// the package's tests (keys apart by a prefix of the test's own), both at
+// once.
+func eachBackend(t *testing.T, fn func(t *testing.T, cfg config)) { backends(t, true, fn) }
+
+// backends runs fn on each backend, both at once when parallel is set.
+// Tests that count goroutines run them in turn.
+func backends(t *testing.T, parallel bool, fn func(t *testing.T, cfg config)) {
 	t.Run("memory", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
 		cfg, _ := testConfig(t)
 		fn(t, cfg)
 	})
 	t.Run("redis", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
 		srv := redistest.Shared(t)
 		cfg, _ := testConfig(t)
 		cfg.RedisURL = "redis://" + srv.Addr + "/0"

@@ -12,7 +12,7 @@ import (
 // cleanup stops everything newServer started: the limiter (and the memory
 // store's janitor), the Redis client's pool, the prefetches of requests served.
 func TestCleanupLeavesNoGoroutines(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg config) {
+	backends(t, false, func(t *testing.T, cfg config) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		h, cleanup, err := newServer(cfg)
 		if err != nil {

@@ -77,7 +77,8 @@ func TestConcurrentRequestsAdmitExactlyTheLimit(t *testing.T) {
 }
 
 func TestWindowReopensAfterItPasses(t *testing.T) {
-	const window = 300 * time.Millisecond
+	// Long enough that three requests surely fit in it on a loaded machine.
+	const window = time.Second
 	eachBackend(t, func(t *testing.T, cfg config) {
 		cfg.Limits.PerMinute, cfg.Limits.Minute = 2, window
 		ts := start(t, cfg)
@@ -102,7 +103,7 @@ func TestWindowReopensAfterItPasses(t *testing.T) {
 // day's budget, so after the minute passes the day still has room.
 func TestMinuteRejectionsSpendNoDayBudget(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg config) {
-		cfg.Limits.PerMinute, cfg.Limits.Minute = 2, 300*time.Millisecond
+		cfg.Limits.PerMinute, cfg.Limits.Minute = 2, time.Second
 		cfg.Limits.PerDay = 3
 		ts := start(t, cfg)
 		tok := token(t, "https://shop-1.myshopify.com")
@@ -152,15 +153,21 @@ func TestTokenBudgetChargedAfterEachReply(t *testing.T) {
 // cancels it and its 429 carries nothing of it.
 func TestRejectedRequestCarriesNoOrder(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg config) {
+		// The first lookup (the admitted request's) answers at once; the
+		// others wait for their context, as a slow order API would, so
+		// that only the rejection can end them.
 		var started, cancelled atomic.Int32
-		slow := fakeOrders(200 * time.Millisecond)
 		cfg.Orders = func(ctx context.Context, shop string) (Order, error) {
-			started.Add(1)
-			o, err := slow(ctx, shop)
-			if ctx.Err() != nil {
-				cancelled.Add(1)
+			if started.Add(1) == 1 {
+				return orderOf(shop), nil
 			}
-			return o, err
+			select {
+			case <-ctx.Done():
+				cancelled.Add(1)
+				return Order{}, ctx.Err()
+			case <-time.After(10 * time.Second):
+				return orderOf(shop), nil
+			}
 		}
 		cfg.Limits.PerMinute = 1
 		ts := start(t, cfg)

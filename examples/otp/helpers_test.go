@@ -71,13 +71,26 @@ func testConfig(t *testing.T) (config, *countingSender) {
 }
 
 // eachBackend runs fn on the memory backend and on a real Redis shared by
-// the package's tests (keys apart by a prefix of the test's own).
+// the package's tests (keys apart by a prefix of the test's own), both at
+// once.
 func eachBackend(t *testing.T, fn func(t *testing.T, cfg config, sms *countingSender)) {
+	backends(t, true, fn)
+}
+
+// backends runs fn on each backend, both at once when parallel is set.
+// Tests that count goroutines run them in turn.
+func backends(t *testing.T, parallel bool, fn func(t *testing.T, cfg config, sms *countingSender)) {
 	t.Run("memory", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
 		cfg, sms := testConfig(t)
 		fn(t, cfg, sms)
 	})
 	t.Run("redis", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
 		srv := redistest.Shared(t)
 		cfg, sms := testConfig(t)
 		cfg.RedisURL = "redis://" + srv.Addr + "/0"

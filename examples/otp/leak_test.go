@@ -11,7 +11,7 @@ import (
 // cleanup stops everything newServer started: the limiter (and the memory
 // store's janitor) and the Redis client's pool.
 func TestCleanupLeavesNoGoroutines(t *testing.T) {
-	eachBackend(t, func(t *testing.T, cfg config, _ *countingSender) {
+	backends(t, false, func(t *testing.T, cfg config, _ *countingSender) {
 		defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 		h, cleanup, err := newServer(cfg)
 		if err != nil {
