@@ -26,16 +26,11 @@ const (
 // maxBody bounds a chat message's request body.
 const maxBody = 16 << 10
 
-// limits are the service's limits; tests shrink them.
+// limits are the service's limits; tests shrink them. Each count is per
+// rolling window except Tokens, a budget per aligned window (a UTC day).
 type limits struct {
-	PerMinute   int64         // chats per shop per rolling Minute
-	Minute      time.Duration //
-	PerDay      int64         // chats per shop per rolling Day
-	Day         time.Duration //
-	PerIP       int64         // requests per client address per rolling IPWindow
-	IPWindow    time.Duration //
-	Tokens      int64         // model tokens per shop per TokenWindow (aligned: a UTC day)
-	TokenWindow time.Duration //
+	PerMinute, PerDay, PerIP, Tokens   int64
+	Minute, Day, IPWindow, TokenWindow time.Duration
 }
 
 // config is everything newServer needs; defaultConfig has production values

@@ -126,7 +126,7 @@ func otp(t *testing.T, url, tok, body string, header ...string) servicetest.Resp
 
 // phone is the body asking for a code to number.
 func phone(number string) string {
-	b, _ := json.Marshal(otpRequest{Phone: number})
+	b, _ := json.Marshal(map[string]string{"phone": number})
 	return string(b)
 }
 

@@ -11,11 +11,6 @@ import (
 // maxBody bounds the request body: {"phone": "..."} fits many times over.
 const maxBody = 1 << 10
 
-// otpRequest is the body of POST /api/otp.
-type otpRequest struct {
-	Phone string `json:"phone"`
-}
-
 // phoneField reads the body's "phone" once (however many rules ask) and
 // leaves the identical bytes for the handler; a body over maxBody is an error
 // wrapping [ceiling.ErrBodyTooLarge], so the middleware answers 413.

@@ -78,6 +78,7 @@ func TestBadInputIsRefusedAndCountsForNothing(t *testing.T) {
 		{"too long", `{"phone": "+254 700 000 000 000 000"}`, 400},
 		{"phone twice", `{"phone": "+254 700 000 000", "Phone": "+254 700 000 001"}`, 400},
 		{"phone an object", `{"phone": {"number": "+254 700 000 000"}}`, 400},
+		{"phone a list", `{"phone": ["+254 700 000 000"]}`, 400},
 		{"over 1 KiB", `{"phone": "+254 700 000 000", "pad": "` + strings.Repeat("x", 1024) + `"}`, 413},
 	} {
 		for range 4 {

@@ -125,7 +125,9 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	ro.ContextTimeoutEnabled = true
-	ro.DialTimeout = time.Second
+	if ro.DialTimeout == 0 {
+		ro.DialTimeout = time.Second
+	}
 	client := redis.NewClient(ro)
 	if len(c.KeySecret) == 0 {
 		logger.Warn("KEY_SECRET is not set: stored keys are plain SHA-256 digests, which can be reversed for small key spaces (addresses, phone numbers) by hashing candidates")
