@@ -96,6 +96,12 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // with the consumption's instant as stamp (so only units that still count
 // are returned), and a refund the group made is charged again, forced. It
 // runs on its own deadline even when ctx is done.
+//
+// The windowed algorithms and the sliding log undo exactly the units of the
+// stamped consumption. GCRA keeps one instant per key, not its history: the
+// refund takes the units' emission time off it, so when other requests
+// were admitted between the consumption and the refund, the key can be
+// ready again up to that interval (the refund's round trip) early.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var rkeys [][]string
 	var rreqs [][]backend.Request
