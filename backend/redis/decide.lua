@@ -53,13 +53,19 @@ local function cdiv(a, b)
   return fdiv(a + b - 1, b)
 end
 
+-- One MGET reads every key (a key named twice is read twice, used once).
+local raws = redis.call('MGET', unpack(KEYS))
 local states, order = {}, {}
 
-local function load(key, tag)
+-- load returns the state of request i's key, parsed on first use; later
+-- requests on the same key share it, and so see what earlier ones would
+-- write.
+local function load(i, tag)
+  local key = KEYS[i]
   local s = states[key]
   if s == nil then
     s = { tag = '', v = {} }
-    local raw = redis.call('GET', key)
+    local raw = raws[i]
     if raw then
       for w in string.gmatch(raw, '%S+') do
         if s.tag == '' then
@@ -287,7 +293,7 @@ local out = { now, 0 }
 local rejected = false
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 8
-  local s = load(KEYS[i], tags[ARGV[a]])
+  local s = load(i, tags[ARGV[a]])
   local ok, remaining, reset, retry = decide(s, i, tonumber(ARGV[a + 4]))
   if ok == 0 and ARGV[a + 6] ~= '1' then rejected = true end
   local o = 2 + (i - 1) * per

@@ -98,12 +98,16 @@ func WithDenyCache(size int) Option {
 
 // New returns a Store deciding on client, which may be a *redis.Client, a
 // Sentinel failover client or a *redis.ClusterClient (what
-// redis.NewUniversalClient returns for your options). A *redis.Ring is not
-// supported: its shards cannot run one script over keys of several shards.
-// New panics if client is nil.
+// redis.NewUniversalClient returns for your options). New panics if client
+// is nil or a *redis.Ring: a Ring routes a script by its first key, so a
+// key's state would live on whichever shard each request's first key picks,
+// and the limit would silently stop being one limit.
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	if client == nil {
 		panic("ceiling/backend/redis: New with a nil client")
+	}
+	if _, ok := client.(*redis.Ring); ok {
+		panic("ceiling/backend/redis: New with a *redis.Ring, which cannot run one script over keys of several shards; use a single server, Sentinel or Cluster")
 	}
 	cfg := config{prefix: DefaultPrefix, denySize: DefaultDenyCacheSize}
 	for _, o := range opts {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestSlotFollowsTheClusterSpec(t *testing.T) {
@@ -101,13 +102,25 @@ func TestRejectsRequestsDoublesCannotHold(t *testing.T) {
 	}
 }
 
-func TestNewPanicsOnNilClient(t *testing.T) {
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "nil client") {
-			t.Errorf("recover() = %v, want a panic naming the nil client", r)
-		}
-	}()
-	New(nil)
+func TestNewPanicsOnNilClientOrRing(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	t.Cleanup(func() { ring.Close() })
+	for _, tt := range []struct {
+		client redis.UniversalClient
+		want   string
+	}{
+		{nil, "nil client"},
+		{ring, "*redis.Ring"},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), tt.want) {
+					t.Errorf("New(%T): recover() = %v, want a panic naming %s", tt.client, r, tt.want)
+				}
+			}()
+			New(tt.client)
+		}()
+	}
 }
 
 func TestDecideIntoNeedsRoomForEveryResult(t *testing.T) {
