@@ -31,7 +31,7 @@ const testSecret = "chat-test-secret"
 
 // testConfig is the production configuration with the tests' secret, a
 // log buffer and an order lookup that takes no time.
-func testConfig(t *testing.T) (config, *servicetest.LogBuffer) {
+func testConfig(t testing.TB) (config, *servicetest.LogBuffer) {
 	t.Helper()
 	logs := &servicetest.LogBuffer{}
 	cfg := defaultConfig()
@@ -92,7 +92,7 @@ func start(t *testing.T, cfg config) *httptest.Server {
 }
 
 // token is a valid session token of shop.
-func token(t *testing.T, shop string) string {
+func token(t testing.TB, shop string) string {
 	return servicetest.Token(t, testSecret, jwt.MapClaims{"dest": shop, "sub": "user-1"})
 }
 
