@@ -38,7 +38,7 @@ func Cluster(tb testing.TB) *ClusterInstance {
 func startCluster(server, cli string) (*ClusterInstance, error) {
 	c := &ClusterInstance{}
 	for range 3 {
-		inst, err := startInstance(server, true)
+		inst, err := startInstance(server, kind{cluster: true})
 		if err != nil {
 			c.Close()
 			return nil, err

@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes for tests: a single
-// server ([Server], [Shared]) and a three-master Redis Cluster ([Cluster],
-// [SharedCluster]), each on free loopback ports with its own temporary
+// server ([Server], [Shared]), a three-master Redis Cluster ([Cluster],
+// [SharedCluster]) and a master with a replica under a Sentinel
+// ([Sentinel]), each on free loopback ports with its own temporary
 // directory, no persistence, and stopped by PID when the test (or, for the
 // shared ones, the test binary) ends.
 //
@@ -68,10 +69,10 @@ type Instance struct {
 	// Addr is the server's "127.0.0.1:port" address.
 	Addr string
 
-	bin     string
-	dir     string
-	port    int
-	cluster bool
+	bin  string
+	dir  string
+	port int
+	kind kind
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -84,7 +85,7 @@ type Instance struct {
 func Server(tb testing.TB) *Instance {
 	tb.Helper()
 	bin := lookPath(tb, "redis-server")
-	inst, err := startInstance(bin, false)
+	inst, err := startInstance(bin, kind{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -92,26 +93,33 @@ func Server(tb testing.TB) *Instance {
 	return inst
 }
 
+// kind says what a server is besides a plain redis-server.
+type kind struct {
+	cluster  bool     // a cluster node
+	sentinel bool     // a Sentinel (redis-server --sentinel)
+	extra    []string // more configuration lines
+}
+
 // startInstance picks free ports until a server starts on one: another
 // process may take a port between the check and the server's bind.
-func startInstance(bin string, cluster bool) (*Instance, error) {
+func startInstance(bin string, k kind) (*Instance, error) {
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, fmt.Errorf("redistest: %w", err)
 	}
 	var lastErr error
 	for range 5 {
-		port, err := freePort(cluster)
+		port, err := freePort(k.cluster)
 		if err != nil {
 			lastErr = err
 			continue
 		}
 		inst := &Instance{
-			Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			bin:     bin,
-			dir:     dir,
-			port:    port,
-			cluster: cluster,
+			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			bin:  bin,
+			dir:  dir,
+			port: port,
+			kind: k,
 		}
 		if lastErr = inst.start(); lastErr == nil {
 			return inst, nil
@@ -162,13 +170,14 @@ func (i *Instance) config() string {
 		"daemonize no",
 		"logfile " + filepath.Join(i.dir, "redis.log"),
 	}
-	if i.cluster {
+	if i.kind.cluster {
 		lines = append(lines,
 			"cluster-enabled yes",
 			"cluster-config-file nodes.conf",
 			"cluster-node-timeout 2000",
 		)
 	}
+	lines = append(lines, i.kind.extra...)
 	return strings.Join(lines, "\n") + "\n"
 }
 
@@ -178,7 +187,11 @@ func (i *Instance) start() error {
 	if err := os.WriteFile(conf, []byte(i.config()), 0o600); err != nil {
 		return fmt.Errorf("redistest: %w", err)
 	}
-	cmd := exec.Command(i.bin, conf)
+	args := []string{conf}
+	if i.kind.sentinel {
+		args = append(args, "--sentinel")
+	}
+	cmd := exec.Command(i.bin, args...)
 	cmd.Dir = i.dir
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redistest: starting %s: %w", i.bin, err)

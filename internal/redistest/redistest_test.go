@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -173,5 +174,32 @@ func TestMissingRedisSkipsUnlessRequired(t *testing.T) {
 	lookPath(r, "redis-server")
 	if r.failed == "" || r.skipped != "" {
 		t.Fatalf("with %s=1: skipped=%q failed=%q, want a failure", RequireEnv, r.skipped, r.failed)
+	}
+}
+
+func TestSentinelFailoverPromotesReplica(t *testing.T) {
+	s := Sentinel(t)
+	c := s.Client(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.Failover(t)
+	// The failover client follows the Sentinel to the promoted replica.
+	var err error
+	for range 50 {
+		if err = c.Set(ctx, "k2", "v", time.Minute).Err(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("SET after failover: %v", err)
+	}
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "tcp_port:" + strconv.Itoa(s.Replica.port); !strings.Contains(info, want) {
+		t.Errorf("client talks to a server without %s: not the promoted replica", want)
 	}
 }

@@ -51,7 +51,7 @@ func Shared(tb testing.TB) *Instance {
 	defer shared.mu.Unlock()
 	requireMain(tb)
 	if shared.server == nil && shared.serverErr == nil {
-		shared.server, shared.serverErr = startInstance(bin, false)
+		shared.server, shared.serverErr = startInstance(bin, kind{})
 	}
 	if shared.serverErr != nil {
 		tb.Fatal(shared.serverErr)
