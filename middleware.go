@@ -109,7 +109,7 @@ func (r *Rule) capacity() int64 {
 type Limiter struct {
 	rules   []Rule
 	backend backend.Backend
-	into    backend.DecideIntoer
+	into    backend.DecideInto
 	remote  bool // the backend does I/O: apply the timeout and fail modes
 	cfg     config
 	digest  digester
@@ -147,7 +147,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	if l.backend == nil {
 		l.backend = memory.New()
 	}
-	l.into, _ = l.backend.(backend.DecideIntoer)
+	l.into, _ = l.backend.(backend.DecideInto)
 	if ip, ok := l.backend.(backend.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
 	}

@@ -124,13 +124,6 @@ type Backend interface {
 	Reset(ctx context.Context, keys ...string) error
 }
 
-// DecideIntoer is another name for [DecideInto], which it was added beside
-// at the same time; both name one interface, so a backend that has the
-// method satisfies either.
-//
-// Deprecated: use [DecideInto].
-type DecideIntoer = DecideInto
-
 // InProcess is implemented by backends that answer from process memory and
 // cannot block or fail for I/O reasons. The middleware skips the timeout and
 // circuit breaker for them.
@@ -166,8 +159,32 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: key %q: burst %d outside 0..%d", ErrInvalidRequest, r.Key, r.Burst, MaxLimit)
 	case r.Algorithm > FixedWindow:
 		return fmt.Errorf("%w: key %q: unknown algorithm %d", ErrInvalidRequest, r.Key, r.Algorithm)
+	case r.Cost > MaxLimit || r.Cost < -MaxLimit:
+		return fmt.Errorf("%w: key %q: cost %d outside ±%d", ErrInvalidRequest, r.Key, r.Cost, MaxLimit)
+	case r.Algorithm == GCRA && gcraTolerance(r) > maxTolerance:
+		return fmt.Errorf("%w: key %q: burst %d at %d per %v spans more than %v", ErrInvalidRequest, r.Key, r.Burst, r.Limit, r.Period, time.Duration(maxTolerance)*time.Microsecond)
 	}
 	return nil
+}
+
+// maxTolerance bounds GCRA's burst tolerance (Burst × emission interval, in
+// µs) so that a timestamp plus it stays exact in a double: ten times
+// MaxPeriod, far below 2^53 µs.
+const maxTolerance = 10 * int64(MaxPeriod/time.Microsecond)
+
+// gcraTolerance is Burst × ceil(Period/Limit) in µs, saturating instead of
+// overflowing.
+func gcraTolerance(r Request) int64 {
+	b := r.Burst
+	if b == 0 {
+		b = r.Limit
+	}
+	p := int64(r.Period / time.Microsecond)
+	t := (p + r.Limit - 1) / r.Limit
+	if t > 0 && b > maxTolerance/t {
+		return maxTolerance + 1
+	}
+	return b * t
 }
 
 // Limits that keep every algorithm's arithmetic exact in a double-precision

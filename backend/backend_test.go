@@ -1,0 +1,45 @@
+package backend
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidateNamesTheFaultyField(t *testing.T) {
+	ok := Request{Key: "k", Limit: 10, Period: time.Minute, Cost: 1}
+	for _, tc := range []struct {
+		name   string
+		change func(*Request)
+		want   string
+	}{
+		{"empty key", func(r *Request) { r.Key = "" }, "empty key"},
+		{"zero limit", func(r *Request) { r.Limit = 0 }, "limit 0"},
+		{"huge limit", func(r *Request) { r.Limit = MaxLimit + 1 }, "limit"},
+		{"tiny period", func(r *Request) { r.Period = time.Microsecond }, "period"},
+		{"long period", func(r *Request) { r.Period = MaxPeriod + time.Hour }, "period"},
+		{"negative burst", func(r *Request) { r.Burst = -1 }, "burst -1"},
+		{"algorithm", func(r *Request) { r.Algorithm = FixedWindow + 1 }, "unknown algorithm"},
+		{"huge cost", func(r *Request) { r.Cost = MaxLimit + 1 }, "cost"},
+		{"huge refund", func(r *Request) { r.Cost = -MaxLimit - 1 }, "cost"},
+		// One unit per 90 days with a burst of a billion: a tolerance no
+		// double can hold exactly.
+		{"gcra tolerance", func(r *Request) { r.Limit, r.Period, r.Burst = 1, MaxPeriod, MaxLimit }, "spans more than"},
+	} {
+		r := ok
+		tc.change(&r)
+		err := r.Validate()
+		if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want ErrInvalidRequest mentioning %q", tc.name, err, tc.want)
+		}
+	}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid request: %v", err)
+	}
+	// The same burst over a sliding log is fine: only GCRA multiplies it.
+	big := Request{Key: "k", Limit: 1, Period: MaxPeriod, Burst: MaxLimit, Algorithm: SlidingLog}
+	if err := big.Validate(); err != nil {
+		t.Errorf("sliding log with a large burst: %v", err)
+	}
+}
