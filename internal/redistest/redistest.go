@@ -193,6 +193,7 @@ func (i *Instance) start() error {
 	}
 	cmd := exec.Command(i.bin, args...)
 	cmd.Dir = i.dir
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("redistest: starting %s: %w", i.bin, err)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -201,5 +203,44 @@ func TestSentinelFailoverPromotesReplica(t *testing.T) {
 	}
 	if want := "tcp_port:" + strconv.Itoa(s.Replica.port); !strings.Contains(info, want) {
 		t.Errorf("client talks to a server without %s: not the promoted replica", want)
+	}
+}
+
+// TestServerDiesWithTestBinary runs this test binary again as a child that
+// starts a server and exits without its cleanups, as a panic or a timeout
+// would: the server must not outlive it.
+func TestServerDiesWithTestBinary(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("relies on Linux's parent-death signal")
+	}
+	if os.Getenv("REDISTEST_ORPHAN_CHILD") == "1" {
+		inst, err := startInstance(lookPath(t, "redis-server"), kind{})
+		if err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println("pid", inst.PID(), inst.dir)
+		os.Exit(0) // no cleanup
+	}
+	lookPath(t, "redis-server")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServerDiesWithTestBinary$")
+	cmd.Env = append(os.Environ(), "REDISTEST_ORPHAN_CHILD=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	var pid int
+	var dir string
+	if _, err := fmt.Sscanf(string(out), "pid %d %s", &pid, &dir); err != nil || pid == 0 {
+		t.Fatalf("child printed %q, want its server's pid and directory", out)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	deadline := time.Now().Add(5 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("server pid %d outlived the test binary that started it", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
