@@ -68,8 +68,8 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 		buf := st.buf[:0]
 		for i := range d.Results {
 			rr := &d.Results[i]
-			if rr.Rule.Shadow || rr.Fallback == FailOpen {
-				continue // not enforced: no state to report
+			if !rr.advertised() {
+				continue
 			}
 			if len(buf) > 0 {
 				buf = append(buf, ", "...)
@@ -103,6 +103,13 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 	}
 }
 
+// advertised reports whether rr's state belongs in the headers: not for a
+// shadow rule (it limits nobody yet), a rule that failed open (nothing was
+// counted) or a state the backend did not read.
+func (rr *RuleResult) advertised() bool {
+	return !rr.Rule.Shadow && rr.Fallback != FailOpen && !rr.Unread
+}
+
 // mostConstrained is the rule whose headers a single-policy style reports:
 // the first rejecting rule, else the one with the fewest units remaining
 // (the first such in declaration order).
@@ -113,7 +120,7 @@ func mostConstrained(d *Decision) *RuleResult {
 	var best *RuleResult
 	for i := range d.Results {
 		rr := &d.Results[i]
-		if rr.Rule.Shadow || rr.Fallback == FailOpen {
+		if !rr.advertised() {
 			continue
 		}
 		if best == nil || rr.Remaining < best.Remaining {

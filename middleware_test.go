@@ -332,3 +332,26 @@ func TestNewRejectsBadRules(t *testing.T) {
 		}
 	}
 }
+
+// A backend that refused a call from a cache knows nothing of the other
+// rules' state: the headers must not advertise a made-up "0 remaining".
+func TestUnreadStateIsNotAdvertised(t *testing.T) {
+	be := &scripted{answers: map[string]backend.Result{
+		"minute": {Allowed: false, Limit: 30, RetryAfter: 20 * time.Second, ResetAfter: 40 * time.Second},
+		"day":    {Allowed: true, Limit: 1000, Unread: true},
+	}}
+	rules := []Rule{
+		{Name: "minute", Key: Static("s"), Limit: 30, Period: time.Minute},
+		{Name: "day", Key: Static("s"), Limit: 1000, Period: 24 * time.Hour},
+	}
+	w := serve(t, MustNew(rules, WithBackend(be)).Handler(okHandler), httptest.NewRequest("GET", "/", nil))
+	if got, want := w.Header().Get("RateLimit"), `"minute";r=0;t=40`; got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+	be.answers["minute"] = backend.Result{Allowed: true, Limit: 30, Remaining: 5, Unread: true}
+	be.answers["day"] = backend.Result{Allowed: true, Limit: 1000, Remaining: 7, ResetAfter: time.Hour}
+	w = serve(t, MustNew(rules, WithBackend(be), WithHeaders(HeadersRateLimit)).Handler(okHandler), httptest.NewRequest("GET", "/", nil))
+	if got, want := w.Header().Get("RateLimit-Remaining"), "7"; got != want {
+		t.Errorf("RateLimit-Remaining = %q, want %q from the rule whose state was read", got, want)
+	}
+}

@@ -100,6 +100,11 @@ type Result struct {
 	// would be admitted if nothing else happened. Zero when Allowed;
 	// [Never] when the cost can never fit (cost above the limit).
 	RetryAfter time.Duration
+	// Unread reports that the backend answered without reading this key's
+	// state, because another request of the call was refused from a cache
+	// (the Redis deny cache). Allowed is true and Remaining and ResetAfter
+	// are unknown: callers must not advertise them.
+	Unread bool
 }
 
 // Never is the RetryAfter of a request whose cost exceeds what the rule can

@@ -58,7 +58,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 		if !denied {
 			denied = true
 			for j, o := range reqs {
-				res[j] = backend.Result{Allowed: true, Limit: o.Limit}
+				res[j] = backend.Result{Allowed: true, Limit: o.Limit, Unread: true}
 			}
 		}
 		res[i] = backend.Result{

@@ -104,7 +104,7 @@ func TestDenyCacheSteps(t *testing.T) {
 			t.Errorf("%s: RetryAfter %v, want %v", st.name, res[0].RetryAfter, st.retry)
 		}
 		if len(st.reqs) == 2 {
-			if got, want := res[1], (backend.Result{Allowed: true, Limit: 10}); got != want {
+			if got, want := res[1], (backend.Result{Allowed: true, Limit: 10, Unread: true}); got != want {
 				t.Errorf("%s: unread rule reports %+v, want %+v", st.name, got, want)
 			}
 		}

@@ -84,7 +84,8 @@ func WithClock(now func() time.Time) Option {
 // nothing): the denied requests report Allowed false, their RetryAfter and
 // ResetAfter counting down from the rejection's and the Remaining seen at the
 // rejection; every other request of the call, whose state is not read,
-// reports Allowed true with Remaining and ResetAfter 0. Nothing is
+// reports Allowed true and Unread (the middleware then leaves it out of the
+// rate-limit headers rather than advertise an unknown state). Nothing is
 // consumed, as for any rejection.
 //
 // The cache never admits. Its answer can differ from Redis's in two ways:
