@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 // decision's cost over a PING is what the script and the encoding add to
 // the round trip. Two floors show what any script-based limiter pays: an
 // EVALSHA that does nothing, and one that reads TIME, GETs and SETs a key.
-// Run with
+// "denied" is a request the deny cache answers without Redis. Run with
 //
 //	go test ./backend/redis -run '^$' -bench Redis -benchtime 2s
 func BenchmarkRedis(b *testing.B) {
@@ -42,6 +43,13 @@ redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], string.format('%.0f', t[1] * 1000000 + t[2]), 'PX', 60000)
 return {0, 0, 1, 0, 0, 0}`)
 	floorKey := []string{prefix + ":floor"}
+	// A key the deny cache answers: spent for the next hour.
+	denied := []backend.Request{{Key: "otp:flood", Algorithm: backend.SlidingLog, Limit: 1, Period: time.Hour, Cost: 1}}
+	for range 2 {
+		if _, err := s.Decide(ctx, denied); err != nil {
+			b.Fatal(err)
+		}
+	}
 	ops := []struct {
 		name string
 		do   func() error
@@ -51,6 +59,13 @@ return {0, 0, 1, 0, 0, 0}`)
 		{"floor=time+get+set", func() error { return minimal.Run(ctx, client, floorKey).Err() }},
 		{"rules=1", func() error { _, err := s.Decide(ctx, one); return err }},
 		{"rules=3", func() error { _, err := s.Decide(ctx, three); return err }},
+		{"denied", func() error {
+			res, err := s.Decide(ctx, denied)
+			if err == nil && res[0].Allowed {
+				return errors.New("a denied key was admitted")
+			}
+			return err
+		}},
 	}
 	for _, op := range ops {
 		if err := op.do(); err != nil { // also loads the script
