@@ -94,9 +94,10 @@ var errOutside = errors.New("ceilingecho: FrameworkRealIP needs ceilingecho.Midd
 // FrameworkRealIP keys by Echo's c.RealIP(). It is an explicit opt-in and
 // never a default, because of whom Echo believes:
 //
-//   - with no e.IPExtractor set, c.RealIP() returns the left-most
-//     X-Forwarded-For entry (else X-Real-IP), which any client writes for
-//     itself: every request with a made-up address gets a fresh quota;
+//   - before Echo v4.16.4, with no e.IPExtractor set, c.RealIP() returned
+//     the left-most X-Forwarded-For entry (else X-Real-IP), which any client
+//     writes for itself: every request with a made-up address got a fresh
+//     quota (this module requires v4.16.4, where it is the peer address);
 //   - echo.ExtractIPFromXFFHeader and echo.ExtractIPFromRealIPHeader trust
 //     loopback, link-local and private addresses unless told otherwise, so
 //     anything that reaches the server from a private network can choose
