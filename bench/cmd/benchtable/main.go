@@ -94,16 +94,37 @@ type family struct {
 	ratio func(r, base *result) (float64, bool)
 	// unit names the ratio's quantity in its row.
 	unit string
+	// against lists the ratio rows: a ceiling row and the peers it is
+	// compared with; nil compares every ceiling row with every peer.
+	against []comparison
 }
 
+// A comparison is one ratio row: ceiling row lib against the best of the
+// peers that peer accepts, described by label.
+type comparison struct {
+	lib, label string
+	peer       func(lib string) bool
+}
+
+// sendsHeaders reports whether a middleware writes rate-limit headers:
+// Echo's limiter and the hand-written x/time/rate one write none, so they
+// do less work per request than ceiling's default.
+func sendsHeaders(lib string) bool { return lib != "echo" && lib != "xtimerate" }
+
+func anyPeer(string) bool { return true }
+
 var families = []family{
-	{"Decide", "In-memory decision: ns/op (allocs/op)", nsAllocs, nsOp, "ns/op"},
-	{"Middleware", "Whole middleware over a bare handler: overhead ns/op over its base (allocs/op); bases show their own ns/op", overhead, overheadNs, "overhead"},
-	{"Redis", "Redis decision on a local redis-server: serial µs/op and parallel64 decisions/s; commands sent, round trips and calls Redis ran (scripts' calls included) per decision; allocs/op", redisCell, nsOp, "ns/op"},
-	{"Exact", "Exactness: limit 100/min, 1000 concurrent decisions on one key from 4 instances on one Redis (exactly 100 is correct)", exactCell, nil, ""},
-	{"Boundary", "Window boundary: requests admitted in the 100 ms around a boundary, limit 50/s", boundaryCell, nil, ""},
-	{"Keys1M", "Memory: heap per key with 1M distinct keys; left per key after every key went idle", keysCell, bytesPerKey, "bytes/key"},
-	{"Attack", "Under attack: 10,000 requests from one already-rejected key", attackCell, cmdsPer10k, "Redis commands"},
+	{"Decide", "In-memory decision: ns/op (allocs/op)", nsAllocs, nsOp, "ns/op", nil},
+	{"Middleware", "Whole middleware over a bare handler: overhead ns/op over its base (allocs/op); bases show their own ns/op", overhead, overheadNs, "overhead", []comparison{
+		{"ceiling", "best peer that sends rate-limit headers", sendsHeaders},
+		{"ceiling", "best peer", anyPeer},
+		{"ceiling-noheaders", "best peer", anyPeer},
+	}},
+	{"Redis", "Redis decision on a local redis-server: serial µs/op and parallel64 decisions/s; commands sent, round trips and calls Redis ran (scripts' calls included) per decision; allocs/op", redisCell, nsOp, "ns/op", nil},
+	{"Exact", "Exactness: limit 100/min, 1000 concurrent decisions on one key from 4 instances on one Redis (exactly 100 is correct)", exactCell, nil, "", nil},
+	{"Boundary", "Window boundary: requests admitted in the 100 ms around a boundary, limit 50/s", boundaryCell, nil, "", nil},
+	{"Keys1M", "Memory: heap per key with 1M distinct keys; left per key after every key went idle", keysCell, bytesPerKey, "bytes/key", nil},
+	{"Attack", "Under attack: 10,000 requests from one already-rejected key", attackCell, cmdsPer10k, "Redis commands", nil},
 }
 
 func nsOp(r, _ *result) (float64, bool) { v, ok := r.metrics["ns/op"]; return v, ok }
@@ -244,21 +265,30 @@ func render(w io.Writer, results []result) {
 		if f.ratio == nil {
 			continue
 		}
-		for _, c := range libs {
-			if !isCeiling(c) {
+		against := f.against
+		if against == nil {
+			for _, c := range libs {
+				if isCeiling(c) {
+					against = append(against, comparison{c, "best peer", anyPeer})
+				}
+			}
+		}
+		for _, cmp := range against {
+			if !contains(libs, cmp.lib) {
 				continue
 			}
-			cols := []string{fmt.Sprintf("**%s ÷ best peer** (%s)", c, f.unit)}
+			cols := []string{fmt.Sprintf("**%s ÷ %s** (%s)", cmp.lib, cmp.label, f.unit)}
 			for _, v := range variants {
-				cols = append(cols, ratioCell(f, cells, v, c, libs, baseFor))
+				cols = append(cols, ratioCell(f, cells, v, cmp, libs, baseFor))
 			}
 			row(w, cols)
 		}
 	}
 }
 
-// ratioCell compares ceiling row c with the best peer of variant v.
-func ratioCell(f family, cells map[[2]string]*result, v, c string, libs []string, baseFor func(v, lib string) *result) string {
+// ratioCell compares a ceiling row with the best of its peers in variant v.
+func ratioCell(f family, cells map[[2]string]*result, v string, cmp comparison, libs []string, baseFor func(v, lib string) *result) string {
+	c := cmp.lib
 	r := cells[[2]string{v, c}]
 	if r == nil {
 		return ""
@@ -270,7 +300,7 @@ func ratioCell(f family, cells map[[2]string]*result, v, c string, libs []string
 	best, bestLib := math.Inf(1), ""
 	for _, lib := range libs {
 		p := cells[[2]string{v, lib}]
-		if p == nil || isCeiling(lib) || isBase(lib) {
+		if p == nil || isCeiling(lib) || isBase(lib) || !cmp.peer(lib) {
 			continue
 		}
 		if x, ok := f.ratio(p, baseFor(v, lib)); ok && x < best {

@@ -61,6 +61,8 @@ func TestRenderComparesCeilingWithTheBestPeer(t *testing.T) {
 		"| echo | 200 (1) |",
 		"| ulule | 400 (14) |",
 		"| **ceiling ÷ best peer** (overhead) | **0.50×** (echo) |",
+		// Echo sends no rate-limit headers: among the peers that do, ulule.
+		"| **ceiling ÷ best peer that sends rate-limit headers** (overhead) | **0.25×** (ulule) |",
 		"| throttled | ✗ 27 admitted, 0 rejected, 973 errors (389 ms) |",
 	} {
 		if !strings.Contains(out, want) {
