@@ -141,7 +141,11 @@ func bytesPerKey(r, _ *result) (float64, bool) { v, ok := r.metrics["bytes/key"]
 func cmdsPer10k(r, _ *result) (float64, bool) { v, ok := r.metrics["cmds/10k"]; return v, ok }
 
 func nsAllocs(r, _ *result) string {
-	return fmt.Sprintf("%s (%s)", num(r.metrics["ns/op"]), num(r.metrics["allocs/op"]))
+	cell := fmt.Sprintf("%s (%s)", num(r.metrics["ns/op"]), num(r.metrics["allocs/op"]))
+	if e := r.metrics["errors/op"]; e > 0 {
+		cell += fmt.Sprintf(", %.1e errors/op", e)
+	}
+	return cell
 }
 
 func overhead(r, base *result) string {

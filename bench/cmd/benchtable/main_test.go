@@ -10,6 +10,7 @@ BenchmarkDecide/keys=1/serial/ceiling-2   	 1000000	       50.0 ns/op	       0 B
 BenchmarkDecide/keys=1/serial/ceiling-2   	 1000000	       40.0 ns/op	       0 B/op	       0 allocs/op
 BenchmarkDecide/keys=1/serial/ulule-2     	 1000000	      200 ns/op	      24 B/op	       2 allocs/op
 BenchmarkDecide/keys=1/serial/golimiter-2 	 1000000	       80.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkDecide/keys=1/serial/throttled-2 	 1000000	      190 ns/op	         0.0000051 errors/op	      32 B/op	       2 allocs/op
 BenchmarkMiddleware/clients=1/serial/bare-2      	 1000000	       10.0 ns/op	       0 B/op	       0 allocs/op
 BenchmarkMiddleware/clients=1/serial/echo-bare-2 	 1000000	       40.0 ns/op	       0 B/op	       0 allocs/op
 BenchmarkMiddleware/clients=1/serial/ceiling-2   	 1000000	      110 ns/op	      80 B/op	       4 allocs/op
@@ -24,7 +25,7 @@ func TestParseKeepsTheFastestRunOfEachBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(rs), 9; got != want {
+	if got, want := len(rs), 10; got != want {
 		t.Fatalf("parsed %d benchmarks, want %d", got, want)
 	}
 	r := rs[0]
@@ -34,10 +35,10 @@ func TestParseKeepsTheFastestRunOfEachBenchmark(t *testing.T) {
 	if got, want := r.metrics["ns/op"], 40.0; got != want {
 		t.Fatalf("ceiling ns/op = %v, want the faster run's %v", got, want)
 	}
-	if got, want := rs[8].metrics["errors"], 973.0; got != want {
+	if got, want := rs[9].metrics["errors"], 973.0; got != want {
 		t.Fatalf("throttled errors = %v, want %v", got, want)
 	}
-	if got, want := rs[8].variant, ""; got != want {
+	if got, want := rs[9].variant, ""; got != want {
 		t.Fatalf("a benchmark with only a library level has variant %q", got)
 	}
 }
@@ -53,6 +54,7 @@ func TestRenderComparesCeilingWithTheBestPeer(t *testing.T) {
 	for _, want := range []string{
 		"| ceiling | 40 (0) |",
 		"| ulule | 200 (2) |",
+		"| throttled | 190 (2), 5.1e-06 errors/op |",
 		// 40 ns against golimiter's 80.
 		"| **ceiling ÷ best peer** (ns/op) | **0.50×** (golimiter) |",
 		// Overheads: ceiling 110-10, echo 240-40 (its own base), ulule 410-10.
