@@ -116,6 +116,7 @@ type Limiter struct {
 	policy  []string // precomputed RateLimit-Policy value
 	states  sync.Pool
 	extras  bool      // prefetches or estimates: requests carry an extras
+	rawKeys bool      // the backend keeps only its own hashes: skip the digest
 	fo      *failover // fail modes, breaker, reporting (failmode.go)
 }
 
@@ -148,6 +149,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 		l.backend = memory.New()
 	}
 	l.into, _ = l.backend.(backend.DecideInto)
+	_, l.rawKeys = l.backend.(*memory.Store)
 	if ip, ok := l.backend.(backend.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
 	}

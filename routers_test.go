@@ -67,3 +67,15 @@ func TestChiPerRouteAndGlobal(t *testing.T) {
 		t.Errorf("GET /api/items/7: %v, want %v", got, want)
 	}
 }
+
+// On the memory store a stored key joins the rule and the raw value; the
+// join must not let rule "a" with value "b:c" meet rule "a:b" with "c".
+func TestMemoryKeysOfDifferentRulesNeverMeet(t *testing.T) {
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "a", Key: ceiling.Static("b:c"), Limit: 1, Period: time.Minute, Algorithm: ceiling.SlidingLog},
+		{Name: "a:b", Key: ceiling.Static("c"), Limit: 1, Period: time.Minute, Algorithm: ceiling.SlidingLog},
+	})
+	if got, want := statuses(t, l.Handler(http.HandlerFunc(ok)), "GET", "/", 2), []int{200, 429}; !equal(got, want) {
+		t.Errorf("statuses = %v, want %v: two rules shared one key", got, want)
+	}
+}

@@ -166,7 +166,7 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: key %q: unknown algorithm %d", ErrInvalidRequest, r.Key, r.Algorithm)
 	case r.Cost > MaxLimit || r.Cost < -MaxLimit:
 		return fmt.Errorf("%w: key %q: cost %d outside ±%d", ErrInvalidRequest, r.Key, r.Cost, MaxLimit)
-	case r.Algorithm == GCRA && gcraTolerance(r) > maxTolerance:
+	case r.Algorithm == GCRA && r.Burst > r.Limit && gcraTolerance(r) > maxTolerance:
 		return fmt.Errorf("%w: key %q: burst %d at %d per %v spans more than %v", ErrInvalidRequest, r.Key, r.Burst, r.Limit, r.Period, time.Duration(maxTolerance)*time.Microsecond)
 	}
 	return nil
@@ -174,7 +174,9 @@ func (r Request) Validate() error {
 
 // maxTolerance bounds GCRA's burst tolerance (Burst × emission interval, in
 // µs) so that a timestamp plus it stays exact in a double: ten times
-// MaxPeriod, far below 2^53 µs.
+// MaxPeriod, far below 2^53 µs. A burst up to the limit never exceeds it
+// (the tolerance is then at most Period + Limit µs), so only a larger burst
+// pays for the division.
 const maxTolerance = 10 * int64(MaxPeriod/time.Microsecond)
 
 // gcraTolerance is Burst × ceil(Period/Limit) in µs, saturating instead of
