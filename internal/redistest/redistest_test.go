@@ -78,11 +78,13 @@ func TestServerFreezeHangsUntilThaw(t *testing.T) {
 
 func TestServerStoppedWhenTestEnds(t *testing.T) {
 	var pid int
-	t.Run("inner", func(t *testing.T) {
+	if !t.Run("inner", func(t *testing.T) {
 		pid = Server(t).PID()
-	})
+	}) {
+		t.Fatal("inner test failed")
+	}
 	if pid == 0 {
-		t.Fatal("inner test saw no running server")
+		t.Skip("inner test skipped: no redis-server on PATH")
 	}
 	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("server pid %d after its test ended: kill(0) = %v, want ESRCH", pid, err)
