@@ -15,7 +15,7 @@ import (
 // no Redis, no secret. It warns loudly about both, answers a token it
 // minted itself, and shuts down cleanly on SIGTERM.
 func TestBinaryStartsAnswersAndStops(t *testing.T) {
-	bin := chatBinary(t)
+	bin := chatBinary.Path(t)
 	p := servicetest.Start(t, bin, nil)
 	for _, warning := range []string{"EVERY INSTANCE ENFORCES ITS OWN LIMITS", "CHAT_JWT_SECRET is not set"} {
 		if !strings.Contains(p.Log(), warning) {
@@ -46,7 +46,7 @@ func TestBinaryStartsAnswersAndStops(t *testing.T) {
 // TestThreeInstancesOnMemoryAdmitThreeTimesTheLimit.)
 func TestThreeInstancesShareOneRedis(t *testing.T) {
 	srv := redistest.Shared(t)
-	bin := chatBinary(t)
+	bin := chatBinary.Path(t)
 	// A generous LIMITER_TIMEOUT: a decision that failed open on a loaded
 	// machine would be admitted uncounted, which is not what this counts.
 	env := []string{"REDIS_URL=redis://" + srv.Addr + "/0", "CHAT_JWT_SECRET=" + testSecret,

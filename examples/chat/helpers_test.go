@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +19,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := redistest.Main(m)
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	chatBinary.Remove()
 	os.Exit(code)
 }
 
@@ -155,28 +152,8 @@ func metrics(t *testing.T, url string) string {
 	return resp.Body
 }
 
-// binDir holds the binary built by chatBinary, removed by TestMain.
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// chatBinary builds the service once per test run and returns its path.
-func chatBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "chat-bin-")
-		if binErr == nil {
-			binPath, binErr = servicetest.Build(binDir, "github.com/ceiling-go/ceiling/examples/chat")
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// chatBinary is the service, built once per test run; TestMain removes it.
+var chatBinary = servicetest.Binary{Pkg: "github.com/ceiling-go/ceiling/examples/chat"}
 
 // count returns how many times substr occurs in the log.
 func count(logs *servicetest.LogBuffer, substr string) int {

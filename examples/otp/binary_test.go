@@ -13,7 +13,7 @@ import (
 // it warns that limits are per process, sends (fakes) a code, limits the
 // number, and shuts down cleanly on SIGTERM.
 func TestBinaryStartsLimitsAndStops(t *testing.T) {
-	p := servicetest.Start(t, otpBinary(t), nil)
+	p := servicetest.Start(t, otpBinary.Path(t), nil)
 	if !strings.Contains(p.Log(), "EVERY INSTANCE ENFORCES ITS OWN LIMITS") {
 		t.Errorf("start-up log lacks the per-process warning:\n%s", p.Log())
 	}

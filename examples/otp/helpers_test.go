@@ -18,9 +18,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := redistest.Main(m)
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	otpBinary.Remove()
 	os.Exit(code)
 }
 
@@ -140,25 +138,5 @@ func violated(t *testing.T, r servicetest.Response) []string {
 	return p.ViolatedPolicies
 }
 
-// binDir holds the binary built by otpBinary, removed by TestMain.
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// otpBinary builds the service once per test run and returns its path.
-func otpBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "otp-bin-")
-		if binErr == nil {
-			binPath, binErr = servicetest.Build(binDir, "github.com/ceiling-go/ceiling/examples/otp")
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// otpBinary is the service, built once per test run; TestMain removes it.
+var otpBinary = servicetest.Binary{Pkg: "github.com/ceiling-go/ceiling/examples/otp"}

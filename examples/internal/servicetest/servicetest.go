@@ -37,6 +37,40 @@ func Build(dir, pkg string) (string, error) {
 	return bin, nil
 }
 
+// A Binary is a main package built at most once per test binary, on first
+// use, into a temporary directory that [Binary.Remove] deletes.
+type Binary struct {
+	// Pkg is the main package's import path.
+	Pkg string
+
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// Path builds the package the first time it is called and returns the
+// executable's path; a build failure fails t.
+func (b *Binary) Path(t testing.TB) string {
+	t.Helper()
+	b.once.Do(func() {
+		b.dir, b.err = os.MkdirTemp("", filepath.Base(b.Pkg)+"-bin-")
+		if b.err == nil {
+			b.path, b.err = Build(b.dir, b.Pkg)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// Remove deletes what Path built; call it from TestMain after m.Run.
+func (b *Binary) Remove() {
+	if b.dir != "" {
+		os.RemoveAll(b.dir)
+	}
+}
+
 // startTimeout bounds how long a started service may take to listen and
 // answer /healthz; stopTimeout how long it may take to exit after SIGTERM.
 const (
