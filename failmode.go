@@ -347,10 +347,12 @@ type UnavailableError struct {
 	Err error
 }
 
+// Error names the rule that failed closed and why.
 func (e *UnavailableError) Error() string {
 	return fmt.Sprintf("ceiling: rule %q fails closed: %v", e.Rule, e.Err)
 }
 
+// Unwrap returns why the backend could not decide.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // fallback decides the request by its rules' fail modes after the backend
