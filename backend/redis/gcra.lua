@@ -1,0 +1,65 @@
+-- The common call, alone: one GCRA request. It is decide.lua's gcra with
+-- nothing else around it (no tables of states, no closures per algorithm),
+-- because most limiters have one rule on a request and the general script
+-- costs twice the Redis CPU of this one. The arithmetic and the stored value
+-- ("g <tat>") are decide.lua's and ALGORITHMS.md's; the conformance suite
+-- runs both.
+--
+-- KEYS[1] the stored key; ARGV as decide.lua's for one request:
+-- now or "", minimum TTL ms, peeks (always "0" here), then algorithm,
+-- limit, period µs, burst, cost, force, shadow, stamp.
+-- Reply: {now, rejected, allowed, remaining, reset µs, retry µs (-1 never)}.
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+
+-- fdiv is floor(a / b) for integers a >= 0, b > 0, exact (see decide.lua).
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local L, P, B, c = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+if B == 0 then B = L end
+local T = fdiv(P + L - 1, L)
+local tau = T * B
+
+local t0 = now
+local raw = redis.call('GET', KEYS[1])
+if raw and string.sub(raw, 1, 2) == 'g ' then
+  t0 = math.max(tonumber(string.sub(raw, 3)), now)
+end
+
+if c > 0 and ARGV[9] ~= '1' and (c > B or t0 + c * T - now > tau) then
+  local retry = -1
+  if c <= B then retry = t0 + c * T - now - tau end
+  local rejected = 1
+  if ARGV[10] == '1' then rejected = 0 end -- a shadow request blocks nothing
+  return { now, rejected, 0, fdiv(math.max(0, tau - (t0 - now)), T), t0 - now, retry }
+end
+
+local nt = t0
+if c > 0 then
+  nt = t0 + c * T
+elseif c < 0 then
+  nt = math.max(t0 + c * T, now)
+end
+if c ~= 0 then
+  if nt <= now then
+    redis.call('DEL', KEYS[1])
+  else
+    local ttl = math.max(1, fdiv(nt - now + 999, 1000), tonumber(ARGV[2]))
+    redis.call('SET', KEYS[1], string.format('g %.0f', nt), 'PX', string.format('%.0f', ttl))
+  end
+end
+return { now, 0, 1, fdiv(math.max(0, tau - (nt - now)), T), nt - now, 0 }
