@@ -22,8 +22,16 @@
 -- every admitted request reports the unchanged state, as a peek would.
 --
 -- Stored values are strings "<tag> <numbers...>": g tat | f start count |
--- w start prev cur | l ts n ts n ... (sliding log runs, oldest first). A value
--- with another tag (the rule changed algorithm) counts as absent.
+-- w start prev cur | L k last ts n ts n ... (a sliding log: k units in its
+-- runs, the newest run's instant, then the runs of n units admitted at ts,
+-- oldest first). A value with another tag (the rule changed algorithm, or a
+-- sliding log in the older "l ts n ..." form) counts as absent.
+--
+-- A sliding log is never parsed whole to admit or reject: its count and
+-- newest instant are in the header, expired runs are skipped from the
+-- front, and an admission appends a run to the unchanged text of the live
+-- ones. Only a refund, rare, parses and rewrites every run. (Parsing every
+-- run cost about 0.6 µs of Redis CPU per run, 0.6 ms for a log of 1000.)
 
 local now
 if ARGV[1] == '' then
@@ -66,13 +74,18 @@ local function load(i, tag)
   if s == nil then
     s = { tag = '', v = {} }
     local raw = raws[i]
-    if raw then
+    if raw and string.sub(raw, 1, 2) == 'L ' then
+      s.tag, s.v = 'l', { raw } -- a sliding log stays text (see above)
+    elseif raw then
       for w in string.gmatch(raw, '%S+') do
         if s.tag == '' then
           s.tag = w
         else
           s.v[#s.v + 1] = tonumber(w)
         end
+      end
+      if s.tag == 'l' then
+        s.tag = '' -- the older sliding log form: absent
       end
     end
     states[key] = s
@@ -200,7 +213,7 @@ local function window(s, L, P, c, force, stamp)
   return 1, remaining, reset, 0
 end
 
-local function log(s, L, P, c, force, stamp)
+local function logRuns(s, L, P, c, force, stamp)
   -- Drop the runs whose entries no longer count (e + P <= now).
   local runs, k = {}, 0
   for i = 1, #s.v - 1, 2 do
@@ -270,6 +283,80 @@ local function log(s, L, P, c, force, stamp)
   return 1, remaining, reset, 0
 end
 
+-- logText decides a sliding log kept as text (s.v = { value } or {}),
+-- with the arithmetic of logRuns. Admissions, rejections and peeks scan only
+-- the expired runs and, for a rejection's retry, the runs up to the one
+-- whose expiry makes room; refunds go through logRuns.
+local function logText(s, L, P, c, force, stamp)
+  local raw = s.v[1]
+  if c < 0 then
+    local runs = {}
+    if raw then
+      for w in string.gmatch(string.match(raw, '^L %d+ %d+ (.*)$') or '', '%d+') do
+        runs[#runs + 1] = tonumber(w)
+      end
+    end
+    local t = { v = runs }
+    local ok, remaining, reset, retry = logRuns(t, L, P, c, force, stamp)
+    if t.dirty then
+      local parts, k = {}, 0
+      for j = 1, #t.v - 1, 2 do
+        k = k + t.v[j + 1]
+        parts[#parts + 1] = string.format('%.0f %.0f', t.v[j], t.v[j + 1])
+      end
+      local last = t.v[#t.v - 1] or now
+      s.v, s.exp, s.dirty = { string.format('L %.0f %.0f ', k, last) .. table.concat(parts, ' ') }, t.exp, true
+    end
+    return ok, remaining, reset, retry
+  end
+
+  local k, last, pos = 0, now, 1
+  if raw then
+    local _, e, kk, ll = string.find(raw, '^L (%d+) (%d+) ')
+    k, last, pos = tonumber(kk), tonumber(ll), e + 1
+    while true do
+      local _, e2, ts, n = string.find(raw, '^(%d+) (%d+) ?', pos)
+      if ts == nil or tonumber(ts) + P > now then
+        break
+      end
+      k, pos = k - tonumber(n), e2 + 1
+    end
+  end
+  local reset = 0
+  if k > 0 then reset = last + P - now end
+  if c > 0 and not force and k + c > L then
+    local retry = -1
+    if c <= L then
+      -- The unit at 0-based position k + c - L - 1 makes room when it expires.
+      local idx, seen, p = k + c - L - 1, 0, pos
+      retry = reset
+      while true do
+        local _, e, ts, n = string.find(raw, '^(%d+) (%d+) ?', p)
+        if ts == nil then
+          break
+        end
+        seen = seen + tonumber(n)
+        if seen > idx then
+          retry = tonumber(ts) + P - now
+          break
+        end
+        p = e + 1
+      end
+    end
+    return 0, max(0, L - k), reset, retry
+  end
+  if c > 0 then
+    local live = ''
+    if k > 0 then
+      live = string.sub(raw, pos) .. ' '
+    end
+    k = k + c
+    s.v = { string.format('L %.0f %.0f ', k, now) .. live .. string.format('%.0f %.0f', now, c) }
+    s.exp, s.dirty, reset = now + P, true, P
+  end
+  return 1, max(0, L - k), reset, 0
+end
+
 -- decide runs request i's algorithm on s with cost c.
 local function decide(s, i, c)
   local a = 4 + (i - 1) * 8
@@ -279,7 +366,7 @@ local function decide(s, i, c)
   if alg == '0' then
     return gcra(s, L, P, tonumber(ARGV[a + 3]), c, force)
   elseif alg == '1' then
-    return log(s, L, P, c, force, stamp)
+    return logText(s, L, P, c, force, stamp)
   elseif alg == '2' then
     return window(s, L, P, c, force, stamp)
   end
@@ -337,12 +424,18 @@ for _, key in ipairs(order) do
     if s.exp <= now then
       redis.call('DEL', key)
     else
-      local parts = { s.tag }
-      for j = 1, #s.v do
-        parts[j + 1] = string.format('%.0f', s.v[j])
+      local value
+      if s.tag == 'l' then
+        value = s.v[1] -- a sliding log is kept as text
+      else
+        local parts = { s.tag }
+        for j = 1, #s.v do
+          parts[j + 1] = string.format('%.0f', s.v[j])
+        end
+        value = table.concat(parts, ' ')
       end
       local ttl = max(1, cdiv(s.exp - now, 1000), minTTL)
-      redis.call('SET', key, table.concat(parts, ' '), 'PX', string.format('%.0f', ttl))
+      redis.call('SET', key, value, 'PX', string.format('%.0f', ttl))
     end
   end
 end
