@@ -299,42 +299,13 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 // putGCRA stores a GCRA key's tat at slot i (-1: absent), deleting the key
 // when it is back to full. It reports whether it inserted or deleted.
 func (s *Store) putGCRA(sh *shard, h keyHash, i int, tat, now int64) bool {
-	switch {
-	case tat > now && i >= 0:
-		sh.gcra.slots[i].v = tat
-		sh.minExp = min(sh.minExp, tat)
-		return false
-	case tat > now:
-		s.makeRoom(sh, h, now)
-		sh.gcra.insert(h, tat)
-		sh.minExp = min(sh.minExp, tat)
-	case i >= 0:
-		sh.gcra.deleteAt(i)
-	default:
-		return false
-	}
-	return true
+	return put(s, sh, &sh.gcra, h, i, tat, tat > now, tat, now)
 }
 
 // putWindow stores a window state at slot i (-1: absent), deleting the key
 // when the state is back to full. It reports whether it inserted or deleted.
 func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) bool {
-	live := w.a != 0 || w.b != 0
-	switch {
-	case live && i >= 0:
-		sh.windows.slots[i].v = w
-		sh.minExp = min(sh.minExp, w.exp)
-		return false
-	case live:
-		s.makeRoom(sh, h, now)
-		sh.windows.insert(h, w)
-		sh.minExp = min(sh.minExp, w.exp)
-	case i >= 0:
-		sh.windows.deleteAt(i)
-	default:
-		return false
-	}
-	return true
+	return put(s, sh, &sh.windows, h, i, w, w.a != 0 || w.b != 0, w.exp, now)
 }
 
 // putLog commits a log view for the key at slot i (-1: absent). It reports
@@ -342,17 +313,25 @@ func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) bool
 func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) bool {
 	var st logState
 	live := v.commit(&st, now, P)
+	return put(s, sh, &sh.logs, h, i, st, live, st.exp, now)
+}
+
+// put stores v for key h in t at slot i (-1: absent) while the state is
+// live, making room for a new key first, or deletes the key once its state
+// is back to full; exp is when a live state will be. It reports whether it
+// inserted or deleted.
+func put[V any](s *Store, sh *shard, t *table[V], h keyHash, i int, v V, live bool, exp, now int64) bool {
 	switch {
 	case live && i >= 0:
-		sh.logs.slots[i].v = st
-		sh.minExp = min(sh.minExp, st.exp)
+		t.slots[i].v = v
+		sh.minExp = min(sh.minExp, exp)
 		return false
 	case live:
 		s.makeRoom(sh, h, now)
-		sh.logs.insert(h, st)
-		sh.minExp = min(sh.minExp, st.exp)
+		t.insert(h, v)
+		sh.minExp = min(sh.minExp, exp)
 	case i >= 0:
-		sh.logs.deleteAt(i)
+		t.deleteAt(i)
 	default:
 		return false
 	}
