@@ -30,19 +30,6 @@ func TestAnswersExactlyAsNetHTTP(t *testing.T) {
 	adaptertest.Run(t, mount)
 }
 
-func limiter(limit int64, key ceiling.KeyFunc, opts ...ceiling.Option) *ceiling.Limiter {
-	return ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: key, Limit: limit, Period: time.Minute}},
-		append([]ceiling.Option{ceiling.WithBackend(&adaptertest.Counter{})}, opts...)...)
-}
-
-func statuses(h http.Handler, steps ...adaptertest.Step) []int {
-	var got []int
-	for _, s := range steps {
-		got = append(got, adaptertest.Capture(h, s.Request()).Status)
-	}
-	return got
-}
-
 func TestRejectionStopsTheChain(t *testing.T) {
 	var ran []string
 	var returned []error
@@ -58,7 +45,7 @@ func TestRejectionStopsTheChain(t *testing.T) {
 			return err
 		}
 	})
-	e.Use(ceilingecho.Middleware(limiter(1, ceiling.RemoteAddr)))
+	e.Use(ceilingecho.Middleware(adaptertest.Limiter(1, ceiling.RemoteAddr)))
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			ran = append(ran, "later middleware")
@@ -89,12 +76,12 @@ func TestRejectionStopsTheChain(t *testing.T) {
 func TestRouteMiddlewareRejectsOnlyItsRoute(t *testing.T) {
 	e := echo.New()
 	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
-	e.POST("/otp", ok, ceilingecho.Middleware(limiter(1, ceiling.RemoteAddr)))
+	e.POST("/otp", ok, ceilingecho.Middleware(adaptertest.Limiter(1, ceiling.RemoteAddr)))
 	e.GET("/health", ok)
 	steps := []adaptertest.Step{
 		{Method: "POST", Target: "/otp"}, {Method: "POST", Target: "/otp"}, {Method: "GET", Target: "/health"},
 	}
-	if got, want := statuses(e, steps...), []int{200, 429, 200}; !slices.Equal(got, want) {
+	if got, want := adaptertest.Statuses(e, steps...), []int{200, 429, 200}; !slices.Equal(got, want) {
 		t.Errorf("statuses = %v, want %v", got, want)
 	}
 }
@@ -103,7 +90,7 @@ func TestRouteMiddlewareRejectsOnlyItsRoute(t *testing.T) {
 // the core has seen the handler return.
 func TestAdmittedHandlerErrorReachesEcho(t *testing.T) {
 	e := echo.New()
-	e.Use(ceilingecho.Middleware(limiter(5, ceiling.RemoteAddr)))
+	e.Use(ceilingecho.Middleware(adaptertest.Limiter(5, ceiling.RemoteAddr)))
 	e.GET("/", func(echo.Context) error { return echo.NewHTTPError(http.StatusTeapot, "short and stout") })
 	got := adaptertest.Capture(e, httptest.NewRequest("GET", "/", nil))
 	if got.Status != http.StatusTeapot || got.Header.Get("RateLimit") == "" {
@@ -115,7 +102,7 @@ func TestAdmittedHandlerErrorReachesEcho(t *testing.T) {
 // with.
 func TestHandlersSeeTheCoresRequest(t *testing.T) {
 	e := echo.New()
-	e.Use(ceilingecho.Middleware(limiter(5, ceiling.RemoteAddr)))
+	e.Use(ceilingecho.Middleware(adaptertest.Limiter(5, ceiling.RemoteAddr)))
 	var same bool
 	e.GET("/", func(c echo.Context) error {
 		same = ceilingecho.Context(c.Request()) == c
@@ -159,7 +146,7 @@ func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
 	} {
 		e := echo.New()
 		e.IPExtractor = tc.extractor
-		e.Use(ceilingecho.Middleware(limiter(1, tc.key)))
+		e.Use(ceilingecho.Middleware(adaptertest.Limiter(1, tc.key)))
 		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
 		steps := spoofing(3)
 		if tc.extractor != nil {
@@ -167,14 +154,14 @@ func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
 				steps[i].RemoteAddr = "10.0.0.7:1234" // a private peer, trusted by default
 			}
 		}
-		if got := statuses(e, steps...); !slices.Equal(got, tc.want) {
+		if got := adaptertest.Statuses(e, steps...); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: statuses = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
 
 func TestFrameworkRealIPOutsideTheMiddlewareIsLoud(t *testing.T) {
-	h := limiter(5, ceilingecho.FrameworkRealIP).Handler(adaptertest.Handler)
+	h := adaptertest.Limiter(5, ceilingecho.FrameworkRealIP).Handler(adaptertest.Handler)
 	got := adaptertest.Capture(h, httptest.NewRequest("GET", "/", nil))
 	if got.Status != http.StatusBadRequest {
 		t.Errorf("status = %d, want 400", got.Status)
@@ -193,7 +180,7 @@ func TestRouteKeyIsTheMatchedRoute(t *testing.T) {
 		return k, err
 	}
 	e := echo.New()
-	e.Use(ceilingecho.Middleware(limiter(100, route)))
+	e.Use(ceilingecho.Middleware(adaptertest.Limiter(100, route)))
 	e.GET("/users/:id/orders/:order", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
 	for _, target := range []string{"/users/1/orders/7", "/users/2/orders/8", "/nowhere"} {
 		adaptertest.Capture(e, httptest.NewRequest("GET", target, nil))

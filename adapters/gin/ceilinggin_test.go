@@ -36,19 +36,6 @@ func TestAnswersExactlyAsNetHTTP(t *testing.T) {
 	adaptertest.Run(t, mount)
 }
 
-func limiter(limit int64, key ceiling.KeyFunc, opts ...ceiling.Option) *ceiling.Limiter {
-	return ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: key, Limit: limit, Period: time.Minute}},
-		append([]ceiling.Option{ceiling.WithBackend(&adaptertest.Counter{})}, opts...)...)
-}
-
-func statuses(h http.Handler, steps ...adaptertest.Step) []int {
-	var got []int
-	for _, s := range steps {
-		got = append(got, adaptertest.Capture(h, s.Request()).Status)
-	}
-	return got
-}
-
 func TestRejectionAbortsTheChain(t *testing.T) {
 	var ran []string
 	var aborted []bool
@@ -57,7 +44,7 @@ func TestRejectionAbortsTheChain(t *testing.T) {
 		c.Next()
 		aborted = append(aborted, c.IsAborted())
 	})
-	r.Use(ceilinggin.Middleware(limiter(1, ceiling.RemoteAddr)))
+	r.Use(ceilinggin.Middleware(adaptertest.Limiter(1, ceiling.RemoteAddr)))
 	r.Use(func(c *gin.Context) { ran = append(ran, "later middleware") })
 	r.GET("/", func(c *gin.Context) {
 		ran = append(ran, "handler")
@@ -86,12 +73,12 @@ func TestRejectionAbortsTheChain(t *testing.T) {
 func TestRouteMiddlewareRejectsOnlyItsRoute(t *testing.T) {
 	r := gin.New()
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	r.POST("/otp", ceilinggin.Middleware(limiter(1, ceiling.RemoteAddr)), ok)
+	r.POST("/otp", ceilinggin.Middleware(adaptertest.Limiter(1, ceiling.RemoteAddr)), ok)
 	r.GET("/health", ok)
 	steps := []adaptertest.Step{
 		{Method: "POST", Target: "/otp"}, {Method: "POST", Target: "/otp"}, {Method: "GET", Target: "/health"},
 	}
-	if got, want := statuses(r, steps...), []int{200, 429, 200}; !slices.Equal(got, want) {
+	if got, want := adaptertest.Statuses(r, steps...), []int{200, 429, 200}; !slices.Equal(got, want) {
 		t.Errorf("statuses = %v, want %v", got, want)
 	}
 }
@@ -100,7 +87,7 @@ func TestRouteMiddlewareRejectsOnlyItsRoute(t *testing.T) {
 // with.
 func TestHandlersSeeTheCoresRequest(t *testing.T) {
 	r := gin.New()
-	r.Use(ceilinggin.Middleware(limiter(5, ceiling.RemoteAddr)))
+	r.Use(ceilinggin.Middleware(adaptertest.Limiter(5, ceiling.RemoteAddr)))
 	var same bool
 	r.GET("/", func(c *gin.Context) {
 		same = ceilinggin.Context(c.Request) == c
@@ -145,16 +132,16 @@ func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r.Use(ceilinggin.Middleware(limiter(1, tc.key)))
+		r.Use(ceilinggin.Middleware(adaptertest.Limiter(1, tc.key)))
 		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-		if got := statuses(r, spoofing(3, "192.0.2.1:1234")...); !slices.Equal(got, tc.want) {
+		if got := adaptertest.Statuses(r, spoofing(3, "192.0.2.1:1234")...); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: statuses = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
 
 func TestFrameworkClientIPOutsideTheMiddlewareIsLoud(t *testing.T) {
-	h := limiter(5, ceilinggin.FrameworkClientIP).Handler(adaptertest.Handler)
+	h := adaptertest.Limiter(5, ceilinggin.FrameworkClientIP).Handler(adaptertest.Handler)
 	got := adaptertest.Capture(h, httptest.NewRequest("GET", "/", nil))
 	if got.Status != http.StatusBadRequest {
 		t.Errorf("status = %d, want 400", got.Status)
@@ -173,7 +160,7 @@ func TestRouteKeyIsTheMatchedRoute(t *testing.T) {
 		return k, err
 	}
 	r := gin.New()
-	r.Use(ceilinggin.Middleware(limiter(100, route)))
+	r.Use(ceilinggin.Middleware(adaptertest.Limiter(100, route)))
 	r.GET("/users/:id/orders/:order", func(c *gin.Context) { c.Status(http.StatusNoContent) })
 	for _, target := range []string{"/users/1/orders/7", "/users/2/orders/8", "/nowhere"} {
 		adaptertest.Capture(r, httptest.NewRequest("GET", target, nil))

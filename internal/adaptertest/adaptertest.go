@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ceiling-go/ceiling"
 )
@@ -189,4 +190,20 @@ func (s Step) Request() *http.Request {
 		r.RemoteAddr = s.RemoteAddr
 	}
 	return r
+}
+
+// Limiter is one rule named "ip" of limit units per minute keyed by key, on
+// a fresh [Counter] backend: the adapters' tests of chains and keys.
+func Limiter(limit int64, key ceiling.KeyFunc, opts ...ceiling.Option) *ceiling.Limiter {
+	return ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: key, Limit: limit, Period: time.Minute}},
+		append([]ceiling.Option{ceiling.WithBackend(&Counter{})}, opts...)...)
+}
+
+// Statuses serves steps through h in order and returns their status codes.
+func Statuses(h http.Handler, steps ...Step) []int {
+	var got []int
+	for _, s := range steps {
+		got = append(got, Capture(h, s.Request()).Status)
+	}
+	return got
 }
