@@ -105,6 +105,12 @@ type Result struct {
 	// (the Redis deny cache). Allowed is true and Remaining and ResetAfter
 	// are unknown: callers must not advertise them.
 	Unread bool
+	// Cached reports that the whole call was answered from a cache in this
+	// process (the Redis deny cache), without asking the backend. Such an
+	// answer is not the backend's: it says nothing about the backend's
+	// health, so the limiter's circuit breaker neither counts it as a
+	// success nor lets it close.
+	Cached bool
 }
 
 // Never is the RetryAfter of a request whose cost exceeds what the rule can
@@ -144,6 +150,14 @@ type InProcess interface {
 // backend offers it.
 type DecideInto interface {
 	DecideInto(ctx context.Context, reqs []Request, results []Result) error
+}
+
+// DeadlineBound is implemented by backends whose Decide returns by its
+// context's deadline whatever the server does (a frozen server, a lost
+// reply). The limiter calls such a backend inline, instead of on a guard
+// goroutine that bounds a backend which might ignore its context.
+type DeadlineBound interface {
+	DeadlineBound() bool
 }
 
 // ErrInvalidRequest wraps every error about a malformed Request (zero limit,

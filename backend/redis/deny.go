@@ -58,7 +58,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 		if !denied {
 			denied = true
 			for j, o := range reqs {
-				res[j] = backend.Result{Allowed: true, Limit: o.Limit, Unread: true}
+				res[j] = backend.Result{Allowed: true, Limit: o.Limit, Unread: true, Cached: true}
 			}
 		}
 		res[i] = backend.Result{
@@ -66,6 +66,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 			Remaining:  e.remaining,
 			ResetAfter: max(0, e.resetAt.Sub(now)),
 			RetryAfter: e.until.Sub(now),
+			Cached:     true,
 		}
 	}
 	return denied

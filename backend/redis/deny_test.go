@@ -103,8 +103,14 @@ func TestDenyCacheSteps(t *testing.T) {
 		if res[0].RetryAfter != st.retry {
 			t.Errorf("%s: RetryAfter %v, want %v", st.name, res[0].RetryAfter, st.retry)
 		}
-		if len(st.reqs) == 2 {
-			if got, want := res[1], (backend.Result{Allowed: true, Limit: 10, Unread: true}); got != want {
+		for i := range st.reqs {
+			// Only an answer that cost no command is the cache's own.
+			if got, want := res[i].Cached, st.commands == 0; got != want {
+				t.Errorf("%s: result %d Cached = %v, want %v", st.name, i, got, want)
+			}
+		}
+		if len(st.reqs) == 2 && st.commands == 0 {
+			if got, want := res[1], (backend.Result{Allowed: true, Limit: 10, Unread: true, Cached: true}); got != want {
 				t.Errorf("%s: unread rule reports %+v, want %+v", st.name, got, want)
 			}
 		}

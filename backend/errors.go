@@ -1,0 +1,21 @@
+package backend
+
+import "errors"
+
+// Kinds of backend failure. A backend wraps its errors with one of these
+// (fmt.Errorf("%w: ...: %w", backend.ErrReadOnly, err)) so that the
+// limiter's health report and metrics can say what kind of failure it is
+// without repeating the error's text, which may name addresses, keys or
+// credentials. An error wrapping none of them is reported as a plain
+// "error"; the limiter's own timeout is reported as "timeout".
+var (
+	// ErrUnreachable: no connection could be made or kept (refused, reset,
+	// no route, a dial that timed out).
+	ErrUnreachable = errors.New("backend unreachable")
+	// ErrAuth: the backend refused the credentials, or asked for some.
+	ErrAuth = errors.New("backend refused authentication")
+	// ErrReadOnly: the backend is a replica or otherwise refuses writes.
+	ErrReadOnly = errors.New("backend is read-only")
+	// ErrOutOfMemory: the backend is full and refuses writes.
+	ErrOutOfMemory = errors.New("backend out of memory")
+)
