@@ -10,22 +10,28 @@ import (
 	"time"
 )
 
-// Outcome is what one rule decided for one request.
+// Outcome is what one rule decided for one request. Every decided request
+// gives each rule that applied exactly one outcome, so a rule's outcomes sum
+// to the requests it decided, and its allowed outcomes count the requests
+// it was charged for.
 type Outcome uint8
 
 const (
-	// OutcomeAllowed: the rule had room for the request. In a request that
-	// another rule rejected, nothing was consumed.
+	// OutcomeAllowed: the rule had room and the request was admitted, so
+	// the rule was charged for it.
 	OutcomeAllowed Outcome = iota
 	// OutcomeRejected: the rule refused the request.
 	OutcomeRejected
 	// OutcomeShadowRejected: a shadow rule would have refused the request;
 	// it was not refused for it.
 	OutcomeShadowRejected
+	// OutcomeNotCharged: the rule had room, but another rule refused the
+	// request, so nothing was consumed from this one (all or nothing).
+	OutcomeNotCharged
 )
 
 // String returns the outcome as used in metric labels: "allowed",
-// "rejected" or "shadow_rejected".
+// "rejected", "shadow_rejected" or "not_charged".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeAllowed:
@@ -34,6 +40,8 @@ func (o Outcome) String() string {
 		return "rejected"
 	case OutcomeShadowRejected:
 		return "shadow_rejected"
+	case OutcomeNotCharged:
+		return "not_charged"
 	}
 	return "unknown"
 }
@@ -203,6 +211,9 @@ func (l *Limiter) observe(w http.ResponseWriter, r *http.Request, d *Decision) {
 			continue
 		}
 		outcome := OutcomeAllowed
+		if !d.Allowed {
+			outcome = OutcomeNotCharged
+		}
 		if !rr.Allowed {
 			outcome = OutcomeRejected
 			if rr.Rule.Shadow {

@@ -7,7 +7,7 @@
 //
 // The metrics, with the default namespace "ceiling":
 //
-//	ceiling_decisions_total{rule, outcome="allowed|rejected|shadow_rejected"}
+//	ceiling_decisions_total{rule, outcome="allowed|rejected|shadow_rejected|not_charged"}
 //	ceiling_backend_duration_seconds              histogram of backend calls
 //	ceiling_backend_errors_total{kind="timeout|error"}
 //	ceiling_degraded                              1 while the breaker is open
@@ -73,7 +73,7 @@ func New(o Options) *Observer {
 	return &Observer{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "decisions_total", ConstLabels: o.ConstLabels,
-			Help: "Rule decisions by outcome: allowed, rejected, or shadow_rejected (a shadow rule that would have rejected).",
+			Help: "Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.",
 		}, []string{"rule", "outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Name: "backend_duration_seconds", ConstLabels: o.ConstLabels, Buckets: buckets,

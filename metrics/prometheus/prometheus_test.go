@@ -34,6 +34,7 @@ func TestDecisionsByRuleAndOutcome(t *testing.T) {
 	l := ceiling.MustNew([]ceiling.Rule{
 		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Hour, Algorithm: ceiling.SlidingLog},
 		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour, Algorithm: ceiling.SlidingLog, Shadow: true},
+		{Name: "day", Key: ceiling.RemoteAddr, Limit: 100, Period: 24 * time.Hour},
 	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	h := l.Handler(ok)
 	var codes []int
@@ -44,10 +45,12 @@ func TestDecisionsByRuleAndOutcome(t *testing.T) {
 		t.Fatalf("statuses = %v, want %v", got, want)
 	}
 	want := `
-# HELP ceiling_decisions_total Rule decisions by outcome: allowed, rejected, or shadow_rejected (a shadow rule that would have rejected).
+# HELP ceiling_decisions_total Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.
 # TYPE ceiling_decisions_total counter
+ceiling_decisions_total{outcome="allowed",rule="day"} 3
 ceiling_decisions_total{outcome="allowed",rule="ip"} 3
 ceiling_decisions_total{outcome="allowed",rule="new"} 1
+ceiling_decisions_total{outcome="not_charged",rule="day"} 1
 ceiling_decisions_total{outcome="rejected",rule="ip"} 1
 ceiling_decisions_total{outcome="shadow_rejected",rule="new"} 3
 `
