@@ -30,6 +30,12 @@ import (
 // (audience, issuer); options that would accept expired tokens are refused.
 // String and number claims make keys; other kinds yield [ErrNoKey].
 //
+// A token longer than [DefaultJWTMaxSize] (8 KiB, or [JWTMaxSize]) yields
+// [ErrNoKey] at once, before any decoding: a real token is a few hundred
+// bytes to a few KiB, and a megabyte of junk would otherwise cost
+// milliseconds of base64 and JSON work per request before its signature
+// fails to verify.
+//
 // JWTClaim returns an error naming the bad argument; use [MustJWTClaim] for
 // literals. The KeyFunc is safe for simultaneous use if keyfunc is.
 func JWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOption) (KeyFunc, error) {
@@ -47,7 +53,7 @@ func JWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOp
 			return nil, fmt.Errorf("ceiling: JWTClaim(%q): signing method %q is not accepted", claim, m)
 		}
 	}
-	k := &jwtKey{claim: claim, keyfunc: keyfunc, token: bearer("Authorization")}
+	k := &jwtKey{claim: claim, keyfunc: keyfunc, token: bearer("Authorization"), maxSize: DefaultJWTMaxSize}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("ceiling: JWTClaim(%q): nil option", claim)
@@ -100,7 +106,7 @@ func JWTFromCookie(name string) JWTOption {
 		if name == "" {
 			return errors.New("JWTFromCookie: no cookie name")
 		}
-		k.token = func(r *http.Request) string {
+		k.token = func(r *http.Request, _ int) string {
 			c, err := r.Cookie(name)
 			if err != nil {
 				return ""
@@ -110,6 +116,28 @@ func JWTFromCookie(name string) JWTOption {
 		return nil
 	}
 }
+
+// DefaultJWTMaxSize is the longest token, in bytes, that [JWTClaim] parses
+// unless [JWTMaxSize] says otherwise.
+const DefaultJWTMaxSize = 8 << 10
+
+// JWTMaxSize sets the longest token, in bytes, that [JWTClaim] parses
+// (default [DefaultJWTMaxSize]); a longer one is refused unread, as an
+// invalid token is: [ErrNoKey]. Raise it for identity providers that pack
+// many claims (group lists) into their tokens.
+func JWTMaxSize(n int) JWTOption {
+	return func(k *jwtKey) error {
+		if n < 16 {
+			return fmt.Errorf("JWTMaxSize(%d): a token needs at least 16 bytes", n)
+		}
+		k.maxSize = n
+		return nil
+	}
+}
+
+// errTokenTooLarge is what a token over the size limit yields: no key, as
+// for any token that does not verify, without an allocation per refusal.
+var errTokenTooLarge = fmt.Errorf("%w: jwt: token over the size limit", ErrNoKey)
 
 // JWTParserOptions adds golang-jwt parser options, such as
 // jwt.WithAudience, jwt.WithIssuer or jwt.WithExpirationRequired. Options
@@ -125,15 +153,19 @@ func JWTParserOptions(opts ...jwt.ParserOption) JWTOption {
 type jwtKey struct {
 	claim   string
 	keyfunc jwt.Keyfunc
-	token   func(*http.Request) string
+	token   func(r *http.Request, maxSize int) string
 	extra   []jwt.ParserOption
 	parser  *jwt.Parser
+	maxSize int
 }
 
 func (k *jwtKey) key(r *http.Request) (string, error) {
-	raw := k.token(r)
+	raw := k.token(r, k.maxSize)
 	if raw == "" {
 		return "", ErrNoKey
+	}
+	if len(raw) > k.maxSize {
+		return "", errTokenTooLarge
 	}
 	claims := jwt.MapClaims{}
 	if _, err := k.parser.ParseWithClaims(raw, claims, k.keyfunc); err != nil {
@@ -150,12 +182,22 @@ func (k *jwtKey) key(r *http.Request) (string, error) {
 	return "", fmt.Errorf("%w: jwt: claim %q is missing or not a string or number", ErrNoKey, k.claim)
 }
 
-// bearer reads a token from a header, after an optional "Bearer " scheme.
-func bearer(name string) func(*http.Request) string {
-	return func(r *http.Request) string {
+// schemeSlack is how much longer than the token size limit a header value
+// may be for its scheme ("Bearer ") and surrounding space: a longer value is
+// refused without being looked at.
+const schemeSlack = 64
+
+// bearer reads a token from a header, after an optional "Bearer " scheme. A
+// value too long to hold a token of maxSize bytes is returned untrimmed, for
+// the caller to refuse, so that refusing costs the same whatever its length.
+func bearer(name string) func(*http.Request, int) string {
+	return func(r *http.Request, maxSize int) string {
 		vs := r.Header[name]
 		if len(vs) == 0 {
 			return ""
+		}
+		if len(vs[0]) > maxSize+schemeSlack {
+			return vs[0]
 		}
 		v := strings.TrimSpace(vs[0])
 		if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {

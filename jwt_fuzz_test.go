@@ -2,6 +2,7 @@ package ceiling
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -18,6 +19,10 @@ func FuzzJWTClaim(f *testing.F) {
 	f.Add(sign(f, jwt.SigningMethodHS256, []byte("attacker-key-attacker-key-attack"), jwt.MapClaims{"sub": "mallory"}))
 	f.Add(sign(f, jwt.SigningMethodHS256, testJWTSecret, jwt.MapClaims{"sub": "alice", "exp": 1}))
 	f.Add("e30.e30.")
+	// Oversized: a genuine token one byte over the limit, junk, dots.
+	f.Add(paddedToken(f, DefaultJWTMaxSize+1))
+	f.Add("e30." + strings.Repeat("A", 20_000) + ".")
+	f.Add(strings.Repeat(".", 10_000))
 	fn := MustJWTClaim("sub", hmacKey, []string{"HS256"})
 	f.Fuzz(func(t *testing.T, token string) {
 		r := bearerRequest("")

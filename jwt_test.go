@@ -182,6 +182,117 @@ func TestForgedJWTSubjectsBuyNoQuota(t *testing.T) {
 	}
 }
 
+// paddedToken is a genuine HS256 token of exactly size bytes: a "pad" claim
+// takes up the room.
+func paddedToken(t testing.TB, size int) string {
+	t.Helper()
+	claims := jwt.MapClaims{"sub": "alice", "pad": ""}
+	base := len(sign(t, jwt.SigningMethodHS256, testJWTSecret, claims))
+	// Base64 turns 3 bytes into 4: grow the pad until the token fits exactly.
+	for n := (size - base) * 3 / 4; n >= 0; n++ {
+		claims["pad"] = strings.Repeat("x", n)
+		tok := sign(t, jwt.SigningMethodHS256, testJWTSecret, claims)
+		if len(tok) == size {
+			return tok
+		}
+		if len(tok) > size {
+			break
+		}
+	}
+	t.Fatalf("no token of exactly %d bytes", size)
+	return ""
+}
+
+// TestJWTOversizedTokensRefusedUnread pins issue 14's third finding: a token
+// over the size limit is no key (the rule is skipped, as for any token that
+// does not verify), refused before the key function or the parser sees it,
+// even when it is genuinely signed; one at the limit is parsed.
+func TestJWTOversizedTokensRefusedUnread(t *testing.T) {
+	var keyCalls int
+	counting := func(tok *jwt.Token) (any, error) { keyCalls++; return testJWTSecret, nil }
+	def := MustJWTClaim("sub", counting, []string{"HS256"})
+	cookie := MustJWTClaim("sub", counting, []string{"HS256"}, JWTFromCookie("session"))
+	small := MustJWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(1024))
+	large := MustJWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(64<<10))
+	atLimit, overLimit := paddedToken(t, DefaultJWTMaxSize), paddedToken(t, DefaultJWTMaxSize+1)
+	withCookie := func(tok string) *http.Request {
+		r := bearerRequest("")
+		r.AddCookie(&http.Cookie{Name: "session", Value: tok})
+		return r
+	}
+	for _, tc := range []struct {
+		name  string
+		fn    KeyFunc
+		r     *http.Request
+		want  string // "" for ErrNoKey
+		calls int    // key function calls expected
+	}{
+		{"at the default limit", def, bearerRequest(atLimit), "alice", 1},
+		{"one byte over the default limit", def, bearerRequest(overLimit), "", 0},
+		{"over the limit, padded with space", def, bearerRequest("  " + overLimit + "  "), "", 0},
+		{"a 930 KB unsigned token", def, bearerRequest("e30." + strings.Repeat("A", 930_000) + "."), "", 0},
+		{"900,000 dots", def, bearerRequest(strings.Repeat(".", 900_000)), "", 0},
+		{"900 KB of spaces", def, bearerRequest(strings.Repeat(" ", 900_000)), "", 0},
+		{"over the limit in a cookie", cookie, withCookie(overLimit), "", 0},
+		{"at the limit in a cookie", cookie, withCookie(atLimit), "alice", 1},
+		{"over a lowered limit", small, bearerRequest(paddedToken(t, 1025)), "", 0},
+		{"at a lowered limit", small, bearerRequest(paddedToken(t, 1024)), "alice", 1},
+		{"over the default, under a raised limit", large, bearerRequest(overLimit), "alice", 1},
+	} {
+		keyCalls = 0
+		got, err := tc.fn(tc.r)
+		if tc.want == "" && !errors.Is(err, ErrNoKey) || tc.want != "" && (err != nil || got != tc.want) {
+			t.Errorf("%s: key %q, err %v; want %q (empty: ErrNoKey)", tc.name, got, err, tc.want)
+		}
+		if keyCalls != tc.calls {
+			t.Errorf("%s: the key function was called %d times, want %d", tc.name, keyCalls, tc.calls)
+		}
+	}
+	if _, err := JWTClaim("sub", hmacKey, []string{"HS256"}, JWTMaxSize(15)); err == nil || !strings.Contains(err.Error(), "JWTMaxSize(15)") {
+		t.Errorf("JWTMaxSize(15): err = %v, want a configuration error", err)
+	}
+}
+
+// TestJWTOversizedTokensFallBackToTheAddress: through the middleware, a flood
+// of huge tokens is neither a 400 nor fresh budget: the address rule applies.
+func TestJWTOversizedTokensFallBackToTheAddress(t *testing.T) {
+	user := MustJWTClaim("sub", hmacKey, []string{"HS256"})
+	h := MustNew([]Rule{
+		{Name: "caller", Key: FirstOf(user, RemoteAddr), Limit: 2, Period: time.Hour, Algorithm: SlidingLog},
+	}).Handler(okHandler)
+	huge := paddedToken(t, 64<<10)
+	var reqs []*http.Request
+	for range 3 {
+		reqs = append(reqs, bearerRequest(huge))
+	}
+	if got, want := statuses(t, h, reqs...), []int{200, 200, 429}; !equalInts(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+}
+
+// BenchmarkJWTOversized times refusing a 930 KB token (the issue's flood)
+// against parsing it, as the key function would without the size limit.
+func BenchmarkJWTOversized(b *testing.B) {
+	tok := "e30." + strings.Repeat("A", 930_000) + "."
+	for _, bc := range []struct {
+		name string
+		fn   KeyFunc
+	}{
+		{"refused", MustJWTClaim("sub", hmacKey, []string{"HS256"})},
+		{"parsed", MustJWTClaim("sub", hmacKey, []string{"HS256"}, JWTMaxSize(1<<20))},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := bearerRequest(tok)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.fn(r); !errors.Is(err, ErrNoKey) {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkJWTClaim(b *testing.B) {
 	fn := MustJWTClaim("sub", hmacKey, []string{"HS256"})
 	r := bearerRequest(sign(b, jwt.SigningMethodHS256, testJWTSecret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}))
