@@ -161,6 +161,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	if err := l.initFailover(); err != nil {
 		return nil, err
 	}
+	l.observeConfig()
 	return l, nil
 }
 

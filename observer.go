@@ -72,6 +72,43 @@ type Observer interface {
 	ObserveFailMode(rule string, mode FailMode)
 }
 
+// A ConfigObserver is an [Observer] that is also told, once by [New], what
+// the limiter it observes is configured to enforce, so that its numbers can
+// be read against the configuration. Package metrics/prometheus exports the
+// backend timeout (an alert compares backend latency with it) and starts
+// every rule's fail-mode counters at zero, so that the first admission
+// without the backend is an increase that alerting sees rather than a new
+// series that increase() cannot.
+type ConfigObserver interface {
+	Observer
+	ObserveConfig(LimiterConfig)
+}
+
+// LimiterConfig is what a [ConfigObserver] is told about a limiter.
+type LimiterConfig struct {
+	// Rules are the names of the limiter's rules, in declaration order.
+	Rules []string
+	// Timeout bounds each backend call ([WithTimeout]); zero when the
+	// backend is in process, which is never timed out.
+	Timeout time.Duration
+}
+
+// observeConfig tells a ConfigObserver about the limiter; New calls it.
+func (l *Limiter) observeConfig() {
+	co, ok := l.cfg.observer.(ConfigObserver)
+	if !ok {
+		return
+	}
+	c := LimiterConfig{Rules: make([]string, len(l.rules))}
+	for i := range l.rules {
+		c.Rules[i] = l.rules[i].Name
+	}
+	if l.remote {
+		c.Timeout = l.cfg.timeout
+	}
+	co.ObserveConfig(c)
+}
+
 // NopObserver ignores everything. Embed it in an [Observer] that cares about
 // only some events.
 type NopObserver struct{}

@@ -10,17 +10,21 @@
 //	ceiling_decisions_total{rule, outcome="allowed|rejected|shadow_rejected|not_charged"}
 //	ceiling_backend_duration_seconds              histogram of backend calls
 //	ceiling_backend_errors_total{kind="timeout|error"}
+//	ceiling_backend_timeout_seconds               the limiter's backend timeout (remote backends)
 //	ceiling_degraded                              1 while the breaker is open
 //	ceiling_degraded_transitions_total            healthy → degraded transitions
 //	ceiling_failmode_admissions_total{rule, mode="open|local"}
 //
 // Alert on ceiling_degraded == 1 and on any increase of
 // ceiling_failmode_admissions_total: both mean limits are enforced less
-// than configured.
+// than configured. The module ships these alerts as a Prometheus rule file,
+// alerts.yml, and a Grafana dashboard, dashboard.json; its README is their
+// runbook.
 package ceilingprom
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
@@ -53,11 +57,18 @@ type Observer struct {
 	degraded    prometheus.Gauge
 	transitions prometheus.Counter
 	failmode    *prometheus.CounterVec
+	// timeout has no labels but is a vector so that it exports nothing
+	// until a limiter with a remote backend tells its timeout: a zero
+	// would put every in-process limiter's latency "near the timeout".
+	timeout *prometheus.GaugeVec
+
+	mu         sync.Mutex
+	minTimeout time.Duration
 }
 
 var (
-	_ ceiling.Observer     = (*Observer)(nil)
-	_ prometheus.Collector = (*Observer)(nil)
+	_ ceiling.ConfigObserver = (*Observer)(nil)
+	_ prometheus.Collector   = (*Observer)(nil)
 )
 
 // New returns an Observer; register it with a prometheus.Registerer.
@@ -70,7 +81,7 @@ func New(o Options) *Observer {
 	if buckets == nil {
 		buckets = DefaultBuckets
 	}
-	return &Observer{
+	obs := &Observer{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "decisions_total", ConstLabels: o.ConstLabels,
 			Help: "Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.",
@@ -95,6 +106,35 @@ func New(o Options) *Observer {
 			Namespace: ns, Name: "failmode_admissions_total", ConstLabels: o.ConstLabels,
 			Help: "Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).",
 		}, []string{"rule", "mode"}),
+		timeout: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "backend_timeout_seconds", ConstLabels: o.ConstLabels,
+			Help: "The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.",
+		}, nil),
+	}
+	// Every series an alert watches exists from the start, at zero, so
+	// that its first increase is one that increase() and rate() can see.
+	for _, kind := range []string{"timeout", "error"} {
+		obs.errors.WithLabelValues(kind)
+	}
+	return obs
+}
+
+// ObserveConfig starts each rule's fail-mode counters at zero and exports
+// the limiter's backend timeout. [ceiling.New] calls it.
+func (o *Observer) ObserveConfig(c ceiling.LimiterConfig) {
+	for _, rule := range c.Rules {
+		for _, mode := range []ceiling.FailMode{ceiling.FailOpen, ceiling.FailLocal} {
+			o.failmode.WithLabelValues(rule, mode.String())
+		}
+	}
+	if c.Timeout <= 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.minTimeout == 0 || c.Timeout < o.minTimeout {
+		o.minTimeout = c.Timeout
+		o.timeout.WithLabelValues().Set(c.Timeout.Seconds())
 	}
 }
 
@@ -139,6 +179,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.degraded.Describe(ch)
 	o.transitions.Describe(ch)
 	o.failmode.Describe(ch)
+	o.timeout.Describe(ch)
 }
 
 // Collect sends the metrics' current values.
@@ -149,4 +190,5 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.degraded.Collect(ch)
 	o.transitions.Collect(ch)
 	o.failmode.Collect(ch)
+	o.timeout.Collect(ch)
 }

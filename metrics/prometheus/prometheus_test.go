@@ -131,8 +131,10 @@ ceiling_backend_errors_total{kind="error",limiter="api"} 2
 ceiling_backend_errors_total{kind="timeout",limiter="api"} 1
 # HELP ceiling_failmode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
 # TYPE ceiling_failmode_admissions_total counter
+ceiling_failmode_admissions_total{limiter="api",mode="local",rule="chat"} 0
 ceiling_failmode_admissions_total{limiter="api",mode="local",rule="shop"} 8
 ceiling_failmode_admissions_total{limiter="api",mode="open",rule="chat"} 8
+ceiling_failmode_admissions_total{limiter="api",mode="open",rule="shop"} 0
 # HELP ceiling_degraded_transitions_total Transitions from healthy to degraded.
 # TYPE ceiling_degraded_transitions_total counter
 ceiling_degraded_transitions_total{limiter="api"} 1
@@ -144,6 +146,58 @@ ceiling_degraded_transitions_total{limiter="api"} 1
 	// Four calls were made (one answered, three failed), none while open.
 	if got := histogramCount(t, obs); got != 4 {
 		t.Errorf("backend calls observed = %d, want 4", got)
+	}
+}
+
+// The series the alerts watch exist before anything happens, at zero:
+// increase() cannot see a counter's first value, so a fail-open burst that
+// created its series would never alert. The timeout is the limiter's own,
+// and absent for an in-process backend (nothing is timed out there).
+func TestAlertedSeriesStartAtZero(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "chat", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute, FailMode: ceiling.FailOpen},
+	}, ceiling.WithBackend(&flaky{}), ceiling.WithObserver(obs), ceiling.WithTimeout(250*time.Millisecond),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	want := `
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind: timeout or error.
+# TYPE ceiling_backend_errors_total counter
+ceiling_backend_errors_total{kind="error"} 0
+ceiling_backend_errors_total{kind="timeout"} 0
+# HELP ceiling_backend_timeout_seconds The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.
+# TYPE ceiling_backend_timeout_seconds gauge
+ceiling_backend_timeout_seconds 0.25
+# HELP ceiling_failmode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
+# TYPE ceiling_failmode_admissions_total counter
+ceiling_failmode_admissions_total{mode="local",rule="chat"} 0
+ceiling_failmode_admissions_total{mode="open",rule="chat"} 0
+`
+	names := []string{"ceiling_backend_errors_total", "ceiling_backend_timeout_seconds", "ceiling_failmode_admissions_total"}
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	// A second limiter on the same observer with a shorter timeout: the
+	// alert must compare with the shortest.
+	l2 := ceiling.MustNew([]ceiling.Rule{{Name: "otp", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}},
+		ceiling.WithBackend(&flaky{}), ceiling.WithObserver(obs), ceiling.WithTimeout(50*time.Millisecond),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	defer l2.Close()
+	shorter := `
+# HELP ceiling_backend_timeout_seconds The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.
+# TYPE ceiling_backend_timeout_seconds gauge
+ceiling_backend_timeout_seconds 0.05
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(shorter), "ceiling_backend_timeout_seconds"); err != nil {
+		t.Error(err)
+	}
+
+	inproc := ceilingprom.New(ceilingprom.Options{})
+	l3 := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}},
+		ceiling.WithObserver(inproc), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	defer l3.Close()
+	if got := testutil.CollectAndCount(inproc, "ceiling_backend_timeout_seconds"); got != 0 {
+		t.Errorf("an in-process limiter exports %d timeout series, want none", got)
 	}
 }
 
