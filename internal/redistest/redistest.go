@@ -3,7 +3,8 @@
 // [SharedCluster]) and a master with a replica under a Sentinel
 // ([Sentinel]), each on free loopback ports with its own temporary
 // directory, no persistence, and stopped by PID when the test (or, for the
-// shared ones, the test binary) ends.
+// shared ones, the test binary) ends. A [Proxy] in front of a server loses
+// replies, stalls or cuts connections, for tests of network faults.
 //
 // Without redis-server (and, for clusters, redis-cli) on PATH the helpers
 // skip the test and say how to run it, unless the environment variable
