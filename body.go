@@ -10,6 +10,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 )
 
@@ -34,9 +35,16 @@ const DefaultBodyLimit = 64 << 10
 // struct fields case-insensitively and keeps the last duplicate, other
 // parsers keep the first, and a limiter that read another copy than the
 // handler would limit the wrong phone number. A missing field, null or an
-// empty string yields [ErrNoKey]; a string, number or boolean is the key; an
-// object or array is a 400. A dot always separates names, so a name holding
-// a dot cannot be addressed.
+// empty string yields [ErrNoKey]; a string or boolean is the key; an object
+// or array is a 400. A dot always separates names, so a name holding a dot
+// cannot be addressed.
+//
+// A number is keyed by its value, not its spelling: 1000, 1000.0, 1e3 and
+// 10E2 are one key, "1000", as they are one value to a handler decoding
+// an int64 or a float64 (and -0 is "0"). Only integer values of at most 20
+// digits (every int64 and uint64) make keys; a fraction (1.5) or a larger
+// number is a 400, since a handler decoding it as a float64 could not tell
+// some of them apart. A number and the string of its digits are one key.
 //
 // BodyField returns an error for an empty path or segment; use
 // [MustBodyField] for literals. The KeyFunc is safe for simultaneous use on
@@ -340,8 +348,77 @@ func (v *jvalue) lookup(path string, segs []string) (string, error) {
 		return "", ErrNoKey
 	case v.kind == 'o' || v.kind == 'a':
 		return "", fmt.Errorf("body field %q is not a string, number or boolean", path)
+	case v.kind == 'n':
+		k, err := canonicalInteger(v.text)
+		if err != nil {
+			return "", fmt.Errorf("body field %q: %w", path, err)
+		}
+		return k, nil
 	}
 	return v.text, nil
+}
+
+// maxKeyDigits is the most digits a numeric key may have: enough for every
+// int64 and uint64.
+const maxKeyDigits = 20
+
+// canonicalInteger returns the plain decimal form of a JSON number with an
+// integer value ("1e3", "1000.0" and "10E2" are "1000"), or an error for a
+// fraction or a number of more than maxKeyDigits digits. It works on the
+// digits, never in floating point, and never expands an exponent beyond
+// maxKeyDigits, so "1e999999999" costs nothing. s must be valid JSON number
+// syntax.
+func canonicalInteger(s string) (string, error) {
+	if len(s) <= maxKeyDigits && s != "-0" && !strings.ContainsAny(s, ".eE") {
+		return s, nil // JSON allows no leading zeros: already canonical
+	}
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	mant, exp := s, ""
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		mant, exp = s[:i], s[i+1:]
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	if digits == "" {
+		return "0", nil
+	}
+	// The value is digits × 10^scale.
+	trimmed := strings.TrimRight(digits, "0")
+	scale := int64(len(digits)-len(trimmed)) - int64(len(frac))
+	digits = trimmed
+	if exp != "" {
+		e := strings.TrimLeft(strings.TrimPrefix(strings.TrimPrefix(exp, "+"), "-"), "0")
+		if len(e) > 6 { // far beyond any key; also keeps the sum below from overflowing
+			if strings.HasPrefix(exp, "-") {
+				return "", errors.New("a number with a fraction cannot be a key")
+			}
+			return "", fmt.Errorf("a number of more than %d digits cannot be a key", maxKeyDigits)
+		}
+		n, _ := strconv.ParseInt("0"+e, 10, 64)
+		if strings.HasPrefix(exp, "-") {
+			n = -n
+		}
+		scale += n
+	}
+	switch {
+	case scale < 0:
+		return "", errors.New("a number with a fraction cannot be a key")
+	case int64(len(digits))+scale > maxKeyDigits:
+		return "", fmt.Errorf("a number of more than %d digits cannot be a key", maxKeyDigits)
+	}
+	var b strings.Builder
+	b.Grow(1 + len(digits) + int(scale))
+	if neg {
+		b.WriteByte('-')
+	}
+	b.WriteString(digits)
+	for range scale {
+		b.WriteByte('0')
+	}
+	return b.String(), nil
 }
 
 func (c *cachedBody) formValues(r *http.Request) (url.Values, error) {

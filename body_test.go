@@ -49,7 +49,7 @@ func TestBodyFieldJSON(t *testing.T) {
 	}{
 		{"phone", `{"phone": "+254700000000"}`, "+254700000000", nil},
 		{"user.id", `{"user": {"id": 42, "name": "x"}, "id": 7}`, "42", nil},
-		{"user.id", `{"user": {"id": 4.2e1}}`, "4.2e1", nil},
+		{"user.id", `{"user": {"id": 4.2e1}}`, "42", nil},
 		{"ok", `{"ok": true}`, "true", nil},
 		{"phone", `{"PHONE": "+1"}`, "+1", nil}, // encoding/json would fill a Phone field from it
 		{"phone", `{"to": "+1"}`, "", ErrNoKey},
@@ -71,6 +71,61 @@ func TestBodyFieldJSON(t *testing.T) {
 	} {
 		got, err := MustBodyField(tc.path)(bodyRequest("application/json", tc.body))
 		checkKey(t, tc.path+" in "+tc.body, got, err, tc.want, tc.err)
+	}
+}
+
+// TestBodyFieldNumbersAreKeyedByValue pins issue 14's fifth finding: the
+// spellings of one integer are one key, and numbers that are not integers
+// of at most 20 digits are refused, never keyed by their spelling.
+func TestBodyFieldNumbersAreKeyedByValue(t *testing.T) {
+	for _, tc := range []struct {
+		num, want string // want "" for a 400
+	}{
+		{"1000", "1000"}, {"1000.0", "1000"}, {"1e3", "1000"}, {"10E2", "1000"}, {"1E+3", "1000"},
+		{"10000e-1", "1000"}, {"0.1e4", "1000"}, {"1000.000e0", "1000"},
+		{"15550001111.0", "15550001111"}, {"1.5550001111e10", "15550001111"},
+		{"0", "0"}, {"-0", "0"}, {"0.0", "0"}, {"-0.0e5", "0"}, {"0e999999999999", "0"},
+		{"-42", "-42"}, {"-4.2e1", "-42"},
+		{"18446744073709551615", "18446744073709551615"}, // the largest uint64: 20 digits
+		{"-9223372036854775808", "-9223372036854775808"},
+		{"1.8446744073709551615e19", "18446744073709551615"},
+		{"1.5", ""}, {"1e-1", ""}, {"1000.5", ""}, {"15550001111.01", ""},
+		{"100000000000000000000", ""}, {"1e20", ""}, {"1e999999999", ""}, {"1e-999999999", ""},
+		{"1e99999999999999999999999", ""}, {"1" + strings.Repeat("0", 29) + "e-10", "1" + strings.Repeat("0", 19)},
+	} {
+		body := `{"n": ` + tc.num + `}`
+		got, err := MustBodyField("n")(bodyRequest("application/json", body))
+		if tc.want == "" {
+			checkKey(t, body, got, err, "", errBad)
+			continue
+		}
+		checkKey(t, body, got, err, tc.want, nil)
+	}
+	// A number and the string of its digits name one value.
+	if got := mustKey(t, MustBodyField("n"), bodyRequest("", `{"n": "1000"}`)); got != "1000" {
+		t.Errorf(`"1000" as a string: key %q`, got)
+	}
+}
+
+// Through the middleware: the issue's spellings of 1000 share one budget,
+// and a fraction is a 400 that spends nothing.
+func TestNumericBodyKeysShareOneBudget(t *testing.T) {
+	be := &quota{}
+	h := MustNew([]Rule{{Name: "item", Key: MustBodyField("id"), Limit: 3, Period: time.Hour}}, WithBackend(be)).Handler(okHandler)
+	var got []int
+	for _, n := range []string{"1000", "1000.0", "1e3", "10E2", "1000.5"} {
+		got = append(got, serve(t, h, bodyRequest("application/json", `{"id": `+n+`}`)).Code)
+	}
+	if want := []int{200, 200, 200, 429, 400}; !equalInts(got, want) {
+		t.Errorf("statuses %v, want %v", got, want)
+	}
+	phone := MustNew([]Rule{{Name: "phone", Key: MustBodyField("phone"), Limit: 1, Period: time.Hour}}, WithBackend(&quota{})).Handler(okHandler)
+	got = got[:0]
+	for _, n := range []string{"15550001111.0", "15550001111", "155500011110"} {
+		got = append(got, serve(t, phone, bodyRequest("application/json", `{"phone": `+n+`}`)).Code)
+	}
+	if want := []int{200, 429, 200}; !equalInts(got, want) {
+		t.Errorf("15550001111.0, 15550001111, 155500011110: statuses %v, want %v", got, want)
 	}
 }
 
