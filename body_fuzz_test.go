@@ -6,8 +6,8 @@ import (
 	"errors"
 	"io"
 	"math/big"
-	"strconv"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
