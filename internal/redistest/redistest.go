@@ -9,7 +9,9 @@
 // Without redis-server (and, for clusters, redis-cli) on PATH the helpers
 // skip the test and say how to run it, unless the environment variable
 // CEILING_REQUIRE_REDIS=1 is set (CI sets it), which turns the skip into a
-// failure so that a missing Redis can never pass silently.
+// failure so that a missing Redis can never pass silently. A skip is also
+// never silent without -v: [Main] prints one line per package naming how
+// many tests skipped and why.
 //
 // Tests that need a server of their own to kill, freeze or restart use
 // [Server]; tests that only store keys share one server per test binary
@@ -47,6 +49,7 @@ const startTimeout = 10 * time.Second
 // test when it is missing.
 func lookPath(tb testing.TB, name string) string {
 	tb.Helper()
+	requireMain(tb)
 	path, err := exec.LookPath(name)
 	if err == nil {
 		return path
@@ -58,6 +61,7 @@ func lookPath(tb testing.TB, name string) string {
 		tb.Fatal(msg)
 		return ""
 	}
+	skipped(name)
 	tb.Skip(msg)
 	return ""
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -162,6 +164,16 @@ func (r *recordingTB) Fatal(args ...any) { r.failed = fmt.Sprint(args...) }
 
 func TestMissingRedisSkipsUnlessRequired(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
+	// The skips recorded here are not this package's: Main must not report them.
+	skips.mu.Lock()
+	saved := maps.Clone(skips.n)
+	skips.n = nil
+	skips.mu.Unlock()
+	t.Cleanup(func() {
+		skips.mu.Lock()
+		skips.n = saved
+		skips.mu.Unlock()
+	})
 
 	t.Setenv(RequireEnv, "")
 	r := &recordingTB{TB: t}
@@ -171,6 +183,12 @@ func TestMissingRedisSkipsUnlessRequired(t *testing.T) {
 	}
 	if !strings.Contains(r.skipped, "install Redis") {
 		t.Errorf("skip message %q does not say how to run the tests", r.skipped)
+	}
+	lookPath(&recordingTB{TB: t}, "redis-server")
+	lookPath(&recordingTB{TB: t}, "redis-cli")
+	want := "redistest: example.com/p: 3 Redis tests SKIPPED: redis-cli and redis-server not found on PATH"
+	if got := skipReport("example.com/p"); !strings.HasPrefix(got, want) || !strings.Contains(got, RequireEnv+"=1") {
+		t.Errorf("report %q, want it to start %q and name %s", got, want, RequireEnv)
 	}
 
 	t.Setenv(RequireEnv, "1")
@@ -245,4 +263,72 @@ func TestServerDiesWithTestBinary(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// What the README's test command prints without redis-server: go test
+// hides a passing package's output unless -v, so the skip line must reach
+// the go command's own standard error, and must not garble a log file that
+// go test writes.
+func TestGoTestShowsSkipsWithoutV(t *testing.T) {
+	if testing.Short() || runtime.GOOS != "linux" {
+		t.Skip("runs go test; the line reaches the go command through Linux's /proc")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	noRedis := t.TempDir()
+	if err := os.Symlink(goBin, noRedis+"/go"); err != nil {
+		t.Fatal(err)
+	}
+	const line = "redistest: github.com/ceiling-go/ceiling/internal/redistest: 1 Redis test SKIPPED: redis-server not found on PATH"
+	// goTest runs the package's one shared-server test with the go
+	// command's output going to out, and returns what it printed.
+	goTest := func(t *testing.T, out *os.File) string {
+		cmd := exec.Command("go", "test", "-count=1", "-run", "^TestSharedIsOneServer$", ".")
+		cmd.Env = append(os.Environ(), "PATH="+noRedis, RequireEnv+"=")
+		var buf strings.Builder
+		cmd.Stdout, cmd.Stderr = &buf, &buf // a pipe
+		if out != nil {
+			cmd.Stdout, cmd.Stderr = out, out
+		}
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("go test: %v\n%s", err, buf.String())
+		}
+		if out == nil {
+			return buf.String()
+		}
+		b, err := os.ReadFile(out.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	ok := regexp.MustCompile(`(?m)^ok  \tgithub.com/ceiling-go/ceiling/internal/redistest\t\S+\n`)
+	t.Run("pipe", func(t *testing.T) {
+		got := goTest(t, nil)
+		if !strings.Contains(got, line) || !ok.MatchString(got) {
+			t.Errorf("go test printed\n%s\nwant the line %q and an ok line", got, line)
+		}
+	})
+	t.Run("file appended to", func(t *testing.T) {
+		f, err := os.OpenFile(t.TempDir()+"/log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if got := goTest(t, f); !strings.Contains(got, line) || !ok.MatchString(got) {
+			t.Errorf("go test wrote\n%s\nwant the line %q and an ok line", got, line)
+		}
+	})
+	t.Run("file overwritten", func(t *testing.T) {
+		f, err := os.Create(t.TempDir() + "/log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if got := goTest(t, f); !regexp.MustCompile(`\A` + ok.String() + `\z`).MatchString(got) {
+			t.Errorf("go test wrote\n%q\nwant its ok line alone: the skip line would be garbled by it", got)
+		}
+	})
 }

@@ -18,26 +18,30 @@ var shared struct {
 	clusterErr error
 }
 
-// Main runs the tests and then stops the shared servers started by
-// [Shared] and [SharedCluster]. A package using them declares
+// Main runs the tests, stops the shared servers started by [Shared] and
+// [SharedCluster], and reports the tests that skipped for want of Redis
+// in one line, which go test shows even without -v. Every package using
+// this package declares
 //
 //	func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 //
 // because a server shared by many tests cannot be stopped by any one
-// test's cleanup, and must not outlive the test binary.
+// test's cleanup, and must not outlive the test binary; the helpers fail a
+// test whose package does not.
 func Main(m *testing.M) int {
 	shared.mu.Lock()
 	shared.mainRunning = true
 	shared.mu.Unlock()
 	code := m.Run()
 	shared.mu.Lock()
-	defer shared.mu.Unlock()
 	if shared.server != nil {
 		shared.server.Close()
 	}
 	if shared.cluster != nil {
 		shared.cluster.Close()
 	}
+	shared.mu.Unlock()
+	reportSkips(testedPackage())
 	return code
 }
 
@@ -49,7 +53,6 @@ func Shared(tb testing.TB) *Instance {
 	bin := lookPath(tb, "redis-server")
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	requireMain(tb)
 	if shared.server == nil && shared.serverErr == nil {
 		shared.server, shared.serverErr = startInstance(bin, kind{})
 	}
@@ -67,7 +70,6 @@ func SharedCluster(tb testing.TB) *ClusterInstance {
 	cli := lookPath(tb, "redis-cli")
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
-	requireMain(tb)
 	if shared.cluster == nil && shared.clusterErr == nil {
 		shared.cluster, shared.clusterErr = startCluster(server, cli)
 	}
@@ -77,10 +79,15 @@ func SharedCluster(tb testing.TB) *ClusterInstance {
 	return shared.cluster
 }
 
+// requireMain fails tb unless the package's TestMain runs [Main], which
+// every helper needs: it stops the shared servers and reports skips.
 func requireMain(tb testing.TB) {
 	tb.Helper()
-	if !shared.mainRunning {
-		tb.Fatal("redistest: shared servers need the package's TestMain to call redistest.Main: " +
+	shared.mu.Lock()
+	running := shared.mainRunning
+	shared.mu.Unlock()
+	if !running {
+		tb.Fatal("redistest: the package's TestMain must call redistest.Main (it stops shared servers and reports skipped tests): " +
 			"func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }")
 	}
 }
