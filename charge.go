@@ -133,23 +133,19 @@ func (l *Limiter) cost(r *http.Request, st *state, rule *Rule) (int64, error) {
 }
 
 // admit returns the request the next handler gets: r itself unless the
-// limiter has prefetches or reservations, else r carrying them. decided
-// reports whether the backend decided the request (false when failing
-// open): only then were units reserved.
-func (l *Limiter) admit(r *http.Request, st *state, decided bool) *http.Request {
+// limiter has prefetches or reservations, else r carrying them.
+func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 	x := st.x
 	if x == nil {
 		return r
 	}
-	if decided {
-		for _, e := range x.est {
-			// A shadow rule that did not fit reserved nothing; nor did a
-			// rule decided by its fail mode while the backend was down.
-			if rr := &st.decision.Results[e.i]; !rr.Allowed || rr.Fallback != inherit {
-				continue
-			}
-			x.res = append(x.res, reservation{rule: st.decision.Results[e.i].Rule, req: st.reqs[e.i], actual: e.n})
+	for _, e := range x.est {
+		// A shadow rule that did not fit reserved nothing; nor did a rule
+		// decided by its fail mode while the backend was down.
+		if rr := &st.decision.Results[e.i]; !rr.Allowed || rr.Fallback != inherit {
+			continue
 		}
+		x.res = append(x.res, reservation{rule: st.decision.Results[e.i].Rule, req: st.reqs[e.i], actual: e.n})
 	}
 	return r.WithContext(context.WithValue(r.Context(), extrasKey{}, x))
 }

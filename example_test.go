@@ -69,7 +69,7 @@ func ExampleNew() {
 
 // New reports configuration mistakes by name, before any request is served.
 func ExampleNew_invalid() {
-	_, err := ceiling.New([]ceiling.Rule{{Name: "otp:phone", Limit: 3, Period: 15 * time.Minute}})
+	_, err := ceiling.New([]ceiling.Rule{{Name: "otp:phone", Key: ceiling.RemoteAddr, Limit: 3, Period: 15 * time.Minute, Cost: 5}})
 	fmt.Println(err)
-	// Output: ceiling: rule "otp:phone": no key function
+	// Output: ceiling: rule "otp:phone": cost 5 can never fit in 3
 }

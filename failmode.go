@@ -92,6 +92,8 @@ type failover struct {
 	closers   []io.Closer
 	once      sync.Once
 
+	emptyKeyLogged []atomic.Bool // per rule: an empty key value was logged
+
 	unenforcedAtDegrade counter
 }
 
@@ -112,8 +114,9 @@ type localScratch struct {
 // warnings; New calls it once the options are applied.
 func (l *Limiter) initFailover() error {
 	f := &failover{
-		shadow: make([]sampler, len(l.rules)),
-		counts: make([]ruleCounts, len(l.rules)),
+		shadow:         make([]sampler, len(l.rules)),
+		counts:         make([]ruleCounts, len(l.rules)),
+		emptyKeyLogged: make([]atomic.Bool, len(l.rules)),
 	}
 	l.fo = f
 	if c, ok := l.backend.(io.Closer); ok && l.cfg.backend == nil {
@@ -289,9 +292,11 @@ type timedCall struct {
 
 var timedCalls = sync.Pool{New: func() any { return &timedCall{done: make(chan struct{}, 1)} }}
 
-// timed runs the decision bounded by the limiter's timeout.
+// timed runs the decision bounded by the limiter's timeout. The caller's
+// cancellation does not reach the backend: a client that goes away is not a
+// backend failure, and its decision counts like any other.
 func (l *Limiter) timed(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
 	defer cancel()
 	c := timedCalls.Get().(*timedCall)
 	c.reqs = append(c.reqs[:0], reqs...)
@@ -337,14 +342,27 @@ func (l *Limiter) decideBounded(ctx context.Context, reqs []backend.Request) ([]
 	return out, l.timed(ctx, reqs, out)
 }
 
-// UnavailableError is the error behind a 503: the backend could not decide
-// and a rule of the request fails closed.
+// UnavailableError is the error behind a 503 (and [Limiter.Decide]'s
+// refusal): the backend could not decide and a rule of the request fails
+// closed.
 type UnavailableError struct {
 	// Rule is the first enforced rule, in declaration order, that fails
 	// closed.
 	Rule string
 	// Err is why the backend could not decide.
 	Err error
+	// RetryAfter is when to try again: until the backend will next be
+	// asked, at least a second.
+	RetryAfter time.Duration
+}
+
+// unavailable is the refusal of a request whose rule fails closed.
+func (l *Limiter) unavailable(rule string, cause error) *UnavailableError {
+	retry := time.Second
+	if b := l.fo.breaker; b != nil {
+		retry = max(retry, b.retryIn())
+	}
+	return &UnavailableError{Rule: rule, Err: cause, RetryAfter: retry}
 }
 
 // Error names the rule that failed closed and why.
@@ -366,7 +384,7 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		rule := d.Results[i].Rule
 		switch m := l.modeOf(rule); {
 		case m == FailClosed && !rule.Shadow:
-			return nil, &UnavailableError{Rule: rule.Name, Err: cause}
+			return nil, l.unavailable(rule.Name, cause)
 		case m == FailLocal:
 			local++
 		}
@@ -376,7 +394,7 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 	if local > 0 {
 		if !l.fo.usesLocal {
 			// An in-process backend failed: there is nothing more local.
-			return nil, &UnavailableError{Rule: d.Results[0].Rule.Name, Err: cause}
+			return nil, l.unavailable(d.Results[0].Rule.Name, cause)
 		}
 		sc = l.fo.scratch.Get().(*localScratch)
 		defer l.fo.scratch.Put(sc)
@@ -386,13 +404,13 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		rr := &d.Results[i]
 		rr.Fallback = l.modeOf(rr.Rule)
 		if rr.Fallback == FailLocal {
-			sc.reqs = append(sc.reqs, localRequest(rr.Rule, st.reqs[i], l.cfg.localShare))
+			sc.reqs = append(sc.reqs, localRequest(st.reqs[i], l.cfg.localShare))
 			sc.idx = append(sc.idx, i)
 			continue
 		}
 		// Open, or a shadow rule failing closed: admitted, unenforced.
 		rr.Fallback = FailOpen
-		out[i] = backend.Result{Allowed: true, Limit: rr.Rule.Limit}
+		out[i] = backend.Result{Allowed: true, Limit: st.reqs[i].Limit}
 	}
 	if local > 0 {
 		lo := sc.out[:len(sc.reqs)]
@@ -407,7 +425,7 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 			copy(lo, res)
 		}
 		if err != nil {
-			return nil, &UnavailableError{Rule: d.Results[sc.idx[0]].Rule.Name, Err: fmt.Errorf("%w; local store: %w", cause, err)}
+			return nil, l.unavailable(d.Results[sc.idx[0]].Rule.Name, fmt.Errorf("%w; local store: %w", cause, err))
 		}
 		for j, i := range sc.idx {
 			out[i] = lo[j]
@@ -416,12 +434,12 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 	return out, nil
 }
 
-// localRequest is req scaled to the rule's share of its limit, never so
-// small that the rule's own cost could not fit.
-func localRequest(rule *Rule, req backend.Request, share float64) backend.Request {
-	req.Limit = scaled(rule.Limit, share, req.Cost)
+// localRequest is req scaled to its share of the limit (the rule's, or the
+// call's own), never so small that the request's cost could not fit.
+func localRequest(req backend.Request, share float64) backend.Request {
+	req.Limit = scaled(req.Limit, share, req.Cost)
 	if req.Burst > 0 {
-		req.Burst = scaled(rule.Burst, share, req.Cost)
+		req.Burst = scaled(req.Burst, share, req.Cost)
 	}
 	return req
 }
@@ -443,18 +461,15 @@ func scaled(n int64, share float64, cost int64) int64 {
 // failed answers a request that its rules' fail modes cannot admit (a rule
 // fails closed): 503 with Retry-After set to when the backend will next be
 // tried. The cause is reported by the degradation events, never sent to the
-// client. It reports whether the request may go on to the next handler,
-// which is never.
-func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, st *state, err error) bool {
+// client.
+func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, err error) {
 	retry := time.Second
-	if b := l.fo.breaker; b != nil {
-		if until := b.retryIn(); until > retry {
-			retry = until
-		}
+	var ue *UnavailableError
+	if errors.As(err, &ue) {
+		retry = ue.RetryAfter
 	}
 	if l.cfg.logger.Enabled(r.Context(), slog.LevelDebug) {
 		l.cfg.logger.LogAttrs(r.Context(), slog.LevelDebug, "ceiling: request refused failing closed", slog.Any("err", err))
 	}
 	writeUnavailable(w, retry)
-	return false
 }

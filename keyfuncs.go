@@ -15,7 +15,10 @@ import (
 // Returning an error wrapping [ErrNoKey] means the rule does not apply to this
 // request (an anonymous caller for a per-user rule) and the rule is left out
 // of the decision. Any other error is bad input: the request is answered 400
-// (413 when it wraps [ErrBodyTooLarge]) before any backend call.
+// (413 when it wraps [ErrBodyTooLarge]) before any backend call. An empty
+// value with a nil error is bad input too (a 400 naming the rule, wrapping
+// [ErrEmptyKey], logged once per rule), never one budget shared by every
+// request without a key: return ErrNoKey when the rule does not apply.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey is returned by a [KeyFunc] when its rule does not apply to the

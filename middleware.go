@@ -40,7 +40,10 @@ type Rule struct {
 	// Name identifies the rule in headers, problem bodies, metrics and stored
 	// keys. Required, unique within a limiter: letters, digits and ":_.-/".
 	Name string
-	// Key says what the rule limits by. Required: there is no default key.
+	// Key says what the rule limits by in an HTTP request. There is no
+	// default key: the middleware ([Limiter.Handler]) refuses a rule
+	// without one. A rule decided only with [Limiter.Decide], whose callers
+	// pass the key value themselves, leaves it nil.
 	Key KeyFunc
 	// Limit is the number of units admitted per Period. Required.
 	Limit int64
@@ -73,9 +76,6 @@ func (r *Rule) validate() error {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(":_.-/", c)) {
 			return fmt.Errorf("ceiling: rule %q: name may hold only letters, digits and \":_.-/\"", r.Name)
 		}
-	}
-	if r.Key == nil {
-		return fmt.Errorf("ceiling: rule %q: no key function", r.Name)
 	}
 	if r.Estimate != nil && r.Cost != 0 {
 		return fmt.Errorf("ceiling: rule %q: set Cost or Estimate, not both", r.Name)
@@ -181,7 +181,16 @@ func (l *Limiter) Rules() []Rule { return append([]Rule(nil), l.rules...) }
 // Handler is the middleware: it decides every request before next sees it,
 // sets the rate-limit headers, and answers 429 (or 503 when failing closed)
 // without calling next when the request is not admitted.
+//
+// Every rule needs a Key to be decided here: Handler panics, naming the
+// rule, when one has none (such rules are for [Limiter.Decide] only; give
+// them a limiter of their own, on the same backend).
 func (l *Limiter) Handler(next http.Handler) http.Handler {
+	for i := range l.rules {
+		if l.rules[i].Key == nil {
+			panic(fmt.Sprintf("ceiling: rule %q has no Key, so the middleware cannot decide it; give it one, or decide it with Limiter.Decide on a limiter of its own", l.rules[i].Name))
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := l.states.Get().(*state)
 		defer l.states.Put(st)
@@ -195,14 +204,13 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 				writeInputError(w, in)
 				return
 			}
-			if !l.failed(w, r, st, err) {
-				return
-			}
-			next.ServeHTTP(w, l.admit(r, st, false))
+			l.failed(w, r, err)
 			return
 		}
 		d := &st.decision
-		l.observe(w, r, d)
+		if l.cfg.shadowHeader {
+			writeShadowHeader(w.Header(), d)
+		}
 		l.cfg.headers.write(w.Header(), d, l.policy, st)
 		if !d.Allowed {
 			if d.RetryAfter > 0 {
@@ -211,7 +219,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.cfg.reject(w, r, d)
 			return
 		}
-		next.ServeHTTP(w, l.admit(r, st, true))
+		next.ServeHTTP(w, l.admit(r, st))
 	})
 }
 
@@ -274,24 +282,34 @@ type inputError struct {
 	err    error
 }
 
-func (e *inputError) Error() string { return fmt.Sprintf("ceiling: rule %q: %v", e.rule, e.err) }
+func (e *inputError) Error() string {
+	if e.rule == "" {
+		return e.err.Error()
+	}
+	return fmt.Sprintf("ceiling: rule %q: %v", e.rule, e.err)
+}
 func (e *inputError) Unwrap() error { return e.err }
 
-// decide fills st.decision for r with one backend call.
+// decide resolves r's keys and costs into st, starts the prefetches once
+// the keys are known, and decides with the one decision path.
 func (l *Limiter) decide(r *http.Request, st *state) error {
-	st.reqs = st.reqs[:0]
-	d := &st.decision
-	d.Results = d.Results[:0]
+	st.reset()
 	for i := range l.rules {
 		rule := &l.rules[i]
 		v, err := rule.Key(r)
-		var cost int64
 		if err == nil {
-			cost, err = l.cost(r, st, rule)
+			var cost int64
+			if cost, err = l.cost(r, st, rule); err == nil {
+				err = l.add(st, rule, v, cost, 0, 0)
+			}
 		}
 		if err != nil {
 			if err == ErrNoKey || errors.Is(err, ErrNoKey) {
 				continue
+			}
+			if errors.Is(err, ErrEmptyKey) {
+				// add named the rule already.
+				return &inputError{status: http.StatusBadRequest, err: err}
 			}
 			status := http.StatusBadRequest
 			var mbe *http.MaxBytesError
@@ -300,46 +318,9 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 			}
 			return &inputError{rule: rule.Name, status: status, err: err}
 		}
-		st.reqs = append(st.reqs, backend.Request{
-			Key:       l.storedKey(st, rule.Name, v),
-			Algorithm: rule.Algorithm,
-			Limit:     rule.Limit,
-			Period:    rule.Period,
-			Burst:     rule.Burst,
-			Cost:      cost,
-			Shadow:    rule.Shadow,
-		})
-		d.Results = append(d.Results, RuleResult{Rule: rule})
 	}
 	if st.x != nil {
 		st.x.startPrefetches(r)
 	}
-	d.Allowed, d.RetryAfter = true, 0
-	if len(st.reqs) == 0 {
-		return nil
-	}
-	results, err := l.call(r.Context(), st)
-	if err != nil {
-		if results, err = l.fallback(r.Context(), st, err); err != nil {
-			return err
-		}
-	}
-	if len(results) != len(st.reqs) {
-		return fmt.Errorf("ceiling: backend answered %d results for %d requests", len(results), len(st.reqs))
-	}
-	for i := range results {
-		rr := &d.Results[i]
-		rr.Result = results[i]
-		if rr.Allowed || rr.Rule.Shadow {
-			continue
-		}
-		d.Allowed = false
-		switch {
-		case rr.RetryAfter == backend.Never || d.RetryAfter == backend.Never:
-			d.RetryAfter = backend.Never
-		case rr.RetryAfter > d.RetryAfter:
-			d.RetryAfter = rr.RetryAfter
-		}
-	}
-	return nil
+	return l.decideAll(r.Context(), st)
 }

@@ -318,7 +318,6 @@ func TestNewRejectsBadRules(t *testing.T) {
 		{"none", nil, nil, "no rules"},
 		{"no name", []Rule{{Key: RemoteAddr, Limit: 1, Period: time.Second}}, nil, "no name"},
 		{"brace", []Rule{{Name: "a{b}", Key: RemoteAddr, Limit: 1, Period: time.Second}}, nil, `"a{b}"`},
-		{"no key", []Rule{{Name: "k", Limit: 1, Period: time.Second}}, nil, "no key function"},
 		{"zero limit", []Rule{{Name: "z", Key: RemoteAddr, Period: time.Second}}, nil, `rule "z"`},
 		{"tiny period", []Rule{{Name: "p", Key: RemoteAddr, Limit: 1, Period: time.Microsecond}}, nil, `rule "p"`},
 		{"duplicate", []Rule{ok, ok}, nil, "declared twice"},

@@ -225,12 +225,11 @@ func WithShadowLog(interval time.Duration) Option {
 
 const hShadow = "Ratelimit-Shadow"
 
-// observe reports a decided request: each rule's outcome, shadow
-// rejections, and the admissions made without the backend. With no observer
-// and nothing unusual it only reads the results.
-func (l *Limiter) observe(w http.ResponseWriter, r *http.Request, d *Decision) {
+// record reports a decided request: each rule's outcome, shadow
+// rejections, and the admissions made without the backend. With no
+// observer and nothing unusual it only reads the results.
+func (l *Limiter) record(ctx context.Context, d *Decision) {
 	obs := l.cfg.observer
-	shadows := 0
 	for i := range d.Results {
 		rr := &d.Results[i]
 		if rr.Fallback != inherit && d.Allowed && !rr.Rule.Shadow {
@@ -255,35 +254,39 @@ func (l *Limiter) observe(w http.ResponseWriter, r *http.Request, d *Decision) {
 			outcome = OutcomeRejected
 			if rr.Rule.Shadow {
 				outcome = OutcomeShadowRejected
-				shadows++
-				l.shadowRejected(r, rr)
+				l.shadowRejected(ctx, rr)
 			}
 		}
 		if obs != nil {
 			obs.ObserveDecision(rr.Rule.Name, outcome)
 		}
 	}
-	if shadows > 0 && l.cfg.shadowHeader {
-		var b []byte
-		for i := range d.Results {
-			if rr := &d.Results[i]; rr.Rule.Shadow && !rr.Allowed && rr.Fallback != FailOpen {
-				if len(b) > 0 {
-					b = append(b, ", "...)
-				}
-				b = strconv.AppendQuote(b, rr.Rule.Name)
+}
+
+// writeShadowHeader names, in RateLimit-Shadow, the shadow rules that would
+// have rejected the request ([WithShadowHeader]).
+func writeShadowHeader(h http.Header, d *Decision) {
+	var b []byte
+	for i := range d.Results {
+		if rr := &d.Results[i]; rr.Rule.Shadow && !rr.Allowed && rr.Fallback != FailOpen {
+			if len(b) > 0 {
+				b = append(b, ", "...)
 			}
+			b = strconv.AppendQuote(b, rr.Rule.Name)
 		}
-		w.Header()[hShadow] = []string{string(b)}
+	}
+	if len(b) > 0 {
+		h[hShadow] = []string{string(b)}
 	}
 }
 
 // shadowRejected counts a shadow rule's would-be rejection and logs a
 // sample of them.
-func (l *Limiter) shadowRejected(r *http.Request, rr *RuleResult) {
+func (l *Limiter) shadowRejected(ctx context.Context, rr *RuleResult) {
 	i := l.ruleIndex(rr.Rule)
 	l.fo.counts[i].shadow.Add(1)
 	if ok, n := l.fo.shadow[i].allow(l.cfg.clock()); ok {
-		l.cfg.logger.LogAttrs(r.Context(), slog.LevelInfo, "ceiling: shadow rule would have rejected requests",
+		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: shadow rule would have rejected requests",
 			slog.String("rule", rr.Rule.Name), slog.Int64("requests", n), slog.Duration("retry_after", rr.RetryAfter))
 	}
 }

@@ -158,7 +158,6 @@ func TestMixedFailModesPerRule(t *testing.T) {
 // A local share never makes a request's own cost unfittable, and
 // WithInstances sizes the default share.
 func TestLocalShare(t *testing.T) {
-	r := &Rule{Name: "r", Limit: 10, Burst: 4, Cost: 3}
 	for _, tc := range []struct {
 		share            float64
 		wantLim, wantBur int64
@@ -168,7 +167,7 @@ func TestLocalShare(t *testing.T) {
 		{0.25, 3, 3},
 		{0.01, 3, 3},
 	} {
-		got := localRequest(r, backend.Request{Limit: 10, Burst: 4, Cost: 3}, tc.share)
+		got := localRequest(backend.Request{Limit: 10, Burst: 4, Cost: 3}, tc.share)
 		if got.Limit != tc.wantLim || got.Burst != tc.wantBur {
 			t.Errorf("share %v: limit %d burst %d, want %d %d", tc.share, got.Limit, got.Burst, tc.wantLim, tc.wantBur)
 		}

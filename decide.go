@@ -1,0 +1,195 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// An Input is one rule's part of a decision made with [Limiter.Decide]: the
+// key value the rule limits by, and optionally this call's cost and limits.
+type Input struct {
+	// Rule names one of the limiter's rules.
+	Rule string
+	// Key is the value the rule limits by (an address, an account, a phone
+	// number): what the rule's KeyFunc would return. It is stored as a
+	// digest, never raw. Required: an empty key is an error wrapping
+	// [ErrEmptyKey], never a budget shared by every caller without one.
+	Key string
+	// Cost is the number of units this call takes; zero means the rule's
+	// Cost. Negative costs are refused: give units back with
+	// [Limiter.Charge].
+	Cost int64
+	// Limit, when positive, replaces the rule's Limit for this call: a
+	// limit per plan or per tenant, decided in the same backend call as the
+	// other rules. Burst likewise replaces the rule's Burst (GCRA). The
+	// rule's Period and Algorithm always apply, and the key's state is the
+	// same whatever limit a call brings, so callers of one key should agree
+	// on its limit. Values outside what [backend.Request.Validate] allows
+	// are an error for this call.
+	Limit, Burst int64
+}
+
+// ErrEmptyKey is wrapped by the error of a decision whose key value is
+// empty: a [KeyFunc] that returns "" (the request is answered 400, naming
+// the rule) or an [Input] without a Key. An empty value would otherwise put
+// every such caller into one shared budget, silently; a key function whose
+// rule does not apply to a request returns [ErrNoKey] instead.
+var ErrEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule does not apply`)
+
+// Decide decides inputs, one per rule that applies, as one request: in one
+// backend call, all or nothing (an input that any rule rejects consumes
+// from no rule), with the limiter's fail modes, circuit breaker, observer
+// and shadow rules, exactly as the middleware decides an HTTP request. It
+// is how gRPC services, queue workers and websocket messages are limited.
+//
+// The Decision's Results follow the rules' declaration order, whatever the
+// order of inputs, so Rejected and RetryAfter are deterministic. A rule may
+// appear at most once, and rules without a KeyFunc may be decided only
+// here.
+//
+// ctx's values reach the backend, but its cancellation does not cut the
+// decision short: a caller that gives up is not a failing backend, so the
+// decision runs under the limiter's own timeout ([WithTimeout]) and is
+// counted whatever the caller does.
+//
+// When the backend cannot decide and a rule fails closed, Decide returns a
+// Decision that admits nothing and an [*UnavailableError] whose RetryAfter
+// says when to retry. Any other error means the inputs are wrong (an
+// unknown or repeated rule, an empty key, a limit out of range): nothing
+// was decided and nothing consumed. With no inputs the call is admitted.
+func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error) {
+	st := l.states.Get().(*state)
+	defer l.states.Put(st)
+	st.reset()
+	matched := 0
+	for i := range l.rules {
+		rule := &l.rules[i]
+		var in *Input
+		for j := range inputs {
+			if inputs[j].Rule != rule.Name {
+				continue
+			}
+			if in != nil {
+				return Decision{}, fmt.Errorf("ceiling: rule %q: decided twice in one call", rule.Name)
+			}
+			in = &inputs[j]
+		}
+		if in == nil {
+			continue
+		}
+		matched++
+		cost := in.Cost
+		switch {
+		case cost < 0:
+			return Decision{}, fmt.Errorf("ceiling: rule %q: negative cost %d; refund with Charge", rule.Name, cost)
+		case cost == 0:
+			cost = rule.Cost
+		}
+		if err := l.add(st, rule, in.Key, cost, in.Limit, in.Burst); err != nil {
+			return Decision{}, err
+		}
+	}
+	if matched != len(inputs) {
+		for _, in := range inputs {
+			if _, err := l.rule(in.Rule); err != nil {
+				return Decision{}, err
+			}
+		}
+	}
+	if err := l.decideAll(ctx, st); err != nil {
+		return Decision{}, err
+	}
+	d := st.decision
+	d.Results = append([]RuleResult(nil), d.Results...)
+	return d, nil
+}
+
+// reset empties st for a new decision.
+func (st *state) reset() {
+	st.reqs = st.reqs[:0]
+	st.decision = Decision{Results: st.decision.Results[:0]}
+}
+
+// add appends rule's request for key value v, costing cost units, to st.
+// A positive limit or burst replaces the rule's for this decision.
+func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64) error {
+	if v == "" {
+		l.emptyKey(rule)
+		return fmt.Errorf("ceiling: rule %q: %w", rule.Name, ErrEmptyKey)
+	}
+	req := backend.Request{
+		Algorithm: rule.Algorithm,
+		Limit:     rule.Limit,
+		Period:    rule.Period,
+		Burst:     rule.Burst,
+		Cost:      cost,
+		Shadow:    rule.Shadow,
+	}
+	if limit != 0 || burst != 0 {
+		if limit != 0 {
+			req.Limit = limit
+		}
+		if burst != 0 {
+			req.Burst = burst
+		}
+		req.Key = rule.Name // Validate names the key; the digest is not needed to judge
+		if err := req.Validate(); err != nil {
+			return fmt.Errorf("ceiling: rule %q: limit for this call: %w", rule.Name, err)
+		}
+	}
+	req.Key = l.storedKey(st, rule.Name, v)
+	st.reqs = append(st.reqs, req)
+	st.decision.Results = append(st.decision.Results, RuleResult{Rule: rule})
+	return nil
+}
+
+// emptyKey logs, once per rule, that its key function returned "": a bug
+// in the key function that the 400 answers would otherwise only show to
+// clients.
+func (l *Limiter) emptyKey(rule *Rule) {
+	i := l.ruleIndex(rule)
+	if l.fo.emptyKeyLogged[i].CompareAndSwap(false, true) {
+		l.cfg.logger.LogAttrs(context.Background(), slog.LevelWarn,
+			"ceiling: a key value was empty; such requests are refused as bad input (logged once per rule)",
+			slog.String("rule", rule.Name))
+	}
+}
+
+// decideAll decides st's requests (filled by add, in declaration order) with
+// one backend call, applying the fail modes when the backend cannot, and
+// reports the decision to the observer. Every decision, from the middleware
+// or from [Limiter.Decide], goes through here.
+func (l *Limiter) decideAll(ctx context.Context, st *state) error {
+	d := &st.decision
+	d.Allowed, d.RetryAfter = true, 0
+	if len(st.reqs) == 0 {
+		return nil
+	}
+	results, err := l.call(ctx, st)
+	if err != nil {
+		if results, err = l.fallback(ctx, st, err); err != nil {
+			d.Allowed = false
+			return err
+		}
+	}
+	for i := range results {
+		rr := &d.Results[i]
+		rr.Result = results[i]
+		if rr.Allowed || rr.Rule.Shadow {
+			continue
+		}
+		d.Allowed = false
+		switch {
+		case rr.RetryAfter == backend.Never || d.RetryAfter == backend.Never:
+			d.RetryAfter = backend.Never
+		case rr.RetryAfter > d.RetryAfter:
+			d.RetryAfter = rr.RetryAfter
+		}
+	}
+	l.record(ctx, d)
+	return nil
+}

@@ -1,0 +1,52 @@
+package ceiling_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+)
+
+// A queue worker limits without an *http.Request: each job names its
+// account, its plan and its destination, and one call decides the
+// account's rule (at the plan's limit) and the destination's rule together,
+// all or nothing, with the limiter's fail modes and metrics. The rules have
+// no Key: the worker passes the key values itself.
+func ExampleLimiter_Decide() {
+	limiter := ceiling.MustNew([]ceiling.Rule{
+		{Name: "sms:account", Limit: 2, Period: time.Hour, Algorithm: ceiling.SlidingLog},
+		{Name: "sms:to", Limit: 3, Period: 15 * time.Minute, Algorithm: ceiling.SlidingLog},
+	})
+	defer limiter.Close()
+	perHour := map[string]int64{"free": 2, "pro": 100}
+	jobs := []struct{ account, plan, to string }{
+		{"acme", "free", "+15550001"},
+		{"acme", "free", "+15550002"},
+		{"acme", "free", "+15550003"}, // a third in the hour: over the free plan
+		{"globex", "pro", "+15550001"},
+		{"globex", "pro", "+15550001"},
+		{"globex", "pro", "+15550001"}, // a fourth to one phone in 15 minutes
+	}
+	for _, j := range jobs {
+		d, err := limiter.Decide(context.Background(),
+			ceiling.Input{Rule: "sms:account", Key: j.account, Limit: perHour[j.plan]},
+			ceiling.Input{Rule: "sms:to", Key: j.to},
+		)
+		switch {
+		case err != nil: // the backend is down and a rule fails closed, or a bad input
+			fmt.Println(j.account, j.to, "error:", err)
+		case d.Allowed:
+			fmt.Println(j.account, j.to, "sent")
+		default:
+			fmt.Printf("%s %s deferred by %s for %v\n", j.account, j.to, d.Rejected().Rule.Name, d.RetryAfter.Round(time.Minute))
+		}
+	}
+	// Output:
+	// acme +15550001 sent
+	// acme +15550002 sent
+	// acme +15550003 deferred by sms:account for 1h0m0s
+	// globex +15550001 sent
+	// globex +15550001 sent
+	// globex +15550001 deferred by sms:to for 15m0s
+}
