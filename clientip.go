@@ -3,10 +3,12 @@ package ceiling
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 )
 
 // ClientIP returns a [KeyFunc] that keys requests by the client's IP address.
@@ -18,9 +20,22 @@ import (
 // client cannot choose, and the right key when clients connect directly.
 //
 // Behind reverse proxies the peer is the proxy, and all clients would share
-// its budget. Name the proxies you run with exactly one of
-// [TrustXForwardedFor], [TrustForwarded] or [TrustXRealIP]: the header that
-// your proxies write, and the address ranges they connect from. Then:
+// its budget. Say how to find the client with exactly one of:
+//
+//   - [TrustXForwardedFor], [TrustForwarded], [TrustXRealIP] or
+//     [TrustHeader]: the header your proxies write, and the address ranges
+//     they connect from. This is the safest form: a request that did not
+//     come through your proxies cannot choose its key.
+//   - [TrustXForwardedForHops] or [TrustForwardedHops]: how many proxies
+//     every request passes, for platforms whose proxy addresses are not
+//     published. Safe only when the service cannot be reached except
+//     through all of them.
+//   - [TrustHeaderFromAnywhere]: a single-address header that the platform
+//     in front (a CDN) sets on every request, read whoever the peer is.
+//     Safe only when the platform removes the header from what clients
+//     send, and the service cannot be reached except through it.
+//
+// With ranges:
 //
 //   - A request whose peer is not a trusted proxy is keyed by the peer, and
 //     its headers are ignored: a client that reaches the server directly
@@ -46,6 +61,17 @@ import (
 // Trust only the header your proxies write: a header they pass through
 // untouched is written by the client. A proxy that appends to
 // X-Forwarded-For does not protect a Forwarded header, and vice versa.
+//
+// # A proxy nobody trusts
+//
+// When a request from a private or loopback address (a load balancer in
+// your network, a proxy on the same host) carries X-Forwarded-For or
+// Forwarded (or the header the key reads) and the key does not trust that
+// peer, every client behind it shares one budget: the proxy's. The first
+// time a ClientIP key sees this, it logs a warning naming the peer and the
+// fix (once per process, to the logger of the first [Limiter] created), and
+// every limiter's [Limiter.Health] carries it in its warnings. Requests from
+// public addresses never raise it, since any client can send the headers.
 //
 // # Grouping
 //
@@ -111,10 +137,87 @@ func TrustForwarded(proxies ...string) IPOption {
 
 // TrustXRealIP makes [ClientIP] read X-Real-IP when the peer is one of the
 // trusted proxies. Use it only with a proxy that overwrites the header on
-// every request (nginx's proxy_set_header X-Real-IP $remote_addr).
+// every request (nginx's proxy_set_header X-Real-IP $remote_addr). It is
+// TrustHeader("X-Real-IP", proxies...).
 func TrustXRealIP(proxies ...string) IPOption {
-	return trust(fromXRealIP, "TrustXRealIP", proxies)
+	return TrustHeader("X-Real-IP", proxies...)
 }
+
+// TrustHeader makes [ClientIP] read a header holding the one client address
+// (CF-Connecting-IP, Fly-Client-IP, True-Client-IP, X-Real-IP...) when the
+// peer is one of the trusted proxies, given as for [TrustXForwardedFor]. If
+// the header appears on several lines the last one counts; a missing or
+// malformed value keys the request by its peer.
+func TrustHeader(name string, proxies ...string) IPOption {
+	return func(c *clientIP) error {
+		if err := c.setHeader(name, "TrustHeader"); err != nil {
+			return err
+		}
+		return trust(fromNamed, "TrustHeader", proxies)(c)
+	}
+}
+
+// TrustHeaderFromAnywhere makes [ClientIP] read a single-address header
+// whoever the peer is, for platforms whose proxy addresses are not
+// published or change (a CDN, a PaaS router). It is safe only when the
+// platform sets the header on every request, removes any copy the client
+// sent, and is the only way to reach the service: otherwise a client
+// writes its own key. Prefer [TrustHeader] with the platform's ranges where
+// they are published (Cloudflare's are).
+func TrustHeaderFromAnywhere(name string) IPOption {
+	return func(c *clientIP) error {
+		if err := c.setHeader(name, "TrustHeaderFromAnywhere"); err != nil {
+			return err
+		}
+		if err := c.claim(fromNamed, "TrustHeaderFromAnywhere", false); err != nil {
+			return err
+		}
+		c.anywhere = true
+		return nil
+	}
+}
+
+// TrustXForwardedForHops makes [ClientIP] take the client from
+// X-Forwarded-For by counting proxies instead of knowing their addresses:
+// every request passes exactly n proxies, each appending the address it
+// received the request from, so the client is the n-th entry from the right
+// (the right-most for one proxy). Entries left of it were written by the
+// client and are never read. A request with fewer entries reached the
+// service through fewer proxies and is keyed by its left-most entry (the
+// peer when there is none); an n-th entry that is not an address (an
+// obfuscated or garbage value) falls back to the nearest address to its
+// right, the peer at worst: a shared budget, never the client's text.
+//
+// It is express's "trust proxy = n" and the right choice on platforms that
+// publish the number of hops but not their addresses. It trusts the peer
+// whoever it is, so use it only when the service cannot be reached except
+// through the n proxies: a client that reaches it through fewer picks its
+// own key.
+func TrustXForwardedForHops(n int) IPOption {
+	return trustHops(fromXFF, "TrustXForwardedForHops", n)
+}
+
+// TrustForwardedHops is [TrustXForwardedForHops] for the RFC 7239 Forwarded
+// header: the client is the for= of the n-th element from the right.
+func TrustForwardedHops(n int) IPOption {
+	return trustHops(fromForwarded, "TrustForwardedHops", n)
+}
+
+func trustHops(h proxyHeader, name string, n int) IPOption {
+	return func(c *clientIP) error {
+		if n < 1 || n > maxHops {
+			return fmt.Errorf("ceiling: %s(%d): want 1 to %d proxies", name, n, maxHops)
+		}
+		if err := c.claim(h, name, false); err != nil {
+			return err
+		}
+		c.hops = n
+		return nil
+	}
+}
+
+// maxHops bounds TrustXForwardedForHops: no real chain of proxies is longer.
+const maxHops = 32
 
 // PrivateRanges returns the loopback and private address ranges (RFC 1918,
 // RFC 4193), for [TrustXForwardedFor] and friends when the proxies run on the
@@ -143,15 +246,57 @@ const (
 	fromPeer proxyHeader = iota
 	fromXFF
 	fromForwarded
-	fromXRealIP
+	fromNamed // a single-address header: X-Real-IP, CF-Connecting-IP...
 )
 
-var proxyHeaderNames = [...]string{"", "X-Forwarded-For", "Forwarded", "X-Real-Ip"}
-
 type clientIP struct {
-	header  proxyHeader
-	trusted []netip.Prefix
-	v6bits  int
+	header   proxyHeader
+	name     string // the canonical header name for fromNamed
+	trusted  []netip.Prefix
+	hops     int  // > 0: trust by counting this many proxies
+	anywhere bool // fromNamed read whoever the peer is
+	v6bits   int
+	how      string // the option that set header, for error messages
+	ranges   bool   // header is trusted from the ranges in trusted
+}
+
+// headerName is the canonical name of the header c reads.
+func (c *clientIP) headerName() string {
+	switch c.header {
+	case fromXFF:
+		return "X-Forwarded-For"
+	case fromForwarded:
+		return "Forwarded"
+	}
+	return c.name
+}
+
+// claim records that the option how decides where the client comes from.
+// Only the address-range options may be repeated (for the same header, each
+// call adding ranges); any other second option is refused.
+func (c *clientIP) claim(h proxyHeader, how string, ranges bool) error {
+	if c.how != "" && !(ranges && c.ranges && c.header == h) {
+		return fmt.Errorf("ceiling: %s: already trusting %s (%s); trust the one header your proxies write, one way", how, c.headerName(), c.how)
+	}
+	c.header, c.how, c.ranges = h, how, ranges
+	return nil
+}
+
+// setHeader checks and records the header a single-address option reads.
+func (c *clientIP) setHeader(name, fn string) error {
+	if name == "" {
+		return fmt.Errorf("ceiling: %s: no header name", fn)
+	}
+	canon := http.CanonicalHeaderKey(name)
+	switch canon {
+	case "X-Forwarded-For", "Forwarded":
+		return fmt.Errorf("ceiling: %s(%q): a list header; use TrustXForwardedFor or TrustForwarded", fn, name)
+	}
+	if c.name != "" && c.name != canon {
+		return fmt.Errorf("ceiling: %s(%q): already trusting %s; trust the one header your proxies write", fn, name, c.name)
+	}
+	c.name = canon
+	return nil
 }
 
 func trust(h proxyHeader, name string, proxies []string) IPOption {
@@ -159,8 +304,8 @@ func trust(h proxyHeader, name string, proxies []string) IPOption {
 		if len(proxies) == 0 {
 			return fmt.Errorf("ceiling: %s: no trusted proxies given", name)
 		}
-		if c.header != fromPeer && c.header != h {
-			return fmt.Errorf("ceiling: %s: already trusting %s; trust the one header your proxies write", name, proxyHeaderNames[c.header])
+		if err := c.claim(h, name, true); err != nil {
+			return err
 		}
 		for _, s := range proxies {
 			p, err := parseTrusted(s)
@@ -169,7 +314,6 @@ func trust(h proxyHeader, name string, proxies []string) IPOption {
 			}
 			c.trusted = append(c.trusted, p)
 		}
-		c.header = h
 		return nil
 	}
 }
@@ -228,6 +372,9 @@ func (c *clientIP) key(r *http.Request) (string, error) {
 		return r.RemoteAddr, nil
 	}
 	a := c.client(r.Header, peer)
+	if a == peer && !untrustedProxy.reported.Load() && (peer.IsPrivate() || peer.IsLoopback()) {
+		c.checkPeer(r.Header, peer)
+	}
 	if a == peer && a.Is4() && !strings.Contains(host, ":") {
 		// netip accepts only canonical dotted quads, so the peer's own text
 		// is the key: no string to build on the common path.
@@ -238,12 +385,17 @@ func (c *clientIP) key(r *http.Request) (string, error) {
 
 // client returns the client's address for a request from peer.
 func (c *clientIP) client(h http.Header, peer netip.Addr) netip.Addr {
-	if c.header == fromPeer || !c.isTrusted(peer) {
+	switch {
+	case c.header == fromPeer:
+		return peer
+	case c.hops > 0:
+		return countHops(h[c.headerName()], c.header == fromForwarded, c.hops, peer)
+	case !c.anywhere && !c.isTrusted(peer):
 		return peer
 	}
 	switch c.header {
-	case fromXRealIP:
-		vs := h["X-Real-Ip"]
+	case fromNamed:
+		vs := h[c.name]
 		if len(vs) == 0 {
 			return peer
 		}
@@ -256,6 +408,101 @@ func (c *clientIP) client(h http.Header, peer netip.Addr) netip.Addr {
 	default:
 		return c.walk(h["Forwarded"], true, peer)
 	}
+}
+
+// countHops returns the n-th entry from the right of a list header (all its
+// lines, in order): the address the first of n proxies received the request
+// from. An unusable n-th entry falls back to the nearest address to its
+// right, and a list shorter than n to its left-most address; the peer when
+// there is none. Entries left of the n-th are never parsed.
+func countHops(lines []string, forwarded bool, n int, peer netip.Addr) netip.Addr {
+	hop, seen := peer, 0
+	for i := len(lines) - 1; i >= 0; i-- {
+		for v := lines[i]; v != ""; {
+			var a netip.Addr
+			var ok bool
+			if forwarded {
+				var e string
+				v, e = cutLastElement(v)
+				a, ok = forwardedFor(e)
+			} else {
+				j := strings.LastIndexByte(v, ',')
+				a, ok = parseHop(v[j+1:])
+				v = v[:max(j, 0)]
+			}
+			if seen++; ok {
+				hop = a
+			}
+			if seen == n {
+				return hop
+			}
+		}
+	}
+	return hop
+}
+
+// untrustedProxy records, once per process, the first request from a
+// private or loopback peer that carried forwarding headers a ClientIP key
+// did not trust: the sign of a proxy left out of the configuration.
+var untrustedProxy struct {
+	reported atomic.Bool
+	warning  atomic.Pointer[string] // for health reports, without the address
+}
+
+// processLogger is where process-wide warnings are logged: the logger of the
+// first Limiter created (nil: slog.Default).
+var processLogger atomic.Pointer[slog.Logger]
+
+// keyWarnings are the process-wide warnings key functions raised, for
+// [Limiter.Health].
+func keyWarnings() []string {
+	if w := untrustedProxy.warning.Load(); w != nil {
+		return []string{*w}
+	}
+	return nil
+}
+
+// checkPeer is called for a request keyed by its private or loopback peer:
+// if the request carries the forwarding header the key would read from a
+// trusted proxy (any forwarding header, when the key trusts none), the peer
+// is a proxy the configuration left out, and every client behind it shares
+// one budget. It says so once per process.
+func (c *clientIP) checkPeer(h http.Header, peer netip.Addr) {
+	var header string
+	switch {
+	case c.hops > 0 || c.anywhere || c.header != fromPeer && c.isTrusted(peer):
+		return // the peer is trusted; it fell back to itself for other reasons
+	case c.header == fromPeer && len(h["X-Forwarded-For"]) > 0:
+		header = "X-Forwarded-For"
+	case c.header == fromPeer && len(h["Forwarded"]) > 0:
+		header = "Forwarded"
+	case c.header == fromPeer:
+		return
+	default:
+		if header = c.headerName(); len(h[header]) == 0 {
+			return
+		}
+	}
+	if !untrustedProxy.reported.CompareAndSwap(false, true) {
+		return
+	}
+	why, fix := "the peer is not among the proxies "+c.how+" trusts", "If it is your load balancer or reverse proxy, add its address range to "+c.how+"."
+	if c.header == fromPeer {
+		opt := "TrustXForwardedFor"
+		if header == "Forwarded" {
+			opt = "TrustForwarded"
+		}
+		why = "the client-address key trusts no proxy"
+		fix = "If it is your load balancer or reverse proxy, key on ceiling.MustClientIP(ceiling." + opt + "(its address range)), or " +
+			opt + "Hops(n) when its addresses are not known; if clients reach the service directly, the header is theirs and rightly ignored."
+	}
+	untrustedProxy.warning.Store(new(fmt.Sprintf("requests from a private-range peer carry %s, but %s, so every client behind it shares one budget. %s", header, why, fix)))
+	logger := processLogger.Load()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.Warn(fmt.Sprintf("ceiling: requests from %s carry %s, but %s, so every client behind it shares one budget. %s (Logged once per process.)", peer, header, why, fix),
+		slog.String("peer", peer.String()), slog.String("header", header))
 }
 
 // walk reads a list header (all its lines, in order) from the right: the

@@ -1,11 +1,15 @@
 package ceiling
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +130,105 @@ func TestClientIPBehindTrustedProxies(t *testing.T) {
 	}
 }
 
+// TestClientIPByHopCount: behind n proxies whose addresses are not known,
+// the client is the n-th entry from the right, whoever the peer is.
+func TestClientIPByHopCount(t *testing.T) {
+	one := MustClientIP(TrustXForwardedForHops(1))
+	two := MustClientIP(TrustXForwardedForHops(2))
+	fwd2 := MustClientIP(TrustForwardedHops(2))
+	for _, tc := range []struct {
+		name string
+		fn   KeyFunc
+		r    *http.Request
+		want string
+	}{
+		{"one proxy: the right-most", one, ipRequest("198.18.0.1:1", "X-Forwarded-For", "6.6.6.6, 198.51.100.1"), "198.51.100.1"},
+		{"one proxy, peer anywhere", one, ipRequest("203.0.113.5:1", "X-Forwarded-For", "198.51.100.1"), "198.51.100.1"},
+		{"two proxies", two, ipRequest("198.18.0.1:1", "X-Forwarded-For", "6.6.6.6, 7.7.7.7, 198.51.100.1, 198.18.0.2"), "198.51.100.1"},
+		{"two proxies, lines concatenate", two, ipRequest("198.18.0.1:1", "X-Forwarded-For", "6.6.6.6, 198.51.100.1", "X-Forwarded-For", "198.18.0.2"), "198.51.100.1"},
+		{"two proxies, with ports and IPv6", two, ipRequest("198.18.0.1:1", "X-Forwarded-For", "[2001:db8:1:2::9]:443, 198.18.0.2:80"), "2001:db8:1:2::/64"},
+		{"fewer entries than proxies: the left-most", two, ipRequest("198.18.0.1:1", "X-Forwarded-For", "198.51.100.1"), "198.51.100.1"},
+		{"no header: the peer", two, ipRequest("198.18.0.1:1"), "198.18.0.1"},
+		{"garbage at the client's place: the hop to its right", two, ipRequest("198.18.0.1:1", "X-Forwarded-For", "6.6.6.6, unknown, 198.18.0.2"), "198.18.0.2"},
+		{"garbage everywhere: the peer", one, ipRequest("198.18.0.1:1", "X-Forwarded-For", "198.51.100.1, <script>"), "198.18.0.1"},
+		{"client garbage left of the count: never read", one, ipRequest("198.18.0.1:1", "X-Forwarded-For", `"<x>, 198.51.100.1`), "198.51.100.1"},
+		{"Forwarded ignored by an XFF count", one, ipRequest("198.18.0.1:1", "Forwarded", "for=198.51.100.1"), "198.18.0.1"},
+
+		{"Forwarded: two proxies", fwd2, ipRequest("198.18.0.1:1", "Forwarded", `for=6.6.6.6, for="198.51.100.1:4711";proto=https, for=198.18.0.2`), "198.51.100.1"},
+		{"Forwarded: client's open quote cannot move the count", fwd2, ipRequest("198.18.0.1:1", "Forwarded", `for="6.6.6.6, for=198.51.100.1, for=198.18.0.2`), "198.51.100.1"},
+		{"Forwarded: obfuscated client: the hop to its right", fwd2, ipRequest("198.18.0.1:1", "Forwarded", "for=_hidden, for=198.18.0.2"), "198.18.0.2"},
+	} {
+		if got := mustKey(t, tc.fn, tc.r); got != tc.want {
+			t.Errorf("%s: key %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestClientIPFromANamedHeader: a single-address header (CDNs and platforms)
+// read from trusted ranges only, or from anywhere when asked explicitly.
+func TestClientIPFromANamedHeader(t *testing.T) {
+	cf := MustClientIP(TrustHeader("cf-connecting-ip", "173.245.48.0/20", "2400:cb00::/32"))
+	fly := MustClientIP(TrustHeaderFromAnywhere("Fly-Client-IP"))
+	for _, tc := range []struct {
+		name string
+		fn   KeyFunc
+		r    *http.Request
+		want string
+	}{
+		{"from the CDN's range", cf, ipRequest("173.245.48.7:1", "CF-Connecting-IP", "198.51.100.1"), "198.51.100.1"},
+		{"from the CDN's IPv6 range", cf, ipRequest("[2400:cb00::7]:1", "CF-Connecting-IP", "2001:db8:1:2::9"), "2001:db8:1:2::/64"},
+		{"a client sending it directly: ignored", cf, ipRequest("203.0.113.9:1", "CF-Connecting-IP", "198.51.100.1"), "203.0.113.9"},
+		{"missing: the peer", cf, ipRequest("173.245.48.7:1"), "173.245.48.7"},
+		{"a list is not one address: the peer", cf, ipRequest("173.245.48.7:1", "CF-Connecting-IP", "6.6.6.6, 198.51.100.1"), "173.245.48.7"},
+		{"other headers ignored", cf, ipRequest("173.245.48.7:1", "X-Forwarded-For", "198.51.100.1", "X-Real-IP", "198.51.100.2"), "173.245.48.7"},
+		{"from anywhere", fly, ipRequest("203.0.113.9:1", "Fly-Client-IP", "198.51.100.1"), "198.51.100.1"},
+		{"from anywhere, the last line wins", fly, ipRequest("203.0.113.9:1", "Fly-Client-IP", "6.6.6.6", "Fly-Client-IP", "198.51.100.1"), "198.51.100.1"},
+		{"from anywhere, malformed: the peer", fly, ipRequest("203.0.113.9:1", "Fly-Client-IP", "nope"), "203.0.113.9"},
+		{"from anywhere, missing: the peer", fly, ipRequest("203.0.113.9:1", "True-Client-IP", "198.51.100.1"), "203.0.113.9"},
+	} {
+		if got := mustKey(t, tc.fn, tc.r); got != tc.want {
+			t.Errorf("%s: key %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestIPv6RotationInsideTheConfiguredPrefixBuysNothing pins issue 14's sixth
+// finding: with the prefix an ISP assigns (/56, /48), every address of it,
+// in any of its /64s, spends one budget; the next prefix has its own.
+func TestIPv6RotationInsideTheConfiguredPrefixBuysNothing(t *testing.T) {
+	for _, tc := range []struct {
+		bits        int
+		inside      func(i int) string // an address in 2001:db8:aa00::/bits
+		nextPrefix  string
+		defaultKeys int // distinct budgets the default /64 would have given
+	}{
+		{56, func(i int) string { return fmt.Sprintf("2001:db8:aa00:%x:%x::%x", i%256, rand.Uint32()&0xffff, i) }, "2001:db8:aa00:100::1", 22},
+		{48, func(i int) string {
+			return fmt.Sprintf("2001:db8:aa00:%x::%x", rand.Uint32()&0xffff|uint32(i)<<8&0xff00, i)
+		}, "2001:db8:aa01::1", 22},
+	} {
+		key := MustClientIP(IPv6Prefix(tc.bits))
+		h := MustNew([]Rule{{Name: "ip", Key: key, Limit: 3, Period: time.Hour}}, WithBackend(&quota{})).Handler(okHandler)
+		var reqs []*http.Request
+		seen64 := map[string]bool{}
+		for i := range 22 {
+			a := tc.inside(i + 1)
+			seen64[mustKey(t, RemoteAddr, ipRequest("["+a+"]:1"))] = true
+			reqs = append(reqs, ipRequest("["+a+"]:1"))
+		}
+		got := statuses(t, h, reqs...)
+		if want := append([]int{200, 200, 200}, slices.Repeat([]int{429}, 19)...); !slices.Equal(got, want) {
+			t.Errorf("/%d: 22 addresses in one prefix: %v, want 3 admitted", tc.bits, got)
+		}
+		if len(seen64) < tc.defaultKeys {
+			t.Errorf("/%d: the addresses span %d /64s, want %d (else the test shows nothing)", tc.bits, len(seen64), tc.defaultKeys)
+		}
+		if got := statuses(t, h, ipRequest("["+tc.nextPrefix+"]:1")); got[0] != 200 {
+			t.Errorf("/%d: the next prefix %s: %d, want 200 (a budget of its own)", tc.bits, tc.nextPrefix, got[0])
+		}
+	}
+}
+
 // TestRandomXForwardedForBuysNoQuota is the spoofing regression: a client that
 // sends a fresh X-Forwarded-For on every request stays on one budget, whether
 // it connects directly or behind one or two trusted proxies.
@@ -141,6 +244,9 @@ func TestRandomXForwardedForBuysNoQuota(t *testing.T) {
 		{"one proxy", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), "10.0.0.1:1", ", 203.0.113.9"},
 		{"two proxies", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), "10.0.0.1:1", ", 203.0.113.9, 10.0.0.2"},
 		{"two proxies, Forwarded", MustClientIP(TrustForwarded("10.0.0.0/8")), "10.0.0.1:1", ", for=203.0.113.9, for=10.0.0.2"},
+		{"one hop", MustClientIP(TrustXForwardedForHops(1)), "198.18.0.1:1", ", 203.0.113.9"},
+		{"two hops", MustClientIP(TrustXForwardedForHops(2)), "198.18.0.1:1", ", 203.0.113.9, 198.18.0.2"},
+		{"two hops, Forwarded", MustClientIP(TrustForwardedHops(2)), "198.18.0.1:1", ", for=203.0.113.9, for=198.18.0.2"},
 	} {
 		be := &quota{}
 		h := MustNew([]Rule{{Name: "ip", Key: tc.fn, Limit: 3, Period: time.Minute}}, WithBackend(be)).Handler(okHandler)
@@ -175,6 +281,16 @@ func TestClientIPConfigErrors(t *testing.T) {
 		{[]IPOption{TrustXForwardedFor("0.0.0.0/0")}, "trusts every address"},
 		{[]IPOption{TrustXForwardedFor("::ffff:0.0.0.0/96")}, "trusts every address"},
 		{[]IPOption{IPv6Prefix(0)}, "IPv6Prefix(0)"},
+		{[]IPOption{TrustXForwardedForHops(0)}, "TrustXForwardedForHops(0)"},
+		{[]IPOption{TrustForwardedHops(33)}, "TrustForwardedHops(33)"},
+		{[]IPOption{TrustXForwardedForHops(1), TrustXForwardedFor("10.0.0.1")}, "already trusting X-Forwarded-For (TrustXForwardedForHops)"},
+		{[]IPOption{TrustXForwardedFor("10.0.0.1"), TrustXForwardedForHops(1)}, "already trusting X-Forwarded-For (TrustXForwardedFor)"},
+		{[]IPOption{TrustHeader("CF-Connecting-IP", "10.0.0.1"), TrustHeader("True-Client-IP", "10.0.0.1")}, "already trusting Cf-Connecting-Ip"},
+		{[]IPOption{TrustHeader("CF-Connecting-IP", "10.0.0.1"), TrustHeaderFromAnywhere("CF-Connecting-IP")}, "already trusting Cf-Connecting-Ip (TrustHeader)"},
+		{[]IPOption{TrustHeader("")}, "no header name"},
+		{[]IPOption{TrustHeader("X-Real-IP")}, "no trusted proxies"},
+		{[]IPOption{TrustHeaderFromAnywhere("x-forwarded-for")}, "a list header"},
+		{[]IPOption{TrustHeader("CF-Connecting-IP", "0.0.0.0/0")}, "trusts every address"},
 		{[]IPOption{nil}, "nil option"},
 	} {
 		_, err := ClientIP(tc.opts...)
@@ -217,5 +333,74 @@ func BenchmarkClientIP(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// resetUntrustedProxy forgets the process-wide report, sends the next one's
+// log line to logs, and restores the process's state when the test ends.
+func resetUntrustedProxy(t *testing.T, logs *bytes.Buffer) {
+	t.Helper()
+	saved := processLogger.Load()
+	clear := func() {
+		untrustedProxy.reported.Store(false)
+		untrustedProxy.warning.Store(nil)
+	}
+	clear()
+	processLogger.Store(slog.New(slog.NewTextHandler(logs, nil)))
+	t.Cleanup(func() {
+		clear()
+		processLogger.Store(saved)
+	})
+}
+
+// TestUntrustedProxyIsReported pins issue 17's misconfiguration check: a
+// private-range peer sending X-Forwarded-For to a key that does not trust it
+// is logged once per process with the fix, and shown in every limiter's
+// health warnings; public peers, trusted proxies and requests without the
+// header raise nothing.
+func TestUntrustedProxyIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		key  KeyFunc
+		r    *http.Request
+		fix  string // "" when nothing must be reported
+	}{
+		{"RemoteAddr behind a load balancer", RemoteAddr, ipRequest("10.0.3.7:1", "X-Forwarded-For", "198.51.100.1"), "TrustXForwardedFor(its address range)"},
+		{"RemoteAddr behind a local proxy, Forwarded", RemoteAddr, ipRequest("[::1]:1", "Forwarded", "for=198.51.100.1"), "TrustForwarded(its address range)"},
+		{"a load balancer outside the trusted range", MustClientIP(TrustXForwardedFor("10.0.0.0/16")), ipRequest("10.1.0.1:1", "X-Forwarded-For", "198.51.100.1"), "add its address range to TrustXForwardedFor"},
+		{"a CDN header from an untrusted private peer", MustClientIP(TrustHeader("CF-Connecting-IP", "173.245.48.0/20")), ipRequest("192.168.1.9:1", "CF-Connecting-IP", "198.51.100.1"), "add its address range to TrustHeader"},
+
+		{"a public client forging the header", RemoteAddr, ipRequest("203.0.113.9:1", "X-Forwarded-For", "198.51.100.1"), ""},
+		{"a private peer without the header", RemoteAddr, ipRequest("10.0.3.7:1"), ""},
+		{"a trusted proxy", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), ipRequest("10.0.3.7:1", "X-Forwarded-For", "198.51.100.1"), ""},
+		{"a trusted proxy with a garbage entry", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), ipRequest("10.0.3.7:1", "X-Forwarded-For", "nope"), ""},
+		{"another header than the one trusted", MustClientIP(TrustXForwardedFor("10.0.0.0/16")), ipRequest("10.1.0.1:1", "Forwarded", "for=198.51.100.1"), ""},
+		{"hop count", MustClientIP(TrustXForwardedForHops(1)), ipRequest("10.0.3.7:1", "X-Forwarded-For", "garbage"), ""},
+	} {
+		var logs bytes.Buffer
+		resetUntrustedProxy(t, &logs)
+		l := MustNew([]Rule{{Name: "ip", Key: tc.key, Limit: 100, Period: time.Minute}}, WithLogger(slog.New(slog.DiscardHandler)))
+		other := MustNew([]Rule{{Name: "other", Key: Static("x"), Limit: 1, Period: time.Minute}})
+		h := l.Handler(okHandler)
+		for range 3 {
+			serve(t, h, tc.r.Clone(tc.r.Context()))
+		}
+		got := strings.Count(logs.String(), "level=WARN")
+		warnings := slices.Concat(l.Health().Warnings, other.Health().Warnings)
+		if tc.fix == "" {
+			if got != 0 || len(warnings) != 0 {
+				t.Errorf("%s: %d warnings logged, health %q; want none:\n%s", tc.name, got, warnings, logs.String())
+			}
+		} else {
+			peer, _, _ := net.SplitHostPort(tc.r.RemoteAddr)
+			if log := logs.String(); got != 1 || !strings.Contains(log, tc.fix) || !strings.Contains(log, "requests from "+peer) {
+				t.Errorf("%s: %d warnings logged, want 1 naming %s and the fix %q:\n%s", tc.name, got, peer, tc.fix, log)
+			}
+			if len(warnings) != 2 || warnings[0] != warnings[1] || !strings.Contains(warnings[0], tc.fix) || strings.Contains(warnings[0], peer) {
+				t.Errorf("%s: health warnings %q, want the fix on both limiters, without the peer's address", tc.name, warnings)
+			}
+		}
+		l.Close()
+		other.Close()
 	}
 }

@@ -39,6 +39,61 @@ func ExampleClientIP() {
 	// 2001:db8:a:b::/64
 }
 
+// On a platform whose proxy addresses are not published, count the proxies
+// instead: behind one, the client is the right-most X-Forwarded-For entry,
+// whatever the client wrote to its left.
+func ExampleTrustXForwardedForHops() {
+	key := ceiling.MustClientIP(ceiling.TrustXForwardedForHops(1))
+
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "100.64.3.2:40000"                       // the platform's router
+	r.Header.Set("X-Forwarded-For", "6.6.6.6, 203.0.113.9") // "6.6.6.6" is the client's own invention
+	k, _ := key(r)
+	fmt.Println(k)
+	// Output: 203.0.113.9
+}
+
+// Cloudflare sends the client's address in CF-Connecting-IP: believe it only
+// from Cloudflare's published ranges (two of them here). A client that
+// reaches the origin directly is its connection's address.
+func ExampleTrustHeader() {
+	key := ceiling.MustClientIP(ceiling.TrustHeader("CF-Connecting-IP", "173.245.48.0/20", "2400:cb00::/32"))
+
+	viaCDN := httptest.NewRequest("GET", "/", nil)
+	viaCDN.RemoteAddr = "173.245.48.7:40000"
+	viaCDN.Header.Set("CF-Connecting-IP", "203.0.113.9")
+	direct := httptest.NewRequest("GET", "/", nil)
+	direct.RemoteAddr = "198.51.100.20:40000"
+	direct.Header.Set("CF-Connecting-IP", "1.2.3.4")
+	for _, r := range []*http.Request{viaCDN, direct} {
+		k, _ := key(r)
+		fmt.Println(k)
+	}
+	// Output:
+	// 203.0.113.9
+	// 198.51.100.20
+}
+
+// A platform that sets Fly-Client-IP on every request and drops the
+// client's own copy can be believed from any peer; without the header the
+// key is the peer.
+func ExampleTrustHeaderFromAnywhere() {
+	key := ceiling.MustClientIP(ceiling.TrustHeaderFromAnywhere("Fly-Client-IP"))
+
+	viaEdge := httptest.NewRequest("GET", "/", nil)
+	viaEdge.RemoteAddr = "[fdaa:0:1::3]:40000"
+	viaEdge.Header.Set("Fly-Client-IP", "203.0.113.9")
+	internal := httptest.NewRequest("GET", "/", nil)
+	internal.RemoteAddr = "[fdaa:0:1::4]:40000"
+	for _, r := range []*http.Request{viaEdge, internal} {
+		k, _ := key(r)
+		fmt.Println(k)
+	}
+	// Output:
+	// 203.0.113.9
+	// fdaa:0:1::/64
+}
+
 // A client that sends a fresh X-Forwarded-For with every request does not
 // get a fresh budget.
 func ExampleClientIP_spoofedHeader() {

@@ -97,6 +97,7 @@ func (l *Limiter) Health() Health {
 	if l.fo.warning != "" {
 		h.Warnings = []string{l.fo.warning}
 	}
+	h.Warnings = append(h.Warnings, keyWarnings()...)
 	if b := l.fo.breaker; b != nil {
 		h.Backend = "remote"
 		s := b.status()

@@ -154,6 +154,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 		l.remote = true
 	}
 	l.digest = newDigester(l.cfg.secret)
+	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
 	l.policy = policyHeader(l.rules)
 	l.extras = l.hasExtras()
 	n := len(l.rules)

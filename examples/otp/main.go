@@ -14,7 +14,8 @@
 //
 // Environment: ADDR, REDIS_URL (redis://host:6379/0; without it limits are
 // per process, and the service says so loudly), TRUSTED_PROXIES
-// (comma-separated CIDRs of your reverse proxies), OTP_JWT_SECRET (the
+// (comma-separated CIDRs of your reverse proxies), IPV6_PREFIX (how many
+// leading bits of an IPv6 address are one client; default 64), OTP_JWT_SECRET (the
 // HS256 secret of user tokens; a development default otherwise), KEY_SECRET
 // (HMAC secret of the stored keys, so that Redis holds no recoverable phone
 // numbers), LIMITER_TIMEOUT (how long a decision may wait for Redis before

@@ -42,12 +42,17 @@ type Config struct {
 	// means not said). With the memory backend and more than one, the
 	// health report carries the warning that each enforces its own limits.
 	Instances int
+	// IPv6Prefix is how many leading bits of an IPv6 client address are one
+	// client (IPV6_PREFIX; 0 means ceiling's default, 64). ISPs assign a /56
+	// or a /48 to one subscriber, who can otherwise rotate through its /64s.
+	IPv6Prefix int
 	// RedisPrefix starts every key the service stores in Redis, so that
 	// several services (or tests) share one server; empty means the prefix
 	// the service passes to [Config.Backend].
 	RedisPrefix string
 
 	instancesErr error // a bad INSTANCES, reported by Backend
+	prefixErr    error // a bad IPV6_PREFIX, reported by ClientIP
 }
 
 // Register adds -addr to fs and reads the rest of Config from getenv
@@ -64,6 +69,13 @@ func Register(fs *flag.FlagSet, getenv func(string) string) *Config {
 		}
 		c.Instances = n
 	}
+	if v := getenv("IPV6_PREFIX"); v != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(v, "/"))
+		if err != nil || n < 1 || n > 128 {
+			c.prefixErr = fmt.Errorf("IPV6_PREFIX=%q: want a prefix length from 1 to 128, such as 56", v)
+		}
+		c.IPv6Prefix = n
+	}
 	addr := getenv("ADDR")
 	if addr == "" {
 		addr = DefaultAddr
@@ -79,12 +91,20 @@ func Register(fs *flag.FlagSet, getenv func(string) string) *Config {
 
 // ClientIP returns the key function for the client's address: the peer
 // address, or with trusted proxies the right-most X-Forwarded-For entry that
-// is not one of them (see [ceiling.ClientIP]).
+// is not one of them (see [ceiling.ClientIP]); IPv6 addresses are grouped by
+// IPv6Prefix.
 func (c *Config) ClientIP() (ceiling.KeyFunc, error) {
-	if len(c.TrustedProxies) == 0 {
-		return ceiling.ClientIP()
+	if c.prefixErr != nil {
+		return nil, c.prefixErr
 	}
-	k, err := ceiling.ClientIP(ceiling.TrustXForwardedFor(c.TrustedProxies...))
+	var opts []ceiling.IPOption
+	if c.IPv6Prefix != 0 {
+		opts = append(opts, ceiling.IPv6Prefix(c.IPv6Prefix))
+	}
+	if len(c.TrustedProxies) == 0 {
+		return ceiling.ClientIP(opts...)
+	}
+	k, err := ceiling.ClientIP(append(opts, ceiling.TrustXForwardedFor(c.TrustedProxies...))...)
 	if err != nil {
 		return nil, fmt.Errorf("TRUSTED_PROXIES=%q: %w", strings.Join(c.TrustedProxies, ","), err)
 	}

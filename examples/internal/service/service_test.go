@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -43,6 +44,35 @@ func TestRegister(t *testing.T) {
 				t.Errorf("got addr %q, proxies %q, redis %q; want %q, %q, %q", c.Addr, c.TrustedProxies, c.RedisURL, tc.addr, tc.proxies, tc.redisURL)
 			}
 		})
+	}
+}
+
+// IPV6_PREFIX groups IPv6 clients as the ISP assigns them: every address of
+// one /48 is one key.
+func TestIPv6Prefix(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	key, err := Register(fs, env(map[string]string{"IPV6_PREFIX": "/48"})).ClientIP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/", nil)
+	keys := map[string]bool{}
+	for _, a := range []string{"[2001:db8:aa00:1::1]:1", "[2001:db8:aa00:ff00::2]:1", "[2001:db8:aa00:1234:5::3]:1"} {
+		r.RemoteAddr = a
+		k, err := key(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[k] = true
+	}
+	if len(keys) != 1 || !keys["2001:db8:aa00::/48"] {
+		t.Errorf("keys %v, want one: 2001:db8:aa00::/48", keys)
+	}
+	for _, v := range []string{"0", "129", "wide"} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		if _, err := Register(fs, env(map[string]string{"IPV6_PREFIX": v})).ClientIP(); err == nil || !strings.Contains(err.Error(), "IPV6_PREFIX") {
+			t.Errorf("IPV6_PREFIX=%s: err %v, want one naming IPV6_PREFIX", v, err)
+		}
 	}
 }
 
