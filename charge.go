@@ -161,7 +161,7 @@ func (x *extras) settle(ctx context.Context) {
 	var reqs []backend.Request
 	var names []string
 	for _, rv := range res {
-		delta := min(rv.actual-rv.req.Cost, rv.rule.capacity())
+		delta := min(rv.actual-rv.req.Cost, capacityOf(rv.req)) // the request's limit, which Limits may have set
 		if delta == 0 {
 			continue
 		}

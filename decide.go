@@ -29,7 +29,7 @@ type Input struct {
 	// rule's Period and Algorithm always apply, and the key's state is the
 	// same whatever limit a call brings, so callers of one key should agree
 	// on its limit. Values outside what [backend.Request.Validate] allows
-	// are an error for this call.
+	// are a [*LimitError] for this call.
 	Limit, Burst int64
 }
 
@@ -138,7 +138,7 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 		}
 		req.Key = rule.Name // Validate names the key; the digest is not needed to judge
 		if err := req.Validate(); err != nil {
-			return fmt.Errorf("ceiling: rule %q: limit for this call: %w", rule.Name, err)
+			return &LimitError{Rule: rule.Name, Limit: limit, Burst: burst, Err: err}
 		}
 	}
 	req.Key = l.storedKey(st, rule.Name, v)

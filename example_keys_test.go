@@ -158,7 +158,7 @@ func ExampleBodyField() {
 	// Output:
 	// 200 sent (26 body bytes)
 	// 200 sent (22 body bytes)
-	// 429 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for otp:to; retry in 900 s","violated-policies":["otp:to"],"retry-after":900}
+	// 429 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for otp:to (2 per 900 s); retry in 900 s","violated-policies":["otp:to"],"retry-after":900}
 	// 400 {"type":"about:blank","title":"Bad Request","status":400,"detail":"ceiling: rule \"otp:to\": not a phone number: only digits, spaces and +-.() allowed"}
 }
 

@@ -34,7 +34,7 @@ func ExampleLimiter_Handler() {
 	// 200 "api";r=1;t=60 retry-after=""
 	// 200 "api";r=0;t=60 retry-after=""
 	// 429 "api";r=0;t=60 retry-after="60"
-	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api; retry in 60 s","violated-policies":["api"],"retry-after":60}
+	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (2 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
 }
 
 func w429Body(h http.Handler) string {

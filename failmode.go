@@ -87,6 +87,7 @@ type failover struct {
 	scratch   sync.Pool // *localScratch
 	errLog    sampler   // isolated backend errors while healthy
 	shadow    []sampler // per rule: "would have rejected" log lines
+	limitLog  []sampler // per rule: requests refused for want of a limit (limits.go)
 	counts    []ruleCounts
 	warning   string // configuration weaker than it reads (health warning)
 	closers   []io.Closer
@@ -115,6 +116,7 @@ type localScratch struct {
 func (l *Limiter) initFailover() error {
 	f := &failover{
 		shadow:         make([]sampler, len(l.rules)),
+		limitLog:       make([]sampler, len(l.rules)),
 		counts:         make([]ruleCounts, len(l.rules)),
 		emptyKeyLogged: make([]atomic.Bool, len(l.rules)),
 	}
@@ -129,6 +131,7 @@ func (l *Limiter) initFailover() error {
 	f.errLog.every = time.Minute
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
+		f.limitLog[i].every = limitLogEvery
 	}
 	if l.remote {
 		f.breaker = newBreaker(l.cfg.breaker, now, l.emitDegraded)

@@ -130,6 +130,15 @@ func mostConstrained(d *Decision) *RuleResult {
 	return best
 }
 
+// periodText says a rule's period for people: "900 s", or Go's notation
+// when it is not whole seconds ("1.5s").
+func periodText(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + " s"
+	}
+	return d.String()
+}
+
 // seconds formats d as delta-seconds, rounded up so that a client that waits
 // that long is admitted.
 func seconds(d time.Duration) string {
@@ -185,12 +194,16 @@ func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
 		Title:  "Too Many Requests",
 		Status: http.StatusTooManyRequests,
 	}
+	var quotas []string
 	for i := range d.Results {
 		if rr := &d.Results[i]; !rr.Allowed && !rr.Rule.Shadow {
 			p.ViolatedPolicies = append(p.ViolatedPolicies, rr.Rule.Name)
+			// The limit that applied to this request, which a rule's
+			// Limits may have chosen.
+			quotas = append(quotas, fmt.Sprintf("%s (%d per %s)", rr.Rule.Name, rr.Limit, periodText(rr.Rule.Period)))
 		}
 	}
-	p.Detail = "quota exceeded for " + strings.Join(p.ViolatedPolicies, ", ")
+	p.Detail = "quota exceeded for " + strings.Join(quotas, ", ")
 	if d.RetryAfter == backend.Never {
 		p.Detail += "; this request costs more than the quota can ever admit"
 	} else if d.RetryAfter > 0 {

@@ -45,7 +45,8 @@ type Rule struct {
 	// without one. A rule decided only with [Limiter.Decide], whose callers
 	// pass the key value themselves, leaves it nil.
 	Key KeyFunc
-	// Limit is the number of units admitted per Period. Required.
+	// Limit is the number of units admitted per Period. Required: it is the
+	// limit of every request when Limits is nil, and the default otherwise.
 	Limit int64
 	// Period is the window, at least 1ms. Required.
 	Period time.Duration
@@ -61,6 +62,19 @@ type Rule struct {
 	// the work: the request is admitted while any budget is left. Its errors
 	// are treated like the Key's. Set Cost or Estimate, not both.
 	Estimate func(r *http.Request) (int64, error)
+	// Limits, when set, gives the limit and burst that apply to r: a limit
+	// per plan or per tenant, read from a verified claim or a lookup. It is
+	// called after Key, only for requests the rule applies to, and the
+	// request is still decided in one backend call, all or nothing. A zero
+	// limit or burst means the rule's own; [ErrNoKey] leaves the rule out
+	// (an unlimited plan). Any other error, or a value that Limit and Burst
+	// could not hold, is the server's fault, not the client's: the request
+	// is answered 500 and the error is logged (see [LimitError]). The
+	// headers and the problem body show the limit that applied. Period and
+	// Algorithm are the rule's; callers of one key should agree on its
+	// limit, since they share its state. [Limiter.Decide] ignores it: its
+	// callers pass [Input.Limit].
+	Limits func(r *http.Request) (limit, burst int64, err error)
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
 	// Shadow evaluates and reports the rule but never rejects with it, so a
@@ -98,10 +112,16 @@ func (r *Rule) validate() error {
 
 // capacity is the most units one request can ever take under the rule.
 func (r *Rule) capacity() int64 {
-	if r.Algorithm == GCRA && r.Burst > 0 {
-		return r.Burst
+	return capacityOf(backend.Request{Algorithm: r.Algorithm, Limit: r.Limit, Burst: r.Burst})
+}
+
+// capacityOf is the most units one request can ever take under req's
+// limit.
+func capacityOf(req backend.Request) int64 {
+	if req.Algorithm == GCRA && req.Burst > 0 {
+		return req.Burst
 	}
-	return r.Limit
+	return req.Limit
 }
 
 // A Limiter decides requests against its rules. Create one with [New]; it is
@@ -114,6 +134,7 @@ type Limiter struct {
 	cfg     config
 	digest  digester
 	policy  []string // precomputed RateLimit-Policy value
+	dynamic bool     // a rule has Limits: RateLimit-Policy is per request
 	states  sync.Pool
 	extras  bool      // prefetches or estimates: requests carry an extras
 	rawKeys bool      // the backend keeps only its own hashes: skip the digest
@@ -156,6 +177,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	l.digest = newDigester(l.cfg.secret)
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
 	l.policy = policyHeader(l.rules)
+	l.dynamic = hasLimits(l.rules)
 	l.extras = l.hasExtras()
 	n := len(l.rules)
 	l.states.New = func() any { return newState(n) }
@@ -205,6 +227,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 				writeInputError(w, in)
 				return
 			}
+			var le *LimitError
+			if errors.As(err, &le) {
+				l.limitFailed(r, le)
+				writeLimitError(w, le)
+				return
+			}
 			l.failed(w, r, err)
 			return
 		}
@@ -212,7 +240,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		if l.cfg.shadowHeader {
 			writeShadowHeader(w.Header(), d)
 		}
-		l.cfg.headers.write(w.Header(), d, l.policy, st)
+		policy := l.policy
+		if l.dynamic {
+			policy = requestPolicy(l.rules, st)
+		}
+		l.cfg.headers.write(w.Header(), d, policy, st)
 		if !d.Allowed {
 			if d.RetryAfter > 0 {
 				w.Header()[hRetryAfter] = []string{seconds(d.RetryAfter)}
@@ -298,15 +330,25 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 	for i := range l.rules {
 		rule := &l.rules[i]
 		v, err := rule.Key(r)
+		var limit, burst int64
+		if err == nil && rule.Limits != nil {
+			if limit, burst, err = rule.Limits(r); err != nil && !errors.Is(err, ErrNoKey) {
+				return &LimitError{Rule: rule.Name, Err: err}
+			}
+		}
 		if err == nil {
 			var cost int64
 			if cost, err = l.cost(r, st, rule); err == nil {
-				err = l.add(st, rule, v, cost, 0, 0)
+				err = l.add(st, rule, v, cost, limit, burst)
 			}
 		}
 		if err != nil {
 			if err == ErrNoKey || errors.Is(err, ErrNoKey) {
 				continue
+			}
+			var le *LimitError
+			if errors.As(err, &le) {
+				return err
 			}
 			if errors.Is(err, ErrEmptyKey) {
 				// add named the rule already.

@@ -1,0 +1,109 @@
+package ceiling
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// LimitError is the error of a request whose limit for a rule could not be
+// had: the rule's [Rule.Limits] failed, or it (or an [Input]) gave a limit
+// or burst outside what the backend accepts. It is a fault of the server's
+// configuration for that tenant or plan, not of the client: the middleware
+// answers 500 with a problem body naming the rule (never the error's text)
+// and logs the error, and [Limiter.Decide] returns it. Nothing is decided
+// and nothing consumed.
+type LimitError struct {
+	// Rule names the rule whose limit failed.
+	Rule string
+	// Limit and Burst are the values refused; both zero when the Limits
+	// function itself failed.
+	Limit, Burst int64
+	// Err is why: the Limits function's error, or the validation error
+	// (wrapping [backend.ErrInvalidRequest]).
+	Err error
+}
+
+// Error names the rule and the cause.
+func (e *LimitError) Error() string {
+	if e.Limit == 0 && e.Burst == 0 {
+		return fmt.Sprintf("ceiling: rule %q: no limit for this request: %v", e.Rule, e.Err)
+	}
+	return fmt.Sprintf("ceiling: rule %q: limit for this call (limit %d, burst %d): %v", e.Rule, e.Limit, e.Burst, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// hasLimits reports whether any rule takes its limit from the request.
+func hasLimits(rules []Rule) bool {
+	for i := range rules {
+		if rules[i].Limits != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// requestPolicy is RateLimit-Policy for the request decided in st: each
+// enforced rule with the limit that applied to the request (its own for
+// the rules that did not apply). Only limiters with a Limits function pay
+// for it; the others send the value [policyHeader] computed once.
+func requestPolicy(rules []Rule, st *state) []string {
+	var b []byte
+	j := 0 // st's results are in declaration order: walk them alongside
+	for i := range rules {
+		r := &rules[i]
+		limit := r.Limit
+		if j < len(st.decision.Results) && st.decision.Results[j].Rule == r {
+			limit = st.reqs[j].Limit
+			j++
+		}
+		if r.Shadow {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = strconv.AppendQuote(b, r.Name)
+		b = append(b, ";q="...)
+		b = strconv.AppendInt(b, limit, 10)
+		b = append(b, ";w="...)
+		b = appendSeconds(b, r.Period)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return []string{string(b)}
+}
+
+// limitFailed logs a request refused for want of a limit, once a minute per
+// rule with the number of such requests: a broken plan lookup fails every
+// request of its tenants, and each one is not news.
+func (l *Limiter) limitFailed(r *http.Request, e *LimitError) {
+	rule, err := l.rule(e.Rule)
+	if err != nil {
+		return
+	}
+	l.fo.limitLog[l.ruleIndex(rule)].log(l.cfg.logger, l.cfg.clock(), slog.LevelError,
+		"ceiling: a rule has no valid limit for a request; such requests are answered 500",
+		slog.String("rule", e.Rule), slog.String("path", r.URL.Path), slog.Any("err", e.Err))
+}
+
+// writeLimitError answers a request whose limit could not be had: the
+// server's fault, so 500, naming the rule but not the cause, which may
+// hold a tenant's configuration.
+func writeLimitError(w http.ResponseWriter, e *LimitError) {
+	WriteProblem(w, &Problem{
+		Type:   "about:blank",
+		Title:  "Internal Server Error",
+		Status: http.StatusInternalServerError,
+		Detail: fmt.Sprintf("no valid rate limit for this request under rule %q; the operator has been told", e.Rule),
+	})
+}
+
+// limitLogEvery spaces the log lines of requests refused for want of a
+// limit.
+const limitLogEvery = time.Minute
