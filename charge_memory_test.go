@@ -27,7 +27,7 @@ func TestTokenBudgetChargedAfterTheReply(t *testing.T) {
 	store, clock := fakeMemory(t)
 	l := MustNew([]Rule{{
 		Name: "chat:tokens", Key: headerKey("X-Shop"),
-		Limit: 200_000, Period: 24 * time.Hour,
+		Limit: 200_000, Period: 24 * time.Hour, Algorithm: GCRA,
 		Estimate: func(*http.Request) (int64, error) { return 0, nil }, // known only after the reply
 	}}, WithBackend(store))
 	var reported int64

@@ -45,14 +45,17 @@ func ExamplePrefetch() {
 // after each reply with the tokens the model reports. The estimate is 0: a
 // request is admitted while any budget is left, and a reply that overruns
 // the budget puts the shop into debt, which the next requests wait out.
+// GCRA earns the budget back token by token, so the debt clears as soon as
+// it is repaid.
 func ExampleSettle() {
 	shop := func(r *http.Request) (string, error) { return r.Header.Get("X-Shop"), nil }
 	limiter := ceiling.MustNew([]ceiling.Rule{{
-		Name:     "chat:tokens",
-		Key:      shop,
-		Limit:    200_000,
-		Period:   24 * time.Hour,
-		Estimate: func(*http.Request) (int64, error) { return 0, nil }, // known after the reply
+		Name:      "chat:tokens",
+		Key:       shop,
+		Limit:     200_000,
+		Period:    24 * time.Hour,
+		Algorithm: ceiling.GCRA,
+		Estimate:  func(*http.Request) (int64, error) { return 0, nil }, // known after the reply
 	}})
 	replies := []int64{150_000, 120_000, 500} // the tokens each reply uses
 	h := limiter.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -424,7 +424,7 @@ func TestFailureOptionsAreValidated(t *testing.T) {
 // FailLocal on the real memory store: while the backend is down the rule
 // still holds, at its share.
 func TestFailLocalOnTheMemoryStore(t *testing.T) {
-	for _, alg := range []backend.Algorithm{GCRA, SlidingLog, SlidingWindow, FixedWindow} {
+	for _, alg := range backend.Algorithms() {
 		l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 4, Period: time.Hour, Algorithm: alg}},
 			WithBackend(&flaky{err: errDown}), WithLocalShare(0.5), WithLogger(slog.New(&logRecorder{})))
 		h := l.Handler(okHandler)
@@ -449,7 +449,7 @@ func TestFailLocalOnTheMemoryStore(t *testing.T) {
 
 func TestCheckPassesOnTheMemoryStore(t *testing.T) {
 	var rules []Rule
-	for i, alg := range []backend.Algorithm{GCRA, SlidingLog, SlidingWindow, FixedWindow} {
+	for i, alg := range backend.Algorithms() {
 		rules = append(rules, Rule{Name: alg.String() + strings.Repeat("x", i), Key: RemoteAddr, Limit: 5, Period: time.Second, Algorithm: alg})
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())

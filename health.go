@@ -168,7 +168,7 @@ func (l *Limiter) Check(ctx context.Context) error {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	prefix := "ceiling-check:" + hex.EncodeToString(id[:]) + ":"
-	var seen [backend.FixedWindow + 1]bool
+	seen := map[backend.Algorithm]bool{}
 	var keys []string // canaries the backend may hold
 	defer func() {
 		if len(keys) > 0 {

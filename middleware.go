@@ -25,17 +25,21 @@ import (
 
 // The algorithms a [Rule] can use; see package backend for what each promises.
 const (
-	GCRA          = backend.GCRA
+	RollingWindow = backend.RollingWindow
 	SlidingLog    = backend.SlidingLog
 	SlidingWindow = backend.SlidingWindow
 	FixedWindow   = backend.FixedWindow
+	GCRA          = backend.GCRA
 )
 
 // A Rule is one limit on one dimension of a request: at most Limit units per
 // Period for each distinct value of Key.
 //
-// The zero Algorithm is [GCRA], a smooth rate with a burst. For "at most N in
-// any rolling window" (3 OTPs per 15 minutes) use [SlidingLog].
+// The zero Algorithm is [RollingWindow]: never more than Limit in any rolling
+// Period, a full burst of Limit at once, a unit readmitted at most Period/16
+// later than exactly. For exactly "at most N in any rolling window" with
+// small N (3 OTPs per 15 minutes) use [SlidingLog]; for a smooth rate with
+// a burst, [GCRA] (the default before RollingWindow).
 type Rule struct {
 	// Name identifies the rule in headers, problem bodies, metrics and stored
 	// keys. Required, unique within a limiter: letters, digits and ":_.-/".
@@ -50,9 +54,11 @@ type Rule struct {
 	Limit int64
 	// Period is the window, at least 1ms. Required.
 	Period time.Duration
-	// Burst is GCRA's bucket size; zero means Limit.
+	// Burst is GCRA's bucket size; zero means Limit. Other algorithms have
+	// none: setting it without Algorithm GCRA is an error.
 	Burst int64
-	// Algorithm selects how the rule counts; the zero value is GCRA.
+	// Algorithm selects how the rule counts; the zero value is
+	// RollingWindow.
 	Algorithm backend.Algorithm
 	// Cost is the number of units one request takes; zero means 1.
 	Cost int64
@@ -96,6 +102,11 @@ func (r *Rule) validate() error {
 	}
 	if r.Cost < 0 {
 		return fmt.Errorf("ceiling: rule %q: negative cost %d", r.Name, r.Cost)
+	}
+	if r.Burst != 0 && r.Algorithm != GCRA {
+		// Before RollingWindow became the zero Algorithm, a rule with a
+		// Burst and no Algorithm was GCRA: refuse rather than drop the burst.
+		return fmt.Errorf("ceiling: rule %q: Burst is GCRA's, but the algorithm is %v; set Algorithm: ceiling.GCRA", r.Name, r.Algorithm)
 	}
 	if r.Cost == 0 {
 		r.Cost = 1

@@ -45,7 +45,7 @@ func BenchmarkMiddlewareBare(b *testing.B) {
 	benchServe(b, bare, addrs(1))
 }
 
-// BenchmarkMiddleware is one GCRA rule on the memory backend with IETF
+// BenchmarkMiddleware is one rule (the default algorithm) on the memory backend with IETF
 // headers, one client; subtract BenchmarkMiddlewareBare for the overhead.
 func BenchmarkMiddleware(b *testing.B) {
 	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Second}})

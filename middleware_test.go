@@ -322,6 +322,10 @@ func TestNewRejectsBadRules(t *testing.T) {
 		{"tiny period", []Rule{{Name: "p", Key: RemoteAddr, Limit: 1, Period: time.Microsecond}}, nil, `rule "p"`},
 		{"duplicate", []Rule{ok, ok}, nil, "declared twice"},
 		{"cost", []Rule{{Name: "c", Key: RemoteAddr, Limit: 3, Period: time.Second, Cost: 4}}, nil, "never fit"},
+		// A burst with the zero Algorithm was GCRA's before RollingWindow
+		// became the default: refused, not silently dropped.
+		{"burst without GCRA", []Rule{{Name: "b", Key: RemoteAddr, Limit: 3, Period: time.Second, Burst: 6}}, nil, "set Algorithm: ceiling.GCRA"},
+		{"burst on a log", []Rule{{Name: "l", Key: RemoteAddr, Limit: 3, Period: time.Second, Burst: 6, Algorithm: SlidingLog}}, nil, "Burst is GCRA's"},
 		{"short secret", []Rule{ok}, []Option{WithKeySecret([]byte("x"))}, "too short"},
 		{"nil backend", []Rule{ok}, []Option{WithBackend(nil)}, "WithBackend(nil)"},
 	} {

@@ -350,7 +350,7 @@ func TestCheckProvesTheBackendRejects(t *testing.T) {
 	}
 
 	err := MustNew(rules, WithBackend(&scripted{})).Check(context.Background())
-	if !errors.Is(err, ErrNotEnforcing) || !strings.Contains(err.Error(), "gcra") {
+	if !errors.Is(err, ErrNotEnforcing) || !strings.Contains(err.Error(), "rolling_window") {
 		t.Errorf("a backend that admits everything: err = %v, want ErrNotEnforcing naming the algorithm", err)
 	}
 	err = MustNew(rules, WithBackend(&flaky{err: errDown})).Check(context.Background())

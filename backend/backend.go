@@ -18,14 +18,22 @@ import (
 // Algorithm selects how a rule counts. Every backend implements the same
 // integer arithmetic (see ALGORITHMS.md beside this file), so the same state
 // gives the same answer on memory and on Redis.
+//
+// The values are part of the API (configuration files may store them):
+// RollingWindow is 0, the zero value; SlidingLog, SlidingWindow and
+// FixedWindow keep 1, 2 and 3; GCRA, which was 0 before RollingWindow
+// became the default, is 4.
 type Algorithm uint8
 
 const (
-	// GCRA is the generic cell rate algorithm, a token bucket with one value
-	// per key: a smooth rate of Limit per Period with Burst requests at once.
-	// "30 per minute, burst 30" admits up to 59 in the first rolling minute:
-	// it is a rate, not a rolling-window count.
-	GCRA Algorithm = iota
+	// RollingWindow, the zero value, never admits more than Limit in any
+	// rolling Period, with 18 integers of state per key whatever the limit.
+	// The Period is cut into 16 aligned buckets; a request is admitted while
+	// the current bucket and the 16 before it, plus its cost, hold at most
+	// Limit. A full burst of Limit is admitted at once; a unit stops counting
+	// up to Period/16 later than a sliding log would let it go, never
+	// earlier. It is what a rule such as "10 per minute" promises a reader.
+	RollingWindow Algorithm = iota
 	// SlidingLog admits at most Limit in any rolling Period, exactly. It keeps
 	// one timestamp per admitted unit, so it is right for small limits
 	// (3 OTPs per 15 minutes, 30 chats per minute).
@@ -38,11 +46,32 @@ const (
 	// FixedWindow counts per aligned window of Period. It is the cheapest and
 	// admits up to 2×Limit in a moment around a window boundary.
 	FixedWindow
+	// GCRA is the generic cell rate algorithm, a token bucket with one value
+	// per key: a smooth rate of Limit per Period with Burst requests at once.
+	// "30 per minute, burst 30" admits up to 59 in the first rolling minute:
+	// it is a rate, not a rolling-window count.
+	GCRA
 )
+
+// numAlgorithms bounds the valid Algorithm values.
+const numAlgorithms = GCRA + 1
+
+// Algorithms returns every Algorithm, in the order of their values, so that
+// code covering each one (a test, a metric's label set) cannot miss one
+// added later.
+func Algorithms() []Algorithm {
+	all := make([]Algorithm, numAlgorithms)
+	for i := range all {
+		all[i] = Algorithm(i)
+	}
+	return all
+}
 
 // String returns the algorithm's name as used in docs and metrics.
 func (a Algorithm) String() string {
 	switch a {
+	case RollingWindow:
+		return "rolling_window"
 	case GCRA:
 		return "gcra"
 	case SlidingLog:
@@ -100,6 +129,12 @@ type Result struct {
 	// would be admitted if nothing else happened. Zero when Allowed;
 	// [Never] when the cost can never fit (cost above the limit).
 	RetryAfter time.Duration
+	// NextAfter is the time until the key can take at least one more unit:
+	// zero when Remaining > 0, otherwise what RetryAfter would be for a
+	// request of cost 1 on the state this result reports. It is what the
+	// IETF RateLimit field's "t" advertises; a rejected request of cost 1
+	// has NextAfter == RetryAfter. Never negative, never [Never].
+	NextAfter time.Duration
 	// Unread reports that the backend answered without reading this key's
 	// state, because another request of the call was refused from a cache
 	// (the Redis deny cache). Allowed is true and Remaining and ResetAfter
@@ -176,7 +211,7 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: key %q: period %v outside 1ms..%v", ErrInvalidRequest, r.Key, r.Period, MaxPeriod)
 	case r.Burst < 0 || r.Burst > MaxLimit:
 		return fmt.Errorf("%w: key %q: burst %d outside 0..%d", ErrInvalidRequest, r.Key, r.Burst, MaxLimit)
-	case r.Algorithm > FixedWindow:
+	case r.Algorithm >= numAlgorithms:
 		return fmt.Errorf("%w: key %q: unknown algorithm %d", ErrInvalidRequest, r.Key, r.Algorithm)
 	case r.Cost > MaxLimit || r.Cost < -MaxLimit:
 		return fmt.Errorf("%w: key %q: cost %d outside ±%d", ErrInvalidRequest, r.Key, r.Cost, MaxLimit)

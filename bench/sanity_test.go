@@ -52,7 +52,7 @@ func TestRedisLimitersEnforceEveryRule(t *testing.T) {
 // not.)
 func TestCeilingIsExactAcrossInstances(t *testing.T) {
 	addr := redisAddr(t)
-	for _, algo := range []backend.Algorithm{backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow} {
+	for _, algo := range backend.Algorithms() {
 		t.Run(algo.String(), func(t *testing.T) {
 			lib := redisLib{name: "ceiling-" + algo.String(), new: ceilingRedis(algo)}
 			out := runExact(t, lib, addr)

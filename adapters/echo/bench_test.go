@@ -39,7 +39,7 @@ func serveLoop(b *testing.B, h http.Handler) {
 }
 
 // BenchmarkEcho compares an Echo route without a limiter, with the adapter,
-// and the core on net/http (one GCRA rule on the memory backend each):
+// and the core on net/http (one default-algorithm rule on the memory backend each):
 // "adapter" minus "bare" is what a limited Echo route pays, and that minus
 // "nethttp-core" minus ServeMux's own cost is the translation's share.
 func BenchmarkEcho(b *testing.B) {

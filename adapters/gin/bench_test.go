@@ -39,7 +39,7 @@ func serveLoop(b *testing.B, h http.Handler) {
 }
 
 // BenchmarkGin compares a Gin route without a limiter, with the adapter,
-// and the core on net/http (one GCRA rule on the memory backend each):
+// and the core on net/http (one default-algorithm rule on the memory backend each):
 // "adapter" minus "bare" is what a limited Gin route pays.
 func BenchmarkGin(b *testing.B) {
 	rules := []ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Second}}

@@ -69,10 +69,11 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("FixedWindowBoundaryBurst", s.testFixedWindowBurst)
 	t.Run("SlidingWindowOverAdmission", s.testSlidingWindowBound)
 	t.Run("SlidingLogRandomized", s.testSlidingLogRandomized)
+	t.Run("RollingWindowCeiling", s.testRollingWindowCeiling)
 	t.Run("DecideIntoMatchesDecide", s.testDecideInto)
 }
 
-var algorithms = []backend.Algorithm{backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow}
+var algorithms = []backend.Algorithm{backend.RollingWindow, backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow}
 
 type suite struct {
 	newBackend NewBackend
@@ -154,16 +155,17 @@ func req(key string, alg backend.Algorithm, limit int64, period time.Duration, c
 func us(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
 
 // want is an expected Result, in microseconds for readability against
-// ALGORITHMS.md. retry is ignored when ok; never means backend.Never.
+// ALGORITHMS.md. retry is ignored when ok; never means backend.Never; next
+// is NextAfter (zero whenever rem > 0).
 type want struct {
-	ok           bool
-	rem          int64
-	reset, retry int64
-	never        bool
+	ok                 bool
+	rem                int64
+	reset, retry, next int64
+	never              bool
 }
 
 func (w want) result(limit int64) backend.Result {
-	r := backend.Result{Allowed: w.ok, Limit: limit, Remaining: w.rem, ResetAfter: us(w.reset)}
+	r := backend.Result{Allowed: w.ok, Limit: limit, Remaining: w.rem, ResetAfter: us(w.reset), NextAfter: us(w.next)}
 	switch {
 	case w.never:
 		r.RetryAfter = backend.Never

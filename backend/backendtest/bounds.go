@@ -131,3 +131,79 @@ func (s *suite) testSlidingLogRandomized(t *testing.T) {
 		t.Errorf("only %d of %d admitted: the scenario tests too little", admitted, steps)
 	}
 }
+
+// testRollingWindowCeiling drives the rolling window (the default
+// algorithm) with random arrivals (bursts at one instant, gaps across
+// bucket and period boundaries, costs of 1..3, peeks and refunds) and holds
+// it to its promise: no rolling period ever holds more than the limit, and
+// it is never stricter than a sliding log over the longest window it can
+// count, (k+1) buckets: whatever fits there is admitted. Refunds take back
+// the newest units, as ALGORITHMS.md says.
+func (s *suite) testRollingWindowCeiling(t *testing.T) {
+	const (
+		limit   = 7
+		period  = 160 * time.Millisecond // 16 buckets of 10ms
+		buckets = 16
+		steps   = 1500
+	)
+	P := period.Microseconds()
+	reach := (buckets + 1) * P / buckets // the longest span of counted buckets
+	e := s.env(t)
+	r := req(e.key("k"), backend.RollingWindow, limit, period, 1)
+	rng := rand.New(rand.NewPCG(20261201, 13))
+	var units []int64                         // admitted, oldest first
+	count := func(from, to int64) (n int64) { // units in (from, to]
+		for _, u := range units {
+			if u > from && u <= to {
+				n++
+			}
+		}
+		return n
+	}
+	now, admitted := int64(0), 0
+	for i := range steps {
+		switch rng.IntN(4) {
+		case 0: // the same instant: a burst
+		case 1:
+			now += rng.Int64N(P / buckets) // within a bucket or across one
+		default:
+			now += rng.Int64N(P / 3)
+		}
+		e.at(us(now))
+		r.Cost = 1 + rng.Int64N(3)
+		switch rng.IntN(10) {
+		case 0:
+			r.Cost = 0
+		case 1:
+			r.Cost = -r.Cost
+		}
+		res := e.one(r)
+		switch {
+		case r.Cost < 0:
+			units = units[:max(0, len(units)-int(-r.Cost))]
+			continue
+		case r.Cost == 0:
+			continue
+		}
+		if lenient := count(now-reach, now)+r.Cost <= limit; lenient && !res.Allowed {
+			t.Fatalf("step %d at %dµs: cost %d rejected (%+v) although the last %dµs hold only %d",
+				i, now, r.Cost, res, reach, count(now-reach, now))
+		}
+		if !res.Allowed {
+			continue
+		}
+		admitted++
+		for range r.Cost {
+			units = append(units, now)
+		}
+		if n := count(now-P, now); n > limit {
+			t.Fatalf("step %d: %d units in the rolling period ending at %dµs, limit %d", i, n, now, limit)
+		}
+		if len(units) > 256 {
+			units = units[len(units)-128:] // older ones are long out of every window
+		}
+	}
+	if admitted < steps/5 {
+		t.Errorf("only %d of %d admitted: the scenario tests too little", admitted, steps)
+	}
+}

@@ -105,12 +105,14 @@ func (s *suite) testRefundFloor(t *testing.T) {
 }
 
 // forceRetry is, per algorithm, the hand-computed wait after a forced
-// charge of 5 on a 3-per-second rule at t0 before one more unit fits, and the
-// forced result's reset (µs). GCRA: the charge puts tat at 5T = 1_666_670;
+// charge of 5 on a 3-per-second rule at t0 before one more unit fits (also
+// the forced result's NextAfter), and the forced result's reset (µs).
+// Rolling window: t0's bucket (W = 62_500) counts until 17W. GCRA: the charge puts tat at 5T = 1_666_670;
 // one more fits when 6T - now <= tau = 3T, at now = 1_000_002. Sliding
 // window: cur = 5 becomes prev' = 5 at 1s, and 5w + 1e6 <= 3e6 needs
 // w <= 400_000 ppm: rem <= 400_999, now = 1_599_001.
 var forceRetry = map[backend.Algorithm]struct{ retry, reset int64 }{
+	backend.RollingWindow: {1_062_500, 1_062_500},
 	backend.GCRA:          {1_000_002, 1_666_670},
 	backend.FixedWindow:   {1_000_000, 1_000_000},
 	backend.SlidingLog:    {1_000_000, 1_000_000},
@@ -122,7 +124,7 @@ func (s *suite) testForce(t *testing.T) {
 		fr := forceRetry[alg]
 		r := req(e.key("k"), alg, 3, time.Second, 5)
 		r.Force = true
-		check(t, "forced charge of 5", e.one(r), want{ok: true, rem: 0, reset: fr.reset}.result(3))
+		check(t, "forced charge of 5", e.one(r), want{ok: true, rem: 0, reset: fr.reset, next: fr.retry}.result(3))
 
 		r.Cost, r.Force = 1, false
 		got := e.one(r)

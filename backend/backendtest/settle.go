@@ -24,6 +24,10 @@ import (
 // have expired, when the one at 200k does: at 1_200_000, a wait of
 // 1_000_000.
 //
+// Rolling window: W = 62_500; the reservation sits in bucket 0, the forced
+// 3 in bucket 3 (200ms), which counts until 20W = 1_250_000: reset and
+// wait 1_050_000 (bucket 0's 2 leave earlier, but 3 alone fill the limit).
+//
 // Sliding window counter: cur = 5 (reset rem + P = 1_800_000); in the next
 // window prev' = 5 must weigh at most (3-1)/5 = 400_000 ppm: remm <= 400,
 // rem <= 400_999, at 1_599_001, a wait of 1_399_001.
@@ -32,24 +36,29 @@ var settleAbove = map[backend.Algorithm]struct {
 	settled  want // the forced 3 at 200ms
 	retry    int64
 }{
+	backend.RollingWindow: {
+		reserved: want{ok: true, rem: 1, reset: 1_062_500},
+		settled:  want{ok: true, rem: 0, reset: 1_050_000, next: 1_050_000},
+		retry:    1_050_000,
+	},
 	backend.GCRA: {
 		reserved: want{ok: true, rem: 1, reset: 666_668},
-		settled:  want{ok: true, rem: 0, reset: 1_466_670},
+		settled:  want{ok: true, rem: 0, reset: 1_466_670, next: 800_002},
 		retry:    800_002,
 	},
 	backend.FixedWindow: {
 		reserved: want{ok: true, rem: 1, reset: 1_000_000},
-		settled:  want{ok: true, rem: 0, reset: 800_000},
+		settled:  want{ok: true, rem: 0, reset: 800_000, next: 800_000},
 		retry:    800_000,
 	},
 	backend.SlidingLog: {
 		reserved: want{ok: true, rem: 1, reset: 1_000_000},
-		settled:  want{ok: true, rem: 0, reset: 1_000_000},
+		settled:  want{ok: true, rem: 0, reset: 1_000_000, next: 1_000_000},
 		retry:    1_000_000,
 	},
 	backend.SlidingWindow: {
 		reserved: want{ok: true, rem: 1, reset: 2_000_000},
-		settled:  want{ok: true, rem: 0, reset: 1_800_000},
+		settled:  want{ok: true, rem: 0, reset: 1_800_000, next: 1_399_001},
 		retry:    1_399_001,
 	},
 }

@@ -96,8 +96,7 @@ func gcraStep(r *backend.Request, now, tat int64, res *backend.Result) (int64, b
 			if c > B {
 				res.RetryAfter = backend.Never
 			}
-			res.Remaining = max(0, (tau-(t0-now))/T)
-			res.ResetAfter = dur(t0 - now)
+			gcraAfter(res, now, t0, T, tau)
 			return tat, false
 		}
 	case c == 0:
@@ -105,9 +104,17 @@ func gcraStep(r *backend.Request, now, tat int64, res *backend.Result) (int64, b
 	default:
 		nt = max(t0-mulSat(neg(c), T), now)
 	}
+	gcraAfter(res, now, nt, T, tau)
+	return nt, true
+}
+
+// gcraAfter reports a GCRA key whose tat is nt (at or after now).
+func gcraAfter(res *backend.Result, now, nt, T, tau int64) {
 	res.Remaining = max(0, (tau-(nt-now))/T)
 	res.ResetAfter = dur(nt - now)
-	return nt, true
+	if res.Remaining == 0 {
+		res.NextAfter = dur(nt + T - now - tau)
+	}
 }
 
 // window is the state of a fixed window (a = count) or of a sliding window
@@ -136,18 +143,24 @@ func fixedStep(r *backend.Request, now int64, st window, res *backend.Result) (w
 		if c > L {
 			res.RetryAfter = backend.Never
 		}
-		res.Remaining = max(0, L-count)
-		if count > 0 {
-			res.ResetAfter = dur(end - now)
-		}
+		fixedAfter(res, L, count, end-now)
 		return st, false
 	}
 	count = addCount(count, c)
+	fixedAfter(res, L, count, end-now)
+	return window{start: ws, exp: end, a: count}, true
+}
+
+// fixedAfter reports a fixed window holding count units, left units of
+// time before its end.
+func fixedAfter(res *backend.Result, L, count, left int64) {
 	res.Remaining = max(0, L-count)
 	if count > 0 {
-		res.ResetAfter = dur(end - now)
+		res.ResetAfter = dur(left)
 	}
-	return window{start: ws, exp: end, a: count}, true
+	if res.Remaining == 0 {
+		res.NextAfter = dur(left)
+	}
 }
 
 // slidingStep decides r on a sliding-window-counter key. A returned state
@@ -168,21 +181,10 @@ func slidingStep(r *backend.Request, now int64, st window, res *backend.Result) 
 	*res = backend.Result{Allowed: true, Limit: L}
 	if c > 0 && !r.Force && (c > L || prev*w+(cur+c)*million > L*million) {
 		res.Allowed = false
-		switch {
-		case c > L:
+		if c > L {
 			res.RetryAfter = backend.Never
-		case cur+c <= L:
-			X := min(million, (L-cur-c)*million/prev)
-			R := ((X+1)*Pm+million-1)/million - 1
-			res.RetryAfter = dur(rem - ((R+1)*1000 - 1))
-		default:
-			X := min(million, (L-c)*million/cur)
-			R := ((X+1)*Pm+million-1)/million - 1
-			if R >= Pm {
-				res.RetryAfter = dur(rem)
-			} else {
-				res.RetryAfter = dur(rem + P - ((R+1)*1000 - 1))
-			}
+		} else {
+			res.RetryAfter = dur(slidingRetry(L, P, Pm, rem, prev, cur, c))
 		}
 		slidingAfter(res, L, P, rem, prev, cur, w)
 		return st, false
@@ -196,6 +198,22 @@ func slidingStep(r *backend.Request, now int64, st window, res *backend.Result) 
 	return next, true
 }
 
+// slidingRetry is the wait, in µs, before c units (at most L) fit a
+// sliding window counter whose weighted use does not admit them now.
+func slidingRetry(L, P, Pm, rem, prev, cur, c int64) int64 {
+	if cur+c <= L {
+		X := min(million, (L-cur-c)*million/prev)
+		R := ((X+1)*Pm+million-1)/million - 1
+		return rem - ((R+1)*1000 - 1)
+	}
+	X := min(million, (L-c)*million/cur)
+	R := ((X+1)*Pm+million-1)/million - 1
+	if R >= Pm {
+		return rem
+	}
+	return rem + P - ((R+1)*1000 - 1)
+}
+
 func slidingAfter(res *backend.Result, L, P, rem, prev, cur, w int64) {
 	res.Remaining = max(0, (L*million-(prev*w+cur*million))/million)
 	switch {
@@ -203,6 +221,9 @@ func slidingAfter(res *backend.Result, L, P, rem, prev, cur, w int64) {
 		res.ResetAfter = dur(rem + P)
 	case prev > 0:
 		res.ResetAfter = dur(rem)
+	}
+	if res.Remaining == 0 {
+		res.NextAfter = dur(slidingRetry(L, P, P/1000, rem, prev, cur, 1))
 	}
 }
 
@@ -300,6 +321,9 @@ func logAfter(res *backend.Result, L, P, now, k int64, v *logView) {
 	if k > 0 {
 		res.ResetAfter = dur(v.newest(now) + P - now)
 	}
+	if k >= L {
+		res.NextAfter = dur(v.unit(k-L, now) + P - now)
+	}
 }
 
 // commit writes the view into st, reusing the stored runs' memory. It
@@ -336,4 +360,117 @@ func (v *logView) commit(st *logState, now, P int64) bool {
 	}
 	st.exp = runs[len(runs)-1].t + P
 	return true
+}
+
+// rollBuckets is the rolling window's k: the period is cut into this many
+// aligned buckets, and a unit stops counting at most a bucket (Period/k)
+// later than a sliding log would let it go.
+const rollBuckets = 16
+
+// rollMax is where a bucket's count saturates (ALGORITHMS.md's Nmax).
+const rollMax = 1<<32 - 1
+
+// rolling is a rolling window's state: buckets w µs wide, n[i] the units of
+// bucket last-k+i, oldest first. 88 bytes whatever the limit.
+type rolling struct {
+	w, last int64
+	n       [rollBuckets + 1]uint32
+}
+
+// rollingExpiry is when every counted unit of st has left its window (the
+// key is back to full), or 0 when st holds none.
+func rollingExpiry(st *rolling) int64 {
+	for h := rollBuckets; h >= 0; h-- {
+		if st.n[h] > 0 {
+			return (st.last + int64(h) + 1) * st.w
+		}
+	}
+	return 0
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}
+
+// rollingStep decides r on a rolling-window key. It returns the state to
+// write; st itself for a peek or a rejection, which write nothing.
+func rollingStep(r *backend.Request, now int64, st rolling, res *backend.Result) (rolling, bool) {
+	P, L, c := micros(r.Period), r.Limit, r.Cost
+	W := (P + rollBuckets - 1) / rollBuckets
+	v := st
+	if v.w != W {
+		v = rolling{w: W}
+	}
+	b := max(floorDiv(now, W), v.last)
+	switch d := b - v.last; {
+	case d > rollBuckets:
+		v.n = [rollBuckets + 1]uint32{}
+	case d > 0:
+		copy(v.n[:], v.n[d:])
+		clear(v.n[rollBuckets+1-d:])
+	}
+	v.last = b
+	var S int64
+	for _, n := range v.n {
+		S += int64(n)
+	}
+	*res = backend.Result{Allowed: true, Limit: L}
+	if c > 0 && !r.Force && c > L-S {
+		res.Allowed = false
+		if c > L {
+			res.RetryAfter = backend.Never
+		} else {
+			res.RetryAfter = dur(v.wait(S, L-c) - now)
+		}
+		v.after(res, S, L, now)
+		return st, false
+	}
+	switch {
+	case c > 0:
+		top := &v.n[rollBuckets]
+		*top = uint32(min(rollMax, int64(*top)+c))
+	case c < 0:
+		g := neg(c)
+		for i := rollBuckets; i >= 0 && g > 0; i-- {
+			t := min(g, int64(v.n[i]))
+			v.n[i] -= uint32(t)
+			g -= t
+		}
+	default:
+		v.after(res, S, L, now)
+		return st, true
+	}
+	S = 0
+	for _, n := range v.n {
+		S += int64(n)
+	}
+	v.after(res, S, L, now)
+	return v, true
+}
+
+// wait is the instant at which the buckets of v newer than the ones that
+// have left hold at most x units (x >= 0); S is v's total.
+func (v *rolling) wait(S, x int64) int64 {
+	var acc int64
+	for i, n := range v.n {
+		acc += int64(n)
+		if S-acc <= x {
+			return (v.last + int64(i) + 1) * v.w
+		}
+	}
+	return (v.last + rollBuckets + 1) * v.w // unreachable for x >= 0
+}
+
+func (v *rolling) after(res *backend.Result, S, L, now int64) {
+	res.Remaining = max(0, L-S)
+	if S > 0 {
+		res.ResetAfter = dur(rollingExpiry(v) - now)
+	}
+	if S >= L {
+		res.NextAfter = dur(v.wait(S, L-1) - now)
+	}
 }

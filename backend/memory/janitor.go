@@ -38,8 +38,9 @@ func (sh *shard) sweep(now int64) int {
 	g, ge := sh.gcra.sweep(now, gcraExpiry)
 	w, we := sh.windows.sweep(now, windowExpiry)
 	l, le := sh.logs.sweep(now, logExpiry)
-	sh.minExp = min(ge, we, le)
-	return g + w + l
+	r, re := sh.rolls.sweep(now, rollingExpiry)
+	sh.minExp = min(ge, we, le, re)
+	return g + w + l + r
 }
 
 func gcraExpiry(tat *int64) int64 { return *tat }

@@ -16,9 +16,10 @@ type pending struct {
 	ok    bool  // admitted when evaluated
 	idx   int   // the key's slot when loaded, -1 if absent
 
-	tat int64
-	win window
-	log logView
+	tat  int64
+	win  window
+	log  logView
+	roll rolling
 }
 
 // decideMany decides several requests atomically: lock every shard
@@ -51,7 +52,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		r, p := &reqs[i], &pend[i]
 		if p.dup >= 0 {
 			q := &pend[p.dup]
-			p.tat, p.win, p.log, p.dirty, p.idx = q.tat, q.win, q.log, q.dirty, q.idx
+			p.tat, p.win, p.log, p.roll, p.dirty, p.idx = q.tat, q.win, q.log, q.roll, q.dirty, q.idx
 		} else {
 			s.load(&s.shards[p.shard], r, p, now)
 		}
@@ -111,6 +112,10 @@ func insertSorted(ids []uint32, id uint32) []uint32 {
 // load reads the stored state of p's key into p.
 func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 	switch r.Algorithm {
+	case backend.RollingWindow:
+		if p.idx = sh.rolls.find(p.h); p.idx >= 0 {
+			p.roll = sh.rolls.slots[p.idx].v
+		}
 	case backend.GCRA:
 		if p.idx = sh.gcra.find(p.h); p.idx >= 0 {
 			p.tat = sh.gcra.slots[p.idx].v
@@ -132,6 +137,8 @@ func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Result) bool {
 	var ok bool
 	switch r.Algorithm {
+	case backend.RollingWindow:
+		p.roll, ok = rollingStep(r, now, p.roll, out)
 	case backend.GCRA:
 		p.tat, ok = gcraStep(r, now, p.tat, out)
 	case backend.FixedWindow:
@@ -149,6 +156,11 @@ func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Res
 // moves other keys' slots).
 func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) bool {
 	switch r.Algorithm {
+	case backend.RollingWindow:
+		if p.idx == -2 {
+			p.idx = sh.rolls.find(p.h)
+		}
+		return s.putRolling(sh, p.h, p.idx, p.roll, now)
 	case backend.GCRA:
 		if p.idx == -2 {
 			p.idx = sh.gcra.find(p.h)

@@ -16,13 +16,14 @@ import (
 // only if nothing was rejected. The Store's shards, slot reuse and
 // duplicate-key handling must give exactly its answers.
 type model struct {
+	roll map[string]rolling
 	gcra map[string]int64
 	win  map[string]window
 	logs map[string][]run
 }
 
 func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
-	gcra, win, logs := maps(m.gcra), maps(m.win), map[string][]run{}
+	roll, gcra, win, logs := maps(m.roll), maps(m.gcra), maps(m.win), map[string][]run{}
 	for k, v := range m.logs {
 		logs[k] = slices.Clone(v)
 	}
@@ -32,6 +33,8 @@ func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
 		r := &reqs[i]
 		var ok bool
 		switch r.Algorithm {
+		case backend.RollingWindow:
+			roll[r.Key], ok = rollingStep(r, now, roll[r.Key], &res[i])
 		case backend.GCRA:
 			gcra[r.Key], ok = gcraStep(r, now, gcra[r.Key], &res[i])
 		case backend.FixedWindow:
@@ -50,7 +53,7 @@ func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
 		rejected = rejected || (!ok && !r.Shadow)
 	}
 	if !rejected {
-		m.gcra, m.win, m.logs = gcra, win, logs
+		m.roll, m.gcra, m.win, m.logs = roll, gcra, win, logs
 		return res
 	}
 	for i := range reqs {
@@ -78,7 +81,7 @@ func TestStoreMatchesModel(t *testing.T) {
 	for _, maxKeys := range []int{64, DefaultMaxKeys} { // one shard; 256 shards
 		t.Run(fmt.Sprint("maxKeys=", maxKeys), func(t *testing.T) {
 			s, clock := newTestStore(t, WithMaxKeys(maxKeys))
-			m := &model{gcra: map[string]int64{}, win: map[string]window{}, logs: map[string][]run{}}
+			m := &model{roll: map[string]rolling{}, gcra: map[string]int64{}, win: map[string]window{}, logs: map[string][]run{}}
 			rng := rand.New(rand.NewPCG(3, uint64(maxKeys)))
 			now := backendtest.Epoch.UnixMicro()
 			for call := range 3000 {
@@ -86,7 +89,7 @@ func TestStoreMatchesModel(t *testing.T) {
 				clock.t = time.UnixMicro(now)
 				reqs := make([]backend.Request, 1+rng.IntN(5))
 				for i := range reqs {
-					alg := backend.Algorithm(rng.IntN(4))
+					alg := backend.Algorithm(rng.IntN(5))
 					reqs[i] = backend.Request{
 						Key:       fmt.Sprintf("%v:%d", alg, rng.IntN(6)),
 						Algorithm: alg,

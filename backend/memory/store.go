@@ -43,6 +43,7 @@ type shard struct {
 	gcra    table[int64] // theoretical arrival time, µs
 	windows table[window]
 	logs    table[logState]
+	rolls   table[rolling]
 	// minExp is at most the earliest time a key of the shard is back to
 	// full: until then, sweeping it under pressure would free nothing.
 	minExp int64
@@ -51,7 +52,7 @@ type shard struct {
 	_             [64]byte // keep neighbouring shards' locks off this cache line
 }
 
-func (sh *shard) keys() int { return sh.gcra.n + sh.windows.n + sh.logs.n }
+func (sh *shard) keys() int { return sh.gcra.n + sh.windows.n + sh.logs.n + sh.rolls.n }
 
 var (
 	_ backend.Backend    = (*Store)(nil)
@@ -243,6 +244,9 @@ func (s *Store) Reset(_ context.Context, keys ...string) error {
 		if i := sh.logs.find(h); i >= 0 {
 			sh.logs.deleteAt(i)
 		}
+		if i := sh.rolls.find(h); i >= 0 {
+			sh.rolls.deleteAt(i)
+		}
 		sh.mu.Unlock()
 	}
 	return nil
@@ -255,6 +259,16 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	switch r.Algorithm {
+	case backend.RollingWindow:
+		i := sh.rolls.find(h)
+		var st rolling
+		if i >= 0 {
+			st = sh.rolls.slots[i].v
+		}
+		next, ok := rollingStep(r, now, st, out)
+		if ok && r.Cost != 0 {
+			s.putRolling(sh, h, i, next, now)
+		}
 	case backend.GCRA:
 		i := sh.gcra.find(h)
 		var tat int64
@@ -300,6 +314,13 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 // when it is back to full. It reports whether it inserted or deleted.
 func (s *Store) putGCRA(sh *shard, h keyHash, i int, tat, now int64) bool {
 	return put(s, sh, &sh.gcra, h, i, tat, tat > now, tat, now)
+}
+
+// putRolling stores a rolling window at slot i (-1: absent), deleting the
+// key when it holds no unit. It reports whether it inserted or deleted.
+func (s *Store) putRolling(sh *shard, h keyHash, i int, st rolling, now int64) bool {
+	exp := rollingExpiry(&st)
+	return put(s, sh, &sh.rolls, h, i, st, exp != 0, exp, now)
 }
 
 // putWindow stores a window state at slot i (-1: absent), deleting the key
@@ -358,6 +379,7 @@ func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 	gi, ge := sh.gcra.sample(h.a>>1, evictionSample, gcraExpiry)
 	wi, we := sh.windows.sample(h.a>>1, evictionSample, windowExpiry)
 	li, le := sh.logs.sample(h.a>>1, evictionSample, logExpiry)
+	ri, re := sh.rolls.sample(h.a>>1, evictionSample, rollingExpiry)
 	best, exp := 0, int64(math.MaxInt64)
 	if gi >= 0 && ge < exp {
 		best, exp = 1, ge
@@ -367,6 +389,9 @@ func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 	}
 	if li >= 0 && le < exp {
 		best, exp = 3, le
+	}
+	if ri >= 0 && re < exp {
+		best, exp = 4, re
 	}
 	if exp > now && now >= sh.minExp && now-sh.pressureSweep >= pressureSweepEvery {
 		sh.pressureSweep = now
@@ -381,6 +406,8 @@ func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 		sh.windows.deleteAt(wi)
 	case 3:
 		sh.logs.deleteAt(li)
+	case 4:
+		sh.rolls.deleteAt(ri)
 	default:
 		return
 	}

@@ -9,20 +9,22 @@
 -- ARGV[2]      minimum TTL in ms (0 in production)
 -- ARGV[3]      "1" to add each request's peek of the unchanged state to
 --              the reply (Redis Cluster: another slot may reject the call)
--- ARGV[4+8(i-1) ...] request i: algorithm (0 gcra, 1 sliding log,
---              2 sliding window, 3 fixed window), limit, period µs, burst,
---              cost, force (0/1), shadow (0/1), stamp (µs, or 0)
+-- ARGV[4+8(i-1) ...] request i: algorithm (0 rolling window, 1 sliding
+--              log, 2 sliding window, 3 fixed window, 4 gcra), limit,
+--              period µs, burst, cost, force (0/1), shadow (0/1), stamp
+--              (µs, or 0)
 --
 -- A stamp marks a refund undoing units this backend consumed at that instant
 -- (a rejected cross-slot request on Redis Cluster): it gives back only units
 -- that still count, so the undo can never free more than was taken.
 --
 -- Reply: {now, rejected, then per request: allowed, remaining, reset µs,
--- retry µs (-1 never) [, peek remaining, peek reset µs]}. In a rejected call
--- every admitted request reports the unchanged state, as a peek would.
+-- retry µs (-1 never), next µs [, peek remaining, peek reset µs, peek next
+-- µs]}. In a rejected call every admitted request reports the unchanged
+-- state, as a peek would.
 --
--- Stored values are strings "<tag> <numbers...>": g tat | f start count |
--- w start prev cur | L k last ts n ts n ... (a sliding log: k units in its
+-- Stored values are strings "<tag> <numbers...>": r w last n0 .. n16 |
+-- g tat | f start count | w start prev cur | L k last ts n ts n ... (a sliding log: k units in its
 -- runs, the newest run's instant, then the runs of n units admitted at ts,
 -- oldest first). A value with another tag (the rule changed algorithm, or a
 -- sliding log in the older "l ts n ..." form) counts as absent.
@@ -100,19 +102,101 @@ local function load(i, tag)
   return s
 end
 
--- Each algorithm returns allowed, remaining, reset, retry; on admission with a
--- non-zero cost it replaces s.v and sets s.exp (when the state is full again)
--- and s.dirty.
+-- Each algorithm returns allowed, remaining, reset, retry, next; on admission
+-- with a non-zero cost it replaces s.v and sets s.exp (when the state is full
+-- again) and s.dirty.
+
+-- The rolling window: K buckets of W µs; n[0..K] counts the units of buckets
+-- b-K .. b, the current one last.
+local K, NMAX = 16, 4294967295
+
+local function rolling(s, L, P, c, force, stamp)
+  local W = cdiv(P, K)
+  local v, n, last = s.v, {}, 0
+  if #v == K + 3 and v[1] == W then
+    last = v[2]
+    for i = 0, K do n[i] = v[i + 3] end
+  else
+    for i = 0, K do n[i] = 0 end
+  end
+  local b = max(fdiv(now, W), last)
+  local d = b - last
+  if d > K then
+    for i = 0, K do n[i] = 0 end
+  elseif d > 0 then
+    for i = 0, K do n[i] = n[i + d] or 0 end
+  end
+  local S = 0
+  for i = 0, K do S = S + n[i] end
+  -- wait is when the buckets still counting hold at most x units.
+  local function wait(x)
+    local acc = 0
+    for i = 0, K do
+      acc = acc + n[i]
+      if S - acc <= x then return (b + i + 1) * W - now end
+    end
+  end
+  local function after()
+    local reset, nx = 0, 0
+    if S > 0 then
+      local h = K
+      while n[h] == 0 do h = h - 1 end
+      reset = (b + h + 1) * W - now
+    end
+    if S >= L then nx = wait(L - 1) end
+    return max(0, L - S), reset, nx
+  end
+  if c > 0 and not force and S + c > L then
+    local retry = -1
+    if c <= L then retry = wait(L - c) end
+    local remaining, reset, nx = after()
+    return 0, remaining, reset, retry, nx
+  end
+  if c > 0 then
+    n[K] = min(NMAX, n[K] + c)
+  elseif c < 0 then
+    local g, from, to = -c, K, 0
+    if stamp > 0 then
+      -- undo units consumed at stamp: only its bucket, if it still counts
+      from = fdiv(stamp, W) - b + K
+      to = from
+    end
+    for i = from, to, -1 do
+      if g == 0 or i < 0 or i > K then break end
+      local t = min(g, n[i])
+      n[i], g = n[i] - t, g - t
+    end
+  end
+  if c ~= 0 then
+    S = 0
+    local nv = { W, b }
+    for i = 0, K do
+      S = S + n[i]
+      nv[i + 3] = n[i]
+    end
+    local remaining, reset, nx = after()
+    s.v, s.exp, s.dirty = nv, now + reset, true
+    return 1, remaining, reset, 0, nx
+  end
+  local remaining, reset, nx = after()
+  return 1, remaining, reset, 0, nx
+end
 
 local function gcra(s, L, P, B, c, force)
   if B == 0 then B = L end
   local T = cdiv(P, L)
   local tau = T * B
   local t0 = max(s.v[1] or now, now)
+  local function after(t)
+    local remaining, nx = fdiv(max(0, tau - (t - now)), T), 0
+    if remaining == 0 then nx = t + T - now - tau end
+    return remaining, t - now, nx
+  end
   if c > 0 and not force and (c > B or t0 + c * T - now > tau) then
     local retry = -1
     if c <= B then retry = t0 + c * T - now - tau end
-    return 0, fdiv(max(0, tau - (t0 - now)), T), t0 - now, retry
+    local remaining, reset, nx = after(t0)
+    return 0, remaining, reset, retry, nx
   end
   local nt = t0
   if c > 0 then
@@ -123,7 +207,8 @@ local function gcra(s, L, P, B, c, force)
   if c ~= 0 then
     s.v, s.exp, s.dirty = { nt }, nt, true
   end
-  return 1, fdiv(max(0, tau - (nt - now)), T), nt - now, 0
+  local remaining, reset, nx = after(nt)
+  return 1, remaining, reset, 0, nx
 end
 
 local function fixed(s, L, P, c, force, stamp)
@@ -134,18 +219,20 @@ local function fixed(s, L, P, c, force, stamp)
   if c > 0 and not force and count + c > L then
     local retry = fin - now
     if c > L then retry = -1 end
-    local reset = 0
+    local reset, nx = 0, 0
     if count > 0 then reset = fin - now end
-    return 0, max(0, L - count), reset, retry
+    if count >= L then nx = fin - now end
+    return 0, max(0, L - count), reset, retry, nx
   end
   if c ~= 0 and not (stamp > 0 and c < 0 and fdiv(stamp, P) * P ~= ws) then
     count = max(0, count + c)
     s.v, s.exp, s.dirty = { ws, count }, fin, true
     if count == 0 then s.exp = now end
   end
-  local reset = 0
+  local reset, nx = 0, 0
   if count > 0 then reset = fin - now end
-  return 1, max(0, L - count), reset, 0
+  if count >= L then nx = fin - now end
+  return 1, max(0, L - count), reset, 0, nx
 end
 
 local function window(s, L, P, c, force, stamp)
@@ -159,35 +246,36 @@ local function window(s, L, P, c, force, stamp)
   local rem = ws + P - now
   local Pm = fdiv(P, 1000)
   local w = fdiv(fdiv(rem, 1000) * 1000000, Pm)
+  -- wait is the time until c units (at most L) fit, when they do not now.
+  local function wait(prev, cur, c)
+    if cur + c <= L then
+      local X = min(1000000, fdiv((L - cur - c) * 1000000, prev))
+      local R = cdiv((X + 1) * Pm, 1000000) - 1
+      return rem - ((R + 1) * 1000 - 1)
+    end
+    local X = min(1000000, fdiv((L - c) * 1000000, cur))
+    local R = cdiv((X + 1) * Pm, 1000000) - 1
+    if R >= Pm then
+      return rem
+    end
+    return rem + P - ((R + 1) * 1000 - 1)
+  end
   local function after(prev, cur)
     local remaining = fdiv(max(0, L * 1000000 - (prev * w + cur * 1000000)), 1000000)
-    local reset = 0
+    local reset, nx = 0, 0
     if cur > 0 then
       reset = rem + P
     elseif prev > 0 then
       reset = rem
     end
-    return remaining, reset
+    if remaining == 0 then nx = wait(prev, cur, 1) end
+    return remaining, reset, nx
   end
   if c > 0 and not force and prev * w + (cur + c) * 1000000 > L * 1000000 then
     local retry = -1
-    if c <= L then
-      if cur + c <= L then
-        local X = min(1000000, fdiv((L - cur - c) * 1000000, prev))
-        local R = cdiv((X + 1) * Pm, 1000000) - 1
-        retry = rem - ((R + 1) * 1000 - 1)
-      else
-        local X = min(1000000, fdiv((L - c) * 1000000, cur))
-        local R = cdiv((X + 1) * Pm, 1000000) - 1
-        if R >= Pm then
-          retry = rem
-        else
-          retry = rem + P - ((R + 1) * 1000 - 1)
-        end
-      end
-    end
-    local remaining, reset = after(prev, cur)
-    return 0, remaining, reset, retry
+    if c <= L then retry = wait(prev, cur, c) end
+    local remaining, reset, nx = after(prev, cur)
+    return 0, remaining, reset, retry, nx
   end
   if c ~= 0 then
     if stamp > 0 and c < 0 then
@@ -209,8 +297,8 @@ local function window(s, L, P, c, force, stamp)
       s.exp = now
     end
   end
-  local remaining, reset = after(prev, cur)
-  return 1, remaining, reset, 0
+  local remaining, reset, nx = after(prev, cur)
+  return 1, remaining, reset, 0, nx
 end
 
 local function logRuns(s, L, P, c, force, stamp)
@@ -224,9 +312,19 @@ local function logRuns(s, L, P, c, force, stamp)
     end
   end
   local function after(runs, k)
-    local reset = 0
+    local reset, nx = 0, 0
     if k > 0 then reset = runs[#runs - 1] + P - now end
-    return max(0, L - k), reset
+    if k >= L then
+      local seen = 0
+      for i = 1, #runs - 1, 2 do
+        seen = seen + runs[i + 1]
+        if seen > k - L then
+          nx = runs[i] + P - now
+          break
+        end
+      end
+    end
+    return max(0, L - k), reset, nx
   end
   if c > 0 and not force and k + c > L then
     local retry = -1
@@ -241,8 +339,8 @@ local function logRuns(s, L, P, c, force, stamp)
         end
       end
     end
-    local remaining, reset = after(runs, k)
-    return 0, remaining, reset, retry
+    local remaining, reset, nx = after(runs, k)
+    return 0, remaining, reset, retry, nx
   end
   if c > 0 then
     if runs[#runs - 1] == now then
@@ -279,8 +377,8 @@ local function logRuns(s, L, P, c, force, stamp)
       s.exp = now
     end
   end
-  local remaining, reset = after(runs, k)
-  return 1, remaining, reset, 0
+  local remaining, reset, nx = after(runs, k)
+  return 1, remaining, reset, 0, nx
 end
 
 -- logText decides a sliding log kept as text (s.v = { value } or {}),
@@ -297,7 +395,7 @@ local function logText(s, L, P, c, force, stamp)
       end
     end
     local t = { v = runs }
-    local ok, remaining, reset, retry = logRuns(t, L, P, c, force, stamp)
+    local ok, remaining, reset, retry, nx = logRuns(t, L, P, c, force, stamp)
     if t.dirty then
       local parts, k = {}, 0
       for j = 1, #t.v - 1, 2 do
@@ -307,7 +405,7 @@ local function logText(s, L, P, c, force, stamp)
       local last = t.v[#t.v - 1] or now
       s.v, s.exp, s.dirty = { string.format('L %.0f %.0f ', k, last) .. table.concat(parts, ' ') }, t.exp, true
     end
-    return ok, remaining, reset, retry
+    return ok, remaining, reset, retry, nx
   end
 
   local k, last, pos = 0, now, 1
@@ -322,39 +420,47 @@ local function logText(s, L, P, c, force, stamp)
       k, pos = k - tonumber(n), e2 + 1
     end
   end
-  local reset = 0
+  -- unit is the instant of the live unit at 0-based position idx, or now
+  -- when the live runs hold fewer (it is one being added).
+  local function unit(idx)
+    local seen, p = 0, pos
+    while raw do
+      local _, e, ts, n = string.find(raw, '^(%d+) (%d+) ?', p)
+      if ts == nil then
+        break
+      end
+      seen = seen + tonumber(n)
+      if seen > idx then
+        return tonumber(ts)
+      end
+      p = e + 1
+    end
+    return now
+  end
+  local reset, nx = 0, 0
   if k > 0 then reset = last + P - now end
   if c > 0 and not force and k + c > L then
     local retry = -1
     if c <= L then
       -- The unit at 0-based position k + c - L - 1 makes room when it expires.
-      local idx, seen, p = k + c - L - 1, 0, pos
-      retry = reset
-      while true do
-        local _, e, ts, n = string.find(raw, '^(%d+) (%d+) ?', p)
-        if ts == nil then
-          break
-        end
-        seen = seen + tonumber(n)
-        if seen > idx then
-          retry = tonumber(ts) + P - now
-          break
-        end
-        p = e + 1
-      end
+      retry = unit(k + c - L - 1) + P - now
     end
-    return 0, max(0, L - k), reset, retry
+    if k >= L then nx = unit(k - L) + P - now end
+    return 0, max(0, L - k), reset, retry, nx
   end
   if c > 0 then
     local live = ''
     if k > 0 then
       live = string.sub(raw, pos) .. ' '
     end
+    if k + c >= L then nx = unit(k + c - L) + P - now end
     k = k + c
     s.v = { string.format('L %.0f %.0f ', k, now) .. live .. string.format('%.0f %.0f', now, c) }
     s.exp, s.dirty, reset = now + P, true, P
+  elseif k >= L then
+    nx = unit(k - L) + P - now
   end
-  return 1, max(0, L - k), reset, 0
+  return 1, max(0, L - k), reset, 0, nx
 end
 
 -- decide runs request i's algorithm on s with cost c.
@@ -364,6 +470,8 @@ local function decide(s, i, c)
   local L, P = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local force, stamp = ARGV[a + 5] == '1', tonumber(ARGV[a + 7])
   if alg == '0' then
+    return rolling(s, L, P, c, force, stamp)
+  elseif alg == '4' then
     return gcra(s, L, P, tonumber(ARGV[a + 3]), c, force)
   elseif alg == '1' then
     return logText(s, L, P, c, force, stamp)
@@ -373,35 +481,35 @@ local function decide(s, i, c)
   return fixed(s, L, P, c, force, stamp)
 end
 
-local tags = { ['0'] = 'g', ['1'] = 'l', ['2'] = 'w', ['3'] = 'f' }
-local per = 4
-if withPeeks then per = 6 end
+local tags = { ['0'] = 'r', ['1'] = 'l', ['2'] = 'w', ['3'] = 'f', ['4'] = 'g' }
+local per = 5
+if withPeeks then per = 8 end
 local out = { now, 0 }
 local rejected = false
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 8
   local s = load(i, tags[ARGV[a]])
-  local ok, remaining, reset, retry = decide(s, i, tonumber(ARGV[a + 4]))
+  local ok, remaining, reset, retry, nx = decide(s, i, tonumber(ARGV[a + 4]))
   if ok == 0 and ARGV[a + 6] ~= '1' then rejected = true end
   local o = 2 + (i - 1) * per
-  out[o + 1], out[o + 2], out[o + 3], out[o + 4] = ok, remaining, max(0, reset), retry
+  out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = ok, remaining, max(0, reset), retry, nx
 end
 
 -- peek reports request i's key as it was before the call (cost 0 writes
 -- nothing): what an admitted request reports when the call is rejected.
 local function peek(i)
   local s = states[KEYS[i]]
-  local _, remaining, reset = decide({ tag = s.tag, v = s.orig }, i, 0)
-  return remaining, max(0, reset)
+  local _, remaining, reset, _, nx = decide({ tag = s.tag, v = s.orig }, i, 0)
+  return remaining, max(0, reset), nx
 end
 
 if withPeeks then
   for i = 1, #KEYS do
     local o = 2 + (i - 1) * per
     if out[o + 1] == 1 then
-      out[o + 5], out[o + 6] = peek(i)
+      out[o + 6], out[o + 7], out[o + 8] = peek(i)
     else
-      out[o + 5], out[o + 6] = out[o + 2], out[o + 3]
+      out[o + 6], out[o + 7], out[o + 8] = out[o + 2], out[o + 3], out[o + 5]
     end
   end
 end
@@ -412,7 +520,7 @@ if rejected then
     for i = 1, #KEYS do
       local o = 2 + (i - 1) * per
       if out[o + 1] == 1 then
-        out[o + 2], out[o + 3] = peek(i)
+        out[o + 2], out[o + 3], out[o + 5] = peek(i)
       end
     end
   end

@@ -26,6 +26,7 @@ type denial struct {
 	until     time.Time
 	remaining int64
 	resetAt   time.Time
+	nextAt    time.Time
 }
 
 func newDenyCache(size int) *denyCache {
@@ -66,6 +67,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 			Remaining:  e.remaining,
 			ResetAfter: max(0, e.resetAt.Sub(now)),
 			RetryAfter: e.until.Sub(now),
+			NextAfter:  max(0, e.nextAt.Sub(now)),
 			Cached:     true,
 		}
 	}
@@ -97,6 +99,7 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 				until:     now.Add(res[i].RetryAfter),
 				remaining: res[i].Remaining,
 				resetAt:   now.Add(res[i].ResetAfter),
+				nextAt:    now.Add(res[i].NextAfter),
 			}
 		}
 	}

@@ -35,7 +35,7 @@ func TestExactAcrossInstances(t *testing.T) {
 				// reaches Redis, the harder case.
 				stores[i] = New(srv.client(t), WithPrefix(prefix), WithDenyCache(0))
 			}
-			for alg := backend.GCRA; alg <= backend.FixedWindow; alg++ {
+			for _, alg := range backend.Algorithms() {
 				t.Run(alg.String(), func(t *testing.T) {
 					// "Exactly the limit" holds while no unit comes back: GCRA
 					// emits one every 600ms, and a fixed window starts over at

@@ -8,7 +8,8 @@
 -- KEYS[1] the stored key; ARGV as decide.lua's for one request:
 -- now or "", minimum TTL ms, peeks (always "0" here), then algorithm,
 -- limit, period µs, burst, cost, force, shadow, stamp.
--- Reply: {now, rejected, allowed, remaining, reset µs, retry µs (-1 never)}.
+-- Reply: {now, rejected, allowed, remaining, reset µs, retry µs (-1 never),
+-- next µs}.
 
 local now
 if ARGV[1] == '' then
@@ -45,7 +46,9 @@ if c > 0 and ARGV[9] ~= '1' and (c > B or t0 + c * T - now > tau) then
   if c <= B then retry = t0 + c * T - now - tau end
   local rejected = 1
   if ARGV[10] == '1' then rejected = 0 end -- a shadow request blocks nothing
-  return { now, rejected, 0, fdiv(math.max(0, tau - (t0 - now)), T), t0 - now, retry }
+  local remaining, nx = fdiv(math.max(0, tau - (t0 - now)), T), 0
+  if remaining == 0 then nx = t0 + T - now - tau end
+  return { now, rejected, 0, remaining, t0 - now, retry, nx }
 end
 
 local nt = t0
@@ -62,4 +65,6 @@ if c ~= 0 then
     redis.call('SET', KEYS[1], string.format('g %.0f', nt), 'PX', string.format('%.0f', ttl))
   end
 end
-return { now, 0, 1, fdiv(math.max(0, tau - (nt - now)), T), nt - now, 0 }
+local remaining, nx = fdiv(math.max(0, tau - (nt - now)), T), 0
+if remaining == 0 then nx = nt + T - now - tau end
+return { now, 0, 1, remaining, nt - now, 0, nx }

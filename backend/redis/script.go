@@ -97,9 +97,9 @@ var errReply = errors.New("unexpected decide script reply")
 // decode checks the reply's shape instead of trusting it: a server or proxy
 // answering something else is an error naming what it sent, not a panic.
 func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
-	per := 4
+	per := 5
 	if withPeeks {
-		per = 6
+		per = 8
 	}
 	arr, ok := v.([]any)
 	if !ok {
@@ -128,13 +128,14 @@ func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
 			Remaining:  f[1],
 			ResetAfter: time.Duration(f[2]) * time.Microsecond,
 			RetryAfter: time.Duration(f[3]) * time.Microsecond,
+			NextAfter:  time.Duration(f[4]) * time.Microsecond,
 		}
 		if f[3] < 0 {
 			res.RetryAfter = backend.Never
 		}
 		r.results[i] = res
 		if withPeeks {
-			res.Remaining, res.ResetAfter = f[4], time.Duration(f[5])*time.Microsecond
+			res.Remaining, res.ResetAfter, res.NextAfter = f[5], time.Duration(f[6])*time.Microsecond, time.Duration(f[7])*time.Microsecond
 			r.peeks[i] = res
 		}
 	}
