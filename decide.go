@@ -134,6 +134,9 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 			req.Limit = limit
 		}
 		if burst != 0 {
+			if rule.Algorithm != GCRA {
+				return fmt.Errorf("ceiling: rule %q: a burst for this call, but Burst is GCRA's and the rule is %v", rule.Name, rule.Algorithm)
+			}
 			req.Burst = burst
 		}
 		req.Key = rule.Name // Validate names the key; the digest is not needed to judge

@@ -136,10 +136,15 @@ func TestDecideRefusesBadInputs(t *testing.T) {
 func TestDecideLimitOverride(t *testing.T) {
 	be := &scripted{}
 	l := MustNew([]Rule{
-		{Name: "plan", Limit: 10, Period: time.Minute, Burst: 10},
+		{Name: "plan", Limit: 10, Period: time.Minute, Burst: 10, Algorithm: GCRA},
 		{Name: "ip", Limit: 100, Period: time.Minute},
 	}, WithBackend(be))
 	defer l.Close()
+	// Burst is GCRA's: on the ip rule (the default RollingWindow) a per-call
+	// burst would be silently dropped, so it is refused.
+	if _, err := l.Decide(context.Background(), Input{Rule: "ip", Key: "a", Burst: 5}); err == nil || !strings.Contains(err.Error(), "Burst is GCRA's") {
+		t.Errorf("a burst on a rolling-window rule: %v, want an error", err)
+	}
 	if _, err := l.Decide(context.Background(), Input{Rule: "plan", Key: "tenant", Limit: 100, Burst: 20, Cost: 3}, Input{Rule: "ip", Key: "a"}); err != nil {
 		t.Fatal(err)
 	}
