@@ -90,6 +90,9 @@ func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error)
 			cost = rule.Cost
 		}
 		if err := l.add(st, rule, in.Key, cost, in.Limit, in.Burst); err != nil {
+			if le, ok := err.(*LimitError); ok {
+				l.limitFailed(ctx, le)
+			}
 			return Decision{}, err
 		}
 	}
@@ -135,7 +138,8 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 		}
 		if burst != 0 {
 			if rule.Algorithm != GCRA {
-				return fmt.Errorf("ceiling: rule %q: a burst for this call, but Burst is GCRA's and the rule is %v", rule.Name, rule.Algorithm)
+				return &LimitError{Rule: rule.Name, Limit: limit, Burst: burst,
+					Err: fmt.Errorf("a burst for this call, but Burst is GCRA's and the rule is %v", rule.Algorithm)}
 			}
 			req.Burst = burst
 		}

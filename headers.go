@@ -187,8 +187,17 @@ func WriteProblem(w http.ResponseWriter, p *Problem) {
 }
 
 // WriteRejection is the default [RejectHandler]: 429 with a quota-exceeded
-// problem body naming every rejecting rule in declaration order.
+// problem body naming every rejecting rule in declaration order
+// ([RejectionProblem]).
 func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
+	WriteProblem(w, RejectionProblem(d))
+}
+
+// RejectionProblem is the problem body of a rejected decision: 429
+// quota-exceeded, naming every rejecting rule in declaration order with the
+// limit that applied, and when to retry. Adapters for other protocols (the
+// gRPC status of package ceilinggrpc) say the same from it.
+func RejectionProblem(d *Decision) *Problem {
 	p := &Problem{
 		Type:   QuotaExceededType,
 		Title:  "Too Many Requests",
@@ -210,7 +219,7 @@ func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
 		p.RetryAfter = int64((d.RetryAfter + time.Second - 1) / time.Second)
 		p.Detail += fmt.Sprintf("; retry in %d s", p.RetryAfter)
 	}
-	WriteProblem(w, p)
+	return p
 }
 
 func writeInputError(w http.ResponseWriter, e *inputError) {

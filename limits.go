@@ -1,6 +1,7 @@
 package ceiling
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -81,15 +82,17 @@ func requestPolicy(rules []Rule, st *state) []string {
 
 // limitFailed logs a request refused for want of a limit, once a minute per
 // rule with the number of such requests: a broken plan lookup fails every
-// request of its tenants, and each one is not news.
-func (l *Limiter) limitFailed(r *http.Request, e *LimitError) {
+// request of its tenants, and each one is not news. [Limiter.Decide] logs
+// too, since an adapter answering for it has no logger of its own.
+func (l *Limiter) limitFailed(ctx context.Context, e *LimitError, attrs ...slog.Attr) {
 	rule, err := l.rule(e.Rule)
 	if err != nil {
 		return
 	}
-	l.fo.limitLog[l.ruleIndex(rule)].log(l.cfg.logger, l.cfg.clock(), slog.LevelError,
-		"ceiling: a rule has no valid limit for a request; such requests are answered 500",
-		slog.String("rule", e.Rule), slog.String("path", r.URL.Path), slog.Any("err", e.Err))
+	if ok, n := l.fo.limitLog[l.ruleIndex(rule)].allow(l.cfg.clock()); ok {
+		attrs = append(attrs, slog.String("rule", e.Rule), slog.Any("err", e.Err), slog.Int64("occurrences", n))
+		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: a rule has no valid limit for a request; such requests are refused as a server error", attrs...)
+	}
 }
 
 // writeLimitError answers a request whose limit could not be had: the

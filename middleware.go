@@ -14,6 +14,7 @@ package ceiling
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -240,7 +241,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			}
 			var le *LimitError
 			if errors.As(err, &le) {
-				l.limitFailed(r, le)
+				l.limitFailed(r.Context(), le, slog.String("path", r.URL.Path))
 				writeLimitError(w, le)
 				return
 			}
