@@ -11,12 +11,14 @@
 // Usage:
 //
 //	go run ./examples/otp [-addr 127.0.0.1:8080]
+//	go run ./examples/otp -mint-token user-1
 //
 // Environment: ADDR, REDIS_URL (redis://host:6379/0; without it limits are
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), IPV6_PREFIX (how many
-// leading bits of an IPv6 address are one client; default 64), OTP_JWT_SECRET (the
-// HS256 secret of user tokens; a development default otherwise), KEY_SECRET
+// leading bits of an IPv6 address are one client; default 64),
+// OTP_JWT_SECRET (the HS256 secret of user tokens, with which -mint-token
+// signs; a development default otherwise), KEY_SECRET
 // (HMAC secret of the stored keys, so that Redis holds no recoverable phone
 // numbers), LIMITER_TIMEOUT (how long a decision may wait for Redis before
 // failing closed; default 100ms) and INSTANCES (how many run, for the
@@ -33,6 +35,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/ceiling-go/ceiling/examples/internal/service"
 )
@@ -44,7 +47,7 @@ const devSecret = "otp-development-secret-do-not-deploy"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
@@ -54,17 +57,26 @@ func main() {
 }
 
 // run is main with its inputs as parameters.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	fs := flag.NewFlagSet("otp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	svc := service.Register(fs, getenv)
+	mint := fs.String("mint-token", "", "print a one-hour development token for this user (the sub claim the otp:user rule keys on) and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg := defaultConfig()
 	cfg.Config, cfg.Logger = *svc, logger
 	cfg.JWTSecret = service.Secret(logger, getenv, "OTP_JWT_SECRET", devSecret)
+	if *mint != "" {
+		tok, err := mintToken(cfg.JWTSecret, *mint, time.Hour)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(stdout, tok)
+		return err
+	}
 	var err error
 	if cfg.Timeout, err = service.Duration(getenv, "LIMITER_TIMEOUT", cfg.Timeout); err != nil {
 		return err
