@@ -8,15 +8,26 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // DefaultBodyLimit is how many bytes of a request body [BodyField] and
 // [FormField] read unless [BodyLimit] says otherwise.
 const DefaultBodyLimit = 64 << 10
+
+// DefaultBodyTimeout is how long [BodyField] and [FormField] wait for a
+// body unless [BodyTimeout] says otherwise.
+const DefaultBodyTimeout = 5 * time.Second
+
+// ErrBodyTimeout is returned (wrapped) by key functions whose request body
+// did not arrive in time; the middleware answers 408.
+var ErrBodyTimeout = errors.New("ceiling: request body not received in time")
 
 // BodyField returns a [KeyFunc] that keys by a field of a JSON request body:
 // "phone", or "user.id" for {"user": {"id": ...}}. It is how an OTP endpoint
@@ -28,6 +39,17 @@ const DefaultBodyLimit = 64 << 10
 // exactly the bytes the client sent: r.Body is replaced by a reader over
 // them. Key functions run one after another, so this needs no lock; a body
 // that is never asked for is never touched.
+//
+// Reading is bounded in time as well as size: through the limiter's
+// middleware, the connection's read deadline is set to [DefaultBodyTimeout]
+// (see [BodyTimeout]) from the first read, unless the server's own
+// ReadTimeout is shorter; net/http lifts it once the body is read. A client
+// that sends one byte a second is answered 408 when it runs out, even on a
+// server without a ReadTimeout, and any other failure to read the body is a
+// 400 with a generic detail: the error itself (a network address, an
+// internal type) goes to the limiter's log, never to the client. Called
+// outside the middleware, or with a ResponseWriter that cannot set
+// deadlines, the server's ReadTimeout is the only bound.
 //
 // The body is parsed as JSON whatever its Content-Type, as handlers decoding
 // it do. Malformed JSON is a 400. So is a field that appears twice on the
@@ -59,12 +81,12 @@ func BodyField(path string, opts ...BodyOption) (KeyFunc, error) {
 			return nil, fmt.Errorf("ceiling: BodyField(%q): empty name in path", path)
 		}
 	}
-	b := bodyKey{limit: DefaultBodyLimit}
+	b := bodyKey{limit: DefaultBodyLimit, timeout: DefaultBodyTimeout}
 	if err := b.apply("BodyField", path, opts); err != nil {
 		return nil, err
 	}
 	return func(r *http.Request) (string, error) {
-		cb, err := bodyOf(r, b.limit)
+		cb, err := bodyOf(r, b)
 		if err != nil {
 			return "", err
 		}
@@ -90,7 +112,8 @@ func MustBodyField(path string, opts ...BodyOption) KeyFunc {
 // Content-Type says, unless it is multipart/form-data) and multipart forms
 // (files are ignored), together with the URL's query parameters, because
 // FormValue falls back to them. The body is read and parsed once per
-// request, bounded like [BodyField]'s, and left intact for the handler. A
+// request, bounded in size and time like [BodyField]'s, and left intact for
+// the handler. A
 // missing or empty field yields [ErrNoKey]; copies with different values (in
 // the body, or the body and the query) or a malformed body are a 400.
 // FormField returns an error for an empty name; use [MustFormField] for
@@ -99,12 +122,12 @@ func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
 	if name == "" {
 		return nil, errors.New("ceiling: FormField: empty name")
 	}
-	b := bodyKey{limit: DefaultBodyLimit}
+	b := bodyKey{limit: DefaultBodyLimit, timeout: DefaultBodyTimeout}
 	if err := b.apply("FormField", name, opts); err != nil {
 		return nil, err
 	}
 	return func(r *http.Request) (string, error) {
-		cb, err := bodyOf(r, b.limit)
+		cb, err := bodyOf(r, b)
 		if err != nil {
 			return "", err
 		}
@@ -149,7 +172,23 @@ func BodyLimit(n int64) BodyOption {
 	}
 }
 
-type bodyKey struct{ limit int64 }
+// BodyTimeout sets how long the body may take to arrive, from the first
+// read (default [DefaultBodyTimeout]); past it the request is answered 408.
+// A server ReadTimeout that ends sooner still applies.
+func BodyTimeout(d time.Duration) BodyOption {
+	return func(b *bodyKey) error {
+		if d <= 0 {
+			return fmt.Errorf("BodyTimeout(%v): must be positive", d)
+		}
+		b.timeout = d
+		return nil
+	}
+}
+
+type bodyKey struct {
+	limit   int64
+	timeout time.Duration
+}
 
 func (b *bodyKey) apply(fn, arg string, opts []BodyOption) error {
 	for _, o := range opts {
@@ -198,9 +237,11 @@ func (c *cachedBody) Read(p []byte) (int, error) {
 
 func (c *cachedBody) Close() error { return c.rest.Close() }
 
-// bodyOf returns r's body read up to limit bytes, reading (more of) it only
-// the first time a rule needs it.
-func bodyOf(r *http.Request, limit int64) (*cachedBody, error) {
+// bodyOf returns r's body read up to b.limit bytes, reading (more of) it
+// only the first time a rule needs it, within b.timeout when the middleware
+// guards the body.
+func bodyOf(r *http.Request, b bodyKey) (*cachedBody, error) {
+	limit := b.limit
 	cb, ok := r.Body.(*cachedBody)
 	if !ok {
 		if r.ContentLength > limit {
@@ -215,6 +256,9 @@ func bodyOf(r *http.Request, limit int64) (*cachedBody, error) {
 	}
 	if !cb.done && cb.err == nil && int64(len(cb.buf)) <= limit {
 		want := limit + 1 - int64(len(cb.buf))
+		if g, ok := cb.rest.(*bodyGuard); ok {
+			g.arm(r, b.timeout)
+		}
 		more, err := io.ReadAll(io.LimitReader(cb.rest, want))
 		cb.buf = append(cb.buf, more...)
 		switch {
@@ -228,9 +272,89 @@ func bodyOf(r *http.Request, limit int64) (*cachedBody, error) {
 		return nil, fmt.Errorf("%w: limit %d bytes", ErrBodyTooLarge, limit)
 	}
 	if cb.err != nil {
-		return nil, fmt.Errorf("reading body: %w", cb.err)
+		return nil, &readError{err: cb.err}
 	}
 	return cb, nil
+}
+
+// readError is a failure to read the request body: the client's doing (it
+// was too slow, or hung up) or the network's, never the input's content.
+// Its text is for logs; clients get a generic detail.
+type readError struct{ err error }
+
+func (e *readError) Error() string { return "reading the request body: " + e.err.Error() }
+func (e *readError) Unwrap() error { return e.err }
+
+// Is makes a read that ran out of time match [ErrBodyTimeout].
+func (e *readError) Is(target error) bool {
+	if target != ErrBodyTimeout {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(e.err, os.ErrDeadlineExceeded) || errors.As(e.err, &ne) && ne.Timeout()
+}
+
+// bodyGuard stands in for r.Body while the middleware resolves keys, so
+// that a body key function, which has the request but not the
+// ResponseWriter, can bound its read with the connection's read deadline.
+type bodyGuard struct {
+	io.ReadCloser
+	w http.ResponseWriter
+}
+
+// arm sets the connection's read deadline d from now, unless the server's
+// own ReadTimeout (counted from the request's start) is no longer, in
+// which case its deadline stands. Nothing lifts it: net/http clears
+// the deadline itself when the body has been read to its end (to watch the
+// connection for a hang-up), and a request whose body was not (too large,
+// too slow) is refused and the connection closed. Lifting it ourselves
+// would be wrong: a deadline set after net/http's clearing would end its
+// background read and cancel the handler's context.
+func (g *bodyGuard) arm(r *http.Request, d time.Duration) {
+	if rt := serverReadTimeout(r); rt > 0 && rt <= d {
+		return
+	}
+	_ = http.NewResponseController(g.w).SetReadDeadline(time.Now().Add(d))
+}
+
+func serverReadTimeout(r *http.Request) time.Duration {
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
+		return srv.ReadTimeout
+	}
+	return 0
+}
+
+// decideGuarded is decide with r.Body guarded (see bodyGuard) while the key
+// functions run. The guard lives in st and is gone before decide returns,
+// so that nothing the handler holds points into the pooled state.
+func (l *Limiter) decideGuarded(w http.ResponseWriter, r *http.Request, st *state) error {
+	if r.Body == nil || r.Body == http.NoBody {
+		return l.decide(r, st)
+	}
+	st.guard = bodyGuard{ReadCloser: r.Body, w: w}
+	r.Body = &st.guard
+	err := l.decide(r, st)
+	if cb, ok := r.Body.(*cachedBody); ok && cb.rest == &st.guard {
+		cb.rest = st.guard.ReadCloser
+	} else if r.Body == &st.guard {
+		r.Body = st.guard.ReadCloser
+	}
+	st.guard = bodyGuard{}
+	return err
+}
+
+// inputStatus is the status of a request whose key function failed with
+// err (not ErrNoKey): 413 for a body over its limit, 408 for one that did
+// not arrive in time, else 400.
+func inputStatus(err error) int {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, ErrBodyTooLarge) || errors.As(err, &mbe):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrBodyTimeout):
+		return http.StatusRequestTimeout
+	}
+	return http.StatusBadRequest
 }
 
 // maxJSONDepth matches encoding/json's nesting limit, so that the limiter

@@ -1,13 +1,19 @@
 package ceiling
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
+	"log/slog"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -342,5 +348,191 @@ func BenchmarkBodyField(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// rawPost opens a TCP connection to srv, sends a POST declaring a body of
+// declared bytes, then the bytes of body one every interval (all at once
+// for 0), half-closing afterwards when hangUp is set, and returns the
+// response the server sends whenever it sends it.
+func rawPost(t *testing.T, srv *httptest.Server, declared int, body string, every time.Duration, hangUp bool) (*http.Response, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(20 * time.Second)) // a hung server fails the test, not the run
+	fmt.Fprintf(conn, "POST /otp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", declared)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if every == 0 {
+			io.WriteString(conn, body)
+		} else {
+			for i := range len(body) {
+				if _, err := conn.Write([]byte{body[i]}); err != nil {
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(every):
+				}
+			}
+		}
+		if hangUp {
+			conn.(*net.TCPConn).CloseWrite()
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// bodyServer serves a limiter keyed on the body's phone, logging to logs.
+func bodyServer(t *testing.T, logs *bytes.Buffer, next http.Handler, opts ...BodyOption) *httptest.Server {
+	t.Helper()
+	l := MustNew([]Rule{{Name: "otp:phone", Key: MustBodyField("phone", opts...), Limit: 100, Period: time.Minute}},
+		WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
+	srv := httptest.NewServer(l.Handler(next)) // no ReadTimeout: the key function must bound itself
+	t.Cleanup(func() {
+		srv.Close()
+		l.Close()
+	})
+	return srv
+}
+
+// checkGeneric fails the test if a client-facing body holds anything of the
+// server's network error.
+func checkGeneric(t *testing.T, srv *httptest.Server, body string) {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	for _, leak := range []string{"127.0.0.1", port, "tcp", "i/o", "EOF", "read ", "*", "net."} {
+		if strings.Contains(body, leak) {
+			t.Errorf("the response body holds %q: %s", leak, body)
+		}
+	}
+}
+
+// TestSlowBodyIs408 pins issue 14's second finding with a real slow client:
+// one byte a second, on a server without ReadTimeout. BodyField's own bound
+// answers 408 with a generic detail; the network error goes to the log.
+func TestSlowBodyIs408(t *testing.T) {
+	var logs bytes.Buffer
+	srv := bodyServer(t, &logs, okHandler, BodyTimeout(300*time.Millisecond))
+	body := `{"phone": "+254700000000"}`
+	resp, got := rawPost(t, srv, len(body), body, time.Second, false)
+	if resp.StatusCode != http.StatusRequestTimeout || resp.Header.Get("Content-Type") != "application/problem+json" || !resp.Close {
+		t.Errorf("%d %q (close %v), want 408 problem+json, Connection: close", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Close)
+	}
+	var p Problem
+	if err := json.Unmarshal([]byte(got), &p); err != nil || p.Status != 408 || p.Detail != `ceiling: rule "otp:phone": the request body did not arrive in time` {
+		t.Errorf("problem %s (%v)", got, err)
+	}
+	checkGeneric(t, srv, got)
+	if !strings.Contains(logs.String(), "i/o timeout") || !strings.Contains(logs.String(), "status=408") {
+		t.Errorf("the log lacks the full error:\n%s", logs.String())
+	}
+}
+
+// A client that hangs up half way is a 400, as generic.
+func TestBodyReadErrorIsAGeneric400(t *testing.T) {
+	var logs bytes.Buffer
+	srv := bodyServer(t, &logs, okHandler)
+	resp, got := rawPost(t, srv, 100, `{"phone": "+2547`, 0, true)
+	var p Problem
+	if err := json.Unmarshal([]byte(got), &p); err != nil || resp.StatusCode != 400 || p.Detail != `ceiling: rule "otp:phone": the request body could not be read` {
+		t.Errorf("%d %s (%v), want 400 with a generic detail", resp.StatusCode, got, err)
+	}
+	checkGeneric(t, srv, got)
+	if !strings.Contains(logs.String(), "unexpected EOF") {
+		t.Errorf("the log lacks the full error:\n%s", logs.String())
+	}
+}
+
+// Once the body is read to its end, no deadline is left on the connection:
+// a handler that works longer than the body's bound (and the server's
+// ReadTimeout) keeps its request context. A deadline set after net/http
+// started its background read would end that read, which cancels it.
+func TestBodyDeadlineIsGoneForTheHandler(t *testing.T) {
+	const bound = 200 * time.Millisecond
+	cancelled := make(chan bool, 1)
+	l := MustNew([]Rule{{Name: "otp:phone", Key: MustBodyField("phone", BodyTimeout(bound)), Limit: 100, Period: time.Minute}})
+	defer l.Close()
+	srv := httptest.NewUnstartedServer(l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			cancelled <- true
+		case <-time.After(4 * bound):
+			cancelled <- false
+		}
+	})))
+	srv.Config.ReadTimeout = 2 * bound
+	srv.Start()
+	defer srv.Close()
+	body := `{"phone": "+254700000000"}`
+	resp, _ := rawPost(t, srv, len(body), body, 0, false)
+	if resp.StatusCode != 200 || <-cancelled {
+		t.Errorf("status %d; the handler's context was cancelled: a read deadline outlived the body", resp.StatusCode)
+	}
+}
+
+// The server's own ReadTimeout, when sooner, still ends a slow body.
+func TestServerReadTimeoutStillBoundsTheBody(t *testing.T) {
+	var logs bytes.Buffer
+	l := MustNew([]Rule{{Name: "otp:phone", Key: MustBodyField("phone"), Limit: 100, Period: time.Minute}},
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	defer l.Close()
+	srv := httptest.NewUnstartedServer(l.Handler(okHandler))
+	srv.Config.ReadTimeout = 300 * time.Millisecond
+	srv.Start()
+	defer srv.Close()
+	body := `{"phone": "+254700000000"}`
+	if resp, got := rawPost(t, srv, len(body), body, time.Second, false); resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("%d %s, want 408 after the server's 300ms ReadTimeout (BodyField's 5s bound would come later)", resp.StatusCode, got)
+	}
+}
+
+// A key function's error reaches the client only when it describes the
+// input: errors of the file system, the network or a Go decoder, which name
+// paths, addresses and Go types, become a generic detail, logged in full.
+func TestInputErrorsKeepInternalsOut(t *testing.T) {
+	var jsonErr error
+	var into struct{ N int }
+	if jsonErr = json.Unmarshal([]byte(`{"N": "x"}`), &into); jsonErr == nil {
+		t.Fatal("no json error")
+	}
+	_, numErr := strconv.Atoi("12x")
+	for _, tc := range []struct {
+		name   string
+		err    error
+		detail string
+		leak   string
+	}{
+		{"path", fmt.Errorf("loading the allow list: %w", &fs.PathError{Op: "open", Path: "/srv/app/allow.txt", Err: fs.ErrNotExist}), "the request is not valid input for this endpoint", "/srv/app"},
+		{"network", &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 5432}, Err: errors.New("refused")}, "the request is not valid input for this endpoint", "10.1.2.3"},
+		{"Go type", jsonErr, "the request is not valid input for this endpoint", "Go struct"},
+		{"strconv", numErr, "the request is not valid input for this endpoint", "strconv."},
+		{"about the input", errors.New("the phone number has letters"), "the phone number has letters", "\x00"},
+	} {
+		var logs bytes.Buffer
+		err := tc.err
+		h := MustNew([]Rule{{Name: "r", Key: func(*http.Request) (string, error) { return "", err }, Limit: 1, Period: time.Minute}},
+			WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))).Handler(okHandler)
+		w := serve(t, h, httptest.NewRequest("GET", "/", nil))
+		var p Problem
+		if jerr := json.Unmarshal(w.Body.Bytes(), &p); jerr != nil || w.Code != 400 || p.Detail != `ceiling: rule "r": `+tc.detail || strings.Contains(w.Body.String(), tc.leak) {
+			t.Errorf("%s: %d %s, want 400 with detail %q", tc.name, w.Code, w.Body, tc.detail)
+		}
+		if logged := logs.String(); tc.detail != "the phone number has letters" && !strings.Contains(logged, tc.leak) {
+			t.Errorf("%s: the log lacks the full error:\n%s", tc.name, logged)
+		}
 	}
 }

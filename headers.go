@@ -2,8 +2,13 @@ package ceiling
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -222,12 +227,58 @@ func RejectionProblem(d *Decision) *Problem {
 	return p
 }
 
-func writeInputError(w http.ResponseWriter, e *inputError) {
-	title := "Bad Request"
-	if e.status == http.StatusRequestEntityTooLarge {
+// writeInputError answers a request that a key function refused, before
+// any backend call. The detail is the error's text when it describes the
+// input (malformed JSON, a field sent twice); a failure to read the body,
+// or an error from the network, the file system or a Go decoder, which can
+// name server addresses, paths or internal types, gets a generic detail,
+// and its text goes to the log only.
+func (l *Limiter) writeInputError(w http.ResponseWriter, r *http.Request, e *inputError) {
+	title, detail := "Bad Request", e.Error()
+	switch e.status {
+	case http.StatusRequestEntityTooLarge:
 		title = "Content Too Large"
+	case http.StatusRequestTimeout:
+		title = "Request Timeout"
 	}
-	WriteProblem(w, &Problem{Type: "about:blank", Title: title, Status: e.status, Detail: e.Error()})
+	if hides(e.err) {
+		var re *readError
+		switch {
+		case e.status == http.StatusRequestTimeout:
+			detail = "the request body did not arrive in time"
+		case errors.As(e.err, &re):
+			detail = "the request body could not be read"
+		default:
+			detail = "the request is not valid input for this endpoint"
+		}
+		if e.rule != "" {
+			detail = fmt.Sprintf("ceiling: rule %q: %s", e.rule, detail)
+		}
+		if re != nil || e.status == http.StatusRequestTimeout {
+			// The body is half read: this connection cannot serve another request.
+			w.Header()["Connection"] = []string{"close"}
+		}
+		l.cfg.logger.LogAttrs(r.Context(), slog.LevelInfo, "ceiling: refused a request whose input could not be read",
+			slog.String("rule", e.rule), slog.Int("status", e.status), slog.String("remote_addr", r.RemoteAddr), slog.Any("err", e.err))
+	}
+	WriteProblem(w, &Problem{Type: "about:blank", Title: title, Status: e.status, Detail: detail})
+}
+
+// hides reports whether err's text must not reach a client: a failure to
+// read the body, or an error of the network, the file system or a Go
+// decoder, whose texts hold addresses, paths and Go type names.
+func hides(err error) bool {
+	var (
+		re  *readError
+		ne  net.Error
+		pe  *fs.PathError
+		se  *os.SyscallError
+		ute *json.UnmarshalTypeError
+		iue *json.InvalidUnmarshalError
+		num *strconv.NumError
+	)
+	return errors.As(err, &re) || errors.As(err, &ne) || errors.As(err, &pe) || errors.As(err, &se) ||
+		errors.As(err, &ute) || errors.As(err, &iue) || errors.As(err, &num)
 }
 
 // writeUnavailable answers a request that cannot be decided while failing

@@ -233,10 +233,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.beginExtras(st)
 			defer l.endExtras(r, st)
 		}
-		if err := l.decide(r, st); err != nil {
+		if err := l.decideGuarded(w, r, st); err != nil {
 			var in *inputError
 			if errors.As(err, &in) {
-				writeInputError(w, in)
+				l.writeInputError(w, r, in)
 				return
 			}
 			var le *LimitError
@@ -308,7 +308,8 @@ type state struct {
 	results  []backend.Result
 	decision Decision
 	buf      []byte
-	x        *extras // nil unless the limiter has prefetches or estimates
+	x        *extras   // nil unless the limiter has prefetches or estimates
+	guard    bodyGuard // r.Body while the key functions run (body.go)
 }
 
 func newState(n int) *state {
@@ -366,12 +367,7 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 				// add named the rule already.
 				return &inputError{status: http.StatusBadRequest, err: err}
 			}
-			status := http.StatusBadRequest
-			var mbe *http.MaxBytesError
-			if errors.Is(err, ErrBodyTooLarge) || errors.As(err, &mbe) {
-				status = http.StatusRequestEntityTooLarge
-			}
-			return &inputError{rule: rule.Name, status: status, err: err}
+			return &inputError{rule: rule.Name, status: inputStatus(err), err: err}
 		}
 	}
 	if st.x != nil {
