@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -131,52 +130,9 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 	if len(rreqs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refundTimeout)
-	defer cancel()
 	// A failed refund leaves units consumed until their keys expire: the
 	// limiter under-admits for a while but never admits more than the limit.
-	s.runPipelined(ctx, rkeys, rreqs, rstamps, false)
-}
-
-// runPipelined runs one decide script per group in one cluster pipeline,
-// then re-sends with EVAL the groups whose node had no cached script.
-func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]backend.Request, stamps [][]int64, withPeeks bool) ([]reply, []error) {
-	cmds := make([]*redis.Cmd, len(reqs))
-	stampsOf := func(g int) []int64 {
-		if stamps == nil {
-			return nil
-		}
-		return stamps[g]
-	}
-	pipe := s.cluster.Pipeline()
-	for g := range reqs {
-		cmds[g] = decideScript.EvalSha(ctx, pipe, keys[g], s.args(reqs[g], stampsOf(g), withPeeks)...)
-	}
-	pipe.Exec(ctx) // errors are read per command below
-	var missing []int
-	for g, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
-			missing = append(missing, g)
-		}
-	}
-	if len(missing) > 0 {
-		pipe = s.cluster.Pipeline()
-		for _, g := range missing {
-			cmds[g] = decideScript.Eval(ctx, pipe, keys[g], s.args(reqs[g], stampsOf(g), withPeeks)...)
-		}
-		pipe.Exec(ctx)
-	}
-	replies := make([]reply, len(reqs))
-	errs := make([]error, len(reqs))
-	for g, cmd := range cmds {
-		v, err := cmd.Result()
-		if err != nil {
-			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), err)
-			continue
-		}
-		replies[g], errs[g] = decode(v, reqs[g], withPeeks)
-	}
-	return replies, errs
+	s.settle(ctx, rkeys, rreqs, rstamps)
 }
 
 func isNoScript(err error) bool {

@@ -71,13 +71,13 @@ func flag(b bool) int {
 	return 0
 }
 
-// run decides reqs, stored under keys, in one script on c.
-func (s *Store) run(ctx context.Context, c redis.Scripter, keys []string, reqs []backend.Request, stamps []int64) (reply, error) {
+// run decides reqs, stored under keys, in one script.
+func (s *Store) run(ctx context.Context, keys []string, reqs []backend.Request, stamps []int64) (reply, error) {
 	script := decideScript
 	if len(reqs) == 1 && reqs[0].Algorithm == backend.GCRA && stamps == nil {
 		script = gcraScript
 	}
-	v, err := script.Run(ctx, c, keys, s.args(reqs, stamps, false)...).Result()
+	v, err := s.eval(ctx, script, keys, s.args(reqs, stamps, false))
 	if err != nil {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs), err)
 	}

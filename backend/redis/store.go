@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -37,20 +39,28 @@ type Store struct {
 	prefix  string
 	clock   func() time.Time // nil: the script reads Redis TIME
 	deny    *denyCache       // nil: deny cache off
+
+	batchSize, inFlight int
+	batch               *batcher     // the one node's, without Cluster
+	nodes               sync.Map     // on Cluster: master address -> *batcher
+	reloaded            atomic.Int64 // UnixNano of the last slot map reload asked for
+	dials               dialLog
 }
 
 var (
-	_ backend.Backend    = (*Store)(nil)
-	_ backend.DecideInto = (*Store)(nil)
+	_ backend.Backend       = (*Store)(nil)
+	_ backend.DecideInto    = (*Store)(nil)
+	_ backend.DeadlineBound = (*Store)(nil)
 )
 
 // Option configures a Store.
 type Option func(*config)
 
 type config struct {
-	prefix   string
-	clock    func() time.Time
-	denySize int
+	prefix              string
+	clock               func() time.Time
+	denySize            int
+	batchSize, inFlight int
 }
 
 // WithPrefix sets the prefix of every stored key, so several services can
@@ -114,13 +124,22 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock}
+	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock, batchSize: cfg.batchSize, inFlight: cfg.inFlight}
 	if cfg.prefix != "" {
 		s.prefix += ":"
 	}
+	if s.batchSize < 1 {
+		s.batchSize = DefaultBatchSize
+	}
+	if s.inFlight < 1 {
+		s.inFlight = DefaultInFlight
+	}
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		s.cluster = cc
+	} else {
+		s.batch = newBatcher(s)
 	}
+	s.dials.watch(client)
 	if cfg.denySize > 0 {
 		s.deny = newDenyCache(cfg.denySize)
 	}
@@ -173,7 +192,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		res, rejected, err = s.decideSlots(ctx, reqs, groups)
 	} else {
 		var r reply
-		r, err = s.run(ctx, s.client, s.keys(reqs), reqs, nil)
+		r, err = s.run(ctx, s.keys(reqs), reqs, nil)
 		res, rejected = r.results, r.rejected
 	}
 	if err != nil {
@@ -185,6 +204,18 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	return nil
 }
+
+// DeadlineBound reports that Decide returns by its context's deadline
+// whatever Redis does (a frozen server, a lost reply), as
+// [backend.DeadlineBound] asks, with one refinement: the budget the deadline
+// leaves when Decide is entered is counted from when the decision is
+// written to Redis, so a process too busy to write it at once (a CPU
+// starved by other work) does not blame Redis for its own delay; Decide
+// then returns at most that budget after the write. A decision that runs
+// out of budget returns an error wrapping [context.DeadlineExceeded], or
+// [backend.ErrUnreachable] with the dial error when go-redis was still
+// failing to connect.
+func (s *Store) DeadlineBound() bool { return true }
 
 // Reset forgets the state of the given keys (the Request.Key values, without
 // the prefix).

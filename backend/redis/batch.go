@@ -1,0 +1,450 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of [WithBatching].
+const (
+	DefaultBatchSize = 64
+	DefaultInFlight  = 4
+)
+
+// workerIdle is how long a batch worker waits for more work before it
+// exits, so that an idle Store holds no goroutine and a steady trickle of
+// decisions does not start one per decision.
+const workerIdle = 200 * time.Millisecond
+
+// WithBatching bounds how concurrent decisions share round trips. Each
+// Redis node (one on a single server or Sentinel, each master on Cluster)
+// has up to inFlight round trips in flight at once; a decision that
+// arrives while one of them is free is written at once, alone (no timer
+// ever holds a decision back to fill a batch). A decision that arrives
+// while all are in flight waits for the first to end, and goes out with
+// every other decision that arrived meanwhile, up to size scripts in one
+// pipelined write. So a queued decision waits at most for the round trips
+// ahead of it, and batches grow only with the load.
+//
+// The defaults are [DefaultBatchSize] and [DefaultInFlight]. A size of 1
+// sends every decision on its own round trip; values below 1 mean the
+// default.
+//
+// Batching changes no answer: each decision is still its own script, all
+// or nothing, one per hash slot, in the order the decisions were made.
+func WithBatching(size, inFlight int) Option {
+	return func(c *config) { c.batchSize, c.inFlight = size, inFlight }
+}
+
+// op is one script run of a decision, queued for a round trip.
+type op struct {
+	script *redis.Script
+	cmd    *redis.Cmd
+	w      *waiter
+}
+
+// waiter is a decision waiting for its ops' replies.
+type waiter struct {
+	ctx    context.Context // for values: the round trip runs on its own deadline
+	budget time.Duration   // how long the caller waits for a reply once written; 0: unbounded
+	// detached ops are sent even after the caller stopped waiting, with a
+	// round trip of at least refundTimeout: a refund must land whoever
+	// waits for it.
+	detached bool
+
+	pending   atomic.Int32 // ops not yet answered
+	unclaimed atomic.Int32 // ops no worker has taken yet
+	written   atomic.Int64 // UnixNano of the latest write of one of its ops
+	gone      atomic.Bool  // the caller stopped waiting
+	done      chan struct{}
+	one       [1]op // the ops of a one-script decision
+}
+
+var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
+
+// newWaiter returns a waiter for n ops; ops[:n] are its ops.
+func newWaiter(ctx context.Context, n int) (*waiter, []op) {
+	w := waiters.Get().(*waiter)
+	w.ctx = ctx
+	ops := w.one[:]
+	if n > 1 {
+		ops = make([]op, n)
+	}
+	return w, ops
+}
+
+// release returns w to the pool, unless a worker may still hold it: a
+// waiter whose caller left before every reply came is left to the
+// collector.
+func (w *waiter) release(answered bool) {
+	if !answered {
+		return
+	}
+	w.one[0] = op{}
+	w.ctx, w.budget, w.detached = nil, 0, false
+	w.gone.Store(false)
+	waiters.Put(w)
+}
+
+// maxExtensions bounds how many half-budgets a caller waits for a worker
+// that took its ops but is too slow to write them (a starved process).
+const maxExtensions = 3
+
+// errNotSent is the cause of a timeout when no round trip could take the
+// decision: every one to the node was in flight and none came back.
+var errNotSent = errors.New("not sent: every round trip to the node in flight")
+
+// call sends ops (whose cmds are ready) and waits until every one is
+// answered. It returns early only when ctx ends: on cancellation at once,
+// and on its deadline only if the round trip took longer than the budget
+// the deadline left at entry, counted from when the ops were written, so
+// that time this process spent before the write (a busy CPU, a long queue
+// of its own) is not blamed on Redis. A reply that is there when the
+// deadline passes is used. When call returns an error, the ops may still
+// take effect (at most once), and their cmds must not be read.
+func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) error {
+	if err := ctx.Err(); err != nil && !detached {
+		return err
+	}
+	entry := time.Now()
+	if dl, ok := ctx.Deadline(); ok {
+		w.budget = max(dl.Sub(entry), time.Nanosecond)
+	}
+	w.detached = detached
+	w.pending.Store(int32(len(ops)))
+	w.unclaimed.Store(int32(len(ops)))
+	w.written.Store(0)
+	if err := s.enqueue(ctx, w, ops); err != nil {
+		w.gone.Store(true)
+		return err
+	}
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+	}
+	select {
+	case <-w.done: // the reply and the deadline came together
+		return nil
+	default:
+	}
+	if s.cluster != nil {
+		s.healCluster()
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		w.gone.Store(true)
+		return ctx.Err()
+	}
+	for ext := 0; w.unclaimed.Load() == 0; ext++ {
+		var until time.Time
+		if wr := w.written.Load(); wr != 0 {
+			until = time.Unix(0, wr).Add(w.budget)
+		} else if ext < maxExtensions {
+			// A worker took the ops but has not written them: this process
+			// is slow to run it, which says nothing about Redis.
+			until = time.Now().Add(w.budget / 2)
+		} else {
+			break
+		}
+		d := time.Until(until)
+		if d <= 0 {
+			break
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-w.done:
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+	w.gone.Store(true)
+	select {
+	case <-w.done:
+		return nil
+	default:
+	}
+	return s.timeoutError(w, entry)
+}
+
+// timeoutError says why a call ran out of budget: a dial that failed since
+// the call began makes it unreachable (the dial's own retries can outlast
+// the budget, and "timed out" would hide a refused connection); otherwise
+// it is a timeout, waiting for a reply or for a round trip to be free.
+func (s *Store) timeoutError(w *waiter, entry time.Time) error {
+	if err := s.dials.since(entry); err != nil {
+		return unreachable(err)
+	}
+	if w.unclaimed.Load() > 0 {
+		return fmt.Errorf("%w within %v: %w", errNotSent, w.budget, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("no reply within %v of the write: %w", w.budget, context.DeadlineExceeded)
+}
+
+// batcher queues the ops bound for one Redis node and runs the workers
+// that send them, at most Store.inFlight at once.
+type batcher struct {
+	s    *Store
+	wake chan struct{} // one token per idle worker to wake
+
+	mu    sync.Mutex
+	queue []*op
+	lanes int // workers running
+	idle  int // workers waiting for work and not yet woken
+}
+
+func newBatcher(s *Store) *batcher {
+	return &batcher{s: s, wake: make(chan struct{}, s.inFlight)}
+}
+
+// enqueue queues the ops of w on the batchers of their nodes, the ops
+// bound for one node together, so that they share its round trip.
+func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op) error {
+	for i := range ops {
+		ops[i].w = w
+	}
+	if s.cluster == nil {
+		s.batch.enqueue(ops, nil)
+		return nil
+	}
+	if len(ops) == 1 {
+		b, err := s.batcherFor(ctx, ops[0].cmd)
+		if err != nil {
+			return err
+		}
+		b.enqueue(ops, nil)
+		return nil
+	}
+	bs := make([]*batcher, len(ops))
+	for i := range ops {
+		b, err := s.batcherFor(ctx, ops[i].cmd)
+		if err != nil {
+			return err
+		}
+		bs[i] = b
+	}
+	for i, b := range bs {
+		if b != nil {
+			b.enqueue(ops[i:], bs[i:])
+		}
+	}
+	return nil
+}
+
+// enqueue queues ops (those of them whose bs entry is b, clearing it, when
+// bs is not nil) and makes sure a worker will take them: an idle one, a new
+// one if fewer than inFlight run, or else the first that finishes its
+// round trip.
+func (b *batcher) enqueue(ops []op, bs []*batcher) {
+	b.mu.Lock()
+	for i := range ops {
+		if bs == nil || bs[i] == b {
+			b.queue = append(b.queue, &ops[i])
+			if bs != nil {
+				bs[i] = nil
+			}
+		}
+	}
+	switch {
+	case b.idle > 0:
+		b.idle--
+		b.wake <- struct{}{}
+	case b.lanes < b.s.inFlight:
+		b.lanes++
+		go b.work()
+	}
+	b.mu.Unlock()
+}
+
+// work sends batches until the queue stays empty for workerIdle.
+func (b *batcher) work() {
+	batch := make([]*op, 0, b.s.batchSize)
+	var idle *time.Timer
+	for {
+		b.mu.Lock()
+		batch = b.take(batch[:0])
+		if len(batch) > 0 {
+			b.mu.Unlock()
+			b.s.exec(batch)
+			clear(batch)
+			continue
+		}
+		b.idle++
+		b.mu.Unlock()
+		if idle == nil {
+			idle = time.NewTimer(workerIdle)
+		} else {
+			idle.Reset(workerIdle)
+		}
+		select {
+		case <-b.wake:
+			idle.Stop()
+			continue
+		case <-idle.C:
+		}
+		b.mu.Lock()
+		select {
+		case <-b.wake: // woken as the timer fired: the token is ours
+			b.mu.Unlock()
+			continue
+		default:
+		}
+		b.idle--
+		b.lanes--
+		b.mu.Unlock()
+		return
+	}
+}
+
+// take moves up to batchSize ops from the queue into batch (more if the
+// last decision taken has more ops for this node: they share a round
+// trip), dropping the ones whose caller already gave up (they are never
+// sent). b.mu is held.
+func (b *batcher) take(batch []*op) []*op {
+	n := 0
+	for n < len(b.queue) && (len(batch) < b.s.batchSize || b.queue[n].w == batch[len(batch)-1].w) {
+		o := b.queue[n]
+		n++
+		if o.w.gone.Load() && !o.w.detached {
+			continue
+		}
+		o.w.unclaimed.Add(-1)
+		batch = append(batch, o)
+	}
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// batcherFor returns the batcher of the node that holds cmd's keys.
+func (s *Store) batcherFor(ctx context.Context, cmd *redis.Cmd) (*batcher, error) {
+	if s.cluster == nil {
+		return s.batch, nil
+	}
+	key, _ := cmd.Args()[3].(string)
+	node, err := s.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, classify(err)
+	}
+	addr := node.Options().Addr
+	if b, ok := s.nodes.Load(addr); ok {
+		return b.(*batcher), nil
+	}
+	b, _ := s.nodes.LoadOrStore(addr, newBatcher(s))
+	return b.(*batcher), nil
+}
+
+// noRetry is a command go-redis must not send twice: it retries a command
+// whose reply was lost (MaxRetries, 3 by default), and a decision or a
+// refund that ran once and is run again takes effect twice. Only a command
+// known not to have reached the server (a dial that failed, a MOVED or ASK
+// redirection on Cluster) is sent again.
+type noRetry struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to retry the command after it was written.
+func (noRetry) NoRetry() bool { return true }
+
+// exec sends one batch in one round trip (a pipeline of its scripts, or
+// the lone script) with a deadline of its own, counted from the write,
+// then re-sends with EVAL the scripts a node did not have cached, and
+// wakes every waiter whose ops are all answered.
+func (s *Store) exec(batch []*op) {
+	if beforeWrite != nil {
+		beforeWrite()
+	}
+	now := time.Now()
+	var budget time.Duration
+	bounded := true
+	for _, o := range batch {
+		w := o.w
+		for old := w.written.Load(); old < now.UnixNano() && !w.written.CompareAndSwap(old, now.UnixNano()); old = w.written.Load() {
+		}
+		switch {
+		case w.detached:
+			budget = max(budget, w.budget, refundTimeout)
+		case w.budget <= 0:
+			bounded = false
+		default:
+			budget = max(budget, w.budget)
+		}
+	}
+	ctx := context.WithoutCancel(batch[0].w.ctx)
+	if bounded {
+		// Half the budget again lets a reply that came in time be read by a
+		// process slow to schedule this goroutine; the waiters have their
+		// own deadlines.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, now.Add(budget+budget/2))
+		defer cancel()
+	}
+	ctx = s.logContext(ctx)
+	s.roundTrip(ctx, batch)
+	var again []*op
+	for _, o := range batch {
+		if isNoScript(o.cmd.Err()) {
+			o.cmd = redis.NewCmd(ctx, evalArgs(o)...)
+			again = append(again, o)
+		}
+	}
+	if len(again) > 0 {
+		s.roundTrip(ctx, again)
+	}
+	heal := false
+	for _, o := range batch {
+		if err := o.cmd.Err(); err != nil && s.cluster != nil && stale(err) {
+			heal = true
+		}
+		if o.w.pending.Add(-1) == 0 {
+			o.w.done <- struct{}{}
+		}
+	}
+	if heal {
+		s.healCluster()
+	}
+}
+
+// beforeWrite, when set by a test, runs before a worker writes a batch:
+// it stands for a process too busy to run the worker at once.
+var beforeWrite func()
+
+// roundTrip writes ops' commands at once and reads their replies.
+func (s *Store) roundTrip(ctx context.Context, ops []*op) {
+	if len(ops) == 1 {
+		s.client.Process(ctx, noRetry{ops[0].cmd}) // the error is the cmd's
+		return
+	}
+	pipe := s.client.Pipeline()
+	for _, o := range ops {
+		pipe.Process(ctx, noRetry{o.cmd})
+	}
+	pipe.Exec(ctx) // errors are read per command
+}
+
+// evalArgs are o's EVALSHA arguments as an EVAL of its script's source,
+// which also loads it into the node's script cache.
+func evalArgs(o *op) []any {
+	var src sourceOf
+	o.script.Eval(context.Background(), &src, nil)
+	args := append([]any(nil), o.cmd.Args()...)
+	args[0], args[1] = "eval", src.src
+	return args
+}
+
+// sourceOf is a redis.Scripter that runs nothing: handed to Script.Eval, it
+// learns the script's source.
+type sourceOf struct {
+	redis.Scripter
+	src string
+}
+
+func (s *sourceOf) Eval(_ context.Context, src string, _ []string, _ ...any) *redis.Cmd {
+	s.src = src
+	return nil
+}

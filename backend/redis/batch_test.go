@@ -1,0 +1,217 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// tripCounter is a go-redis hook counting round trips: a lone command or a
+// pipeline each make one, with the number of commands of each.
+type tripCounter struct {
+	mu    sync.Mutex
+	trips []int
+}
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			c.add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, cmd := range cmds {
+			if cmd.Name() == "evalsha" {
+				n++
+			}
+		}
+		if n > 0 { // not a connection's handshake
+			c.add(n)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (c *tripCounter) add(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.trips = append(c.trips, n)
+}
+
+func (c *tripCounter) get() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.trips...)
+}
+
+// queued is how many ops wait in the store's queue.
+func queued(s *Store) int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return len(s.batch.queue)
+}
+
+// waitFor polls ok every few milliseconds for up to 10s.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 10s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestDecisionsWaitingForARoundTripShareTheNext holds the only round trip
+// in flight (the proxy stalls its reply) while 20 decisions arrive: they
+// queue, and when the reply comes they go out together, in one pipelined
+// write, each still decided on its own.
+func TestDecisionsWaitingForARoundTripShareTheNext(t *testing.T) {
+	proxy := redistest.NewProxy(t, redistest.Shared(t).Addr)
+	client := defaultClient(t, proxy.Addr)
+	trips := &tripCounter{}
+	client.AddHook(trips)
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
+	ctx := context.Background()
+	decide(t, s, day("warm", 1))
+
+	proxy.Stall()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+		first <- err
+	}()
+	waitFor(t, "first round trip", func() bool { return len(trips.get()) == 2 })
+	const n = 20
+	var wg sync.WaitGroup
+	results := make([]backend.Result, n)
+	for i := range n {
+		wg.Go(func() {
+			res, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			results[i] = res[0]
+		})
+	}
+	waitFor(t, "20 queued decisions", func() bool { return queued(s) == n })
+	proxy.Resume()
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := trips.get(), []int{1, 1, n}; !equalInts(got, want) {
+		t.Errorf("scripts per round trip = %v, want %v", got, want)
+	}
+	seen := map[int64]bool{}
+	for _, r := range results {
+		if !r.Allowed || seen[r.Remaining] {
+			t.Fatalf("results %+v: want %d admissions, each seeing its own remaining", results, n)
+		}
+		seen[r.Remaining] = true
+	}
+	if got, want := stored(t, s, "k"), int64(n+1); got != want {
+		t.Errorf("units stored = %d, want %d", got, want)
+	}
+}
+
+// TestWithBatchingOneSendsEachDecisionAlone turns batching off: every
+// decision is its own round trip.
+func TestWithBatchingOneSendsEachDecisionAlone(t *testing.T) {
+	client := defaultClient(t, redistest.Shared(t).Addr)
+	trips := &tripCounter{}
+	client.AddHook(trips)
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(1, 2))
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				if _, err := s.Decide(context.Background(), []backend.Request{day("k", 1)}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, n := range trips.get() {
+		if n != 1 {
+			t.Fatalf("scripts per round trip = %v, want 1 each", trips.get())
+		}
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDecideReturnsByItsDeadline stalls every reply: Decide returns when
+// its context's deadline passes, with an error wrapping
+// context.DeadlineExceeded, whatever the client's own timeouts (go-redis's
+// default read timeout is 3s and ignores the context).
+func TestDecideReturnsByItsDeadline(t *testing.T) {
+	proxy := redistest.NewProxy(t, redistest.Shared(t).Addr)
+	s := New(defaultClient(t, proxy.Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	decide(t, s, day("warm", 1))
+	proxy.Stall()
+	defer proxy.Resume()
+	for _, n := range []int{1, 8} { // a lone decision, then a batch
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("stalled Redis: err = %v, want context.DeadlineExceeded", err)
+				}
+			})
+		}
+		wg.Wait()
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%d decisions on a stalled Redis returned after %v, want about 100ms (at most 2s)", n, d)
+		}
+	}
+}
+
+// TestBudgetCountsFromTheWrite delays the write of a decision past its
+// context's deadline, as a process too busy to run the store's worker
+// would: Redis answers at once after the write, and the answer is used,
+// because the budget the deadline left at entry is counted from the write.
+func TestBudgetCountsFromTheWrite(t *testing.T) {
+	s := New(defaultClient(t, redistest.Shared(t).Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	decide(t, s, day("warm", 1))
+	beforeWrite = func() { time.Sleep(150 * time.Millisecond) }
+	defer func() { beforeWrite = nil }()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	res, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+	if err != nil {
+		t.Fatalf("Decide whose write this process delayed by 150ms, with a 100ms budget: %v", err)
+	}
+	if !res[0].Allowed {
+		t.Fatalf("result %+v, want admitted", res[0])
+	}
+}

@@ -1,0 +1,79 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/redis/go-redis/v9"
+)
+
+// evalSha is the EVALSHA command of script on keys with args; its first
+// key names the node it goes to.
+func evalSha(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	return redis.NewCmd(ctx, append(a, args...)...)
+}
+
+// eval runs script once on keys with args, sharing a round trip with the
+// decisions made at the same time (see [WithBatching]), and returns its
+// reply, or an error wrapping the kind of failure.
+func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
+	w, ops := newWaiter(ctx, 1)
+	ops[0] = op{script: script, cmd: evalSha(ctx, script, keys, args)}
+	if err := s.call(ctx, w, ops, false); err != nil {
+		w.release(false)
+		return nil, classify(err)
+	}
+	v, err := ops[0].cmd.Result()
+	w.release(true)
+	return v, classify(err)
+}
+
+// runGroups runs the decide script once per group, every group in the same
+// round trip per node (the nodes in parallel), and decodes each group's
+// reply. detached groups are sent even when ctx ends first (a refund must
+// land whoever waits for it), with a round trip of at least refundTimeout.
+func (s *Store) runGroups(ctx context.Context, keys [][]string, reqs [][]backend.Request, stamps [][]int64, withPeeks, detached bool) ([]reply, []error) {
+	w, ops := newWaiter(ctx, len(reqs))
+	for g := range reqs {
+		var st []int64
+		if stamps != nil {
+			st = stamps[g]
+		}
+		ops[g] = op{script: decideScript, cmd: evalSha(ctx, decideScript, keys[g], s.args(reqs[g], st, withPeeks))}
+	}
+	err := s.call(ctx, w, ops, detached)
+	replies := make([]reply, len(reqs))
+	errs := make([]error, len(reqs))
+	for g := range reqs {
+		if err != nil {
+			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), classify(err))
+			continue
+		}
+		v, e := ops[g].cmd.Result()
+		if e != nil {
+			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), classify(e))
+			continue
+		}
+		replies[g], errs[g] = decode(v, reqs[g], withPeeks)
+	}
+	w.release(err == nil)
+	return replies, errs
+}
+
+// runPipelined decides each group of a cross-slot request with one script
+// per group; see runGroups.
+func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]backend.Request, stamps [][]int64, withPeeks bool) ([]reply, []error) {
+	return s.runGroups(ctx, keys, reqs, stamps, withPeeks, false)
+}
+
+// settle sends a refund's groups, detached from ctx: Decide waits for them
+// only until ctx ends, and they are sent and applied (once) either way.
+func (s *Store) settle(ctx context.Context, keys [][]string, reqs [][]backend.Request, stamps [][]int64) {
+	s.runGroups(ctx, keys, reqs, stamps, false, true)
+}
