@@ -13,7 +13,8 @@
 //	go run ./examples/otp [-addr 127.0.0.1:8080]
 //	go run ./examples/otp -mint-token user-1
 //
-// Environment: ADDR, REDIS_URL (redis://host:6379/0; without it limits are
+// Environment: ADDR, REDIS_URL (redis://host:6379/0, redis+cluster://h1:6379,h2:6379
+// or redis+sentinel://h1:26379,h2:26379/master; without it limits are
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), IPV6_PREFIX (how many
 // leading bits of an IPv6 address are one client; default 64),

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ceiling-go/ceiling"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
-	"github.com/redis/go-redis/v9"
 )
 
 // DefaultAddr is where the services listen without -addr or ADDR: loopback
@@ -27,7 +26,8 @@ const DefaultAddr = "127.0.0.1:8080"
 type Config struct {
 	// Addr is the listen address (-addr, else ADDR, else [DefaultAddr]).
 	Addr string
-	// RedisURL is a redis:// or rediss:// URL (REDIS_URL). Empty means the
+	// RedisURL names the Redis deployment (REDIS_URL): one server, a
+	// Cluster or Sentinels, in a form of [RedisURLForms]. Empty means the
 	// in-process memory backend: limits per process.
 	RedisURL string
 	// TrustedProxies are the CIDR prefixes or addresses of the reverse
@@ -115,9 +115,7 @@ func (c *Config) ClientIP() (ceiling.KeyFunc, error) {
 // and a function that releases what it opened.
 //
 // With RedisURL, the options name a Redis store whose keys start with
-// RedisPrefix, else prefix, on a client whose every command is bounded by the limiter's
-// timeout (ContextTimeoutEnabled), so that an unreachable Redis costs a
-// request the timeout and not the client's own dial and read timeouts.
+// RedisPrefix, else prefix, on the client [RedisDeployment.Client] makes.
 //
 // Without it, the limiter keeps its default in-process memory store, and
 // Backend logs a warning that every instance then enforces its own limits:
@@ -140,19 +138,22 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 			slog.String("backend", "memory"))
 		return opts, func() error { return nil }, nil
 	}
-	ro, err := redis.ParseURL(c.RedisURL)
+	d, err := ParseRedisURL(c.RedisURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	ro.ContextTimeoutEnabled = true
-	if ro.DialTimeout == 0 {
-		ro.DialTimeout = time.Second
-	}
-	client := redis.NewClient(ro)
+	client := d.Client()
 	if len(c.KeySecret) == 0 {
 		logger.Warn("KEY_SECRET is not set: stored keys are plain SHA-256 digests, which can be reversed for small key spaces (addresses, phone numbers) by hashing candidates")
 	}
-	logger.Info("limits are shared through Redis", slog.String("backend", "redis"), slog.String("addr", ro.Addr), slog.Int("db", ro.DB))
+	attrs := []any{slog.String("backend", "redis"), slog.String("deployment", d.Kind), slog.String("addrs", strings.Join(d.Addrs, ","))}
+	if d.Master != "" {
+		attrs = append(attrs, slog.String("master", d.Master))
+	}
+	if d.Kind != "cluster" {
+		attrs = append(attrs, slog.Int("db", d.DB))
+	}
+	logger.Info("limits are shared through Redis", attrs...)
 	if c.RedisPrefix != "" {
 		prefix = c.RedisPrefix
 	}
