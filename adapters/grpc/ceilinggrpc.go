@@ -1,0 +1,281 @@
+// Package ceilinggrpc limits gRPC servers with a [ceiling.Limiter]: unary
+// and stream server interceptors, and the Limiter of go-grpc-middleware's
+// ratelimit package, all thin users of [ceiling.Limiter.Decide]. A call is
+// decided like an HTTP request: one backend call for every rule that
+// applies, all or nothing, with the limiter's fail modes, circuit breaker,
+// observer and metrics.
+//
+// A call that a rule refuses gets codes.ResourceExhausted, with the time
+// after which every refusing rule would admit it in an
+// [errdetails.RetryInfo] and the rules in an [errdetails.QuotaFailure]. A
+// call refused because the backend cannot decide and a rule fails closed
+// gets codes.Unavailable, with a RetryInfo too. A key function's complaint
+// is codes.InvalidArgument; a limit that cannot be had (see [Rule.Limits])
+// is codes.Internal, and logged.
+//
+// Rules are the limiter's, bound to gRPC keys by name ([Rule]): key
+// functions read the call's metadata ([Metadata]), its peer address
+// ([PeerAddr], [ClientIP], which trust no metadata unless told to), or its
+// method ([FullMethod], [ForMethods]), and [FromHTTP] reuses ceiling's HTTP
+// key functions (verified JWTs from the "authorization" entry).
+package ceilinggrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// A Rule says how gRPC calls are keyed under one of the limiter's rules,
+// whose limit, period, algorithm and fail mode apply. The limiter's rules
+// that no Rule names are not applied to gRPC calls, so one limiter can
+// serve HTTP and gRPC with rules of each, sharing budgets where a rule is
+// bound to both.
+type Rule struct {
+	// Name is the limiter's rule. Required.
+	Name string
+	// Key is what the rule limits by for a call. Required.
+	Key KeyFunc
+	// Cost, when set, returns the units a call takes; nil means the
+	// limiter rule's Cost. Its errors are treated like the Key's.
+	Cost func(ctx context.Context, method string) (int64, error)
+	// Limits, when set, gives the limit and burst that apply to a call (a
+	// limit per plan or tenant), as [ceiling.Rule.Limits] does for HTTP: a
+	// zero means the rule's own, [ceiling.ErrNoKey] leaves the rule out,
+	// and any other error, or a value out of range, refuses the call as
+	// codes.Internal, logged once a minute per rule.
+	Limits func(ctx context.Context, method string) (limit, burst int64, err error)
+}
+
+// Limiter decides gRPC calls with a [ceiling.Limiter]. Create one with
+// [New]; it is safe for simultaneous use by multiple goroutines. It
+// implements go-grpc-middleware's ratelimit.Limiter.
+type Limiter struct {
+	l      *ceiling.Limiter
+	rules  []Rule
+	logger *slog.Logger
+	logged []atomic.Int64 // per rule: when a limit error was last logged (Unix ns)
+}
+
+// An Option configures [New].
+type Option func(*Limiter)
+
+// WithLogger sets where calls refused for want of a limit are logged
+// (default [slog.Default]).
+func WithLogger(l *slog.Logger) Option { return func(g *Limiter) { g.logger = l } }
+
+// New binds rules to l's rules of the same names. It returns an error
+// naming a rule that l does not declare, that is bound twice, or that has
+// no Key.
+func New(l *ceiling.Limiter, rules []Rule, opts ...Option) (*Limiter, error) {
+	if l == nil {
+		return nil, errors.New("ceilinggrpc: New with a nil limiter")
+	}
+	if len(rules) == 0 {
+		return nil, errors.New("ceilinggrpc: no rules")
+	}
+	declared := map[string]bool{}
+	for _, r := range l.Rules() {
+		declared[r.Name] = true
+	}
+	seen := map[string]bool{}
+	for _, r := range rules {
+		switch {
+		case !declared[r.Name]:
+			return nil, fmt.Errorf("ceilinggrpc: rule %q: the limiter declares no such rule", r.Name)
+		case seen[r.Name]:
+			return nil, fmt.Errorf("ceilinggrpc: rule %q: bound twice", r.Name)
+		case r.Key == nil:
+			return nil, fmt.Errorf("ceilinggrpc: rule %q: no Key", r.Name)
+		}
+		seen[r.Name] = true
+	}
+	g := &Limiter{l: l, rules: append([]Rule(nil), rules...), logger: slog.Default(), logged: make([]atomic.Int64, len(rules))}
+	for _, o := range opts {
+		o(g)
+	}
+	if g.logger == nil {
+		return nil, errors.New("ceilinggrpc: WithLogger(nil)")
+	}
+	return g, nil
+}
+
+// MustNew is like [New] but panics on a configuration error.
+func MustNew(l *ceiling.Limiter, rules []Rule, opts ...Option) *Limiter {
+	g, err := New(l, rules, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
+// UnaryServerInterceptor decides each call before its handler runs; a
+// refused call never reaches the handler.
+func (g *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if _, err := g.decide(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor decides each stream once, when it opens, before
+// its handler runs; a refused stream never reaches the handler.
+func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if _, err := g.decide(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// Limit decides the call whose context ctx is (the method comes from
+// [grpc.Method]); it is go-grpc-middleware's ratelimit.Limiter, so that
+// ratelimit.UnaryServerInterceptor(g) and StreamServerInterceptor(g) drop
+// it into an existing chain. Those interceptors turn any error into
+// codes.ResourceExhausted with its text, so the RetryInfo detail and the
+// Unavailable code of a fail-closed refusal are lost on the way: prefer
+// this package's own interceptors where clients read them.
+func (g *Limiter) Limit(ctx context.Context) error {
+	method, _ := grpc.Method(ctx)
+	_, err := g.decide(ctx, method)
+	return err
+}
+
+// decide decides one call and returns, when it is not admitted, the status
+// error the client gets.
+func (g *Limiter) decide(ctx context.Context, method string) (ceiling.Decision, error) {
+	var buf [8]ceiling.Input
+	inputs := buf[:0]
+	for i := range g.rules {
+		r := &g.rules[i]
+		in, ok, err := g.input(ctx, method, i, r)
+		if err != nil {
+			return ceiling.Decision{}, err
+		}
+		if ok {
+			inputs = append(inputs, in)
+		}
+	}
+	d, err := g.l.Decide(ctx, inputs...)
+	if err != nil {
+		return d, decideError(err)
+	}
+	if !d.Allowed {
+		return d, rejection(&d)
+	}
+	return d, nil
+}
+
+// input is rule r's part of a call's decision; ok is false when the rule
+// does not apply.
+func (g *Limiter) input(ctx context.Context, method string, i int, r *Rule) (in ceiling.Input, ok bool, err error) {
+	in = ceiling.Input{Rule: r.Name}
+	if in.Key, err = r.Key(ctx, method); err != nil {
+		return in, false, keyError(r.Name, err)
+	}
+	if r.Cost != nil {
+		if in.Cost, err = r.Cost(ctx, method); err != nil {
+			return in, false, keyError(r.Name, err)
+		}
+		if in.Cost < 0 {
+			return in, false, status.Errorf(codes.InvalidArgument, "ceiling: rule %q: negative cost %d", r.Name, in.Cost)
+		}
+	}
+	if r.Limits != nil {
+		if in.Limit, in.Burst, err = r.Limits(ctx, method); err != nil {
+			if errors.Is(err, ceiling.ErrNoKey) {
+				return in, false, nil
+			}
+			g.limitFailed(ctx, i, &ceiling.LimitError{Rule: r.Name, Err: err})
+			return in, false, limitStatus(r.Name)
+		}
+	}
+	return in, true, nil
+}
+
+// keyError is the status of a call whose key function complained, or nil
+// (with ok false from input) when the rule does not apply.
+func keyError(rule string, err error) error {
+	if errors.Is(err, ceiling.ErrNoKey) {
+		return nil
+	}
+	return status.Errorf(codes.InvalidArgument, "ceiling: rule %q: %v", rule, err)
+}
+
+// decideError is the status of a call that Decide refused to decide.
+func decideError(err error) error {
+	var ue *ceiling.UnavailableError
+	var le *ceiling.LimitError
+	switch {
+	case errors.As(err, &ue):
+		return withDetails(status.New(codes.Unavailable, "ceiling: the rate limiter cannot decide right now; retry later"),
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(ue.RetryAfter)})
+	case errors.As(err, &le):
+		return limitStatus(le.Rule) // Decide has logged it
+	}
+	return status.Error(codes.InvalidArgument, err.Error())
+}
+
+// limitStatus names the rule whose limit could not be had, but not why:
+// the cause may hold a tenant's configuration.
+func limitStatus(rule string) error {
+	return status.Errorf(codes.Internal, "ceiling: no valid rate limit for this call under rule %q; the operator has been told", rule)
+}
+
+// rejection is the status of a call a rule refused: the HTTP problem's
+// words, RetryInfo with the wait (none when the cost can never fit), and a
+// QuotaFailure naming each refusing rule with the limit that applied.
+func rejection(d *ceiling.Decision) error {
+	p := ceiling.RejectionProblem(d)
+	qf := &errdetails.QuotaFailure{}
+	for i := range d.Results {
+		if rr := &d.Results[i]; !rr.Allowed && !rr.Rule.Shadow {
+			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
+				Subject:     rr.Rule.Name,
+				Description: fmt.Sprintf("%d per %v", rr.Limit, rr.Rule.Period),
+			})
+		}
+	}
+	details := []protoadapt.MessageV1{qf}
+	if d.RetryAfter > 0 && d.RetryAfter != backend.Never {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+	}
+	return withDetails(status.New(codes.ResourceExhausted, p.Detail), details...)
+}
+
+func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {
+	if s, err := st.WithDetails(details...); err == nil {
+		st = s
+	}
+	return st.Err()
+}
+
+// limitLogEvery spaces the log lines of calls refused for want of a limit.
+const limitLogEvery = time.Minute
+
+// limitFailed logs a call refused for want of a limit, at most once a
+// minute per rule.
+func (g *Limiter) limitFailed(ctx context.Context, i int, e *ceiling.LimitError) {
+	now := time.Now().UnixNano()
+	last := g.logged[i].Load()
+	if last != 0 && now-last < int64(limitLogEvery) || !g.logged[i].CompareAndSwap(last, now) {
+		return
+	}
+	g.logger.LogAttrs(ctx, slog.LevelError, "ceilinggrpc: a rule has no valid limit for a call; such calls are refused as codes.Internal",
+		slog.String("rule", e.Rule), slog.Any("err", e.Err))
+}
