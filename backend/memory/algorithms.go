@@ -26,6 +26,9 @@ const (
 	satMax = 1 << 61
 	// countMax bounds a window's count so that count*1e6 + count*1e6 fits.
 	countMax = 1 << 40
+	// debtHorizon is how far past now forced charges can push a GCRA key's
+	// arrival time (ALGORITHMS.md): its ResetAfter always fits a Duration.
+	debtHorizon = 1 << 52
 )
 
 func mulSat(a, b int64) int64 { // a, b >= 0
@@ -99,6 +102,7 @@ func gcraStep(r *backend.Request, now, tat int64, res *backend.Result) (int64, b
 			gcraAfter(res, now, t0, T, tau)
 			return tat, false
 		}
+		nt = min(nt, now+debtHorizon)
 	case c == 0:
 		nt = t0
 	default:

@@ -1,6 +1,11 @@
 package memory
 
-import "github.com/ceiling-go/ceiling/backend"
+import (
+	"slices"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
 
 // smallCall is the number of requests a decision handles on the stack.
 const smallCall = 8
@@ -20,6 +25,9 @@ type pending struct {
 	win  window
 	log  logView
 	roll rolling
+	// logP is the period log's view was built with; writeP the period of
+	// the last request on the key that wrote (a sliding log's expiry).
+	logP, writeP time.Duration
 }
 
 // decideMany decides several requests atomically: lock every shard
@@ -53,11 +61,22 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		if p.dup >= 0 {
 			q := &pend[p.dup]
 			p.tat, p.win, p.log, p.roll, p.dirty, p.idx = q.tat, q.win, q.log, q.roll, q.dirty, q.idx
+			p.logP, p.writeP = q.logP, q.writeP
 		} else {
 			s.load(&s.shards[p.shard], r, p, now)
 		}
+		tat, win, log, roll, logP := p.tat, p.win, p.log, p.roll, p.logP
+		if r.Algorithm == backend.SlidingLog && r.Period != p.logP {
+			p.relog(r.Period, now)
+		}
 		p.ok = s.step(r, p, now, &results[i])
-		p.dirty = p.dirty || (p.ok && r.Cost != 0)
+		if p.ok && r.Cost != 0 {
+			p.dirty, p.writeP = true, r.Period
+		} else {
+			// A peek or a rejection writes nothing: a later request on the
+			// key, maybe under another period, sees the state unchanged.
+			p.tat, p.win, p.log, p.roll, p.logP = tat, win, log, roll, logP
+		}
 		// A shadow request reports its own rejection but blocks nothing.
 		rejected = rejected || (!p.ok && !r.Shadow)
 	}
@@ -130,7 +149,25 @@ func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 			st = sh.logs.slots[p.idx].v
 		}
 		p.log = newLogView(&st, now, micros(r.Period))
+		p.logP = r.Period
 	}
+}
+
+// relog rebuilds p's sliding-log view for a request under another period
+// than the view's (two rules sharing a key): the log as the call has left
+// it so far, its expired units dropped under period.
+func (p *pending) relog(period time.Duration, now int64) {
+	st := logState{runs: p.log.base}
+	if p.dirty {
+		// Written so far under writeP: commit that to a copy, leaving the
+		// stored runs alone until the call is known to be admitted.
+		st.runs = slices.Clone(p.log.base)
+		v := p.log
+		v.base = st.runs
+		v.commit(&st, now, micros(p.writeP))
+	}
+	p.log = newLogView(&st, now, micros(period))
+	p.logP = period
 }
 
 // step evaluates r on p's state, leaving in p the state it would write.
@@ -175,7 +212,7 @@ func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) bool
 		if p.idx == -2 {
 			p.idx = sh.logs.find(p.h)
 		}
-		return s.putLog(sh, p.h, p.idx, &p.log, now, micros(r.Period))
+		return s.putLog(sh, p.h, p.idx, &p.log, now, micros(p.writeP))
 	}
 	return false
 }

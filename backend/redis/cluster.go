@@ -2,12 +2,22 @@ package redis
 
 import (
 	"context"
+	_ "embed"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/redis/go-redis/v9"
 )
+
+//go:embed undo.lua
+var undoSource string
+
+// undoScript puts back what a cross-slot call wrote in one slot (see
+// refund).
+var undoScript = redis.NewScript(undoSource)
 
 // slotGroups returns the indices of reqs grouped by Redis Cluster hash slot,
 // in order of first appearance and, within a group, in request order (so
@@ -91,30 +101,65 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 	return res, rejected, nil
 }
 
-// refund undoes the groups that consumed: a positive cost is given back
-// with the consumption's instant as stamp (so only units that still count
-// are returned), and a refund the group made is charged again, forced. It
-// runs on its own deadline even when ctx is done.
+// refund undoes what the groups of a rejected (or failed) cross-slot call
+// wrote. Each key that still holds what the call left in it gets back its
+// value and TTL from before the call (undo.lua): the call then changed
+// nothing, whatever its requests were (refunds, forced charges, rules of
+// several periods on one key). It runs on its own deadline even when ctx is
+// done.
 //
-// The windowed algorithms and the sliding log undo exactly the units of the
-// stamped consumption. GCRA keeps one instant per key, not its history: the
-// refund takes the units' emission time off it, so when other requests
-// were admitted between the consumption and the refund, the key can be
-// ready again up to that interval (the refund's round trip) early.
+// A key another client wrote between the call and the undo cannot be put
+// back without losing that write: the call's own admitted requests on it
+// are then inverted instead, with the consumption's instant as stamp (so
+// only units that still count are given back). That inverse is exact for
+// charges on the windowed algorithms and the sliding log; GCRA keeps one
+// instant per key, not its history, so its key can be ready again up to the
+// undo's round trip early; and an undone refund is charged again in full,
+// at the undo's instant: the limiter may under-admit for a while, never
+// over-admit.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
+	var ukeys [][]string
+	var uargs [][]any
+	var ugroups []int
+	for g := range sub {
+		if errs[g] != nil || replies[g].rejected {
+			continue
+		}
+		var k []string
+		var a []any
+		for j, u := range replies[g].undo {
+			if u.action == 0 || slices.Contains(k, keys[g][j]) {
+				continue
+			}
+			k = append(k, keys[g][j])
+			a = append(a, u.action, u.value, u.old, u.ttl)
+		}
+		if len(k) > 0 {
+			ukeys, uargs, ugroups = append(ukeys, k), append(uargs, a), append(ugroups, g)
+		}
+	}
+	if len(ukeys) == 0 {
+		return
+	}
+	restored := s.restore(ctx, ukeys, uargs)
+
+	// The keys another client wrote meanwhile: invert the call's own units.
 	var rkeys [][]string
 	var rreqs [][]backend.Request
 	var rstamps [][]int64
-	for g := range sub {
-		if errs[g] != nil || replies[g].rejected {
+	for i, g := range ugroups {
+		if restored[i] == nil {
+			// A failed undo leaves units consumed until their keys expire:
+			// the limiter under-admits for a while but never over-admits.
 			continue
 		}
 		var k []string
 		var rs []backend.Request
 		var st []int64
 		for j, r := range sub[g] {
-			if r.Cost == 0 {
-				continue
+			at := slices.Index(ukeys[i], keys[g][j])
+			if at < 0 || restored[i][at] == 1 || r.Cost == 0 || !replies[g].results[j].Allowed {
+				continue // put back, untouched, or never consumed (a shadow request that did not fit)
 			}
 			stamp := replies[g].now
 			if r.Cost < 0 {
@@ -127,12 +172,60 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			rkeys, rreqs, rstamps = append(rkeys, k), append(rreqs, rs), append(rstamps, st)
 		}
 	}
-	if len(rreqs) == 0 {
-		return
+	if len(rreqs) > 0 {
+		s.settle(ctx, rkeys, rreqs, rstamps)
 	}
-	// A failed refund leaves units consumed until their keys expire: the
-	// limiter under-admits for a while but never admits more than the limit.
-	s.settle(ctx, rkeys, rreqs, rstamps)
+}
+
+// restore runs undo.lua once per group, in one round trip per node and
+// detached from ctx like a settlement, and returns per group which keys it
+// put back (nil when the group's reply was not had).
+func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]int64 {
+	w, ops := newWaiter(ctx, len(keys))
+	for g := range keys {
+		ops[g] = op{script: undoScript, cmd: evalSha(ctx, undoScript, keys[g], args[g])}
+	}
+	err := s.call(ctx, w, ops, true)
+	out := make([][]int64, len(keys))
+	for g := range keys {
+		if err != nil {
+			break
+		}
+		if v, e := ops[g].cmd.Int64Slice(); e == nil && len(v) == len(keys[g]) {
+			out[g] = v
+		}
+	}
+	w.release(err == nil)
+	return out
+}
+
+// undoFields is how many elements the decide script adds to its reply per
+// request when asked for peeks: the request's key before and after.
+const undoFields = 4
+
+// keyUndo is a key as a cross-slot decide script found it and left it.
+type keyUndo struct {
+	old    string // the value before, "" when absent
+	ttl    int64  // its PTTL before, ms
+	action int64  // 0 untouched, 1 set, 2 deleted
+	value  string // the value set
+}
+
+// decodeUndo reads the undo fields of a decide script's reply.
+func decodeUndo(arr []any) ([]keyUndo, error) {
+	out := make([]keyUndo, len(arr)/undoFields)
+	for i := range out {
+		f := arr[undoFields*i : undoFields*(i+1)]
+		old, ok1 := f[0].(string)
+		ttl, ok2 := f[1].(int64)
+		action, ok3 := f[2].(int64)
+		value, ok4 := f[3].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 {
+			return nil, fmt.Errorf("%w: undo fields of request %d are %T, %T, %T, %T", errReply, i, f[0], f[1], f[2], f[3])
+		}
+		out[i] = keyUndo{old: old, ttl: ttl, action: action, value: value}
+	}
+	return out, nil
 }
 
 func isNoScript(err error) bool {

@@ -22,6 +22,11 @@
 -- retry µs (-1 never), next µs [, peek remaining, peek reset µs, peek next
 -- µs]}. In a rejected call every admitted request reports the unchanged
 -- state, as a peek would.
+-- With peeks (a call spanning Cluster slots) the reply ends, per request,
+-- with its key as it was and as the script left it: value before ('' when
+-- absent), PTTL before (ms), what the script did (0 nothing, 1 set,
+-- 2 deleted) and the value it set, so that the client can put the key back
+-- exactly if another slot rejects the call (see undo.lua).
 --
 -- Stored values are strings "<tag> <numbers...>": r w last n0 .. n16 |
 -- g tat | f start count | w start prev cur | L k last ts n ts n ... (a sliding log: k units in its
@@ -47,6 +52,10 @@ local withPeeks = ARGV[3] == '1'
 
 local floor, max, min = math.floor, math.max, math.min
 
+-- How far past now forced charges can push a GCRA key (2^52 µs), and where
+-- a window's count saturates (2^40): ALGORITHMS.md.
+local debtHorizon, countMax = 4503599627370496, 1099511627776
+
 -- fdiv is floor(a / b) for integers a, b > 0, exact: the double quotient can
 -- round up to the next integer when a/b is just below it.
 local function fdiv(a, b)
@@ -65,6 +74,12 @@ end
 
 -- One MGET reads every key (a key named twice is read twice, used once).
 local raws = redis.call('MGET', unpack(KEYS))
+local ttls = {}
+if withPeeks then
+  for i = 1, #KEYS do
+    ttls[i] = redis.call('PTTL', KEYS[i])
+  end
+end
 local states, order = {}, {}
 
 -- load returns the state of request i's key, parsed on first use; later
@@ -200,7 +215,7 @@ local function gcra(s, L, P, B, c, force)
   end
   local nt = t0
   if c > 0 then
-    nt = t0 + c * T
+    nt = min(t0 + c * T, now + debtHorizon) -- a forced charge saturates
   elseif c < 0 then
     nt = max(t0 + c * T, now)
   end
@@ -225,7 +240,7 @@ local function fixed(s, L, P, c, force, stamp)
     return 0, max(0, L - count), reset, retry, nx
   end
   if c ~= 0 and not (stamp > 0 and c < 0 and fdiv(stamp, P) * P ~= ws) then
-    count = max(0, count + c)
+    count = min(countMax, max(0, count + c))
     s.v, s.exp, s.dirty = { ws, count }, fin, true
     if count == 0 then s.exp = now end
   end
@@ -286,7 +301,7 @@ local function window(s, L, P, c, force, stamp)
         prev = max(0, prev + c)
       end
     else
-      cur = max(0, cur + c)
+      cur = min(countMax, max(0, cur + c))
     end
     s.v, s.dirty = { ws, prev, cur }, true
     if cur > 0 then
@@ -364,7 +379,6 @@ local function logRuns(s, L, P, c, force, stamp)
           table.remove(runs, i + 1)
           table.remove(runs, i)
         end
-        if stamp > 0 then break end
         i = i - 2
       end
     end
@@ -514,8 +528,24 @@ if withPeeks then
   end
 end
 
+-- undo appends each request's key as it was and as the script left it
+-- (written: key -> {1, value} set, {2, ''} deleted).
+local function undo(written)
+  if not withPeeks then
+    return
+  end
+  for i = 1, #KEYS do
+    local w = written[KEYS[i]] or { 0, '' }
+    out[#out + 1] = raws[i] or ''
+    out[#out + 1] = ttls[i]
+    out[#out + 1] = w[1]
+    out[#out + 1] = w[2]
+  end
+end
+
 if rejected then
   out[2] = 1
+  undo({})
   if not withPeeks then
     for i = 1, #KEYS do
       local o = 2 + (i - 1) * per
@@ -526,11 +556,13 @@ if rejected then
   end
   return out
 end
+local written = {}
 for _, key in ipairs(order) do
   local s = states[key]
   if s.dirty then
     if s.exp <= now then
       redis.call('DEL', key)
+      written[key] = { 2, '' }
     else
       local value
       if s.tag == 'l' then
@@ -544,7 +576,9 @@ for _, key in ipairs(order) do
       end
       local ttl = max(1, cdiv(s.exp - now, 1000), minTTL)
       redis.call('SET', key, value, 'PX', string.format('%.0f', ttl))
+      written[key] = { 1, value }
     end
   end
 end
+undo(written)
 return out

@@ -18,11 +18,12 @@ type denyCache struct {
 	entries map[string]denial
 }
 
-// denial is one rejection: requests on the key of the same cost are
-// rejected until until. (A larger cost is rejected too, but for longer than
-// this entry knows: it goes to Redis for its true RetryAfter.)
+// denial is one rejection: the same request (the same rule and cost) on
+// the key is rejected until until. (A larger cost is rejected too, but for
+// longer than this entry knows: it goes to Redis for its true RetryAfter;
+// another rule on the key, of another period or limit, is another answer.)
 type denial struct {
-	cost      int64
+	rule      rule
 	until     time.Time
 	remaining int64
 	resetAt   time.Time
@@ -48,7 +49,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 			continue
 		}
 		e, found := d.entries[r.Key]
-		if !found || r.Cost != e.cost {
+		if !found || e.rule != ruleOf(r) || roomBefore(reqs, i) {
 			continue
 		}
 		if !now.Before(e.until) {
@@ -74,36 +75,91 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 	return denied
 }
 
-// learn records the rejections of a decision, and forgets keys that a
-// decision refunded (a refund may have made room).
+// learn records the rejections of a decision, and forgets the keys whose
+// state it may have made roomier: a refund's, and a key written under
+// another rule than its denial's (two rules of different periods sharing a
+// key see different windows of it). now is when the call was sent, before
+// the backend read its clock, so that a rejection is never remembered past
+// the instant the backend would admit again.
+//
+// A rejected request is remembered only when it saw its key as stored: an
+// earlier request of the call on the same key that would have written (an
+// admitted one with a cost) makes the rejection one of a state the
+// rejected call never wrote, which says nothing about the next call.
 func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected bool, now time.Time) {
-	var refunded bool
-	for _, r := range reqs {
-		refunded = refunded || r.Cost < 0
-	}
-	if !rejected && !refunded {
-		return
+	if !rejected && d.n.Load() == 0 {
+		return // nothing to learn, nothing to forget
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, r := range reqs {
 		switch {
-		case r.Cost < 0 && !rejected:
-			delete(d.entries, r.Key)
-		case r.Cost > 0 && !r.Force && !r.Shadow && !res[i].Allowed && res[i].RetryAfter > 0:
+		case rejected:
+			if r.Cost <= 0 || r.Force || r.Shadow || res[i].Allowed || res[i].RetryAfter <= 0 || wroteBefore(reqs, res, i) {
+				continue
+			}
 			if _, found := d.entries[r.Key]; !found && len(d.entries) >= d.size {
 				d.evict(now)
 			}
 			d.entries[r.Key] = denial{
-				cost:      r.Cost,
+				rule:      ruleOf(r),
 				until:     now.Add(res[i].RetryAfter),
 				remaining: res[i].Remaining,
 				resetAt:   now.Add(res[i].ResetAfter),
 				nextAt:    now.Add(res[i].NextAfter),
 			}
+		case r.Cost < 0:
+			delete(d.entries, r.Key)
+		case r.Cost > 0 && res[i].Allowed:
+			if e, found := d.entries[r.Key]; found && e.rule != ruleOf(r) {
+				delete(d.entries, r.Key)
+			}
 		}
 	}
 	d.n.Store(int64(len(d.entries)))
+}
+
+// roomBefore reports whether a request of the call before i, on i's key,
+// may make room for it: a refund, or a charge under another rule (which
+// may see another window and start it over). Request i then is not the
+// request the denial rejected.
+func roomBefore(reqs []backend.Request, i int) bool {
+	for j := range i {
+		if reqs[j].Key == reqs[i].Key && (reqs[j].Cost < 0 || (reqs[j].Cost > 0 && ruleOf(reqs[j]) != ruleOf(reqs[i]))) {
+			return true
+		}
+	}
+	return false
+}
+
+// rule is what a denial must match besides the key.
+type rule struct {
+	alg          backend.Algorithm
+	limit, burst int64
+	period       time.Duration
+	cost         int64
+}
+
+func ruleOf(r backend.Request) rule {
+	return rule{alg: r.Algorithm, limit: r.Limit, burst: r.Burst, period: r.Period, cost: r.Cost}
+}
+
+// wroteBefore reports whether a request of the call before i, on i's key,
+// would have written: admitted with a non-zero cost.
+func wroteBefore(reqs []backend.Request, res []backend.Result, i int) bool {
+	for j := range i {
+		if reqs[j].Key == reqs[i].Key && res[j].Allowed && reqs[j].Cost != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// micro truncates t to whole microseconds, the backends' resolution,
+// keeping its monotonic reading: the deny cache's deadlines then fall on
+// the instants the backend's answers change at.
+func micro(t time.Time) time.Time {
+	return t.Add(-time.Duration(t.Nanosecond() % 1000))
 }
 
 // evict makes room for one entry: it drops the expired entries among a few

@@ -53,7 +53,7 @@ end
 
 local nt = t0
 if c > 0 then
-  nt = t0 + c * T
+  nt = math.min(t0 + c * T, now + 4503599627370496) -- a forced charge saturates 2^52 µs ahead
 elseif c < 0 then
   nt = math.max(t0 + c * T, now)
 end

@@ -41,6 +41,9 @@ type reply struct {
 	// peeks, when asked for, are the requests' results had the call been
 	// rejected elsewhere: admitted requests report their unchanged state.
 	peeks []backend.Result
+	// undo, with the peeks, is each request's key before and after the
+	// script, to put it back if another slot rejects the call.
+	undo []keyUndo
 }
 
 // args encodes reqs as the script's ARGV. stamps is nil or holds, per
@@ -105,11 +108,16 @@ func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
 	if !ok {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: %T, want an array", describe(reqs), errReply, v)
 	}
-	if got, want := len(arr), 2+per*len(reqs); got != want {
+	head := 2 + per*len(reqs)
+	want := head
+	if withPeeks {
+		want += undoFields * len(reqs)
+	}
+	if got := len(arr); got != want {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: %d elements, want %d", describe(reqs), errReply, got, want)
 	}
-	ints := make([]int64, len(arr))
-	for i, e := range arr {
+	ints := make([]int64, head)
+	for i, e := range arr[:head] {
 		n, ok := e.(int64)
 		if !ok {
 			return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: element %d is %T, want an integer", describe(reqs), errReply, i, e)
@@ -119,6 +127,10 @@ func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
 	r := reply{now: ints[0], rejected: ints[1] == 1, results: make([]backend.Result, len(reqs))}
 	if withPeeks {
 		r.peeks = make([]backend.Result, len(reqs))
+		var err error
+		if r.undo, err = decodeUndo(arr[head:]); err != nil {
+			return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs), err)
+		}
 	}
 	for i, req := range reqs {
 		f := ints[2+per*i : 2+per*(i+1)]

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,8 +88,8 @@ func WithClock(now func() time.Time) Option {
 // A key rejected until T (by its RetryAfter) is answered locally until T on
 // this process's monotonic clock, without a round trip, so a flood from one
 // caller costs Redis nothing. A Decide call with any unforced, positive-cost
-// request on a denied key, of the same cost as the rejected one, is
-// rejected locally (a Shadow request never is, as its rejection blocks
+// request on a denied key, of the same rule (algorithm, limit, period,
+// burst) and cost as the rejected one, is rejected locally (a Shadow request never is, as its rejection blocks
 // nothing): the denied requests report Allowed false, their RetryAfter and
 // ResetAfter counting down from the rejection's and the Remaining seen at the
 // rejection; every other request of the call, whose state is not read,
@@ -173,15 +172,20 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		return fmt.Errorf("ceiling/backend/redis: %d results for %d requests", len(results), len(reqs))
 	}
 	for _, r := range reqs {
-		if err := validate(r); err != nil {
+		// Validate's bounds keep every value the script forms an integer
+		// under 2^53, where doubles are exact (ALGORITHMS.md).
+		if err := r.Validate(); err != nil {
 			return fmt.Errorf("ceiling/backend/redis: %w", err)
 		}
 	}
 	if len(reqs) == 0 {
 		return nil
 	}
-	if s.deny != nil && s.deny.answer(reqs, results, s.now()) {
-		return nil
+	var now time.Time // the deny cache's clock, read before the backend's
+	if s.deny != nil {
+		if now = micro(s.now()); s.deny.answer(reqs, results, now) {
+			return nil
+		}
 	}
 	var (
 		res      []backend.Result
@@ -200,7 +204,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	copy(results, res)
 	if s.deny != nil {
-		s.deny.learn(reqs, res, rejected, s.now())
+		s.deny.learn(reqs, res, rejected, now)
 	}
 	return nil
 }
@@ -256,34 +260,4 @@ func (s *Store) keys(reqs []backend.Request) []string {
 		keys[i] = s.prefix + r.Key
 	}
 	return keys
-}
-
-// maxExact bounds the products the script forms from one request, so that,
-// added to a timestamp (about 2^51 µs until the year 2041), they stay under
-// 2^53 where doubles hold every integer.
-const maxExact = 1 << 52
-
-// validate is Request.Validate plus the bounds that keep the script's
-// doubles exact: the cost is within ±MaxLimit, and GCRA's emission interval
-// times the burst (or the cost) stays under 2^52 µs (142 years).
-func validate(r backend.Request) error {
-	if err := r.Validate(); err != nil {
-		return err
-	}
-	cost := r.Cost
-	if cost < 0 {
-		cost = -cost
-	}
-	if cost > backend.MaxLimit {
-		return fmt.Errorf("%w: key %q: cost %d outside ±%d", backend.ErrInvalidRequest, r.Key, r.Cost, int64(backend.MaxLimit))
-	}
-	if r.Algorithm == backend.GCRA {
-		p := r.Period.Microseconds()
-		t := (p + r.Limit - 1) / r.Limit
-		b := max(r.Burst, r.Limit, cost)
-		if b > math.MaxInt64/t || t*b > maxExact {
-			return fmt.Errorf("%w: key %q: %d units of %v/%d exceed 2^52µs", backend.ErrInvalidRequest, r.Key, b, r.Period, r.Limit)
-		}
-	}
-	return nil
 }

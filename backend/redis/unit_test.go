@@ -80,15 +80,16 @@ func TestDecodeRejectsUnexpectedReplies(t *testing.T) {
 	}
 }
 
-// TestRejectsRequestsDoublesCannotHold pins the bounds beyond
-// Request.Validate that keep the script's arithmetic exact.
-func TestRejectsRequestsDoublesCannotHold(t *testing.T) {
+// TestRejectsWhatValidateRejects: the Store refuses the requests
+// Request.Validate refuses, whose arithmetic would leave the doubles the
+// script computes in, and decides every other one (see
+// TestHugeGCRACostsRegression in package backendtest for the largest).
+func TestRejectsWhatValidateRejects(t *testing.T) {
 	s := New(targets[0].client(t))
 	tests := map[string]backend.Request{
-		"cost above MaxLimit":         {Key: "k", Limit: 10, Period: time.Second, Cost: backend.MaxLimit + 1, Force: true},
-		"refund past MaxLimit":        {Key: "k", Limit: 10, Period: time.Second, Cost: -backend.MaxLimit - 1},
-		"GCRA burst × interval":       {Key: "k", Algorithm: backend.GCRA, Limit: 1, Period: backend.MaxPeriod, Burst: backend.MaxLimit, Cost: 1},
-		"GCRA forced cost × interval": {Key: "k", Algorithm: backend.GCRA, Limit: 1, Period: backend.MaxPeriod, Cost: backend.MaxLimit, Force: true},
+		"cost above MaxLimit":   {Key: "k", Limit: 10, Period: time.Second, Cost: backend.MaxLimit + 1, Force: true},
+		"refund past MaxLimit":  {Key: "k", Limit: 10, Period: time.Second, Cost: -backend.MaxLimit - 1},
+		"GCRA burst × interval": {Key: "k", Algorithm: backend.GCRA, Limit: 1, Period: backend.MaxPeriod, Burst: backend.MaxLimit, Cost: 1},
 	}
 	for name, r := range tests {
 		if _, err := s.Decide(context.Background(), []backend.Request{r}); !errors.Is(err, backend.ErrInvalidRequest) {

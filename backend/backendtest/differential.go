@@ -1,0 +1,434 @@
+package backendtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+)
+
+// Environment knobs of [Differential.Run] (see README.md beside this file).
+const (
+	// SequencesEnv sets how many random sequences Run drives per backend,
+	// instead of the fixed number CI runs.
+	SequencesEnv = "CEILING_MODEL_SEQUENCES"
+	// SeedEnv sets the seed of the first sequence (the default is fixed, so
+	// that CI runs the same sequences every time); "random" picks one.
+	SeedEnv = "CEILING_MODEL_SEED"
+)
+
+// DefaultSequences is how many sequences Run drives when neither
+// [Differential.Sequences] nor [SequencesEnv] says otherwise.
+const DefaultSequences = 200
+
+// Step is one operation of a differential sequence: at Epoch+At, either a
+// Decide call of the requests or a Reset of the keys.
+type Step struct {
+	At     time.Duration
+	Decide []backend.Request
+	Reset  []string
+}
+
+// Target is one backend under test, built for one sequence.
+type Target struct {
+	Backend backend.Backend
+	// Inspect, when set, compares what the backend stores for key with the
+	// model's state after a step that named the key: want is the state
+	// written last (ok false: the key holds none, it was never written or
+	// its last write took it back to full) and written reports that this
+	// step wrote it. It returns an error describing a difference.
+	Inspect func(key string, want model.State, ok, written bool) error
+}
+
+// Differential is the randomized differential test of a backend against
+// the reference model of ALGORITHMS.md (package model): random sequences
+// of Decide and Reset calls, with random rules on a few colliding keys and
+// time steps that land on window boundaries and GCRA emission instants,
+// compared result by result. A disagreement is shrunk to a minimal
+// sequence and printed as a Go test ready to paste.
+type Differential struct {
+	// New builds a fresh backend reading time only from now. It is called
+	// once per sequence, and once per replay while shrinking; backends may
+	// share storage (one Redis) as long as each one has its own key space.
+	New func(t testing.TB, now func() time.Time) Target
+	// Keys are the keys sequences use (default a, b, c, d). Give a Redis
+	// Cluster keys of two hash slots ({x}a, {y}b, ...).
+	Keys []string
+	// DenyCache says the backend answers from the Redis deny cache; the
+	// model then answers as that cache is documented to.
+	DenyCache bool
+	// Sequences is how many sequences Run drives; zero means
+	// [DefaultSequences], unless [SequencesEnv] is set, which wins.
+	Sequences int
+	// Seed is the seed of the first sequence; zero means 1, unless
+	// [SeedEnv] is set, which wins.
+	Seed uint64
+	// Paste is the Go expression a printed regression test calls Replay on
+	// (for example "clusterDifferential(t)").
+	Paste string
+}
+
+// Run drives the sequences and fails at the first disagreement, printing
+// the shrunk sequence.
+func (d Differential) Run(t *testing.T) {
+	t.Helper()
+	n, seed := d.Sequences, d.Seed
+	if n == 0 {
+		n = DefaultSequences
+	}
+	if seed == 0 {
+		seed = 1
+	}
+	if v := os.Getenv(SequencesEnv); v != "" {
+		k, err := strconv.Atoi(v)
+		if err != nil || k < 1 {
+			t.Fatalf("%s=%q: want a positive number", SequencesEnv, v)
+		}
+		n = k
+	}
+	switch v := os.Getenv(SeedEnv); v {
+	case "":
+	case "random":
+		seed = rand.Uint64()
+	default:
+		k, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: want a number or \"random\"", SeedEnv, v)
+		}
+		seed = k
+	}
+	keys := d.keys()
+	steps, calls := 0, 0
+	for i := range uint64(n) {
+		seq := generate(rand.New(rand.NewPCG(seed+i, 0x5eed)), keys)
+		if err := d.check(t, seq); err != nil {
+			small, serr := d.shrink(t, seq)
+			t.Fatalf("the backend disagrees with the model on sequence %d (seed %d):\n%v\n\n"+
+				"Shrunk from %d to %d steps, it fails with:\n%v\n\nPaste it as a regression test:\n\n%s",
+				i, seed+i, err, len(seq), len(small), serr, d.goTest(small))
+		}
+		steps += len(seq)
+		for _, st := range seq {
+			calls += len(st.Decide)
+		}
+	}
+	t.Logf("%d sequences from seed %d, %d steps, %d requests: no disagreement", n, seed, steps, calls)
+}
+
+// Replay runs one sequence, as printed by Run, and fails on a
+// disagreement.
+func (d Differential) Replay(t *testing.T, steps []Step) {
+	t.Helper()
+	if err := d.check(t, steps); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d Differential) keys() []string {
+	if len(d.Keys) > 0 {
+		return d.Keys
+	}
+	return []string{"a", "b", "c", "d"}
+}
+
+// check runs steps on a fresh target and a fresh model and returns the
+// first disagreement.
+func (d Differential) check(t testing.TB, steps []Step) (err error) {
+	clock := NewClock(Epoch)
+	target := d.New(t, clock.Now)
+	var opts []model.Option
+	if d.DenyCache {
+		opts = append(opts, model.WithDenyCache())
+	}
+	m := model.New(opts...)
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the model panicked (a sequence outside ALGORITHMS.md's bounds): %v", p)
+		}
+	}()
+	ctx := context.Background()
+	for i, st := range steps {
+		at := Epoch.Add(st.At)
+		clock.Set(at)
+		now := at.UnixMicro()
+		before := map[string]model.State{}
+		for _, k := range stepKeys(st) {
+			before[k], _ = m.Stored(k)
+		}
+		if st.Reset != nil {
+			m.Reset(st.Reset...)
+			if err := target.Backend.Reset(ctx, st.Reset...); err != nil {
+				return fmt.Errorf("step %d: Reset(%q): %v", i, st.Reset, err)
+			}
+		} else {
+			want, werr := m.Decide(now, st.Decide)
+			got, gerr := target.Backend.Decide(ctx, slices.Clone(st.Decide))
+			switch {
+			case werr != nil && !errors.Is(gerr, backend.ErrInvalidRequest):
+				return fmt.Errorf("step %d: Decide(%s): error %v, want one wrapping backend.ErrInvalidRequest (%v)", i, goRequests(st.Decide, ""), gerr, werr)
+			case werr != nil:
+				continue
+			case gerr != nil:
+				return fmt.Errorf("step %d: Decide(%s): %v", i, goRequests(st.Decide, ""), gerr)
+			case len(got) != len(want):
+				return fmt.Errorf("step %d: %d results for %d requests", i, len(got), len(want))
+			}
+			for j := range want {
+				if got[j] != want[j] {
+					return fmt.Errorf("step %d (at %v), request %d of %s:\n got %+v\nwant %+v",
+						i, st.At, j, goRequests(st.Decide, ""), got[j], want[j])
+				}
+			}
+			if d.DenyCache && len(want) > 0 && want[0].Cached {
+				// A cached answer changed nothing: the backend's own answer is
+				// what the model evaluates now.
+				if err := cacheSound(m.Evaluate(now, st.Decide), want); err != nil {
+					return fmt.Errorf("step %d: %v", i, err)
+				}
+			}
+		}
+		if target.Inspect == nil {
+			continue
+		}
+		for _, k := range stepKeys(st) {
+			s, ok := m.Stored(k)
+			written := ok && s.Written == now && !reflect.DeepEqual(s, before[k])
+			if err := target.Inspect(k, s, ok, written); err != nil {
+				return fmt.Errorf("step %d (at %v), key %q after %s: %v", i, st.At, k, describeStep(st), err)
+			}
+		}
+	}
+	return nil
+}
+
+// cacheSound checks the deny cache's rejections against what the backend
+// itself would answer: the cache must never refuse a request the backend
+// would admit, nor promise a wait longer than the backend's.
+func cacheSound(pure, cached []backend.Result) error {
+	for i := range cached {
+		if cached[i].Allowed {
+			continue
+		}
+		if pure[i].Allowed || (pure[i].RetryAfter != backend.Never && pure[i].RetryAfter < cached[i].RetryAfter) {
+			return fmt.Errorf("the deny cache rejects request %d for %v where the backend says %+v", i, cached[i].RetryAfter, pure[i])
+		}
+	}
+	return nil
+}
+
+func stepKeys(st Step) []string {
+	var keys []string
+	for _, r := range st.Decide {
+		keys = append(keys, r.Key)
+	}
+	keys = append(keys, st.Reset...)
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+func describeStep(st Step) string {
+	if st.Reset != nil {
+		return fmt.Sprintf("Reset(%q)", st.Reset)
+	}
+	return goRequests(st.Decide, "")
+}
+
+// shrink reduces a failing sequence while it still fails: fewer steps,
+// fewer requests, then simpler requests and instants. It returns the
+// smallest failing sequence and its failure.
+func (d Differential) shrink(t testing.TB, steps []Step) ([]Step, error) {
+	fails := func(s []Step) error { return d.check(t, s) }
+	best, bestErr := steps, fails(steps)
+	if bestErr == nil {
+		return steps, errors.New("the failure did not reproduce on a fresh backend")
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	try := func(s []Step) bool {
+		if time.Now().After(deadline) {
+			return false
+		}
+		if err := fails(s); err != nil {
+			best, bestErr = s, err
+			return true
+		}
+		return false
+	}
+	for progress := true; progress && time.Now().Before(deadline); {
+		progress = false
+		// Drop runs of steps, halving the run length.
+		for size := len(best) / 2; size >= 1; size /= 2 {
+			for i := 0; i+size <= len(best); {
+				if try(slices.Delete(slices.Clone(best), i, i+size)) {
+					progress = true
+				} else {
+					i += size
+				}
+			}
+		}
+		// Drop requests and keys from calls.
+		for i := range best {
+			for j := 0; j < len(best[i].Decide) && len(best[i].Decide) > 1; {
+				s := cloneSteps(best)
+				s[i].Decide = slices.Delete(s[i].Decide, j, j+1)
+				if try(s) {
+					progress = true
+				} else {
+					j++
+				}
+			}
+			for j := 0; j < len(best[i].Reset) && len(best[i].Reset) > 1; {
+				s := cloneSteps(best)
+				s[i].Reset = slices.Delete(s[i].Reset, j, j+1)
+				if try(s) {
+					progress = true
+				} else {
+					j++
+				}
+			}
+		}
+		// Simpler requests and instants.
+		for i := range best {
+			if at := best[i].At.Truncate(time.Microsecond); at != best[i].At {
+				s := cloneSteps(best)
+				s[i].At = at
+				progress = try(s) || progress
+			}
+			for j := range best[i].Decide {
+				for _, simpler := range simplifications(best[i].Decide[j]) {
+					s := cloneSteps(best)
+					s[i].Decide[j] = simpler
+					if try(s) {
+						progress = true
+						break
+					}
+				}
+			}
+		}
+	}
+	return best, bestErr
+}
+
+// simplifications are r made simpler in one respect each.
+func simplifications(r backend.Request) []backend.Request {
+	var out []backend.Request
+	add := func(f func(*backend.Request)) {
+		s := r
+		f(&s)
+		if s != r && s.Validate() == nil {
+			out = append(out, s)
+		}
+	}
+	add(func(s *backend.Request) { s.Force = false })
+	add(func(s *backend.Request) { s.Shadow = false })
+	add(func(s *backend.Request) { s.Burst = 0 })
+	add(func(s *backend.Request) { s.Cost = 0 })
+	add(func(s *backend.Request) { s.Cost = 1 })
+	add(func(s *backend.Request) { s.Cost /= 2 })
+	add(func(s *backend.Request) { s.Limit = max(1, s.Limit/2) })
+	add(func(s *backend.Request) { s.Limit = 1 })
+	return out
+}
+
+func cloneSteps(steps []Step) []Step {
+	s := slices.Clone(steps)
+	for i := range s {
+		s[i].Decide = slices.Clone(s[i].Decide)
+		s[i].Reset = slices.Clone(s[i].Reset)
+	}
+	return s
+}
+
+// goTest prints steps as a test function calling Replay.
+func (d Differential) goTest(steps []Step) string {
+	paste := d.Paste
+	if paste == "" {
+		paste = "differential"
+	}
+	var b strings.Builder
+	b.WriteString("func TestModelRegression(t *testing.T) {\n")
+	fmt.Fprintf(&b, "\t%s.Replay(t, []backendtest.Step{\n", paste)
+	for _, st := range steps {
+		if st.Reset != nil {
+			fmt.Fprintf(&b, "\t\t{At: %s, Reset: %#v},\n", goDuration(st.At), st.Reset)
+			continue
+		}
+		fmt.Fprintf(&b, "\t\t{At: %s, Decide: %s},\n", goDuration(st.At), goRequests(st.Decide, "\t\t"))
+	}
+	b.WriteString("\t})\n}\n")
+	return b.String()
+}
+
+// goRequests prints reqs as a Go slice literal; indent, when not empty,
+// puts one request a line.
+func goRequests(reqs []backend.Request, indent string) string {
+	var b strings.Builder
+	b.WriteString("[]backend.Request{")
+	for i, r := range reqs {
+		if indent != "" {
+			b.WriteString("\n" + indent + "\t")
+		} else if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "{Key: %q, Algorithm: backend.%s, Limit: %d, Period: %s", r.Key, algorithmName(r.Algorithm), r.Limit, goDuration(r.Period))
+		if r.Burst != 0 {
+			fmt.Fprintf(&b, ", Burst: %d", r.Burst)
+		}
+		fmt.Fprintf(&b, ", Cost: %d", r.Cost)
+		if r.Force {
+			b.WriteString(", Force: true")
+		}
+		if r.Shadow {
+			b.WriteString(", Shadow: true")
+		}
+		b.WriteString("}")
+		if indent != "" {
+			b.WriteString(",")
+		}
+	}
+	if indent != "" {
+		b.WriteString("\n" + indent)
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// algorithmName is the Go name of an algorithm's constant.
+func algorithmName(a backend.Algorithm) string {
+	switch a {
+	case backend.GCRA:
+		return "GCRA"
+	case backend.SlidingLog:
+		return "SlidingLog"
+	case backend.SlidingWindow:
+		return "SlidingWindow"
+	case backend.FixedWindow:
+		return "FixedWindow"
+	}
+	return fmt.Sprintf("Algorithm(%d)", a)
+}
+
+// goDuration prints d as a readable Go constant expression.
+func goDuration(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{time.Hour, "time.Hour"}, {time.Minute, "time.Minute"}, {time.Second, "time.Second"}, {time.Millisecond, "time.Millisecond"}, {time.Microsecond, "time.Microsecond"}} {
+		if d%u.unit == 0 {
+			return fmt.Sprintf("%d * %s", d/u.unit, u.name)
+		}
+	}
+	return fmt.Sprintf("%d", int64(d))
+}

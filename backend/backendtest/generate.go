@@ -1,0 +1,224 @@
+package backendtest
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+)
+
+// modelAlgorithms are the algorithms random sequences use. A new algorithm
+// joins this list once package model implements it.
+var modelAlgorithms = []backend.Algorithm{backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow}
+
+// periods are the periods rules are drawn from: the shortest Validate
+// allows, odd numbers of µs and ms that windows do not divide evenly, the
+// usual ones, and the longest.
+var periods = []time.Duration{
+	time.Millisecond, 1001 * time.Microsecond, 1500 * time.Microsecond, 7 * time.Millisecond,
+	time.Second, 1500 * time.Millisecond, 3 * time.Second, time.Minute, time.Hour, 25 * time.Hour,
+	backend.MaxPeriod - time.Microsecond, backend.MaxPeriod,
+}
+
+// generate returns a random sequence on keys: each key gets a rule (its
+// algorithm is the key's for the whole sequence, as a rule's is), and calls
+// of one to four requests on random keys, sometimes under another limit or
+// period, at instants chosen to land on the boundaries where algorithms
+// change their answer. It ends with a peek of every key.
+func generate(rng *rand.Rand, keys []string) []Step {
+	rules := make(map[string]backend.Request, len(keys))
+	for _, k := range keys {
+		rules[k] = randomRule(rng, k)
+	}
+	m := model.New()
+	var steps []Step
+	var at time.Duration
+	for range 4 + rng.IntN(28) {
+		at = nextInstant(rng, m, keys, rules, at)
+		now := Epoch.Add(at).UnixMicro()
+		if rng.IntN(30) == 0 {
+			st := Step{At: at, Reset: []string{keys[rng.IntN(len(keys))]}}
+			if rng.IntN(2) == 0 {
+				st.Reset = append(st.Reset, keys[rng.IntN(len(keys))])
+			}
+			m.Reset(st.Reset...)
+			steps = append(steps, st)
+			continue
+		}
+		call := make([]backend.Request, 1+rng.IntN(4)*rng.IntN(2))
+		for i := range call {
+			call[i] = randomRequest(rng, rules[keys[rng.IntN(len(keys))]])
+		}
+		steps = append(steps, Step{At: at, Decide: call})
+		if !decideModel(m, now, call) {
+			return steps // check reports the model's panic
+		}
+	}
+	at = nextInstant(rng, m, keys, rules, at)
+	for _, k := range keys {
+		steps = append(steps, Step{At: at, Decide: []backend.Request{rules[k]}})
+	}
+	return steps
+}
+
+// decideModel decides call on m, reporting false if the model panicked. An
+// invalid call changes nothing, as on a backend.
+func decideModel(m *model.Model, now int64, call []backend.Request) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	m.Decide(now, call)
+	return true
+}
+
+// randomRule draws a valid rule for key, with cost 0: limits and periods
+// from the smallest to the largest Validate allows.
+func randomRule(rng *rand.Rand, key string) backend.Request {
+	for {
+		r := backend.Request{
+			Key:       key,
+			Algorithm: modelAlgorithms[rng.IntN(len(modelAlgorithms))],
+			Period:    periods[rng.IntN(len(periods))],
+		}
+		switch n := rng.IntN(10); {
+		case n < 5:
+			r.Limit = 1 + rng.Int64N(5)
+		case n < 7:
+			r.Limit = 6 + rng.Int64N(45)
+		case n < 9:
+			r.Limit = 100 + rng.Int64N(1_000_000)
+		default:
+			r.Limit = []int64{backend.MaxLimit, backend.MaxLimit - 1, 999_999_937}[rng.IntN(3)]
+		}
+		if r.Algorithm == backend.GCRA {
+			switch n := rng.IntN(10); {
+			case n < 5:
+			case n < 7:
+				r.Burst = 1 + rng.Int64N(r.Limit)
+			case n < 9:
+				r.Burst = r.Limit + 1 + rng.Int64N(r.Limit)
+			default:
+				// The largest burst whose tolerance Validate accepts.
+				T := (int64(r.Period/time.Microsecond) + r.Limit - 1) / r.Limit
+				r.Burst = min(backend.MaxLimit, 10*int64(backend.MaxPeriod/time.Microsecond)/T)
+			}
+		}
+		if r.Validate() == nil {
+			return r
+		}
+	}
+}
+
+// randomRequest draws a request on rule's key: usually the rule itself,
+// sometimes under another period or limit (two rules sharing a key), with a
+// cost from a refund of more than the limit to a charge of more than it.
+func randomRequest(rng *rand.Rand, rule backend.Request) backend.Request {
+	r := rule
+	switch rng.IntN(20) {
+	case 0, 1:
+		r.Period = periods[rng.IntN(len(periods))]
+	case 2:
+		r.Limit = max(1, r.Limit/2+rng.Int64N(3)-1)
+	}
+	L := r.Limit
+	switch n := rng.IntN(100); {
+	case n < 12:
+		r.Cost = 0
+	case n < 50:
+		r.Cost = 1
+	case n < 70:
+		r.Cost = 2 + rng.Int64N(min(L, backend.MaxLimit-1))
+	case n < 80:
+		r.Cost = -(1 + rng.Int64N(min(L+1, backend.MaxLimit)))
+	case n < 85:
+		r.Cost = []int64{backend.MaxLimit, -backend.MaxLimit, rng.Int64N(backend.MaxLimit), -rng.Int64N(backend.MaxLimit)}[rng.IntN(4)]
+	case n < 93:
+		r.Cost = L
+	default:
+		r.Cost = L + 1
+	}
+	r.Force = rng.IntN(8) == 0
+	r.Shadow = rng.IntN(8) == 0
+	if r.Validate() != nil {
+		r = rule
+		r.Cost = 1
+	}
+	return r
+}
+
+// nextInstant returns the instant (since Epoch) of the next step: often the
+// same one, often exactly on (or a µs beside) an instant where a key's
+// answer changes, otherwise a random step; sometimes with nanoseconds that
+// the backends must truncate, never round.
+func nextInstant(rng *rand.Rand, m *model.Model, keys []string, rules map[string]backend.Request, at time.Duration) time.Duration {
+	epoch := Epoch.UnixMicro()
+	now := Epoch.Add(at).UnixMicro()
+	next := now
+	switch n := rng.IntN(100); {
+	case n < 28:
+	case n < 63:
+		k := keys[rng.IntN(len(keys))]
+		if cands := instants(m, rules[k], now); len(cands) > 0 {
+			next = cands[rng.IntN(len(cands))] + []int64{-1, 0, 0, 1}[rng.IntN(4)]
+		}
+	case n < 88:
+		P := int64(rules[keys[rng.IntN(len(keys))]].Period / time.Microsecond)
+		next = now + rng.Int64N(min(P, int64(time.Hour/time.Microsecond))*3/2+1)
+	case n < 93:
+		next = now + rng.Int64N(int64(100*24*time.Hour/time.Microsecond))
+	default:
+		next = now + rng.Int64N(2000)
+	}
+	next = max(next, now)
+	d := time.Duration(next-epoch) * time.Microsecond
+	if rng.IntN(5) == 0 {
+		d += time.Duration(1 + rng.IntN(999))
+	} else if next == now {
+		d = at // the same instant, nanoseconds included
+	}
+	return d
+}
+
+// instants are the instants (µs) after now at which r's answer on its key
+// may change: its window's end, GCRA's arrival times, a sliding log's
+// expiries, and the instant a rejected request would be admitted.
+func instants(m *model.Model, r backend.Request, now int64) []int64 {
+	P := int64(r.Period / time.Microsecond)
+	out := []int64{now - ((now%P)+P)%P + P}
+	if s, ok := m.Stored(r.Key); ok {
+		switch s.Algorithm {
+		case backend.GCRA:
+			B := r.Burst
+			if B == 0 {
+				B = r.Limit
+			}
+			T := (P + r.Limit - 1) / r.Limit
+			if tau := T * B; tau/B == T {
+				out = append(out, s.TAT, s.TAT-tau+T, s.TAT-tau+2*T)
+			}
+		case backend.SlidingWindow, backend.FixedWindow:
+			out = append(out, s.Start+P, s.Start+2*P)
+		case backend.SlidingLog:
+			for _, u := range s.Log {
+				out = append(out, u.T+P)
+			}
+		}
+	}
+	for _, c := range []int64{1, r.Limit} {
+		probe := r
+		probe.Cost, probe.Force, probe.Shadow = c, false, false
+		if res := m.Evaluate(now, []backend.Request{probe}); !res[0].Allowed && res[0].RetryAfter > 0 {
+			out = append(out, now+int64(res[0].RetryAfter/time.Microsecond))
+		}
+	}
+	var after []int64
+	for _, t := range out {
+		if t > now && t-now < int64(200*24*time.Hour/time.Microsecond) {
+			after = append(after, t)
+		}
+	}
+	return after
+}

@@ -1,0 +1,433 @@
+// Package model is a reference implementation of backend/ALGORITHMS.md,
+// written from the document alone and for nothing but clarity: a map of
+// key states, each algorithm's definition transcribed line by line in
+// checked integer arithmetic (an overflow panics instead of wrapping, and
+// products that can exceed int64 are computed with math/big).
+//
+// It is the oracle of the randomized differential test in package
+// backendtest, which drives a backend and a [Model] with the same
+// operations and requires the same answers, field by field. It is not a
+// backend: it is slow, unbounded and not safe for concurrent use.
+package model
+
+import (
+	"fmt"
+	"math/big"
+	"slices"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// DebtHorizon is how far past now, in µs, a GCRA key's theoretical
+// arrival time can be pushed by forced charges: 2^52 µs, about 142 years.
+// Beyond it a forced charge saturates, as ALGORITHMS.md says.
+const DebtHorizon int64 = 1 << 52
+
+// CountMax is where a window's count saturates (ALGORITHMS.md).
+const CountMax int64 = 1 << 40
+
+// Run is n units of a sliding log admitted at instant T (µs).
+type Run struct{ T, N int64 }
+
+// State is what a key holds after the last write to it: the value of
+// ALGORITHMS.md's "state" for the key's algorithm.
+type State struct {
+	Algorithm backend.Algorithm
+	// TAT is GCRA's theoretical arrival time, µs.
+	TAT int64
+	// Start is a window's start, µs (fixed window and sliding window).
+	Start int64
+	// Count is a fixed window's count; Prev and Cur a sliding window's.
+	Count, Prev, Cur int64
+	// Log is a sliding log's units, oldest first, as runs of units at one
+	// instant (adjacent runs have distinct instants).
+	Log []Run
+	// Written is when the key was last written, µs, and Expires when its
+	// state is back to full (ALGORITHMS.md: the TTL is set to it).
+	Written, Expires int64
+}
+
+// TTL is the time to live a backend with expiring keys (Redis) gives the
+// key at its last write: Expires - Written rounded up to whole ms, at least
+// 1 ms.
+func (s State) TTL() time.Duration {
+	ms := (s.Expires - s.Written + 999) / 1000
+	return time.Duration(max(1, ms)) * time.Millisecond
+}
+
+func (s State) clone() *State {
+	s.Log = slices.Clone(s.Log)
+	return &s
+}
+
+// Model is the reference store. The zero value is not usable: call [New].
+type Model struct {
+	keys map[string]*State
+	deny *denyCache // nil: no deny cache
+}
+
+// Option configures a Model.
+type Option func(*Model)
+
+// WithDenyCache makes the model answer as a backend with the Redis deny
+// cache does (see backend/redis.WithDenyCache): a key rejected until T is
+// rejected locally until T for the same cost.
+func WithDenyCache() Option {
+	return func(m *Model) { m.deny = &denyCache{entries: map[string]denial{}} }
+}
+
+// New returns an empty model.
+func New(opts ...Option) *Model {
+	m := &Model{keys: map[string]*State{}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Stored returns the state key holds and whether it holds any (a key whose
+// state went back to full at its last write holds none).
+func (m *Model) Stored(key string) (State, bool) {
+	s, ok := m.keys[key]
+	if !ok {
+		return State{}, false
+	}
+	return *s.clone(), true
+}
+
+// Reset forgets keys.
+func (m *Model) Reset(keys ...string) {
+	for _, k := range keys {
+		delete(m.keys, k)
+	}
+	if m.deny != nil {
+		m.deny.forget(keys)
+	}
+}
+
+// Decide decides reqs at now (µs since the Unix epoch) as a backend's
+// Decide call does, and applies its writes. An invalid request makes the
+// whole call fail with an error wrapping [backend.ErrInvalidRequest], and
+// nothing changes.
+func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, error) {
+	for i, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return nil, fmt.Errorf("model: request %d: %w", i, err)
+		}
+	}
+	if m.deny != nil {
+		if res, ok := m.deny.answer(now, reqs); ok {
+			return res, nil
+		}
+	}
+	res, rejected, writes := m.evaluate(now, reqs)
+	if !rejected {
+		for key, s := range writes {
+			if s.Expires <= now {
+				delete(m.keys, key)
+			} else {
+				m.keys[key] = s
+			}
+		}
+	}
+	if m.deny != nil {
+		m.deny.learn(now, reqs, res, rejected)
+	}
+	return res, nil
+}
+
+// Evaluate is what a backend without a cache answers to reqs at now, without
+// applying anything. Requests must be valid.
+func (m *Model) Evaluate(now int64, reqs []backend.Request) []backend.Result {
+	res, _, _ := m.evaluate(now, reqs)
+	return res
+}
+
+// evaluate decides every request in order on a working copy of the states
+// ("each seeing the state the previous one would write"), then, if an
+// unforced, non-shadow request was rejected, reports every admitted request
+// as a peek of its unchanged key. It returns the states the call writes.
+func (m *Model) evaluate(now int64, reqs []backend.Request) ([]backend.Result, bool, map[string]*State) {
+	work := map[string]*State{} // key → state as the call has left it so far (nil: none)
+	state := func(key string) *State {
+		if s, ok := work[key]; ok {
+			return s
+		}
+		return m.keys[key]
+	}
+	res := make([]backend.Result, len(reqs))
+	rejected := false
+	for i, r := range reqs {
+		next, out, ok := step(state(r.Key), r, now)
+		res[i] = out
+		if ok && r.Cost != 0 {
+			work[r.Key] = next
+		}
+		if !ok && !r.Shadow {
+			rejected = true
+		}
+	}
+	if rejected {
+		for i, r := range reqs {
+			if res[i].Allowed {
+				peek := r
+				peek.Cost, peek.Force = 0, false
+				_, res[i], _ = step(m.keys[r.Key], peek, now)
+			}
+		}
+	}
+	return res, rejected, work
+}
+
+// step decides r on state s (nil: absent) at now. It returns the state r
+// writes (meaningful only when admitted with a non-zero cost), the result,
+// and whether r was admitted.
+func step(s *State, r backend.Request, now int64) (*State, backend.Result, bool) {
+	if s != nil && s.Algorithm != r.Algorithm {
+		s = nil // another algorithm's state counts as absent
+	}
+	switch r.Algorithm {
+	case backend.GCRA:
+		return gcra(s, r, now)
+	case backend.FixedWindow:
+		return fixed(s, r, now)
+	case backend.SlidingWindow:
+		return sliding(s, r, now)
+	case backend.SlidingLog:
+		return slidingLog(s, r, now)
+	}
+	panic(fmt.Sprintf("model: algorithm %v", r.Algorithm))
+}
+
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// dur converts µs to a Duration, refusing to wrap around.
+func dur(us int64) time.Duration {
+	if us > int64(1<<63-1)/1000 || us < -int64(1<<63-1)/1000 {
+		panic(fmt.Sprintf("model: %dµs does not fit a time.Duration", us))
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+// result is an admitted result, or a rejected one with its retry (µs, or -1
+// for never).
+func result(r backend.Request, ok bool, remaining, reset, retry int64) backend.Result {
+	out := backend.Result{Allowed: ok, Limit: r.Limit, Remaining: max(0, remaining), ResetAfter: dur(max(0, reset))}
+	switch {
+	case ok:
+	case retry < 0:
+		out.RetryAfter = backend.Never
+	default:
+		out.RetryAfter = dur(retry)
+	}
+	return out
+}
+
+// GCRA, as ALGORITHMS.md defines it, with big integers for the products.
+func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool) {
+	P, L, c := micros(r.Period), r.Limit, r.Cost
+	B := r.Burst
+	if B == 0 {
+		B = L
+	}
+	T := ceilDiv(P, L)
+	tau := mul(T, B)
+	tat := now
+	if s != nil {
+		tat = s.TAT
+	}
+	t0 := max(tat, now)
+	var nt int64
+	switch {
+	case c > 0:
+		ntBig := bigAdd(big.NewInt(t0), bigMul(c, T)) // t0 + c*T
+		over := bigSub(ntBig, big.NewInt(now+tau))    // nt - now - tau
+		if !r.Force && (c > B || over.Sign() > 0) {
+			retry := int64(-1)
+			if c <= B {
+				retry = over.Int64() // at most DebtHorizon: c*T <= tau
+			}
+			return nil, result(r, false, floorDiv(tau-(t0-now), T), t0-now, retry), false
+		}
+		// A forced charge saturates at DebtHorizon past now.
+		nt = now + DebtHorizon
+		if ntBig.Cmp(big.NewInt(nt)) < 0 {
+			nt = ntBig.Int64()
+		}
+	case c == 0:
+		nt = t0
+	default:
+		v := bigAdd(big.NewInt(t0), bigMul(c, T)) // c*T is negative
+		nt = now
+		if v.Cmp(big.NewInt(now)) > 0 {
+			nt = v.Int64()
+		}
+	}
+	next := &State{Algorithm: backend.GCRA, TAT: nt, Written: now, Expires: nt}
+	return next, result(r, true, floorDiv(tau-(nt-now), T), nt-now, 0), true
+}
+
+// Fixed window.
+func fixed(s *State, r backend.Request, now int64) (*State, backend.Result, bool) {
+	P, L, c := micros(r.Period), r.Limit, r.Cost
+	ws := now - floorMod(now, P)
+	end := ws + P
+	count := int64(0)
+	if s != nil && s.Start == ws {
+		count = s.Count
+	}
+	reset := func(count int64) int64 {
+		if count > 0 {
+			return end - now
+		}
+		return 0
+	}
+	if c > 0 && !r.Force && count+c > L {
+		retry := end - now
+		if c > L {
+			retry = -1
+		}
+		return nil, result(r, false, L-count, reset(count), retry), false
+	}
+	count = min(CountMax, max(0, add(count, c)))
+	next := &State{Algorithm: backend.FixedWindow, Start: ws, Count: count, Written: now, Expires: end}
+	if count == 0 {
+		next.Expires = now
+	}
+	return next, result(r, true, L-count, reset(count), 0), true
+}
+
+// Sliding window counter.
+func sliding(s *State, r backend.Request, now int64) (*State, backend.Result, bool) {
+	const million = 1_000_000
+	P, L, c := micros(r.Period), r.Limit, r.Cost
+	ws := now - floorMod(now, P)
+	var prev, cur int64
+	if s != nil {
+		switch s.Start {
+		case ws:
+			prev, cur = s.Prev, s.Cur
+		case ws - P:
+			prev, cur = s.Cur, 0
+		}
+	}
+	rem := ws + P - now
+	Pm := P / 1000
+	remm := rem / 1000
+	w := mul(remm, million) / Pm
+	used := func(prev, cur int64) int64 { return add(mul(prev, w), mul(cur, million)) }
+	after := func(prev, cur int64) (remaining, reset int64) {
+		remaining = floorDiv(mul(L, million)-used(prev, cur), million)
+		switch {
+		case cur > 0:
+			reset = rem + P
+		case prev > 0:
+			reset = rem
+		}
+		return remaining, reset
+	}
+	if c > 0 && !r.Force && used(prev, add(cur, c)) > mul(L, million) {
+		retry := int64(-1)
+		if c <= L {
+			if cur+c <= L {
+				X := min(million, mul(L-cur-c, million)/prev)
+				R := ceilDiv(mul(X+1, Pm), million) - 1
+				retry = rem - ((R+1)*1000 - 1)
+			} else {
+				X := min(million, mul(L-c, million)/cur)
+				R := ceilDiv(mul(X+1, Pm), million) - 1
+				if R >= Pm {
+					retry = rem
+				} else {
+					retry = rem + P - ((R+1)*1000 - 1)
+				}
+			}
+		}
+		remaining, reset := after(prev, cur)
+		return nil, result(r, false, remaining, reset, retry), false
+	}
+	cur = min(CountMax, max(0, add(cur, c)))
+	remaining, reset := after(prev, cur)
+	next := &State{Algorithm: backend.SlidingWindow, Start: ws, Prev: prev, Cur: cur, Written: now}
+	switch {
+	case cur > 0:
+		next.Expires = ws + 2*P
+	case prev > 0:
+		next.Expires = ws + P
+	default:
+		next.Expires = now
+	}
+	return next, result(r, true, remaining, reset, 0), true
+}
+
+// Sliding log: the units as runs, but every rule stated per unit.
+func slidingLog(s *State, r backend.Request, now int64) (*State, backend.Result, bool) {
+	P, L, c := micros(r.Period), r.Limit, r.Cost
+	var log []Run
+	if s != nil {
+		for _, u := range s.Log {
+			if u.T+P > now { // an entry counts while now < e + P
+				log = append(log, u)
+			}
+		}
+	}
+	k := units(log)
+	// unit returns the instant of the i-th oldest unit (0-based).
+	unit := func(i int64) int64 {
+		for _, u := range log {
+			if i < u.N {
+				return u.T
+			}
+			i -= u.N
+		}
+		panic("model: sliding log index out of range")
+	}
+	after := func(log []Run) (remaining, reset int64) {
+		k := units(log)
+		if k > 0 {
+			reset = log[len(log)-1].T + P - now
+		}
+		return L - k, reset
+	}
+	if c > 0 && !r.Force && add(k, c) > L {
+		retry := int64(-1)
+		if c <= L {
+			retry = unit(k+c-L-1) + P - now
+		}
+		remaining, reset := after(log)
+		return nil, result(r, false, remaining, reset, retry), false
+	}
+	switch {
+	case c > 0:
+		if n := len(log); n > 0 && log[n-1].T == now {
+			log[n-1].N = add(log[n-1].N, c)
+		} else {
+			log = append(log, Run{T: now, N: c})
+		}
+	case c < 0:
+		for take := min(-c, k); take > 0; {
+			last := &log[len(log)-1]
+			n := min(take, last.N)
+			last.N -= n
+			take -= n
+			if last.N == 0 {
+				log = log[:len(log)-1]
+			}
+		}
+	}
+	remaining, reset := after(log)
+	next := &State{Algorithm: backend.SlidingLog, Log: log, Written: now, Expires: now}
+	if len(log) > 0 {
+		next.Expires = log[len(log)-1].T + P
+	}
+	return next, result(r, true, remaining, reset, 0), true
+}
+
+func units(log []Run) int64 {
+	k := int64(0)
+	for _, u := range log {
+		k = add(k, u.N)
+	}
+	return k
+}

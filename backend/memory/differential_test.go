@@ -1,0 +1,92 @@
+package memory
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/backendtest"
+	refmodel "github.com/ceiling-go/ceiling/backend/backendtest/model"
+)
+
+// differential is the model-based test of the Store, inspecting its tables
+// after every step.
+func differential(t testing.TB) backendtest.Differential {
+	return backendtest.Differential{
+		Paste: "differential(t)",
+		New: func(t testing.TB, now func() time.Time) backendtest.Target {
+			s := New(WithClock(now), WithSweepInterval(0))
+			return backendtest.Target{Backend: s, Inspect: s.inspect}
+		},
+	}
+}
+
+// TestDifferential compares the Store with the reference model on random
+// sequences (see backend/backendtest/README.md for the knobs).
+func TestDifferential(t *testing.T) {
+	d := differential(t)
+	d.Sequences = 2000 // about 5s under the race detector
+	d.Run(t)
+}
+
+// inspect compares the state the Store holds for key with the model's: the
+// same values, and no state kept once back to full.
+func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
+	h := s.hash(key)
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var got refmodel.State
+	found := 0
+	if i := sh.gcra.find(h); i >= 0 {
+		found++
+		tat := sh.gcra.slots[i].v
+		got = refmodel.State{Algorithm: backend.GCRA, TAT: tat, Expires: tat}
+	}
+	if i := sh.windows.find(h); i >= 0 {
+		found++
+		w := sh.windows.slots[i].v
+		got = refmodel.State{Algorithm: want.Algorithm, Start: w.start, Expires: w.exp}
+		if want.Algorithm == backend.FixedWindow {
+			got.Count = w.a
+		} else {
+			got.Prev, got.Cur = w.a, w.b
+		}
+	}
+	if i := sh.logs.find(h); i >= 0 {
+		found++
+		l := sh.logs.slots[i].v
+		got = refmodel.State{Algorithm: backend.SlidingLog, Expires: l.exp}
+		for _, r := range l.runs {
+			got.Log = mergeRun(got.Log, refmodel.Run{T: r.t, N: r.n})
+		}
+	}
+	switch {
+	case found > 1:
+		return fmt.Errorf("the key is in %d tables", found)
+	case !ok && found == 0:
+		return nil
+	case !ok:
+		return fmt.Errorf("the Store holds %+v for a key the model holds nothing for", got)
+	case found == 0:
+		return fmt.Errorf("the Store holds nothing, the model %+v", want)
+	}
+	want.Written = 0
+	if !slices.Equal(got.Log, want.Log) || got.Algorithm != want.Algorithm || got.TAT != want.TAT || got.Start != want.Start ||
+		got.Count != want.Count || got.Prev != want.Prev || got.Cur != want.Cur || got.Expires != want.Expires {
+		return fmt.Errorf("stored %+v, want %+v", got, want)
+	}
+	return nil
+}
+
+// mergeRun appends r to log, merging it into the last run at the same
+// instant.
+func mergeRun(log []refmodel.Run, r refmodel.Run) []refmodel.Run {
+	if n := len(log); n > 0 && log[n-1].T == r.T {
+		log[n-1].N += r.N
+		return log
+	}
+	return append(log, r)
+}

@@ -1,0 +1,169 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/backendtest"
+	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// differential is the model-based test of a Store on client, inspecting the
+// value and TTL of every key a step names. denySize is WithDenyCache's.
+func differential(client redis.UniversalClient, denySize int, keys ...string) backendtest.Differential {
+	return backendtest.Differential{
+		Keys:      keys,
+		DenyCache: denySize > 0,
+		New: func(t testing.TB, now func() time.Time) backendtest.Target {
+			prefix := redistest.KeyPrefix(t)
+			s := New(client, WithPrefix(prefix), WithClock(now), WithDenyCache(denySize))
+			return backendtest.Target{Backend: s, Inspect: func(key string, want model.State, ok, written bool) error {
+				return inspect(client, prefix+":"+key, want, ok, written)
+			}}
+		},
+	}
+}
+
+// Keys of two Redis Cluster hash slots, so that calls span slots.
+var clusterKeys = []string{"{x}a", "{x}b", "{y}c", "{y}d"}
+
+// Differential targets: miniredis runs hermetically (fewer sequences: it is
+// slow under the race detector), then the real server, the cluster, and the
+// real server behind the deny cache.
+func singleDifferential(t testing.TB) backendtest.Differential {
+	return differential(redistest.Shared(t).Client(t), 0)
+}
+
+func clusterDifferential(t testing.TB) backendtest.Differential {
+	return differential(redistest.SharedCluster(t).Client(t), 0, clusterKeys...)
+}
+
+func denyDifferential(t testing.TB) backendtest.Differential {
+	return differential(redistest.Shared(t).Client(t), DefaultDenyCacheSize)
+}
+
+func clusterDenyDifferential(t testing.TB) backendtest.Differential {
+	return differential(redistest.SharedCluster(t).Client(t), DefaultDenyCacheSize, clusterKeys...)
+}
+
+// TestDifferential compares the Store with the reference model on random
+// sequences (see backend/backendtest/README.md for the knobs).
+func TestDifferential(t *testing.T) {
+	if slot("{x}") == slot("{y}") {
+		t.Fatal("the cluster keys share a slot")
+	}
+	for _, c := range []struct {
+		name      string
+		d         func(testing.TB) backendtest.Differential
+		sequences int
+	}{
+		{"miniredis", func(t testing.TB) backendtest.Differential {
+			return differential(targets[0].client(t), 0)
+		}, 100},
+		{"redis", singleDifferential, 1000},
+		{"cluster", clusterDifferential, 600},
+		{"redis+deny", denyDifferential, 800},
+		{"cluster+deny", clusterDenyDifferential, 300},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := c.d(t)
+			d.Sequences = c.sequences
+			d.Paste = map[string]string{
+				"miniredis": "differential(targets[0].client(t), 0)", "redis": "singleDifferential(t)",
+				"cluster": "clusterDifferential(t)", "redis+deny": "denyDifferential(t)", "cluster+deny": "clusterDenyDifferential(t)",
+			}[c.name]
+			d.Run(t)
+		})
+	}
+}
+
+// inspect compares the value and TTL stored under key with the model's
+// state: the layout the script writes ("g tat", "f start count",
+// "w start prev cur", "L k newest runs..."), no key once back to full, and a
+// TTL of the time the state takes to be full again (at least
+// fakeClockMinTTL, as the Store runs under WithClock).
+func inspect(client redis.UniversalClient, key string, want model.State, ok, written bool) error {
+	ctx := context.Background()
+	raw, err := client.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil) && !ok:
+		return nil
+	case errors.Is(err, redis.Nil):
+		return fmt.Errorf("no value stored, the model holds %+v", want)
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("stored %q for a key the model holds nothing for", raw)
+	}
+	got, err := parseState(raw)
+	if err != nil {
+		return err
+	}
+	if !stateEqual(got, want) {
+		return fmt.Errorf("stored %q, want %+v", raw, want)
+	}
+	ttl, err := client.PTTL(ctx, key).Result()
+	if err != nil {
+		return err
+	}
+	wantTTL := max(want.TTL(), fakeClockMinTTL*time.Millisecond)
+	if ttl > wantTTL || ttl <= 0 || (written && ttl < wantTTL-10*time.Second) {
+		return fmt.Errorf("TTL %v, want %v (the state is full again in %v)", ttl, wantTTL, want.TTL())
+	}
+	return nil
+}
+
+func stateEqual(a, b model.State) bool {
+	return a.Algorithm == b.Algorithm && a.TAT == b.TAT && a.Start == b.Start && a.Count == b.Count &&
+		a.Prev == b.Prev && a.Cur == b.Cur && slices.Equal(a.Log, b.Log)
+}
+
+// parseState reads a stored value back into the model's terms.
+func parseState(raw string) (model.State, error) {
+	f := strings.Fields(raw)
+	nums := make([]int64, len(f))
+	for i := 1; i < len(f); i++ {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return model.State{}, fmt.Errorf("stored %q: field %d: %v", raw, i, err)
+		}
+		nums[i] = n
+	}
+	bad := fmt.Errorf("stored %q: not a layout the script writes", raw)
+	switch {
+	case len(f) == 2 && f[0] == "g":
+		return model.State{Algorithm: backend.GCRA, TAT: nums[1]}, nil
+	case len(f) == 3 && f[0] == "f":
+		return model.State{Algorithm: backend.FixedWindow, Start: nums[1], Count: nums[2]}, nil
+	case len(f) == 4 && f[0] == "w":
+		return model.State{Algorithm: backend.SlidingWindow, Start: nums[1], Prev: nums[2], Cur: nums[3]}, nil
+	case len(f) >= 5 && len(f)%2 == 1 && f[0] == "L":
+		s := model.State{Algorithm: backend.SlidingLog}
+		k := int64(0)
+		for i := 3; i < len(f); i += 2 {
+			if nums[i+1] <= 0 || (len(s.Log) > 0 && nums[i] < s.Log[len(s.Log)-1].T) {
+				return s, bad
+			}
+			k += nums[i+1]
+			if n := len(s.Log); n > 0 && s.Log[n-1].T == nums[i] {
+				s.Log[n-1].N += nums[i+1]
+			} else {
+				s.Log = append(s.Log, model.Run{T: nums[i], N: nums[i+1]})
+			}
+		}
+		if k != nums[1] || s.Log[len(s.Log)-1].T != nums[2] {
+			return s, fmt.Errorf("stored %q: the header says %d units, newest at %d; the runs hold %d", raw, nums[1], nums[2], k)
+		}
+		return s, nil
+	}
+	return model.State{}, bad
+}
