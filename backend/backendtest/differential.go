@@ -405,6 +405,8 @@ func goRequests(reqs []backend.Request, indent string) string {
 // algorithmName is the Go name of an algorithm's constant.
 func algorithmName(a backend.Algorithm) string {
 	switch a {
+	case backend.RollingWindow:
+		return "RollingWindow"
 	case backend.GCRA:
 		return "GCRA"
 	case backend.SlidingLog:

@@ -17,15 +17,20 @@ func (s *suite) testSameKeyUnderTwoPeriods(t *testing.T) {
 	// 2 per hour at +1.5ms; at +6.5ms, [peek per ms, 2 more per hour]: the
 	// units at 1.5ms are out of the ms window and in the hour's.
 	wants := map[backend.Algorithm]want{
-		// T = 1.8e9, tau = 3.6e9: nt - now is tau + 3.6e9 - 5000 over.
-		backend.GCRA: {rem: 0, reset: 3_599_995_000, retry: 3_599_995_000},
+		// T = 1.8e9, tau = 3.6e9: nt - now is tau + 3.6e9 - 5000 over;
+		// one unit fits T earlier.
+		backend.GCRA: {rem: 0, reset: 3_599_995_000, retry: 3_599_995_000, next: 1_799_995_000},
 		// The hour's window ends at 3.6e9.
-		backend.FixedWindow: {rem: 0, reset: 3_599_993_500, retry: 3_599_993_500},
+		backend.FixedWindow: {rem: 0, reset: 3_599_993_500, retry: 3_599_993_500, next: 3_599_993_500},
 		// Both units at 1500 leave at 1500 + 3.6e9.
-		backend.SlidingLog: {rem: 0, reset: 3_599_995_000, retry: 3_599_995_000},
+		backend.SlidingLog: {rem: 0, reset: 3_599_995_000, retry: 3_599_995_000, next: 3_599_995_000},
 		// cur 2 + 2 > 2: next window, X = 0, Pm = 3.6e6, R = 3:
-		// retry = rem + P - 3999 with rem = 3.6e9 - 6500.
-		backend.SlidingWindow: {rem: 0, reset: 7_199_993_500, retry: 7_199_989_501},
+		// retry = rem + P - 3999 with rem = 3.6e9 - 6500. For one unit,
+		// X = 500000, R = 1800003: next = rem + P - 1800003999.
+		backend.SlidingWindow: {rem: 0, reset: 7_199_993_500, retry: 7_199_989_501, next: 5_399_989_501},
+		// W = 2.25e8 (Epoch is on a bucket boundary): both units in the
+		// newest of 17 buckets count until 17W.
+		backend.RollingWindow: {rem: 0, reset: 3_824_993_500, retry: 3_824_993_500, next: 3_824_993_500},
 	}
 	s.forEach(t, func(t *testing.T, e *env, alg backend.Algorithm) {
 		hour := req(e.key("e"), alg, 2, time.Hour, 2)
@@ -60,16 +65,18 @@ func (s *suite) testHugeGCRACosts(t *testing.T) {
 	r.Cost = -580
 	check(t, "refund of 580 on a full key", e.one(r), want{ok: true, rem: 1}.result(1))
 	r.Cost, r.Force = 1187, true
-	check(t, "forced 1187", e.one(r), want{ok: true, rem: 0, reset: horizon}.result(1))
+	// With a burst of 1, tau = T: the next unit fits when the debt is paid.
+	check(t, "forced 1187", e.one(r), want{ok: true, rem: 0, reset: horizon, next: horizon}.result(1))
 	r.Cost, r.Force = 1, false
-	check(t, "1 more", e.one(r), want{rem: 0, reset: horizon, retry: horizon}.result(1))
+	check(t, "1 more", e.one(r), want{rem: 0, reset: horizon, retry: horizon, next: horizon}.result(1))
 	r.Cost, r.Force = backend.MaxLimit, true
-	check(t, "forced MaxLimit on top", e.one(r), want{ok: true, rem: 0, reset: horizon}.result(1))
+	check(t, "forced MaxLimit on top", e.one(r), want{ok: true, rem: 0, reset: horizon, next: horizon}.result(1))
 	e.at(time.Hour + time.Second)
-	check(t, "a second later", e.peek(r), want{ok: true, rem: 0, reset: horizon - 1_000_000}.result(1))
+	check(t, "a second later", e.peek(r), want{ok: true, rem: 0, reset: horizon - 1_000_000, next: horizon - 1_000_000}.result(1))
 	r.Cost, r.Force = -579, false
 	// 2^52 - 579T = 1.296e12µs: the refund leaves 15 days of debt.
-	check(t, "refund 579", e.one(r), want{ok: true, rem: 0, reset: horizon - 579*7_776_000_000_000 - 1_000_000}.result(1))
+	left := int64(horizon - 579*7_776_000_000_000 - 1_000_000)
+	check(t, "refund 579", e.one(r), want{ok: true, rem: 0, reset: left, next: left}.result(1))
 	r.Cost = -1
 	check(t, "refund the rest", e.one(r), want{ok: true, rem: 1}.result(1))
 }

@@ -8,9 +8,10 @@ import (
 	"github.com/ceiling-go/ceiling/backend/backendtest/model"
 )
 
-// modelAlgorithms are the algorithms random sequences use. A new algorithm
-// joins this list once package model implements it.
-var modelAlgorithms = []backend.Algorithm{backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow}
+// modelAlgorithms are the algorithms random sequences use: every one, so
+// that a new algorithm is tested as soon as it exists (the model panics
+// until it implements it).
+var modelAlgorithms = backend.Algorithms()
 
 // periods are the periods rules are drawn from: the shortest Validate
 // allows, odd numbers of µs and ms that windows do not divide evenly, the
@@ -204,6 +205,10 @@ func instants(m *model.Model, r backend.Request, now int64) []int64 {
 		case backend.SlidingLog:
 			for _, u := range s.Log {
 				out = append(out, u.T+P)
+			}
+		case backend.RollingWindow:
+			for i := range s.Buckets {
+				out = append(out, (s.Last+int64(i)+1)*s.W)
 			}
 		}
 	}

@@ -63,6 +63,14 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 			got.Log = mergeRun(got.Log, refmodel.Run{T: r.t, N: r.n})
 		}
 	}
+	if i := sh.rolls.find(h); i >= 0 {
+		found++
+		r := sh.rolls.slots[i].v
+		got = refmodel.State{Algorithm: backend.RollingWindow, W: r.w, Last: r.last, Expires: rollingExpiry(&r)}
+		for _, n := range r.n {
+			got.Buckets = append(got.Buckets, int64(n))
+		}
+	}
 	switch {
 	case found > 1:
 		return fmt.Errorf("the key is in %d tables", found)
@@ -75,7 +83,8 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 	}
 	want.Written = 0
 	if !slices.Equal(got.Log, want.Log) || got.Algorithm != want.Algorithm || got.TAT != want.TAT || got.Start != want.Start ||
-		got.Count != want.Count || got.Prev != want.Prev || got.Cur != want.Cur || got.Expires != want.Expires {
+		got.Count != want.Count || got.Prev != want.Prev || got.Cur != want.Cur || got.Expires != want.Expires ||
+		got.W != want.W || got.Last != want.Last || !slices.Equal(got.Buckets, want.Buckets) {
 		return fmt.Errorf("stored %+v, want %+v", got, want)
 	}
 	return nil

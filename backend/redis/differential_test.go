@@ -87,8 +87,8 @@ func TestDifferential(t *testing.T) {
 }
 
 // inspect compares the value and TTL stored under key with the model's
-// state: the layout the script writes ("g tat", "f start count",
-// "w start prev cur", "L k newest runs..."), no key once back to full, and a
+// state: the layout the script writes ("r w last n0..n16", "g tat",
+// "f start count", "w start prev cur", "L k newest runs..."), no key once back to full, and a
 // TTL of the time the state takes to be full again (at least
 // fakeClockMinTTL, as the Store runs under WithClock).
 func inspect(client redis.UniversalClient, key string, want model.State, ok, written bool) error {
@@ -124,7 +124,8 @@ func inspect(client redis.UniversalClient, key string, want model.State, ok, wri
 
 func stateEqual(a, b model.State) bool {
 	return a.Algorithm == b.Algorithm && a.TAT == b.TAT && a.Start == b.Start && a.Count == b.Count &&
-		a.Prev == b.Prev && a.Cur == b.Cur && slices.Equal(a.Log, b.Log)
+		a.Prev == b.Prev && a.Cur == b.Cur && slices.Equal(a.Log, b.Log) &&
+		a.W == b.W && a.Last == b.Last && slices.Equal(a.Buckets, b.Buckets)
 }
 
 // parseState reads a stored value back into the model's terms.
@@ -144,6 +145,8 @@ func parseState(raw string) (model.State, error) {
 		return model.State{Algorithm: backend.GCRA, TAT: nums[1]}, nil
 	case len(f) == 3 && f[0] == "f":
 		return model.State{Algorithm: backend.FixedWindow, Start: nums[1], Count: nums[2]}, nil
+	case len(f) == 20 && f[0] == "r":
+		return model.State{Algorithm: backend.RollingWindow, W: nums[1], Last: nums[2], Buckets: nums[3:]}, nil
 	case len(f) == 4 && f[0] == "w":
 		return model.State{Algorithm: backend.SlidingWindow, Start: nums[1], Prev: nums[2], Cur: nums[3]}, nil
 	case len(f) >= 5 && len(f)%2 == 1 && f[0] == "L":

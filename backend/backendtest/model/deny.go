@@ -12,8 +12,8 @@ type denyCache struct {
 
 // denial is one remembered rejection of req; times in µs.
 type denial struct {
-	req                       backend.Request
-	until, remaining, resetAt int64
+	req                               backend.Request
+	until, remaining, resetAt, nextAt int64
 }
 
 // answer rejects reqs locally when one of its unforced, non-shadow,
@@ -44,6 +44,7 @@ func (d *denyCache) answer(now int64, reqs []backend.Request) ([]backend.Result,
 			Remaining:  e.remaining,
 			ResetAfter: dur(max(0, e.resetAt-now)),
 			RetryAfter: dur(e.until - now),
+			NextAfter:  dur(max(0, e.nextAt-now)),
 			Cached:     true,
 		}
 	}
@@ -66,6 +67,7 @@ func (d *denyCache) learn(now int64, reqs []backend.Request, res []backend.Resul
 					until:     now + micros(res[i].RetryAfter),
 					remaining: res[i].Remaining,
 					resetAt:   now + micros(res[i].ResetAfter),
+					nextAt:    now + micros(res[i].NextAfter),
 				}
 			}
 		case r.Cost < 0:

@@ -43,6 +43,10 @@ type State struct {
 	// Log is a sliding log's units, oldest first, as runs of units at one
 	// instant (adjacent runs have distinct instants).
 	Log []Run
+	// W, Last and Buckets are a rolling window's bucket width (µs), newest
+	// bucket, and the units of buckets Last-16 .. Last, oldest first.
+	W, Last int64
+	Buckets []int64
 	// Written is when the key was last written, µs, and Expires when its
 	// state is back to full (ALGORITHMS.md: the TTL is set to it).
 	Written, Expires int64
@@ -58,6 +62,7 @@ func (s State) TTL() time.Duration {
 
 func (s State) clone() *State {
 	s.Log = slices.Clone(s.Log)
+	s.Buckets = slices.Clone(s.Buckets)
 	return &s
 }
 
@@ -196,6 +201,8 @@ func step(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 		return sliding(s, r, now)
 	case backend.SlidingLog:
 		return slidingLog(s, r, now)
+	case backend.RollingWindow:
+		return rolling(s, r, now)
 	}
 	panic(fmt.Sprintf("model: algorithm %v", r.Algorithm))
 }
@@ -211,9 +218,15 @@ func dur(us int64) time.Duration {
 }
 
 // result is an admitted result, or a rejected one with its retry (µs, or -1
-// for never).
-func result(r backend.Request, ok bool, remaining, reset, retry int64) backend.Result {
+// for never); next is NextAfter (µs), which a positive remaining makes 0.
+func result(r backend.Request, ok bool, remaining, reset, retry, next int64) backend.Result {
 	out := backend.Result{Allowed: ok, Limit: r.Limit, Remaining: max(0, remaining), ResetAfter: dur(max(0, reset))}
+	if out.Remaining == 0 {
+		if next < 0 {
+			panic(fmt.Sprintf("model: NextAfter %dµs is negative", next))
+		}
+		out.NextAfter = dur(next)
+	}
 	switch {
 	case ok:
 	case retry < 0:
@@ -248,7 +261,7 @@ func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 			if c <= B {
 				retry = over.Int64() // at most DebtHorizon: c*T <= tau
 			}
-			return nil, result(r, false, floorDiv(tau-(t0-now), T), t0-now, retry), false
+			return nil, result(r, false, floorDiv(tau-(t0-now), T), t0-now, retry, t0+T-now-tau), false
 		}
 		// A forced charge saturates at DebtHorizon past now.
 		nt = now + DebtHorizon
@@ -265,7 +278,7 @@ func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 		}
 	}
 	next := &State{Algorithm: backend.GCRA, TAT: nt, Written: now, Expires: nt}
-	return next, result(r, true, floorDiv(tau-(nt-now), T), nt-now, 0), true
+	return next, result(r, true, floorDiv(tau-(nt-now), T), nt-now, 0, nt+T-now-tau), true
 }
 
 // Fixed window.
@@ -288,14 +301,14 @@ func fixed(s *State, r backend.Request, now int64) (*State, backend.Result, bool
 		if c > L {
 			retry = -1
 		}
-		return nil, result(r, false, L-count, reset(count), retry), false
+		return nil, result(r, false, L-count, reset(count), retry, end-now), false
 	}
 	count = min(CountMax, max(0, add(count, c)))
 	next := &State{Algorithm: backend.FixedWindow, Start: ws, Count: count, Written: now, Expires: end}
 	if count == 0 {
 		next.Expires = now
 	}
-	return next, result(r, true, L-count, reset(count), 0), true
+	return next, result(r, true, L-count, reset(count), 0, end-now), true
 }
 
 // Sliding window counter.
@@ -327,38 +340,46 @@ func sliding(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 		}
 		return remaining, reset
 	}
+	// retry is the wait of a rejected request of cost c <= L.
+	retry := func(prev, cur, c int64) int64 {
+		if cur+c <= L {
+			X := min(million, mul(L-cur-c, million)/prev)
+			R := ceilDiv(mul(X+1, Pm), million) - 1
+			return rem - ((R+1)*1000 - 1)
+		}
+		X := min(million, mul(L-c, million)/cur)
+		R := ceilDiv(mul(X+1, Pm), million) - 1
+		if R >= Pm {
+			return rem
+		}
+		return rem + P - ((R+1)*1000 - 1)
+	}
+	next := func(prev, cur, remaining int64) int64 {
+		if remaining > 0 {
+			return 0
+		}
+		return retry(prev, cur, 1)
+	}
 	if c > 0 && !r.Force && used(prev, add(cur, c)) > mul(L, million) {
-		retry := int64(-1)
+		wait := int64(-1)
 		if c <= L {
-			if cur+c <= L {
-				X := min(million, mul(L-cur-c, million)/prev)
-				R := ceilDiv(mul(X+1, Pm), million) - 1
-				retry = rem - ((R+1)*1000 - 1)
-			} else {
-				X := min(million, mul(L-c, million)/cur)
-				R := ceilDiv(mul(X+1, Pm), million) - 1
-				if R >= Pm {
-					retry = rem
-				} else {
-					retry = rem + P - ((R+1)*1000 - 1)
-				}
-			}
+			wait = retry(prev, cur, c)
 		}
 		remaining, reset := after(prev, cur)
-		return nil, result(r, false, remaining, reset, retry), false
+		return nil, result(r, false, remaining, reset, wait, next(prev, cur, remaining)), false
 	}
 	cur = min(CountMax, max(0, add(cur, c)))
 	remaining, reset := after(prev, cur)
-	next := &State{Algorithm: backend.SlidingWindow, Start: ws, Prev: prev, Cur: cur, Written: now}
+	st := &State{Algorithm: backend.SlidingWindow, Start: ws, Prev: prev, Cur: cur, Written: now}
 	switch {
 	case cur > 0:
-		next.Expires = ws + 2*P
+		st.Expires = ws + 2*P
 	case prev > 0:
-		next.Expires = ws + P
+		st.Expires = ws + P
 	default:
-		next.Expires = now
+		st.Expires = now
 	}
-	return next, result(r, true, remaining, reset, 0), true
+	return st, result(r, true, remaining, reset, 0, next(prev, cur, remaining)), true
 }
 
 // Sliding log: the units as runs, but every rule stated per unit.
@@ -383,20 +404,32 @@ func slidingLog(s *State, r backend.Request, now int64) (*State, backend.Result,
 		}
 		panic("model: sliding log index out of range")
 	}
-	after := func(log []Run) (remaining, reset int64) {
+	// after reports on log: remaining, reset, and next (e[k - L] + P -
+	// now when full).
+	after := func(log []Run) (remaining, reset, next int64) {
 		k := units(log)
 		if k > 0 {
 			reset = log[len(log)-1].T + P - now
 		}
-		return L - k, reset
+		if k >= L {
+			i := k - L
+			for _, u := range log {
+				if i < u.N {
+					next = u.T + P - now
+					break
+				}
+				i -= u.N
+			}
+		}
+		return L - k, reset, next
 	}
 	if c > 0 && !r.Force && add(k, c) > L {
 		retry := int64(-1)
 		if c <= L {
 			retry = unit(k+c-L-1) + P - now
 		}
-		remaining, reset := after(log)
-		return nil, result(r, false, remaining, reset, retry), false
+		remaining, reset, next := after(log)
+		return nil, result(r, false, remaining, reset, retry, next), false
 	}
 	switch {
 	case c > 0:
@@ -416,12 +449,12 @@ func slidingLog(s *State, r backend.Request, now int64) (*State, backend.Result,
 			}
 		}
 	}
-	remaining, reset := after(log)
-	next := &State{Algorithm: backend.SlidingLog, Log: log, Written: now, Expires: now}
+	remaining, reset, next := after(log)
+	st := &State{Algorithm: backend.SlidingLog, Log: log, Written: now, Expires: now}
 	if len(log) > 0 {
-		next.Expires = log[len(log)-1].T + P
+		st.Expires = log[len(log)-1].T + P
 	}
-	return next, result(r, true, remaining, reset, 0), true
+	return st, result(r, true, remaining, reset, 0, next), true
 }
 
 func units(log []Run) int64 {
@@ -430,4 +463,96 @@ func units(log []Run) int64 {
 		k = add(k, u.N)
 	}
 	return k
+}
+
+// Rolling window constants (ALGORITHMS.md): 16 buckets before the current
+// one, each count saturating at 2^32 - 1.
+const (
+	rollK    = 16
+	rollNMax = 1<<32 - 1
+)
+
+// Rolling window.
+func rolling(s *State, r backend.Request, now int64) (*State, backend.Result, bool) {
+	P, L, c := micros(r.Period), r.Limit, r.Cost
+	W := ceilDiv(P, rollK)
+	n := make([]int64, rollK+1) // n[i] is bucket last-k+i
+	last := int64(0)
+	if s != nil && s.W == W {
+		copy(n, s.Buckets)
+		last = s.Last
+	}
+	b := max(floorDiv(now, W), last)
+	if d := b - last; d > 0 {
+		shifted := make([]int64, rollK+1) // n[i] = old n[i + d], 0 past the end
+		for i := range shifted {
+			if int64(i)+d <= rollK {
+				shifted[i] = n[int64(i)+d]
+			}
+		}
+		n = shifted
+	}
+	sum := func() int64 {
+		S := int64(0)
+		for _, v := range n {
+			S = add(S, v)
+		}
+		return S
+	}
+	// wait(x) is when the newer buckets hold at most x units.
+	wait := func(x int64) int64 {
+		for j := 0; j <= rollK; j++ {
+			newer := int64(0)
+			for _, v := range n[j+1:] {
+				newer = add(newer, v)
+			}
+			if newer <= x {
+				return mul(b+int64(j)+1, W) - now
+			}
+		}
+		panic("model: wait with x < 0")
+	}
+	report := func(ok bool, retry int64) backend.Result {
+		S := sum()
+		reset, next := int64(0), int64(0)
+		if S > 0 {
+			h := rollK
+			for n[h] == 0 {
+				h--
+			}
+			reset = mul(b+int64(h)+1, W) - now
+		}
+		if S >= L {
+			next = wait(L - 1)
+		}
+		return result(r, ok, L-S, reset, retry, next)
+	}
+	S := sum()
+	if c > 0 && !r.Force && add(S, c) > L {
+		retry := int64(-1)
+		if c <= L {
+			retry = wait(L - c)
+		}
+		return nil, report(false, retry), false
+	}
+	switch {
+	case c > 0:
+		n[rollK] = min(rollNMax, add(n[rollK], c))
+	case c < 0:
+		g := -c
+		for i := rollK; i >= 0; i-- {
+			t := min(g, n[i])
+			n[i] -= t
+			g -= t
+		}
+	}
+	res := report(true, 0)
+	st := &State{Algorithm: backend.RollingWindow, W: W, Last: b, Buckets: n, Written: now, Expires: now}
+	for h := rollK; h >= 0; h-- {
+		if n[h] > 0 {
+			st.Expires = mul(b+int64(h)+1, W)
+			break
+		}
+	}
+	return st, res, true
 }

@@ -44,47 +44,62 @@ func TestModelPassesConformance(t *testing.T) {
 
 // TestRetryAfterIsTheSmallestWait checks the model against the prose of
 // ALGORITHMS.md rather than its formulas: a rejected request is admitted
-// after exactly its RetryAfter if nothing else happens, and not 1µs before.
+// after exactly its RetryAfter if nothing else happens, and not 1µs before;
+// and when no unit is left, a request of cost 1 is admitted after exactly
+// NextAfter, and not 1µs before.
 func TestRetryAfterIsTheSmallestWait(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 13))
-	algs := []backend.Algorithm{backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow}
 	periods := []time.Duration{time.Millisecond, 1001 * time.Microsecond, 1500 * time.Millisecond, time.Second, time.Hour}
-	checked := 0
+	retries, nexts := 0, 0
+	// smallest fails unless r is rejected at now + wait - 1 and admitted at
+	// now + wait.
+	smallest := func(m *model.Model, r backend.Request, now int64, wait time.Duration, what string) {
+		t.Helper()
+		w := wait.Microseconds()
+		if w <= 0 {
+			t.Fatalf("%v L=%d P=%v c=%d at %d: %s %v", r.Algorithm, r.Limit, r.Period, r.Cost, now, what, wait)
+		}
+		if !m.Evaluate(now+w, []backend.Request{r})[0].Allowed {
+			t.Fatalf("%v L=%d P=%v c=%d at %d: %s %v, still rejected then", r.Algorithm, r.Limit, r.Period, r.Cost, now, what, wait)
+		}
+		if m.Evaluate(now+w-1, []backend.Request{r})[0].Allowed {
+			t.Fatalf("%v L=%d P=%v c=%d at %d: %s %v, admitted 1µs earlier", r.Algorithm, r.Limit, r.Period, r.Cost, now, what, wait)
+		}
+	}
 	for range 20000 {
 		m := model.New()
 		r := backend.Request{
 			Key:       "k",
-			Algorithm: algs[rng.IntN(len(algs))],
+			Algorithm: backend.Algorithms()[rng.IntN(len(backend.Algorithms()))],
 			Limit:     1 + rng.Int64N(6),
 			Period:    periods[rng.IntN(len(periods))],
 		}
 		P := r.Period.Microseconds()
 		now := backendtest.Epoch.UnixMicro() + rng.Int64N(3*P)
 		for range rng.IntN(8) {
-			r.Cost = rng.Int64N(r.Limit + 1)
+			r.Cost = rng.Int64N(r.Limit+1) - rng.Int64N(2)
+			r.Force = rng.IntN(10) == 0
 			if _, err := m.Decide(now, []backend.Request{r}); err != nil {
 				t.Fatal(err)
 			}
 			now += rng.Int64N(P/2 + 1)
 		}
-		r.Cost = 1 + rng.Int64N(r.Limit)
+		r.Cost, r.Force = 1+rng.Int64N(r.Limit), false
 		res := m.Evaluate(now, []backend.Request{r})[0]
-		if res.Allowed {
-			continue
+		if !res.Allowed {
+			retries++
+			smallest(m, r, now, res.RetryAfter, "RetryAfter")
 		}
-		checked++
-		wait := res.RetryAfter.Microseconds()
-		if wait <= 0 {
-			t.Fatalf("%+v at %d: rejected with RetryAfter %v", r, now, res.RetryAfter)
-		}
-		if !m.Evaluate(now+wait, []backend.Request{r})[0].Allowed {
-			t.Fatalf("%v L=%d P=%v c=%d: rejected at %d with RetryAfter %v, still rejected then", r.Algorithm, r.Limit, r.Period, r.Cost, now, res.RetryAfter)
-		}
-		if m.Evaluate(now+wait-1, []backend.Request{r})[0].Allowed {
-			t.Fatalf("%v L=%d P=%v c=%d: rejected at %d with RetryAfter %v, admitted 1µs earlier", r.Algorithm, r.Limit, r.Period, r.Cost, now, res.RetryAfter)
+		peek := r
+		peek.Cost = 0
+		if res := m.Evaluate(now, []backend.Request{peek})[0]; res.Remaining == 0 {
+			nexts++
+			one := r
+			one.Cost = 1
+			smallest(m, one, now, res.NextAfter, "NextAfter")
 		}
 	}
-	if checked < 2000 {
-		t.Fatalf("only %d rejections checked", checked)
+	if retries < 2000 || nexts < 2000 {
+		t.Fatalf("only %d rejections and %d full keys checked", retries, nexts)
 	}
 }
