@@ -7,21 +7,31 @@ import (
 	"time"
 )
 
-// BreakerConfig tunes the circuit breaker that stands between the middleware
+// BreakerConfig tunes the circuit breaker that stands between the limiter
 // and a backend that does I/O. After Failures consecutive failed decisions
-// the breaker opens: the backend is not called at all for CoolDown, and
-// every request is decided by its rules' fail modes at once, paying no
-// timeout. Then one request at a time probes the backend; the first that is
-// answered closes the breaker, and every failed probe doubles the cool-down,
-// up to MaxCoolDown.
+// the breaker opens: the backend is not called by requests at all, and every
+// request is decided by its rules' fail modes at once, paying no timeout.
 //
-// The zero value means the defaults: 5 failures, 500ms, 30s.
+// While it is open, one goroutine of the limiter probes the backend in the
+// background with a real decision on a throwaway canary key (so a backend
+// that answers PING but cannot write, read-only or out of memory, does not
+// pass), first CoolDown after the opening, then at an interval that doubles
+// while probes fail, up to MaxCoolDown; each wait is jittered down by up to
+// a quarter so that instances do not probe in step. The first answered probe
+// closes the breaker, with or without traffic. Only the backend's own
+// answers and failures move the breaker: an answer from a cache in process
+// ([backend.Result.Cached]), a decision made by a fail mode, a client that
+// went away or a process too busy to read the reply in time do not.
+//
+// The zero value means the defaults: 5 failures, 500ms, 1s. A probe costs
+// one small decision per interval per instance, so there is little reason
+// to back off further: a longer MaxCoolDown only delays recovery.
 type BreakerConfig struct {
 	// Failures is how many consecutive failures open the breaker.
 	Failures int
-	// CoolDown is how long the first opening lasts.
+	// CoolDown is how long after the opening the first probe goes.
 	CoolDown time.Duration
-	// MaxCoolDown caps the cool-down's growth while failures continue.
+	// MaxCoolDown caps the probe interval's growth while probes fail.
 	MaxCoolDown time.Duration
 }
 
@@ -29,7 +39,7 @@ type BreakerConfig struct {
 const (
 	DefaultBreakerFailures    = 5
 	DefaultBreakerCoolDown    = 500 * time.Millisecond
-	DefaultBreakerMaxCoolDown = 30 * time.Second
+	DefaultBreakerMaxCoolDown = time.Second
 )
 
 func (c BreakerConfig) withDefaults() BreakerConfig {
@@ -61,114 +71,121 @@ func WithBreaker(c BreakerConfig) Option {
 	}
 }
 
-// Breaker states. Healthy is closed; open and probing are degraded.
+// Breaker states. Healthy is closed; open is degraded.
 const (
 	breakerClosed uint32 = iota
 	breakerOpen
-	breakerProbing
 )
 
 // breaker is the circuit breaker. The healthy path reads one atomic and
 // writes nothing; transitions take mu and are reported through emit, one
-// event per transition.
+// event per transition. While open, only the limiter's prober calls the
+// backend (probe.go).
 type breaker struct {
-	cfg  BreakerConfig
-	now  func() time.Time
-	emit func(DegradedEvent)
+	cfg    BreakerConfig
+	now    func() time.Time
+	emit   func(DegradedEvent)
+	opened func() // starts the prober; called after each opening
 
 	state atomic.Uint32
 	fails atomic.Int64 // consecutive failures while closed
-	until atomic.Int64 // Unix ns after which the next probe may go
+	until atomic.Int64 // Unix ns when the next probe goes
 
 	mu      sync.Mutex
-	cool    time.Duration // the current opening's cool-down
-	since   time.Time     // when it opened
-	cause   error         // the latest failure while degraded
-	opened  int64         // number of healthy → degraded transitions
-	emitMu  sync.Mutex    // serialises events, in transition order
+	since   time.Time  // when it opened
+	cause   error      // the latest failure while degraded
+	count   int64      // number of healthy → degraded transitions
+	emitMu  sync.Mutex // serialises events, in transition order
 	pending []DegradedEvent
 }
 
-func newBreaker(c BreakerConfig, now func() time.Time, emit func(DegradedEvent)) *breaker {
-	return &breaker{cfg: c.withDefaults(), now: now, emit: emit}
+func newBreaker(c BreakerConfig, now func() time.Time, emit func(DegradedEvent), opened func()) *breaker {
+	return &breaker{cfg: c.withDefaults(), now: now, emit: emit, opened: opened}
 }
 
-// allow says whether a request may call the backend, and whether that call
-// is the probe of an open breaker.
-func (b *breaker) allow() (probe, ok bool) {
-	switch b.state.Load() {
-	case breakerClosed:
-		return false, true
-	case breakerOpen:
-		if b.now().UnixNano() < b.until.Load() {
-			return false, false
-		}
-		if b.state.CompareAndSwap(breakerOpen, breakerProbing) {
-			return true, true
-		}
-	}
-	return false, false
-}
+// closed reports whether requests may call the backend.
+func (b *breaker) closed() bool { return b.state.Load() == breakerClosed }
 
-// success records an answered call; a probe's answer closes the breaker.
-func (b *breaker) success(probe bool) {
-	if !probe {
-		if b.fails.Load() != 0 {
-			b.fails.Store(0)
-		}
-		return
+// success records an answer of the backend's own.
+func (b *breaker) success() {
+	if b.fails.Load() != 0 {
+		b.fails.Store(0)
 	}
-	b.mu.Lock()
-	now := b.now()
-	ev := DegradedEvent{At: now, Duration: now.Sub(b.since)}
-	b.fails.Store(0)
-	b.cool, b.cause = 0, nil
-	b.state.Store(breakerClosed)
-	b.queue(ev)
-	b.mu.Unlock()
-	b.flush()
 }
 
 // failure records a failed call. It reports whether the failure is an
 // isolated one while healthy (the breaker did not open and was not open),
 // which the caller logs sampled.
-func (b *breaker) failure(probe bool, err error) bool {
-	if probe {
-		b.mu.Lock()
-		b.cool = min(2*b.cool, b.cfg.MaxCoolDown)
-		b.cause = err
-		b.until.Store(b.now().Add(b.cool).UnixNano())
-		b.state.Store(breakerOpen)
-		b.mu.Unlock()
-		return false
-	}
+func (b *breaker) failure(err error) bool {
 	n := b.fails.Add(1)
 	if b.state.Load() != breakerClosed {
-		return false // a call that started before the breaker opened
+		b.lateCause(err) // a call that started before the breaker opened
+		return false
 	}
 	if n < int64(b.cfg.Failures) {
 		return true
 	}
-	b.mu.Lock()
-	if b.state.Load() == breakerClosed {
-		now := b.now()
-		b.cool, b.since, b.cause = b.cfg.CoolDown, now, err
-		b.opened++
-		b.until.Store(now.Add(b.cool).UnixNano())
-		b.state.Store(breakerOpen)
-		b.queue(DegradedEvent{Degraded: true, Cause: err, At: now, Failures: int(n)})
-	}
-	b.mu.Unlock()
-	b.flush()
+	b.open(err, int(n))
 	return false
 }
 
-// neutral gives back a probe whose call said nothing about the backend (the
-// client went away): the next request probes instead.
-func (b *breaker) neutral(probe bool) {
-	if probe {
-		b.state.Store(breakerOpen)
+// open opens a closed breaker after failures consecutive failures (err the
+// last), reports the transition, and starts the prober.
+func (b *breaker) open(err error, failures int) {
+	b.mu.Lock()
+	if b.state.Load() != breakerClosed {
+		b.mu.Unlock()
+		return
 	}
+	now := b.now()
+	b.since, b.cause = now, err
+	b.count++
+	b.until.Store(now.Add(b.cfg.CoolDown).UnixNano())
+	b.state.Store(breakerOpen)
+	b.queue(DegradedEvent{Degraded: true, Cause: err, At: now, Failures: failures})
+	b.mu.Unlock()
+	b.flush()
+	b.opened()
+}
+
+// probed records a failed probe: the latest cause, and when the next probe
+// goes.
+func (b *breaker) probed(err error, next time.Duration) {
+	b.mu.Lock()
+	b.cause = err
+	b.until.Store(b.now().Add(next).UnixNano())
+	b.mu.Unlock()
+}
+
+// lateCause replaces a timeout as the cause of an open breaker with the
+// error the backend call finally returned after the limiter stopped waiting
+// for it (a refused connection that go-redis kept retrying), so that the
+// reason names the root cause.
+func (b *breaker) lateCause(err error) {
+	if err == nil || FailureKind(err) == kindTimeout {
+		return
+	}
+	b.mu.Lock()
+	if b.state.Load() != breakerClosed && (b.cause == nil || FailureKind(b.cause) == kindTimeout) {
+		b.cause = err
+	}
+	b.mu.Unlock()
+}
+
+// close closes an open breaker: the backend answered a probe.
+func (b *breaker) close() {
+	b.mu.Lock()
+	if b.state.Load() == breakerClosed {
+		b.mu.Unlock()
+		return
+	}
+	now := b.now()
+	b.fails.Store(0)
+	b.cause = nil
+	b.state.Store(breakerClosed)
+	b.queue(DegradedEvent{At: now, Duration: now.Sub(b.since)})
+	b.mu.Unlock()
+	b.flush()
 }
 
 // retryIn is how long until the backend will be tried again; zero when the
@@ -177,13 +194,12 @@ func (b *breaker) retryIn() time.Duration {
 	if b.state.Load() == breakerClosed {
 		return 0
 	}
-	return time.Duration(b.until.Load() - b.now().UnixNano())
+	return max(0, time.Duration(b.until.Load()-b.now().UnixNano()))
 }
 
 // breakerStatus is a snapshot for the health report.
 type breakerStatus struct {
 	degraded bool
-	probing  bool
 	since    time.Time
 	cause    error
 	retryIn  time.Duration
@@ -193,9 +209,9 @@ type breakerStatus struct {
 func (b *breaker) status() breakerStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	s := breakerStatus{opened: b.opened}
-	if st := b.state.Load(); st != breakerClosed {
-		s.degraded, s.probing = true, st == breakerProbing
+	s := breakerStatus{opened: b.count}
+	if b.state.Load() != breakerClosed {
+		s.degraded = true
 		s.since, s.cause = b.since, b.cause
 		s.retryIn = max(0, time.Duration(b.until.Load()-b.now().UnixNano()))
 	}

@@ -152,7 +152,8 @@ func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 
 // settle applies every reservation's difference in one backend call. The
 // request's context may be done (the client left) but the work was done:
-// the call keeps its values and only drops the cancellation.
+// the call keeps its values and, like every backend call, ignores the
+// cancellation.
 func (x *extras) settle(ctx context.Context) {
 	x.mu.Lock()
 	x.closed = true
@@ -174,13 +175,7 @@ func (x *extras) settle(ctx context.Context) {
 		return
 	}
 	l := x.l
-	ctx = context.WithoutCancel(ctx)
-	if l.remote && l.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
-		defer cancel()
-	}
-	if _, err := l.decideBounded(ctx, reqs); err != nil {
+	if err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))}); err != nil {
 		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed",
 			slog.Any("rules", names), slog.Any("err", err))
 	}
@@ -208,42 +203,73 @@ func (l *Limiter) request(rule *Rule, keyValue string) backend.Request {
 // Peek returns the state of the rule's key for keyValue (an address, a
 // phone number: what the rule's KeyFunc would return) without consuming
 // anything: Remaining, ResetAfter and Limit as the next request would find
-// them. It is for operators and support tooling.
+// them. It is for operators and support tooling. Like every backend call
+// it is bounded by the limiter's timeout, and while the backend is
+// degraded it fails at once with an error wrapping [ErrDegraded].
 func (l *Limiter) Peek(ctx context.Context, rule, keyValue string) (backend.Result, error) {
 	rl, err := l.rule(rule)
 	if err != nil {
 		return backend.Result{}, err
 	}
-	if l.remote && l.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
-		defer cancel()
-	}
-	res, err := l.backend.Decide(ctx, []backend.Request{l.request(rl, keyValue)})
-	if err != nil {
+	out := make([]backend.Result, 1)
+	if err := l.callOutside(ctx, op{reqs: []backend.Request{l.request(rl, keyValue)}, out: out}); err != nil {
 		return backend.Result{}, fmt.Errorf("ceiling: rule %q: peek: %w", rule, err)
 	}
-	if len(res) != 1 {
-		return backend.Result{}, fmt.Errorf("ceiling: rule %q: peek: backend answered %d results for 1 request", rule, len(res))
-	}
-	return res[0], nil
+	return out[0], nil
 }
 
 // Reset forgets the rule's state for keyValue, restoring its full budget
 // (and forgiving any debt). It is for operators and support tooling: a
-// customer locked out by a bug, a test account.
+// customer locked out by a bug, a test account. It is bounded and fails
+// while degraded like [Limiter.Peek].
 func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 	rl, err := l.rule(rule)
 	if err != nil {
 		return err
 	}
-	if l.remote && l.cfg.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.cfg.timeout)
-		defer cancel()
-	}
-	if err := l.backend.Reset(ctx, l.request(rl, keyValue).Key); err != nil {
+	if err := l.callOutside(ctx, op{reset: true, keys: []string{l.request(rl, keyValue).Key}}); err != nil {
 		return fmt.Errorf("ceiling: rule %q: reset: %w", rule, err)
+	}
+	return nil
+}
+
+// Charge applies costs known only after the work (the tokens a model
+// reply used, the bytes an export sent) to rules' keys, in one backend
+// call: a positive Cost is taken even past the limit, so the key goes into
+// debt and the next decisions wait it out; a negative Cost gives units back
+// (never below empty). It is the non-HTTP counterpart of [Settle]. Each
+// input names its rule and key value as for [Limiter.Decide] (a Limit or
+// Burst in an input applies as there); a zero Cost is an error.
+//
+// Like every backend call, Charge is bounded by the limiter's timeout and
+// ignores ctx's cancellation; while the backend is degraded it fails at
+// once with an error wrapping [ErrDegraded], and the caller decides whether
+// the charge matters enough to retry.
+func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
+	if len(inputs) == 0 {
+		return nil
+	}
+	st := l.states.Get().(*state)
+	defer l.states.Put(st)
+	st.reset()
+	reqs := make([]backend.Request, 0, len(inputs))
+	for _, in := range inputs {
+		rule, err := l.rule(in.Rule)
+		if err != nil {
+			return err
+		}
+		if in.Cost == 0 || in.Cost > backend.MaxLimit || in.Cost < -backend.MaxLimit {
+			return fmt.Errorf("ceiling: rule %q: charge: cost %d outside ±1..%d", rule.Name, in.Cost, backend.MaxLimit)
+		}
+		if err := l.add(st, rule, in.Key, in.Cost, in.Limit, in.Burst); err != nil {
+			return err
+		}
+		q := st.reqs[len(st.reqs)-1]
+		q.Force, q.Shadow = in.Cost > 0, false
+		reqs = append(reqs, q)
+	}
+	if err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))}); err != nil {
+		return fmt.Errorf("ceiling: charge: %w", err)
 	}
 	return nil
 }

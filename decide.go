@@ -176,8 +176,8 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 	if len(st.reqs) == 0 {
 		return nil
 	}
-	results, err := l.call(ctx, st)
-	if err != nil {
+	results := st.results[:len(st.reqs)]
+	if err := l.call(ctx, st.reqs, results); err != nil {
 		if results, err = l.fallback(ctx, st, err); err != nil {
 			d.Allowed = false
 			return err

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
-	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
 // FailMode says what the middleware does for a rule when the backend cannot
@@ -94,6 +93,19 @@ type failover struct {
 	once      sync.Once
 
 	emptyKeyLogged []atomic.Bool // per rule: an empty key value was logged
+	overloadLog    sampler       // calls this process was too busy to hear
+
+	// FailLocal across the outage's edges (local.go).
+	seen    seenStates // what the backend last said of each key
+	journal journal    // keys the local store admitted while degraded
+
+	// The prober (probe.go).
+	canary  backend.Request
+	probeMu sync.Mutex
+	probing bool          // a probe loop runs
+	stopped bool          // Close was called: start no more
+	stop    chan struct{} // closed by Close
+	probeWG sync.WaitGroup
 
 	unenforcedAtDegrade counter
 }
@@ -103,12 +115,6 @@ type ruleCounts struct {
 	failOpen  counter
 	failLocal counter
 	shadow    counter
-}
-
-type localScratch struct {
-	reqs []backend.Request
-	out  []backend.Result
-	idx  []int
 }
 
 // initFailover prepares the breaker, the local store and the start-up
@@ -129,12 +135,15 @@ func (l *Limiter) initFailover() error {
 		l.cfg.localShare = 1 / float64(l.cfg.instances)
 	}
 	f.errLog.every = time.Minute
+	f.overloadLog.every = time.Minute
+	f.stop = make(chan struct{})
+	f.canary = newCanary()
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
 		f.limitLog[i].every = limitLogEvery
 	}
 	if l.remote {
-		f.breaker = newBreaker(l.cfg.breaker, now, l.emitDegraded)
+		f.breaker = newBreaker(l.cfg.breaker, now, l.emitDegraded, l.startProber)
 	}
 	usesLocal := l.cfg.failMode == FailLocal
 	for i := range l.rules {
@@ -149,9 +158,10 @@ func (l *Limiter) initFailover() error {
 	}
 	if usesLocal && l.remote {
 		f.usesLocal = true
+		f.seen.init()
 		n := len(l.rules)
 		f.scratch.New = func() any {
-			return &localScratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n)}
+			return &localScratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n), wait: make([]time.Duration, 0, n)}
 		}
 	}
 	if !l.remote && l.cfg.instances > 1 {
@@ -164,45 +174,15 @@ func (l *Limiter) initFailover() error {
 	return nil
 }
 
-// localMaxKeys bounds FailLocal's store: it holds only an outage's keys.
-const localMaxKeys = 1 << 18
-
-type localStore struct {
-	b    backend.Backend
-	into backend.DecideInto
-}
-
-// localStore returns FailLocal's store, creating it on first use.
-func (l *Limiter) localStore() *localStore {
-	f := l.fo
-	if ls := f.local.Load(); ls != nil {
-		return ls
-	}
-	f.localMu.Lock()
-	defer f.localMu.Unlock()
-	if ls := f.local.Load(); ls != nil {
-		return ls
-	}
-	b := l.cfg.localStore
-	if b == nil {
-		// No janitor: nothing to stop, and the key bound (which sweeps
-		// under pressure) keeps an outage's keys in check.
-		m := memory.New(memory.WithSweepInterval(0), memory.WithMaxKeys(localMaxKeys))
-		f.closers = append(f.closers, m)
-		b = m
-	}
-	ls := &localStore{b: b}
-	ls.into, _ = b.(backend.DecideInto)
-	f.local.Store(ls)
-	return ls
-}
-
-// Close releases what the limiter started: the default memory store (its
-// janitor goroutine) and FailLocal's store. It does not close a backend
-// passed with [WithBackend]: its owner does. Close is idempotent; the limiter must not be used after it.
+// Close releases what the limiter started: the background prober (waiting
+// for a probe in flight, at most about the timeout), the default memory
+// store (its janitor goroutine) and FailLocal's store. It does not close a
+// backend passed with [WithBackend]: its owner does. Close is idempotent;
+// the limiter must not be used after it.
 func (l *Limiter) Close() error {
 	var err error
 	l.fo.once.Do(func() {
+		l.stopProber()
 		l.fo.localMu.Lock()
 		defer l.fo.localMu.Unlock()
 		for _, c := range l.fo.closers {
@@ -210,139 +190,6 @@ func (l *Limiter) Close() error {
 		}
 	})
 	return err
-}
-
-// errResultCount is returned when a backend breaks the contract by
-// answering the wrong number of results.
-var errResultCount = errors.New("ceiling: backend answered the wrong number of results")
-
-// call asks the backend. For a backend that does I/O it goes through the
-// circuit breaker (failing at once while it is open) and is bounded by the
-// timeout even when the backend ignores its context.
-func (l *Limiter) call(ctx context.Context, st *state) ([]backend.Result, error) {
-	out := st.results[:len(st.reqs)]
-	obs := l.cfg.observer
-	b := l.fo.breaker
-	if b == nil {
-		var start time.Time
-		if obs != nil {
-			start = time.Now()
-		}
-		err := l.decideInto(ctx, st.reqs, out)
-		if obs != nil {
-			obs.ObserveBackend(time.Since(start), err)
-		}
-		return out, err
-	}
-	probe, ok := b.allow()
-	if !ok {
-		return nil, errBreakerOpen
-	}
-	start := time.Now()
-	err := l.timed(ctx, st.reqs, out)
-	if obs != nil {
-		obs.ObserveBackend(time.Since(start), err)
-	}
-	if err == nil {
-		b.success(probe)
-		return out, nil
-	}
-	if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
-		// The client went away: no evidence about the backend either way.
-		b.neutral(probe)
-		return nil, err
-	}
-	if b.failure(probe, err) {
-		l.fo.errLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, "ceiling: backend call failed; fail modes applied to this request", slog.Any("err", err))
-	}
-	return nil, err
-}
-
-// decideInto calls the backend, preferring the allocation-free path, and
-// checks the answer's shape.
-func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	if l.into != nil {
-		return l.into.DecideInto(ctx, reqs, out)
-	}
-	res, err := l.backend.Decide(ctx, reqs)
-	if err != nil {
-		return err
-	}
-	if len(res) != len(reqs) {
-		return fmt.Errorf("%w: %d for %d requests", errResultCount, len(res), len(reqs))
-	}
-	copy(out, res)
-	return nil
-}
-
-// ErrTimeout is wrapped by the error of a backend decision that took
-// longer than the limiter's timeout ([WithTimeout]).
-var ErrTimeout = errors.New("ceiling: backend timed out")
-
-// errBreakerOpen is the cause of a fallback decided without calling the
-// backend because the circuit breaker is open.
-var errBreakerOpen = errors.New("ceiling: circuit breaker open; backend not called")
-
-// timedCall is one backend decision running on its own goroutine, so that a
-// backend that ignores its context cannot hold the request past the
-// timeout. An abandoned call is never reused.
-type timedCall struct {
-	reqs []backend.Request
-	out  []backend.Result
-	err  error
-	done chan struct{}
-}
-
-var timedCalls = sync.Pool{New: func() any { return &timedCall{done: make(chan struct{}, 1)} }}
-
-// timed runs the decision bounded by the limiter's timeout. The caller's
-// cancellation does not reach the backend: a client that goes away is not a
-// backend failure, and its decision counts like any other.
-func (l *Limiter) timed(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
-	defer cancel()
-	c := timedCalls.Get().(*timedCall)
-	c.reqs = append(c.reqs[:0], reqs...)
-	if cap(c.out) < len(out) {
-		c.out = make([]backend.Result, len(out))
-	}
-	c.out = c.out[:len(out)]
-	go l.run(ctx, c)
-	select {
-	case <-c.done:
-		err := c.err
-		copy(out, c.out)
-		timedCalls.Put(c)
-		if err != nil && ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%w after %v: %w", ErrTimeout, l.cfg.timeout, err)
-		}
-		return err
-	case <-ctx.Done():
-		if ctx.Err() == context.DeadlineExceeded {
-			return fmt.Errorf("%w after %v", ErrTimeout, l.cfg.timeout)
-		}
-		return ctx.Err()
-	}
-}
-
-func (l *Limiter) run(ctx context.Context, c *timedCall) {
-	c.err = l.decideInto(ctx, c.reqs, c.out)
-	c.done <- struct{}{}
-}
-
-// decideBounded is a backend decision outside a request's own decision (a
-// settlement after the handler): bounded by the timeout like every call,
-// even when the backend ignores its context, and skipped while the circuit
-// breaker is open, when it could only wait and fail.
-func (l *Limiter) decideBounded(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
-	out := make([]backend.Result, len(reqs))
-	if !l.remote {
-		return out, l.decideInto(ctx, reqs, out)
-	}
-	if b := l.fo.breaker; b.state.Load() != breakerClosed {
-		return nil, errBreakerOpen
-	}
-	return out, l.timed(ctx, reqs, out)
 }
 
 // UnavailableError is the error behind a 503 (and [Limiter.Decide]'s
@@ -416,22 +263,8 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		out[i] = backend.Result{Allowed: true, Limit: st.reqs[i].Limit}
 	}
 	if local > 0 {
-		lo := sc.out[:len(sc.reqs)]
-		var err error
-		if ls := l.localStore(); ls.into != nil {
-			err = ls.into.DecideInto(ctx, sc.reqs, lo)
-		} else {
-			var res []backend.Result
-			if res, err = ls.b.Decide(ctx, sc.reqs); err == nil && len(res) != len(lo) {
-				err = errResultCount
-			}
-			copy(lo, res)
-		}
-		if err != nil {
+		if err := l.decideLocal(ctx, st, sc, out); err != nil {
 			return nil, l.unavailable(d.Results[sc.idx[0]].Rule.Name, fmt.Errorf("%w; local store: %w", cause, err))
-		}
-		for j, i := range sc.idx {
-			out[i] = lo[j]
 		}
 	}
 	return out, nil

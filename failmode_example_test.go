@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
@@ -18,7 +21,8 @@ import (
 type down struct{}
 
 func (down) Decide(context.Context, []backend.Request) ([]backend.Result, error) {
-	return nil, errors.New("dial tcp 127.0.0.1:6379: connection refused")
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 6379}
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Addr: addr, Err: syscall.ECONNREFUSED}
 }
 
 func (down) Reset(context.Context, ...string) error { return nil }
@@ -84,8 +88,9 @@ func (admitsEverything) Decide(_ context.Context, reqs []backend.Request) ([]bac
 
 func (admitsEverything) Reset(context.Context, ...string) error { return nil }
 
-// The health handler answers 503 with the reason while the limiter is
-// degraded, for uptime checks and alerts.
+// The health handler answers 503 with the kind of failure while the limiter
+// is degraded, for uptime checks and alerts; the error itself, which names
+// the backend's address, goes only to the log.
 func ExampleLimiter_HealthHandler() {
 	l := ceiling.MustNew([]ceiling.Rule{{Name: "chat", Key: ceiling.RemoteAddr, Limit: 30, Period: time.Minute}},
 		ceiling.WithBackend(down{}), ceiling.WithFailMode(ceiling.FailOpen),
@@ -96,18 +101,20 @@ func ExampleLimiter_HealthHandler() {
 	mux.Handle("/healthz", l.HealthHandler())
 	mux.Handle("/chat", l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
 
+	var body string
 	for _, path := range []string{"/healthz", "/chat", "/healthz"} {
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
 		fmt.Println(path, w.Code)
+		body = w.Body.String()
 	}
 	h := l.Health()
-	fmt.Println(h.Status, "-", h.Reason)
+	fmt.Println(h.Status, "-", h.Reason, "- address in the body:", strings.Contains(body, "6379"))
 	// Output:
 	// /healthz 200
 	// /chat 200
 	// /healthz 503
-	// degraded - dial tcp 127.0.0.1:6379: connection refused
+	// degraded - unreachable - address in the body: false
 }
 
 // An Observer that reports what was admitted without enforcement; embed

@@ -3,6 +3,7 @@ package ceiling
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -43,19 +44,29 @@ func withClock(now func() time.Time) Option {
 }
 
 // flaky is a remote backend that admits everything until told to fail, and
-// counts its calls. When block is set, calls wait on it (ignoring their
-// context, as a careless backend would) and announce themselves on entered.
+// counts its calls: the limiter's background probes apart from the rest.
+// When block is set, calls wait on it (ignoring their context, as a
+// careless backend would) and announce themselves on entered.
 type flaky struct {
 	mu      sync.Mutex
 	err     error
 	calls   int
+	probes  []time.Time // when each probe arrived
 	block   chan struct{}
 	entered chan struct{}
 }
 
+func isProbe(reqs []backend.Request) bool {
+	return len(reqs) == 1 && strings.HasPrefix(reqs[0].Key, "ceiling-probe:")
+}
+
 func (f *flaky) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	f.mu.Lock()
-	f.calls++
+	if isProbe(reqs) {
+		f.probes = append(f.probes, time.Now())
+	} else {
+		f.calls++
+	}
 	err, block, entered := f.err, f.block, f.entered
 	f.mu.Unlock()
 	if entered != nil {
@@ -82,10 +93,31 @@ func (f *flaky) fail(err error) {
 	f.mu.Unlock()
 }
 
+// callCount is how many calls other than probes the backend had.
 func (f *flaky) callCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls
+}
+
+func (f *flaky) probeTimes() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.probes...)
+}
+
+// eventually polls cond every few milliseconds until it holds or a
+// generous deadline passes (a loaded CI machine), and reports whether it
+// held.
+func eventually(cond func() bool) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
 }
 
 // logRecorder is a slog.Handler that keeps every record's level and
@@ -160,90 +192,90 @@ func (o *recorder) ObserveFailMode(rule string, m FailMode) {
 	o.mu.Unlock()
 }
 
-var errDown = errors.New("dial tcp 127.0.0.1:1: connection refused")
+var errDown = fmt.Errorf("%w: dial tcp 127.0.0.1:1: connection refused", backend.ErrUnreachable)
 
 func get(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
 	t.Helper()
 	return serve(t, h, httptest.NewRequest("GET", "/", nil))
 }
 
-// The breaker's life, step by step on a fake clock: it opens after 5
-// consecutive failures, stops calling the backend, probes once per
-// cool-down (doubling while probes fail, capped), and closes on the first
-// answered probe.
+// The breaker's life: it opens after 5 consecutive failures and requests
+// stop calling the backend; a background probe asks it instead, at an
+// interval that doubles while it fails, capped; and the first answered
+// probe closes the breaker without any request.
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
-	clk := newFakeClock()
 	be := &flaky{}
 	logs := &logRecorder{}
+	var mu sync.Mutex
 	var events []DegradedEvent
+	const coolDown, maxCoolDown = 20 * time.Millisecond, 80 * time.Millisecond
 	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
-		WithBackend(be), WithFailMode(FailOpen), withClock(clk.Now), WithLogger(slog.New(logs)),
-		WithBreaker(BreakerConfig{Failures: 5, CoolDown: time.Second, MaxCoolDown: 4 * time.Second}),
-		OnDegraded(func(e DegradedEvent) { events = append(events, e) }))
+		WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(logs)),
+		WithBreaker(BreakerConfig{Failures: 5, CoolDown: coolDown, MaxCoolDown: maxCoolDown}),
+		OnDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	defer l.Close()
 	h := l.Handler(okHandler)
 
 	get(t, h)
 	be.fail(errDown)
-	steps := []struct {
-		name      string
-		advance   time.Duration
-		requests  int
-		wantCalls int // backend calls made by this step
-		wantState string
-	}{
-		{"four failures stay healthy", 0, 4, 4, "healthy"},
-		{"the fifth opens the breaker", 0, 1, 1, "degraded"},
-		{"open: no calls", 0, 20, 0, "degraded"},
-		{"just before the cool-down ends", 999 * time.Millisecond, 5, 0, "degraded"},
-		{"one probe after 1s, it fails", time.Millisecond, 5, 1, "degraded"},
-		{"cool-down doubled: nothing at +1s", time.Second, 5, 0, "degraded"},
-		{"probe at +2s fails", time.Second, 5, 1, "degraded"},
-		{"cool-down 4s now: nothing at +3.9s", 3900 * time.Millisecond, 5, 0, "degraded"},
-		{"probe at +4s fails", 100 * time.Millisecond, 5, 1, "degraded"},
-		{"capped at 4s: probe again at +4s", 4 * time.Second, 5, 1, "degraded"},
+	for i := range 4 {
+		get(t, h)
+		if got := l.Health().Status; got != "healthy" {
+			t.Fatalf("after %d failures: %q, want healthy", i+1, got)
+		}
 	}
-	for _, s := range steps {
-		clk.Advance(s.advance)
-		before := be.callCount()
-		for range s.requests {
-			if w := get(t, h); w.Code != http.StatusOK {
-				t.Fatalf("%s: status %d, want 200 (failing open)", s.name, w.Code)
-			}
+	get(t, h)
+	if got := l.Health().Status; got != "degraded" {
+		t.Fatalf("after 5 failures: %q, want degraded", got)
+	}
+	calls := be.callCount()
+	for range 20 {
+		if w := get(t, h); w.Code != http.StatusOK {
+			t.Fatalf("status %d, want 200 (failing open)", w.Code)
 		}
-		if got := be.callCount() - before; got != s.wantCalls {
-			t.Errorf("%s: backend calls = %d, want %d", s.name, got, s.wantCalls)
+	}
+	if got := be.callCount() - calls; got != 0 {
+		t.Errorf("requests called the backend %d times through the open breaker", got)
+	}
+	if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
+		t.Fatalf("only %d background probes while degraded", len(be.probeTimes()))
+	}
+	// Timers never fire early: each gap is at least the jittered interval,
+	// which doubles from the cool-down up to the cap.
+	probes := be.probeTimes()
+	interval := coolDown
+	for i := 1; i < 5; i++ {
+		interval = min(2*interval, maxCoolDown)
+		if gap := probes[i].Sub(probes[i-1]); gap < interval*3/4 {
+			t.Errorf("probe %d came %v after the previous one, want at least %v", i, gap, interval*3/4)
 		}
-		if got := l.Health().Status; got != s.wantState {
-			t.Errorf("%s: health = %q, want %q", s.name, got, s.wantState)
-		}
+	}
+	if h := l.Health(); h.Reason != "unreachable" || h.NextProbeSeconds > maxCoolDown.Seconds() {
+		t.Errorf("degraded report %+v: want reason unreachable and the next probe within %v", h, maxCoolDown)
 	}
 
-	be.fail(nil)
-	clk.Advance(4 * time.Second)
-	before := be.callCount()
+	be.fail(nil) // no request from now on
+	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+		t.Fatal("the backend answers again but the limiter stays degraded without traffic")
+	}
+	calls = be.callCount()
 	for range 5 {
 		get(t, h)
 	}
-	if got, want := be.callCount()-before, 5; got != want {
-		t.Errorf("after recovery: backend calls = %d, want %d (the probe closed the breaker)", got, want)
+	if got, want := be.callCount()-calls, 5; got != want {
+		t.Errorf("after recovery: backend calls = %d, want %d", got, want)
 	}
-	if got := l.Health().Status; got != "healthy" {
-		t.Errorf("after recovery: health = %q", got)
-	}
-
+	mu.Lock()
+	defer mu.Unlock()
 	if len(events) != 2 || !events[0].Degraded || events[1].Degraded {
 		t.Fatalf("events = %+v, want one degraded then one healthy", events)
 	}
 	if !errors.Is(events[0].Cause, errDown) || events[0].Failures != 5 {
 		t.Errorf("degraded event = %+v, want cause %v after 5 failures", events[0], errDown)
 	}
-	if got, want := events[1].Duration, 15*time.Second; got != want {
-		t.Errorf("degraded for %v, want %v", got, want)
-	}
 	// Requests admitted unenforced while degraded: the one whose failure
-	// opened the breaker and every one after it until the probe answered.
-	if got, want := events[1].Unenforced, int64(1+20+7*5); got != want {
+	// opened the breaker and the 20 after it.
+	if got, want := events[1].Unenforced, int64(1+20); got != want {
 		t.Errorf("unenforced admissions while degraded = %d, want %d", got, want)
 	}
 	if got, want := logs.count(slog.LevelError, "backend degraded"), 1; got != want {
@@ -257,49 +289,58 @@ func TestBreakerOpensProbesAndCloses(t *testing.T) {
 	}
 }
 
-// While a probe is in flight every other request falls back at once: the
-// backend sees one call at a time.
+// The jitter only ever shortens the interval, by at most a quarter.
+func TestProbeJitterStaysWithinTheInterval(t *testing.T) {
+	for range 1000 {
+		if d := jittered(time.Second); d > time.Second || d < 750*time.Millisecond {
+			t.Fatalf("jittered(1s) = %v, want within [750ms, 1s]", d)
+		}
+	}
+}
+
+// While degraded only the prober calls the backend, one probe at a time:
+// requests never do, even while a probe hangs.
 func TestBreakerProbesOneAtATime(t *testing.T) {
-	clk := newFakeClock()
 	be := &flaky{}
 	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
-		WithBackend(be), WithFailMode(FailOpen), withClock(clk.Now), WithLogger(slog.New(&logRecorder{})),
-		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Second}), WithTimeout(time.Hour))
+		WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(&logRecorder{})),
+		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}), WithTimeout(time.Hour))
 	defer l.Close()
 	h := l.Handler(okHandler)
-	be.fail(errDown)
-	get(t, h) // opens
-	clk.Advance(time.Second)
-
-	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	release, entered := make(chan struct{}), make(chan struct{}, 10)
 	be.mu.Lock()
-	be.err, be.block, be.entered = nil, release, entered
+	be.err, be.block, be.entered = errDown, release, entered
 	be.mu.Unlock()
-	probeDone := make(chan int)
-	go func() {
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-		probeDone <- w.Code
-	}()
-	<-entered // the probe is inside the backend
+	go close(release) // the opening call itself must return
+	get(t, h)         // opens
+	<-entered         // the opening call
+	release = make(chan struct{})
 	be.mu.Lock()
-	be.block, be.entered = nil, nil
+	be.err, be.block = nil, release
 	be.mu.Unlock()
+	<-entered // a probe is inside the backend, and hangs there
 	for range 10 {
 		if w := get(t, h); w.Code != 200 {
 			t.Fatalf("request during the probe: status %d", w.Code)
 		}
 	}
-	if got, want := be.callCount(), 2; got != want {
-		t.Errorf("backend calls = %d, want %d (the opening failure and the one probe)", got, want)
+	time.Sleep(20 * time.Millisecond) // twenty probe intervals
+	if got := len(entered); got != 0 {
+		t.Errorf("%d more calls entered the backend while a probe was in flight", got)
 	}
+	if got, want := be.callCount(), 1; got != want {
+		t.Errorf("request calls = %d, want %d (the opening failure only)", got, want)
+	}
+	be.mu.Lock()
+	be.block, be.entered = nil, nil
+	be.mu.Unlock()
 	close(release)
-	if code := <-probeDone; code != 200 {
-		t.Errorf("probe status %d", code)
+	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+		t.Fatal("the answered probe did not close the breaker")
 	}
 	get(t, h)
-	if got, want := be.callCount(), 3; got != want {
-		t.Errorf("after the probe answered: backend calls = %d, want %d", got, want)
+	if got, want := be.callCount(), 2; got != want {
+		t.Errorf("after the probe answered: request calls = %d, want %d", got, want)
 	}
 }
 
@@ -345,8 +386,8 @@ func TestFailClosedRetryAfterFollowsTheBreaker(t *testing.T) {
 	if w.Code != 503 || w.Header().Get("Content-Type") != "application/problem+json" || strings.Contains(w.Body.String(), "refused") {
 		t.Fatalf("got %d %q %s", w.Code, w.Header().Get("Content-Type"), w.Body)
 	}
-	if got, want := w.Header().Get("Retry-After"), "8"; got != want {
-		t.Errorf("Retry-After = %q, want %q (the cool-down)", got, want)
+	if got := w.Header().Get("Retry-After"); got < "6" || got > "8" || len(got) != 1 {
+		t.Errorf("Retry-After = %q, want the jittered cool-down, 6 to 8", got)
 	}
 	clk.Advance(7500 * time.Millisecond)
 	if got, want := get(t, l.Handler(okHandler)).Header().Get("Retry-After"), "1"; got != want {

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -50,12 +52,15 @@ type Health struct {
 	// Status is "healthy" (the backend decides) or "degraded" (the circuit
 	// breaker is open and the rules' fail modes decide).
 	Status string `json:"status"`
-	// Reason is, when degraded, the latest backend failure.
+	// Reason is, when degraded, the kind of the latest backend failure (see
+	// [FailureKind]): "unreachable", "timeout", "auth", "read-only", "out
+	// of memory" or "error". It never holds the error's text, which can
+	// name addresses, stored keys and scripts; the log has the whole error.
 	Reason string `json:"reason,omitempty"`
 	// Since is when the limiter became degraded.
 	Since time.Time `json:"since,omitzero"`
-	// NextProbeSeconds is, when degraded, how long until the backend is
-	// tried again (zero while a probe is in flight).
+	// NextProbeSeconds is, when degraded, how long until the background
+	// probe asks the backend again (zero while a probe is in flight).
 	NextProbeSeconds float64 `json:"next_probe_seconds,omitempty"`
 	// Backend is "remote" or "in-process".
 	Backend string `json:"backend"`
@@ -85,8 +90,10 @@ type RuleHealth struct {
 }
 
 // Health returns the limiter's current state. It makes no backend call: it
-// reports what the requests saw, so a health check costs the backend
-// nothing.
+// reports what the requests and the background probes saw, so a health
+// check costs the backend nothing. While degraded, the limiter probes the
+// backend itself about every second, so the report turns healthy again
+// within about a second of the backend answering, with or without traffic.
 func (l *Limiter) Health() Health {
 	h := Health{
 		Status:   "healthy",
@@ -105,7 +112,7 @@ func (l *Limiter) Health() Health {
 		if s.degraded {
 			h.Status, h.Since, h.NextProbeSeconds = "degraded", s.since, s.retryIn.Seconds()
 			if s.cause != nil {
-				h.Reason = s.cause.Error()
+				h.Reason = FailureKind(s.cause)
 			}
 		}
 	}
@@ -157,13 +164,27 @@ func (l *Limiter) HealthHandler() http.Handler {
 // admits a request over its limit.
 var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 
-// Check is a start-up probe: it proves the backend answers and actually
-// rejects. For each algorithm the rules use it asks for a canary key limited
-// to 1 per day, three times: the first must be admitted and a later one
-// rejected (a backend that admits everything fails with [ErrNotEnforcing]).
-// Canary keys are random and reset afterwards. Each call is bounded by the
-// limiter's timeout; ctx bounds the whole check. Check does not touch the
-// circuit breaker or the health report.
+// Check is a start-up probe: it proves the backend answers, can write, and
+// actually rejects. For each algorithm the rules use it asks for a canary
+// key limited to 1 per day, three times: the first must be admitted and a
+// later one rejected (a backend that admits everything fails with
+// [ErrNotEnforcing]). Canary keys are random and reset afterwards. Each
+// call is bounded by the limiter's timeout; ctx bounds the whole check.
+//
+// When the backend cannot decide, the error names the root cause and wraps
+// its kind (see [FailureKind]): wrong or missing credentials
+// ([backend.ErrAuth]), a read-only replica ([backend.ErrReadOnly]), a full
+// server ([backend.ErrOutOfMemory]), an unreachable ([backend.ErrUnreachable])
+// or slow ([ErrTimeout]) one. The limiter then becomes degraded at once
+// (logged, reported to [OnDegraded] and by [Limiter.Health]) and probes the
+// backend in the background like after any failure.
+//
+// What to do with the error is the service's call. A misconfiguration
+// (credentials, a replica, a full server, [ErrNotEnforcing]) will not fix
+// itself: refuse to start. An unreachable backend is an outage like any
+// other: a service whose rules fail open or local may start degraded, and
+// say so loudly; one that fails closed serves only 503s until the backend
+// answers, so refusing to start may be clearer.
 func (l *Limiter) Check(ctx context.Context) error {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -186,7 +207,7 @@ func (l *Limiter) Check(ctx context.Context) error {
 		for attempt := range 3 {
 			res, err := l.checkDecide(ctx, req)
 			if err != nil {
-				return fmt.Errorf("ceiling: check: canary %q: the backend did not decide: %w", req.Key, err)
+				return l.checkFailed(ctx, err)
 			}
 			if attempt == 0 {
 				keys = append(keys, req.Key)
@@ -206,33 +227,100 @@ func (l *Limiter) Check(ctx context.Context) error {
 	return nil
 }
 
-// checkReset deletes the canaries, waiting at most the timeout for a
-// remote backend even if it ignores its context.
+// lateCauseWait bounds how long Check waits, after a timeout, for the
+// abandoned call to say what went wrong: twenty timeouts, at most 2s.
+func (l *Limiter) lateCauseWait() time.Duration { return min(2*time.Second, 20*l.cfg.timeout) }
+
+// checkFailed makes the limiter degraded by err and returns Check's error.
+// A timeout may hide the root cause (go-redis retrying a refused dial or a
+// READONLY reply past the timeout): Check waits a little for the abandoned
+// call to return it, so the error names it.
+func (l *Limiter) checkFailed(ctx context.Context, err error) error {
+	if !l.remote {
+		return fmt.Errorf("ceiling: check: the backend did not decide: %w", err)
+	}
+	l.trip(err)
+	cause := err
+	if FailureKind(err) == kindTimeout && !l.inline {
+		deadline := time.Now().Add(l.lateCauseWait())
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if c := l.fo.breaker.status().cause; c != nil && FailureKind(c) != kindTimeout {
+				cause = fmt.Errorf("%w (%w)", c, err)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return fmt.Errorf("ceiling: check: the backend did not decide (%s): %w", FailureKind(cause), cause)
+}
+
+// checkReset deletes the canaries, waiting at most about the timeout.
 func (l *Limiter) checkReset(ctx context.Context, keys []string) {
 	if !l.remote {
 		_ = l.backend.Reset(ctx, keys...)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
-	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		_ = l.backend.Reset(ctx, keys...)
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+	_, _ = l.bounded(ctx, op{reset: true, keys: keys})
 }
 
 func (l *Limiter) checkDecide(ctx context.Context, req backend.Request) (backend.Result, error) {
 	reqs, out := []backend.Request{req}, make([]backend.Result, 1)
 	var err error
 	if l.remote {
-		err = l.timed(ctx, reqs, out)
+		_, err = l.bounded(ctx, op{reqs: reqs, out: out})
 	} else {
 		err = l.decideInto(ctx, reqs, out)
 	}
 	return out[0], err
+}
+
+// Kinds of backend failure, as [FailureKind] names them.
+const (
+	kindUnreachable = "unreachable"
+	kindTimeout     = "timeout"
+	kindAuth        = "auth"
+	kindReadOnly    = "read-only"
+	kindOutOfMemory = "out of memory"
+	kindError       = "error"
+)
+
+// FailureKind names the kind of a backend failure for reports that must
+// not repeat the error's text (it can name addresses, stored keys, script
+// hashes): "unreachable", "timeout", "auth", "read-only", "out of memory",
+// or "error" for any other. Backends say the kind by wrapping
+// [backend.ErrUnreachable], [backend.ErrAuth], [backend.ErrReadOnly] or
+// [backend.ErrOutOfMemory]; a call that outlived the limiter's timeout is a
+// "timeout" ([ErrTimeout]), and a refused or reset connection is
+// "unreachable" even from a backend that does not wrap it.
+func FailureKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, backend.ErrAuth):
+		return kindAuth
+	case errors.Is(err, backend.ErrReadOnly):
+		return kindReadOnly
+	case errors.Is(err, backend.ErrOutOfMemory):
+		return kindOutOfMemory
+	case errors.Is(err, backend.ErrUnreachable), refused(err):
+		return kindUnreachable
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return kindTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return kindTimeout
+	}
+	return kindError
+}
+
+// refused reports a connection that could not be made or was lost, from a
+// backend that does not say so itself.
+func refused(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }

@@ -143,6 +143,7 @@ type Limiter struct {
 	backend backend.Backend
 	into    backend.DecideInto
 	remote  bool // the backend does I/O: apply the timeout and fail modes
+	inline  bool // the backend bounds its own calls (backend.DeadlineBound)
 	cfg     config
 	digest  digester
 	policy  []string // precomputed RateLimit-Policy value
@@ -185,6 +186,9 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	_, l.rawKeys = l.backend.(*memory.Store)
 	if ip, ok := l.backend.(backend.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
+	}
+	if db, ok := l.backend.(backend.DeadlineBound); ok && db.DeadlineBound() {
+		l.inline = true
 	}
 	l.digest = newDigester(l.cfg.secret)
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings

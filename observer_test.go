@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,7 +38,7 @@ func (c *counting) DecideInto(_ context.Context, reqs []backend.Request, out []b
 	blocked := false
 	for i, r := range reqs {
 		used := c.used[r.Key]
-		ok := used+r.Cost <= r.Limit
+		ok := r.Force || used+r.Cost <= r.Limit
 		out[i] = backend.Result{Allowed: ok, Limit: r.Limit, Remaining: max(0, r.Limit-used-r.Cost)}
 		if !ok {
 			out[i].Remaining = r.Limit - used
@@ -289,8 +292,11 @@ func TestHealthHandler(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
 			t.Fatalf("health body: %v: %s", err, w.Body)
 		}
-		if w.Code != wantCode || got.Status != wantStatus || !strings.Contains(got.Reason, wantReason) || w.Header().Get("Content-Type") != "application/json" {
+		if w.Code != wantCode || got.Status != wantStatus || got.Reason != wantReason || w.Header().Get("Content-Type") != "application/json" {
 			t.Errorf("health = %d %+v, want %d %q with reason %q", w.Code, got, wantCode, wantStatus, wantReason)
+		}
+		if strings.Contains(w.Body.String(), "127.0.0.1") || strings.Contains(w.Body.String(), "refused") {
+			t.Errorf("the public health body repeats the error: %s", w.Body)
 		}
 		return got
 	}
@@ -299,16 +305,50 @@ func TestHealthHandler(t *testing.T) {
 	be.fail(errDown)
 	get(t, h)
 	get(t, h)
-	got := check(503, "degraded", "connection refused")
-	if got.NextProbeSeconds != 5 || !got.Since.Equal(clk.Now()) || got.Backend != "remote" || got.Rules[0].FailOpenAdmissions != 2 {
+	got := check(503, "degraded", "unreachable")
+	if got.NextProbeSeconds > 5 || got.NextProbeSeconds < 3.75 || !got.Since.Equal(clk.Now()) || got.Backend != "remote" || got.Rules[0].FailOpenAdmissions != 2 {
 		t.Errorf("degraded report = %+v", got)
 	}
-	be.fail(nil)
-	clk.Advance(5 * time.Second)
-	get(t, h)
-	got = check(200, "healthy", "")
 	if got.DegradedTotal != 1 {
 		t.Errorf("DegradedTotal = %d, want 1", got.DegradedTotal)
+	}
+}
+
+// The public reason is the kind of failure, whatever the error says; the
+// log has the whole error.
+func TestHealthReasonIsTheKindOnly(t *testing.T) {
+	secret := `deciding key "otp:phone:7B-u1Ox5FO9uZgEGSVBHqQ" on 10.0.0.7:6379 (script 3f2a9c)`
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("%w: dial tcp 10.0.0.7:6379: %s", backend.ErrUnreachable, secret), "unreachable"},
+		{fmt.Errorf("%w: NOAUTH Authentication required; %s", backend.ErrAuth, secret), "auth"},
+		{fmt.Errorf("%w: READONLY You can't write against a read only replica; %s", backend.ErrReadOnly, secret), "read-only"},
+		{fmt.Errorf("%w: OOM command not allowed; %s", backend.ErrOutOfMemory, secret), "out of memory"},
+		{fmt.Errorf("%w after 100ms: %s", ErrTimeout, secret), "timeout"},
+		{fmt.Errorf("%s: %w", secret, context.DeadlineExceeded), "timeout"},
+		{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, "unreachable"},
+		{fmt.Errorf("%s: %w", secret, syscall.ECONNRESET), "unreachable"},
+		{errors.New(secret), "error"},
+	} {
+		logs := &logRecorder{}
+		l := MustNew([]Rule{{Name: "otp:phone", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
+			WithBackend(&flaky{err: tc.err}), WithFailMode(FailOpen), WithLogger(slog.New(logs)),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Hour}))
+		get(t, l.Handler(okHandler))
+		w := get(t, l.HealthHandler())
+		var h Health
+		if err := json.Unmarshal(w.Body.Bytes(), &h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Reason != tc.want || strings.Contains(w.Body.String(), "7B-u1Ox") || strings.Contains(w.Body.String(), "10.0.0.7") {
+			t.Errorf("%v: health body %s, want reason %q and nothing of the error", tc.err, w.Body, tc.want)
+		}
+		if got := logs.count(slog.LevelError, "7B-u1Ox"); strings.Contains(tc.err.Error(), "7B-u1Ox") && got != 1 {
+			t.Errorf("%v: the degraded log line does not carry the whole error", tc.err)
+		}
+		l.Close()
 	}
 }
 

@@ -30,7 +30,8 @@ type Proxy struct {
 	stalled bool
 	thawed  chan struct{} // closed when a stall ends
 
-	dropped atomic.Int64
+	dropped  atomic.Int64
+	refusing atomic.Bool // partitioned: new connections are closed at once
 }
 
 // proxyConn is one client connection and its server connection.
@@ -63,6 +64,10 @@ func (p *Proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.refusing.Load() {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {

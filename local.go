@@ -1,0 +1,336 @@
+package ceiling
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
+)
+
+// FailLocal's store, and how its bound holds across the edges of an outage.
+//
+// Inside an outage each instance admits its share of each limit, so n
+// instances admit at most n × share × limit per window. At the edges the
+// local stores and the backend each know only their own half: a window
+// that spans the start could hold the backend's full limit and then every
+// instance's share again, and one that spans the end the shares and then
+// the backend's full limit again. Two things close the gap:
+//
+//   - the start: every answer of the backend says how much of the key's
+//     limit is in use and until when (seenStates). When an outage begins,
+//     the local store decides a key with the same fraction of its share
+//     already spent, so instances that saw a key at its limit admit nothing
+//     more locally until the backend said it would have room again, and n
+//     instances that saw it half spent admit half a limit between them;
+//   - the end: every key the local store admitted is journaled, and the
+//     probe that finds the backend answering charges it, forced and in one
+//     round trip per few hundred keys, with what the local store still
+//     counts in the key's open window, before the breaker closes.
+//
+// Both err on the side of the limit: the seeds and the charges are counted
+// from the moment they are applied, so a key can be held a little longer
+// than strictly needed, never admitted more.
+
+// localMaxKeys bounds FailLocal's store, and its journal: they hold only an
+// outage's keys.
+const localMaxKeys = 1 << 18
+
+type localStore struct {
+	b    backend.Backend
+	into backend.DecideInto
+}
+
+// decide decides reqs into out on the local store.
+func (ls *localStore) decide(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	if ls.into != nil {
+		return ls.into.DecideInto(ctx, reqs, out)
+	}
+	res, err := ls.b.Decide(ctx, reqs)
+	if err == nil && len(res) != len(out) {
+		err = errResultCount
+	}
+	copy(out, res)
+	return err
+}
+
+// localStore returns FailLocal's store, creating it on first use.
+func (l *Limiter) localStore() *localStore {
+	f := l.fo
+	if ls := f.local.Load(); ls != nil {
+		return ls
+	}
+	f.localMu.Lock()
+	defer f.localMu.Unlock()
+	if ls := f.local.Load(); ls != nil {
+		return ls
+	}
+	b := l.cfg.localStore
+	if b == nil {
+		// No janitor: nothing to stop, and the key bound (which sweeps
+		// under pressure) keeps an outage's keys in check.
+		m := memory.New(memory.WithSweepInterval(0), memory.WithMaxKeys(localMaxKeys))
+		f.closers = append(f.closers, m)
+		b = m
+	}
+	ls := &localStore{b: b}
+	ls.into, _ = b.(backend.DecideInto)
+	f.local.Store(ls)
+	return ls
+}
+
+type localScratch struct {
+	reqs []backend.Request
+	out  []backend.Result
+	idx  []int           // the decision's index of each local request
+	wait []time.Duration // > 0: refused by its seed for that long
+}
+
+// decideLocal decides sc.reqs (already scaled to the local share) on the
+// local store, all or nothing, into out at sc.idx, starting each key from
+// what the backend last said of it, and journals what it admits.
+func (l *Limiter) decideLocal(ctx context.Context, st *state, sc *localScratch, out []backend.Result) error {
+	f := l.fo
+	now := l.cfg.clock()
+	sc.wait = sc.wait[:0]
+	blocked := false
+	for j := range sc.reqs {
+		q := &sc.reqs[j]
+		sc.wait = append(sc.wait, 0)
+		s, ok := f.seen.lookup(q.Key, now.UnixNano())
+		if !ok || q.Cost <= 0 {
+			continue
+		}
+		capacity := capacityOf(*q)
+		room := capacity - min(seedOf(s.used, l.cfg.localShare), capacity)
+		if room < q.Cost {
+			sc.wait[j] = time.Duration(s.until - now.UnixNano())
+			blocked = blocked || !q.Shadow
+			continue
+		}
+		if q.Algorithm == backend.GCRA {
+			q.Burst = room
+		} else {
+			q.Limit = room
+		}
+	}
+	for j := range sc.reqs {
+		if blocked || sc.wait[j] > 0 {
+			sc.reqs[j].Cost = 0 // refused by a seed: consume nothing, report the state
+		}
+	}
+	lo := sc.out[:len(sc.reqs)]
+	if err := l.localStore().decide(ctx, sc.reqs, lo); err != nil {
+		return err
+	}
+	for j, i := range sc.idx {
+		if w := sc.wait[j]; w > 0 {
+			lo[j].Allowed, lo[j].Remaining = false, 0
+			lo[j].RetryAfter, lo[j].ResetAfter = max(lo[j].RetryAfter, w), max(lo[j].ResetAfter, w)
+		}
+		out[i] = lo[j]
+		if !blocked && lo[j].Allowed && sc.reqs[j].Cost > 0 {
+			f.journal.add(st.reqs[i], localRequest(st.reqs[i], l.cfg.localShare))
+		}
+	}
+	return nil
+}
+
+// seedOf is this instance's share of the units the backend last said were
+// in use: with n instances each holding 1/n of the limit locally, each
+// starts its share 1/n spent by what all of them had spent, so together
+// they continue exactly where the backend stopped. Rounded up, towards the
+// limit.
+func seedOf(used int64, share float64) int64 {
+	return int64(math.Ceil(float64(used) * share))
+}
+
+// chargeLocal charges the backend with what the local store still counts
+// for every key it admitted while degraded, forced, then forgets those keys
+// locally. The prober calls it once the backend answers, before closing the
+// breaker; on error the journal keeps what was not charged.
+func (l *Limiter) chargeLocal() error {
+	f := l.fo
+	entries := f.journal.take()
+	if len(entries) == 0 {
+		return nil
+	}
+	ctx := context.Background()
+	ls := l.localStore()
+	peeks := make([]backend.Request, len(entries))
+	for i := range entries {
+		peeks[i] = entries[i].local
+	}
+	res := make([]backend.Result, len(peeks))
+	if err := ls.decide(ctx, peeks, res); err != nil {
+		f.journal.restore(entries)
+		return fmt.Errorf("ceiling: recovery charge: reading the local store: %w", err)
+	}
+	var charges []backend.Request
+	var from []int // entry of each charge
+	var units int64
+	for i, e := range entries {
+		used := capacityOf(e.local) - res[i].Remaining
+		if used <= 0 {
+			continue
+		}
+		q := e.global
+		q.Cost, q.Force, q.Shadow = used, true, false
+		charges = append(charges, q)
+		from = append(from, i)
+		units += used
+	}
+	for lo := 0; lo < len(charges); lo += chargeBatch {
+		hi := min(lo+chargeBatch, len(charges))
+		out := make([]backend.Result, hi-lo)
+		if _, err := l.bounded(ctx, op{reqs: charges[lo:hi], out: out}); err != nil {
+			f.journal.restore(entries[from[lo]:])
+			return fmt.Errorf("ceiling: recovery charge of %d keys: %w", len(charges)-lo, err)
+		}
+	}
+	keys := make([]string, len(entries))
+	for i := range entries {
+		keys[i] = entries[i].local.Key
+	}
+	_ = ls.b.Reset(ctx, keys...)
+	if len(charges) > 0 {
+		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: charged the backend with what FailLocal admitted while it was down",
+			slog.Int("keys", len(charges)), slog.Int64("units", units))
+	}
+	return nil
+}
+
+// chargeBatch is how many keys one recovery charge call carries.
+const chargeBatch = 256
+
+// journal is the set of keys the local store admitted while degraded,
+// with their requests as the backend and the local store see them.
+type journal struct {
+	mu      sync.Mutex
+	entries map[string]journalEntry
+}
+
+type journalEntry struct {
+	global backend.Request // Cost 0
+	local  backend.Request // scaled to the share, Cost 0
+}
+
+func (j *journal) add(global, local backend.Request) {
+	global.Cost, local.Cost = 0, 0
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.entries == nil {
+		j.entries = make(map[string]journalEntry)
+	}
+	if _, ok := j.entries[global.Key]; !ok && len(j.entries) >= localMaxKeys {
+		return // the local store cannot hold more keys either
+	}
+	j.entries[global.Key] = journalEntry{global: global, local: local}
+}
+
+// take empties the journal and returns what it held.
+func (j *journal) take() []journalEntry {
+	j.mu.Lock()
+	m := j.entries
+	j.entries = nil
+	j.mu.Unlock()
+	out := make([]journalEntry, 0, len(m))
+	for _, e := range m {
+		out = append(out, e)
+	}
+	return out
+}
+
+// restore puts back entries a failed charge did not apply.
+func (j *journal) restore(entries []journalEntry) {
+	for _, e := range entries {
+		j.add(e.global, e.local)
+	}
+}
+
+// seenStates remembers, per stored key, how much of its capacity the
+// backend last said was in use and until when, for the start of an outage.
+// It is sharded so that concurrent decisions rarely share a lock, and
+// bounded: a full shard first drops what has expired, then refuses new keys.
+type seenStates struct {
+	seed   maphash.Seed
+	shards []seenShard
+}
+
+type seenShard struct {
+	mu sync.Mutex
+	m  map[string]seen
+	_  [40]byte // keep shards on separate cache lines
+}
+
+type seen struct {
+	used  int64 // units of the key's capacity in use
+	until int64 // Unix ns when the key is back to its full capacity
+}
+
+const (
+	seenShards   = 16
+	seenPerShard = 1 << 12
+)
+
+func (s *seenStates) init() {
+	s.seed = maphash.MakeSeed()
+	s.shards = make([]seenShard, seenShards)
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]seen)
+	}
+}
+
+func (s *seenStates) shard(key string) *seenShard {
+	return &s.shards[maphash.String(s.seed, key)%seenShards]
+}
+
+// learn records what the backend answered for reqs.
+func (s *seenStates) learn(reqs []backend.Request, out []backend.Result, now time.Time) {
+	t := now.UnixNano()
+	for i := range reqs {
+		if out[i].Unread {
+			continue
+		}
+		used := capacityOf(reqs[i]) - out[i].Remaining
+		sh := s.shard(reqs[i].Key)
+		sh.mu.Lock()
+		if used <= 0 {
+			delete(sh.m, reqs[i].Key)
+		} else {
+			if _, ok := sh.m[reqs[i].Key]; !ok && len(sh.m) >= seenPerShard {
+				for k, v := range sh.m {
+					if v.until <= t {
+						delete(sh.m, k)
+					}
+				}
+			}
+			if _, ok := sh.m[reqs[i].Key]; ok || len(sh.m) < seenPerShard {
+				sh.m[reqs[i].Key] = seen{used: used, until: t + int64(out[i].ResetAfter)}
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// lookup returns what the backend last said of key, if it still holds at
+// now (Unix ns).
+func (s *seenStates) lookup(key string, now int64) (seen, bool) {
+	if s.shards == nil {
+		return seen{}, false
+	}
+	sh := s.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	v, ok := sh.m[key]
+	if ok && v.until <= now {
+		delete(sh.m, key)
+		return seen{}, false
+	}
+	return v, ok
+}

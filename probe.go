@@ -1,0 +1,130 @@
+package ceiling
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// While the circuit breaker is open, one goroutine per limiter probes the
+// backend, so that recovery needs no traffic: an idle instance whose health
+// check is a readiness probe would otherwise stay out of rotation forever.
+
+// newCanary is the probe's request: a real decision (so a backend that
+// answers but cannot write, read-only or out of memory, fails it) on a key
+// of its own that no rule's stored key can equal (those end in a 22-byte
+// digest), limited so high that it is never rejected, with a one-second
+// period so that the backend forgets it at once.
+func newCanary() backend.Request {
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	return backend.Request{
+		Key:       "ceiling-probe:" + hex.EncodeToString(id[:]),
+		Algorithm: backend.FixedWindow,
+		Limit:     backend.MaxLimit,
+		Period:    time.Second,
+		Cost:      1,
+	}
+}
+
+// errProbeCached is a probe answered from a cache in process: no evidence.
+var errProbeCached = errors.New("ceiling: probe answered from a cache, not by the backend")
+
+// startProber starts the probe loop; the breaker calls it when it opens.
+func (l *Limiter) startProber() {
+	f := l.fo
+	f.probeMu.Lock()
+	defer f.probeMu.Unlock()
+	if f.stopped || f.probing {
+		return
+	}
+	f.probing = true
+	f.probeWG.Add(1)
+	go l.probeLoop()
+}
+
+// stopProber stops the probe loop and waits for it.
+func (l *Limiter) stopProber() {
+	f := l.fo
+	f.probeMu.Lock()
+	if !f.stopped {
+		f.stopped = true
+		close(f.stop)
+	}
+	f.probeMu.Unlock()
+	f.probeWG.Wait()
+}
+
+// probeLoop probes the backend until it answers (and closes the breaker)
+// or the limiter is closed. The first probe goes a cool-down after the
+// opening; the interval doubles while probes fail, up to the maximum, and
+// every wait is jittered.
+func (l *Limiter) probeLoop() {
+	f, b := l.fo, l.fo.breaker
+	defer f.probeWG.Done()
+	interval := l.cfg.breaker.CoolDown
+	wait := jittered(interval)
+	b.probed(b.status().cause, wait)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		err := l.probe()
+		if err == nil {
+			f.probeMu.Lock()
+			f.probing = false
+			f.probeMu.Unlock()
+			b.close()
+			return
+		}
+		interval = min(2*interval, l.cfg.breaker.MaxCoolDown)
+		wait = jittered(interval)
+		b.probed(err, wait)
+		t.Reset(wait)
+	}
+}
+
+// jittered is d shortened by up to a quarter, at random, so that instances
+// that lost the backend together do not probe in step.
+func jittered(d time.Duration) time.Duration {
+	return d - time.Duration(mrand.Int64N(int64(d)/4+1))
+}
+
+// probe asks the backend for one canary decision and, when it answers,
+// charges it with what FailLocal admitted meanwhile. It reports why the
+// backend cannot be trusted yet, or nil.
+func (l *Limiter) probe() error {
+	out := make([]backend.Result, 1)
+	start := time.Now()
+	_, err := l.bounded(context.Background(), op{reqs: []backend.Request{l.fo.canary}, out: out})
+	if obs := l.cfg.observer; obs != nil {
+		obs.ObserveBackend(time.Since(start), err)
+	}
+	switch {
+	case err != nil:
+		return err
+	case out[0].Cached:
+		return errProbeCached
+	case !out[0].Allowed:
+		return fmt.Errorf("ceiling: probe: the backend rejected a canary far under its limit (retry after %v)", out[0].RetryAfter)
+	}
+	return l.chargeLocal()
+}
+
+// trip opens the breaker at once, without waiting for consecutive
+// failures: the start-up check found the backend unable to decide.
+func (l *Limiter) trip(err error) {
+	if b := l.fo.breaker; b != nil {
+		b.open(err, 1)
+	}
+}

@@ -1,0 +1,169 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"go.uber.org/goleak"
+)
+
+// The prober runs only while degraded, one goroutine per limiter, and Close
+// stops it.
+func TestProberStopsOnClose(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	be := &flaky{err: errDown}
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+		WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: 2 * time.Millisecond}))
+	for range 3 {
+		if _, err := l.Decide(context.Background(), Input{Rule: "ip", Key: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !eventually(func() bool { return len(be.probeTimes()) >= 3 }) {
+		t.Fatal("no probes while degraded")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n := len(be.probeTimes())
+	time.Sleep(20 * time.Millisecond)
+	if got := len(be.probeTimes()); got != n {
+		t.Errorf("%d probes after Close", got-n)
+	}
+}
+
+// A healthy limiter runs no prober, and one that recovered stops its own.
+func TestProberRunsOnlyWhileDegraded(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	be := &flaky{}
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+		WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}))
+	defer l.Close()
+	time.Sleep(10 * time.Millisecond)
+	if n := len(be.probeTimes()); n != 0 {
+		t.Fatalf("%d probes while healthy", n)
+	}
+	be.fail(errDown)
+	l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
+	be.fail(nil)
+	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+		t.Fatal("no recovery")
+	}
+	n := len(be.probeTimes())
+	time.Sleep(20 * time.Millisecond)
+	if got := len(be.probeTimes()); got != n {
+		t.Errorf("%d probes after recovery", got-n)
+	}
+	goleak.VerifyNone(t, goleak.IgnoreCurrent()) // no prober left behind, before Close too
+}
+
+// A probe answered from a cache in process is no evidence: the breaker
+// stays open.
+func TestProbeAnsweredFromACacheDoesNotClose(t *testing.T) {
+	be := &cachedProbe{flaky: flaky{err: errDown}}
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+		WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}))
+	defer l.Close()
+	l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
+	be.fail(nil)
+	if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
+		t.Fatal("no probes")
+	}
+	if got := l.Health().Status; got != "degraded" {
+		t.Errorf("probes answered from a cache closed the breaker: %q", got)
+	}
+}
+
+// cachedProbe answers probes from "a cache", everything else like flaky.
+type cachedProbe struct{ flaky }
+
+func (c *cachedProbe) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	out, err := c.flaky.Decide(ctx, reqs)
+	if err == nil && isProbe(reqs) {
+		out[0].Cached = true
+	}
+	return out, err
+}
+
+// A probe must prove the backend can decide: a read-only or full backend
+// that answers reads but refuses writes keeps the limiter degraded, with
+// the kind as the reason.
+func TestProbeThatCannotWriteKeepsTheLimiterDegraded(t *testing.T) {
+	for _, kind := range []error{backend.ErrReadOnly, backend.ErrOutOfMemory} {
+		be := &flaky{err: errDown}
+		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+			WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}))
+		l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
+		be.fail(fmt.Errorf("%w: the write was refused", kind))
+		if !eventually(func() bool { return l.Health().Reason == FailureKind(kind) }) {
+			t.Errorf("%v: reason %q", kind, l.Health().Reason)
+		}
+		if got := l.Health().Status; got != "degraded" {
+			t.Errorf("%v: %q", kind, got)
+		}
+		l.Close()
+	}
+}
+
+// Check names the cause's kind, and a backend that cannot decide at start
+// leaves the limiter degraded at once, probing, so that health says so
+// from the first second.
+func TestCheckFailureDegradesAndNamesTheKind(t *testing.T) {
+	for _, kind := range []error{backend.ErrAuth, backend.ErrReadOnly, backend.ErrOutOfMemory, backend.ErrUnreachable} {
+		logs := &logRecorder{}
+		be := &flaky{err: fmt.Errorf("%w: the server said no", kind)}
+		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+			WithLogger(slog.New(logs)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
+		err := l.Check(context.Background())
+		if !errors.Is(err, kind) || !strings.Contains(err.Error(), "the server said no") || !strings.Contains(err.Error(), "("+FailureKind(kind)+")") {
+			t.Errorf("Check: %v, want it to wrap %v, name the cause and its kind", err, kind)
+		}
+		if h := l.Health(); h.Status != "degraded" || h.Reason != FailureKind(kind) {
+			t.Errorf("%v: health after a failed check %+v, want degraded, reason %q", kind, h, FailureKind(kind))
+		}
+		if logs.count(slog.LevelError, "backend degraded") != 1 {
+			t.Errorf("%v: the degradation at start was not logged", kind)
+		}
+		l.Close()
+	}
+}
+
+// A timeout hides the root cause when the backend ignores its deadline and
+// keeps trying (go-redis retrying a refused dial): Check waits a little
+// for the abandoned call and names what it found.
+func TestCheckNamesTheCauseBehindATimeout(t *testing.T) {
+	be := &slowFailing{delay: 80 * time.Millisecond, err: fmt.Errorf("%w: dial tcp: connection refused", backend.ErrUnreachable)}
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+		WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
+	defer l.Close()
+	err := l.Check(context.Background())
+	if !errors.Is(err, backend.ErrUnreachable) || !strings.Contains(err.Error(), "connection refused") || !errors.Is(err, ErrTimeout) {
+		t.Errorf("Check: %v, want the refused connection behind the timeout", err)
+	}
+	if got := l.Health().Reason; got != "unreachable" {
+		t.Errorf("reason %q, want unreachable", got)
+	}
+}
+
+// slowFailing fails with err after delay, ignoring its context.
+type slowFailing struct {
+	delay time.Duration
+	err   error
+}
+
+func (s *slowFailing) Decide(context.Context, []backend.Request) ([]backend.Result, error) {
+	time.Sleep(s.delay)
+	return nil, s.err
+}
+
+func (s *slowFailing) Reset(context.Context, ...string) error { return nil }
