@@ -1,0 +1,283 @@
+package check_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
+	ceilingprom "github.com/ceiling-go/ceiling/metrics/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/prometheus/promql/parser"
+)
+
+// stub is a remote backend that admits everything, hangs until its
+// context ends, or fails at once, as told.
+type stub struct {
+	mu   sync.Mutex
+	mode string // "", "hang" or "fail"
+}
+
+func (s *stub) set(mode string) {
+	s.mu.Lock()
+	s.mode = mode
+	s.mu.Unlock()
+}
+
+func (s *stub) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	s.mu.Lock()
+	mode := s.mode
+	s.mu.Unlock()
+	switch mode {
+	case "hang":
+		<-ctx.Done()
+		return nil, ctx.Err()
+	case "fail":
+		return nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
+	}
+	out := make([]backend.Result, len(reqs))
+	for i, r := range reqs {
+		out[i] = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - r.Cost}
+	}
+	return out, nil
+}
+
+func (*stub) Reset(context.Context, ...string) error { return nil }
+
+var ok = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+
+func get(h http.Handler, n int) {
+	for range n {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	}
+}
+
+// A recording is what Prometheus would have scraped from one process, a
+// scrape per simulated minute, with the target labels a scrape adds.
+type recording struct {
+	t       *testing.T
+	url     string
+	series  map[string][]string // series → value per scrape, "_" where absent
+	scrapes int
+	last    string
+}
+
+const target = `instance="app-1:8080",job="api"`
+
+func newRecording(t *testing.T, obs *ceilingprom.Observer) *recording {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(obs)
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return &recording{t: t, url: srv.URL, series: map[string][]string{}}
+}
+
+// scrape reads the exposition over HTTP, as Prometheus does, and records
+// each series' value.
+func (r *recording) scrape() {
+	r.t.Helper()
+	resp, err := http.Get(r.url)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.last = string(body)
+	sc := bufio.NewScanner(strings.NewReader(r.last))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		series, value := line[:i], line[i+1:]
+		if name, labels, found := strings.Cut(series, "{"); found {
+			series = name + "{" + target + "," + labels
+		} else {
+			series += "{" + target + "}"
+		}
+		vs, seen := r.series[series]
+		if !seen {
+			vs = slices.Repeat([]string{"_"}, r.scrapes)
+		}
+		r.series[series] = append(vs, value)
+	}
+	r.scrapes++
+	for s, vs := range r.series {
+		if len(vs) < r.scrapes {
+			r.series[s] = append(vs, "_")
+		}
+	}
+}
+
+// load is the recording as a promqltest load command, a scrape a minute
+// from 0m.
+func (r *recording) load() string {
+	var b strings.Builder
+	b.WriteString("load 1m\n")
+	for _, s := range slices.Sorted(maps.Keys(r.series)) {
+		fmt.Fprintf(&b, "  %s %s\n", s, strings.Join(r.series[s], " "))
+	}
+	return b.String()
+}
+
+// names are the series names the last scrape showed (a histogram's
+// _bucket, _sum and _count).
+func (r *recording) names() map[string]bool {
+	out := map[string]bool{}
+	for s := range r.series {
+		name, _, _ := strings.Cut(s, "{")
+		out[name] = true
+	}
+	return out
+}
+
+var quiet = ceiling.WithLogger(slog.New(slog.DiscardHandler))
+
+// healthy records six minutes of a limiter whose remote backend answers
+// every call.
+func healthy(t *testing.T) *recording {
+	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "chat", Key: ceiling.RemoteAddr, Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailOpen},
+		{Name: "shop", Key: ceiling.Static("s"), Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailLocal},
+	}, ceiling.WithBackend(&stub{}), ceiling.WithObserver(obs), ceiling.WithTimeout(time.Second), quiet)
+	t.Cleanup(func() { l.Close() })
+	rec := newRecording(t, obs)
+	rec.scrape()
+	for range 6 {
+		get(l.Handler(ok), 20)
+		rec.scrape()
+	}
+	return rec
+}
+
+// outage records a process with two limiters on one observer: one on the
+// memory store, whose rules reject and spare each other (every decision
+// outcome), and one on a remote backend that is healthy for five minutes,
+// then times out, fails, flaps between degraded and healthy three times
+// and stays degraded while its rules' fail modes admit.
+func outage(t *testing.T) *recording {
+	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
+	store := memory.New()
+	t.Cleanup(func() { store.Close() })
+	local := ceiling.MustNew([]ceiling.Rule{
+		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour},
+		{Name: "day", Key: ceiling.RemoteAddr, Limit: 100, Period: 24 * time.Hour},
+		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour, Shadow: true},
+	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), quiet)
+	t.Cleanup(func() { local.Close() })
+
+	be := &stub{}
+	const timeout = 5 * time.Millisecond
+	remote := ceiling.MustNew([]ceiling.Rule{
+		{Name: "chat", Key: ceiling.RemoteAddr, Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailOpen},
+		{Name: "shop", Key: ceiling.Static("s"), Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailLocal},
+	}, ceiling.WithBackend(be), ceiling.WithObserver(obs), ceiling.WithTimeout(timeout),
+		ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 3, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}), quiet)
+	t.Cleanup(func() { remote.Close() })
+	h := remote.Handler(ok)
+
+	rec := newRecording(t, obs)
+	rec.scrape()
+	for range 5 { // 0m–5m: healthy
+		get(local.Handler(ok), 3)
+		get(h, 5)
+		rec.scrape()
+	}
+	// 6m: two calls time out, then the backend refuses: degraded. It
+	// recovers and fails twice more.
+	for i := range 3 {
+		if i == 0 {
+			be.set("hang")
+			get(h, 2)
+		}
+		be.set("fail")
+		waitFor(t, remote, "degraded", func() { get(h, 1) })
+		if i < 2 {
+			be.set("")
+			waitFor(t, remote, "healthy", func() { get(h, 1) })
+		}
+	}
+	get(h, 5) // admitted by the fail modes
+	rec.scrape()
+	get(h, 5) // 7m: still degraded
+	rec.scrape()
+	return rec
+}
+
+// waitFor sends requests until the limiter's health is status: the
+// breaker's cool-down is real time, however short.
+func waitFor(t *testing.T, l *ceiling.Limiter, status string, request func()) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Health().Status != status {
+		if time.Now().After(deadline) {
+			t.Fatalf("the limiter is still %s, want %s", l.Health().Status, status)
+		}
+		request()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// missingNames parses a PromQL expression and returns the metrics it
+// selects (by name or by a __name__ matcher) that exported lacks.
+func missingNames(expr string, exported map[string]bool) ([]string, error) {
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	selectors := 0
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		selectors++
+		name := vs.Name
+		for _, m := range vs.LabelMatchers {
+			if m.Name == "__name__" {
+				name = m.Value
+			}
+		}
+		if !exported[name] {
+			missing = append(missing, name)
+		}
+		return nil
+	})
+	if selectors == 0 {
+		return nil, fmt.Errorf("%q selects no metric", expr)
+	}
+	return missing, nil
+}
+
+// checkNames fails the test for an expression that does not parse or
+// names a metric the exporter does not export.
+func checkNames(t *testing.T, where, expr string, exported map[string]bool) {
+	t.Helper()
+	missing, err := missingNames(expr, exported)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+	}
+	for _, n := range missing {
+		t.Errorf("%s names %s, which the exporter does not export (it exports %v)", where, n, slices.Sorted(maps.Keys(exported)))
+	}
+}
