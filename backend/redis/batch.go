@@ -331,7 +331,7 @@ func (s *Store) batcherFor(ctx context.Context, cmd *redis.Cmd) (*batcher, error
 	key, _ := cmd.Args()[3].(string)
 	node, err := s.cluster.MasterForKey(ctx, key)
 	if err != nil {
-		return nil, classify(err)
+		return nil, s.classify(err)
 	}
 	addr := node.Options().Addr
 	if b, ok := s.nodes.Load(addr); ok {

@@ -42,6 +42,26 @@ func classify(err error) error {
 	return err
 }
 
+// authCloses is how long after a server refused a client for want of a
+// password an EOF on its connections is blamed on the refusal: Redis
+// closes the connection after "unauthenticated multibulk length", and
+// go-redis, which keeps it, sees EOF on its next command.
+const authCloses = time.Second
+
+// classify is the package's classify, remembering refused authentication
+// for authCloses so that the closed connection it leaves behind is
+// reported as the authentication failure it is.
+func (s *Store) classify(err error) error {
+	err = classify(err)
+	switch {
+	case errors.Is(err, backend.ErrAuth):
+		s.authRefused.Store(time.Now().UnixNano())
+	case errors.Is(err, io.EOF) && time.Now().UnixNano()-s.authRefused.Load() < int64(authCloses):
+		return fmt.Errorf("%w: connection closed after the server refused authentication: %w", backend.ErrAuth, err)
+	}
+	return err
+}
+
 func unreachable(err error) error {
 	return fmt.Errorf("%w: %w", backend.ErrUnreachable, err)
 }

@@ -27,11 +27,11 @@ func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, a
 	ops[0] = op{script: script, cmd: evalSha(ctx, script, keys, args)}
 	if err := s.call(ctx, w, ops, false); err != nil {
 		w.release(false)
-		return nil, classify(err)
+		return nil, s.classify(err)
 	}
 	v, err := ops[0].cmd.Result()
 	w.release(true)
-	return v, classify(err)
+	return v, s.classify(err)
 }
 
 // runGroups runs the decide script once per group, every group in the same
@@ -52,12 +52,12 @@ func (s *Store) runGroups(ctx context.Context, keys [][]string, reqs [][]backend
 	errs := make([]error, len(reqs))
 	for g := range reqs {
 		if err != nil {
-			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), classify(err))
+			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), s.classify(err))
 			continue
 		}
 		v, e := ops[g].cmd.Result()
 		if e != nil {
-			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), classify(e))
+			errs[g] = fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs[g]), s.classify(e))
 			continue
 		}
 		replies[g], errs[g] = decode(v, reqs[g], withPeeks)

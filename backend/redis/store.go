@@ -43,6 +43,7 @@ type Store struct {
 	batch               *batcher     // the one node's, without Cluster
 	nodes               sync.Map     // on Cluster: master address -> *batcher
 	reloaded            atomic.Int64 // UnixNano of the last slot map reload asked for
+	authRefused         atomic.Int64 // UnixNano of the last ErrAuth
 	dials               dialLog
 }
 

@@ -98,6 +98,21 @@ func Server(tb testing.TB) *Instance {
 	return inst
 }
 
+// ServerWith is [Server] with more configuration lines, such as
+// "requirepass secret", "replicaof 127.0.0.1 6379" or "maxmemory 1mb", for
+// tests of a server configured the way a user's might be. A server that
+// asks for a password counts as started when it answers PING with NOAUTH.
+func ServerWith(tb testing.TB, config ...string) *Instance {
+	tb.Helper()
+	bin := lookPath(tb, "redis-server")
+	inst, err := startInstance(bin, kind{extra: config})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(inst.Close)
+	return inst
+}
+
 // kind says what a server is besides a plain redis-server.
 type kind struct {
 	cluster  bool     // a cluster node
@@ -236,7 +251,7 @@ func waitReady(addr string, exited <-chan struct{}) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
 		cancel()
-		if err == nil {
+		if err == nil || redis.HasErrorPrefix(err, "NOAUTH") {
 			return nil
 		}
 		select {
