@@ -52,13 +52,13 @@ func ExampleRule_limits() {
 		}
 	}
 	// Output:
-	// free 200 "api";q=2;w=60 "api";r=1;t=60
+	// free 200 "api";q=2;w=60 "api";r=1;t=0
 	// free 200 "api";q=2;w=60 "api";r=0;t=60
 	// free 429 "api";q=2;w=60 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (2 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
-	// pro 200 "api";q=5;w=60 "api";r=4;t=60
-	// pro 200 "api";q=5;w=60 "api";r=3;t=60
-	// pro 200 "api";q=5;w=60 "api";r=2;t=60
-	// pro 200 "api";q=5;w=60 "api";r=1;t=60
+	// pro 200 "api";q=5;w=60 "api";r=4;t=0
+	// pro 200 "api";q=5;w=60 "api";r=3;t=0
+	// pro 200 "api";q=5;w=60 "api";r=2;t=0
+	// pro 200 "api";q=5;w=60 "api";r=1;t=0
 	// pro 200 "api";q=5;w=60 "api";r=0;t=60
 	// pro 429 "api";q=5;w=60 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (5 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
 }

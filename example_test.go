@@ -31,7 +31,7 @@ func ExampleLimiter_Handler() {
 	}
 	fmt.Println(w429Body(h))
 	// Output:
-	// 200 "api";r=1;t=60 retry-after=""
+	// 200 "api";r=1;t=0 retry-after=""
 	// 200 "api";r=0;t=60 retry-after=""
 	// 429 "api";r=0;t=60 retry-after="60"
 	// {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (2 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
@@ -61,10 +61,10 @@ func ExampleNew() {
 		fmt.Println(w.Code, w.Header().Get("RateLimit"))
 	}
 	// Output:
-	// 200 "chat:minute";r=1;t=60, "chat:day";r=999;t=86400
-	// 200 "chat:minute";r=0;t=60, "chat:day";r=998;t=86400
-	// 429 "chat:minute";r=0;t=60, "chat:day";r=998;t=86400
-	// 429 "chat:minute";r=0;t=60, "chat:day";r=998;t=86400
+	// 200 "chat:minute";r=1;t=0, "chat:day";r=999;t=0
+	// 200 "chat:minute";r=0;t=60, "chat:day";r=998;t=0
+	// 429 "chat:minute";r=0;t=60, "chat:day";r=998;t=0
+	// 429 "chat:minute";r=0;t=60, "chat:day";r=998;t=0
 }
 
 // New reports configuration mistakes by name, before any request is served.

@@ -24,7 +24,9 @@ const (
 	// (draft-ietf-httpapi-ratelimit-headers): RateLimit-Policy lists every
 	// enforced rule as `"name";q=LIMIT;w=SECONDS`, and RateLimit the current
 	// state of each rule that applied as `"name";r=REMAINING;t=SECONDS`. Both
-	// are HTTP Structured Field lists.
+	// are HTTP Structured Field lists. t is draft-11's: the seconds until at
+	// least one more unit is available (0 while some remain); on a 429 a
+	// rejecting rule's t is its Retry-After.
 	HeadersIETF HeaderStyle = iota
 	// HeadersRateLimit sends the widely deployed RateLimit-Limit,
 	// RateLimit-Remaining and RateLimit-Reset (delta-seconds) of the most
@@ -84,7 +86,7 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 			buf = append(buf, `";r=`...)
 			buf = strconv.AppendInt(buf, rr.Remaining, 10)
 			buf = append(buf, ";t="...)
-			buf = appendSeconds(buf, rr.ResetAfter)
+			buf = appendSeconds(buf, rr.untilNext())
 		}
 		st.buf = buf
 		if policy != nil {
@@ -106,6 +108,18 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 		h[prefix+"Remaining"] = []string{strconv.FormatInt(rr.Remaining, 10)}
 		h[prefix+"Reset"] = []string{seconds(rr.ResetAfter)}
 	}
+}
+
+// untilNext is the RateLimit field's t for rr, as draft-11 defines it: the
+// time until the rule can take at least one more unit (zero while units
+// remain). For a rule that rejected the request it is that request's
+// RetryAfter, so a lone rejecting rule's t equals Retry-After and
+// Retry-After is the largest t of the rejecting rules.
+func (rr *RuleResult) untilNext() time.Duration {
+	if !rr.Allowed && rr.RetryAfter > 0 {
+		return rr.RetryAfter
+	}
+	return rr.NextAfter
 }
 
 // advertised reports whether rr's state belongs in the headers: not for a

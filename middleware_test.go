@@ -153,8 +153,9 @@ func TestSeveralRejectionsAreDeterministic(t *testing.T) {
 		violated  []string
 		ratelimit string
 	}{
-		{[]Rule{minute, day, ip}, []string{"minute", "day"}, `"minute";r=0;t=50, "day";r=0;t=72000, "ip";r=200;t=1`},
-		{[]Rule{ip, day, minute}, []string{"day", "minute"}, `"ip";r=200;t=1, "day";r=0;t=72000, "minute";r=0;t=50`},
+		// t: a rejecting rule's own wait, 0 for a rule with units left.
+		{[]Rule{minute, day, ip}, []string{"minute", "day"}, `"minute";r=0;t=10, "day";r=0;t=10800, "ip";r=200;t=0`},
+		{[]Rule{ip, day, minute}, []string{"day", "minute"}, `"ip";r=200;t=0, "day";r=0;t=10800, "minute";r=0;t=10`},
 	} {
 		be := &scripted{answers: answers}
 		w := serve(t, MustNew(tc.rules, WithBackend(be)).Handler(okHandler), httptest.NewRequest("GET", "/", nil))
@@ -348,7 +349,7 @@ func TestUnreadStateIsNotAdvertised(t *testing.T) {
 		{Name: "day", Key: Static("s"), Limit: 1000, Period: 24 * time.Hour},
 	}
 	w := serve(t, MustNew(rules, WithBackend(be)).Handler(okHandler), httptest.NewRequest("GET", "/", nil))
-	if got, want := w.Header().Get("RateLimit"), `"minute";r=0;t=40`; got != want {
+	if got, want := w.Header().Get("RateLimit"), `"minute";r=0;t=20`; got != want {
 		t.Errorf("RateLimit = %q, want %q", got, want)
 	}
 	be.answers["minute"] = backend.Result{Allowed: true, Limit: 30, Remaining: 5, Unread: true}
