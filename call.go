@@ -61,7 +61,7 @@ func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backen
 		}
 		err := l.decideInto(ctx, reqs, out)
 		if obs != nil {
-			obs.ObserveBackend(time.Since(start), err)
+			observeCall(obs, time.Since(start), out, err)
 		}
 		return err
 	}
@@ -71,7 +71,7 @@ func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backen
 	start := time.Now()
 	v, err := l.bounded(ctx, op{reqs: reqs, out: out})
 	if obs != nil {
-		obs.ObserveBackend(time.Since(start), err)
+		observeCall(obs, time.Since(start), out, err)
 	}
 	l.judge(reqs, out, v, err)
 	return err
@@ -297,7 +297,7 @@ func (l *Limiter) callOutside(ctx context.Context, o op) error {
 	start := time.Now()
 	v, err := l.bounded(ctx, o)
 	if obs := l.cfg.observer; obs != nil && !o.reset {
-		obs.ObserveBackend(time.Since(start), err)
+		observeCall(obs, time.Since(start), o.out, err)
 	}
 	l.judge(o.reqs, o.out, v, err)
 	return err

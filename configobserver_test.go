@@ -3,6 +3,7 @@ package ceiling
 import (
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -47,5 +48,53 @@ func TestConfigObserverIsToldTheRulesAndTheTimeout(t *testing.T) {
 				t.Errorf("timeout = %v, want %v", c.Timeout, tc.timeout)
 			}
 		})
+	}
+}
+
+type callCounter struct {
+	NopObserver
+	mu            sync.Mutex
+	calls, cached int
+}
+
+func (c *callCounter) ObserveBackend(time.Duration, error) { c.mu.Lock(); c.calls++; c.mu.Unlock() }
+
+type cacheCounter struct{ *callCounter }
+
+func (c cacheCounter) ObserveCached() { c.mu.Lock(); c.cached++; c.mu.Unlock() }
+
+// An answer from the deny cache is not a backend call: its latency would
+// hide a slow backend's quantiles. It is counted apart, for an observer
+// that asks.
+func TestCachedAnswersAreNotBackendCalls(t *testing.T) {
+	rules := []Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}}
+	for _, asks := range []bool{true, false} {
+		be := &denyCached{spent: "no key starts so"}
+		counts := &callCounter{}
+		var obs Observer = counts
+		if asks {
+			obs = cacheCounter{counts}
+		}
+		l := MustNew(rules, WithBackend(be), WithObserver(obs), WithLogger(slog.New(slog.DiscardHandler)))
+		h := l.Handler(okHandler)
+		if got, want := codes(t, h, 3), []int{200, 200, 200}; !sameInts(got, want) {
+			t.Fatalf("statuses = %v, want %v", got, want)
+		}
+		be.mu.Lock()
+		be.spent = "" // every key is in the deny cache
+		be.mu.Unlock()
+		if got, want := codes(t, h, 2), []int{429, 429}; !sameInts(got, want) {
+			t.Fatalf("statuses = %v, want %v", got, want)
+		}
+		l.Close()
+		counts.mu.Lock()
+		calls, cached := counts.calls, counts.cached
+		counts.mu.Unlock()
+		if calls != 3 {
+			t.Errorf("CacheObserver %v: backend calls observed = %d, want 3", asks, calls)
+		}
+		if want := map[bool]int{true: 2, false: 0}[asks]; cached != want {
+			t.Errorf("CacheObserver %v: cached answers observed = %d, want %d", asks, cached, want)
+		}
 	}
 }

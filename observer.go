@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
 )
 
 // Outcome is what one rule decided for one request. Every decided request
@@ -60,7 +62,8 @@ type Observer interface {
 	ObserveDecision(rule string, outcome Outcome)
 	// ObserveBackend is called after every backend call with its latency
 	// and error (nil when it answered). Calls skipped by the open circuit
-	// breaker are not calls.
+	// breaker are not calls, and neither are answers from a cache in
+	// process (the Redis deny cache): a [CacheObserver] is told of those.
 	ObserveBackend(latency time.Duration, err error)
 	// ObserveDegraded is called once per transition between healthy and
 	// degraded.
@@ -107,6 +110,27 @@ func (l *Limiter) observeConfig() {
 		c.Timeout = l.cfg.timeout
 	}
 	co.ObserveConfig(c)
+}
+
+// A CacheObserver is an [Observer] that is also told of each decision a
+// backend answered from a cache in this process ([backend.Result.Cached],
+// the Redis deny cache) without calling its server. Such answers are not
+// backend calls: counted as calls, their near-zero latency would hide a
+// slow backend's quantiles and dilute its error rate.
+type CacheObserver interface {
+	Observer
+	ObserveCached()
+}
+
+// observeCall reports one backend call, or a cached answer, to obs.
+func observeCall(obs Observer, latency time.Duration, out []backend.Result, err error) {
+	if err == nil && len(out) > 0 && out[0].Cached {
+		if co, ok := obs.(CacheObserver); ok {
+			co.ObserveCached()
+		}
+		return
+	}
+	obs.ObserveBackend(latency, err)
 }
 
 // NopObserver ignores everything. Embed it in an [Observer] that cares about

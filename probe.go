@@ -108,7 +108,7 @@ func (l *Limiter) probe() error {
 	start := time.Now()
 	_, err := l.bounded(context.Background(), op{reqs: []backend.Request{l.fo.canary}, out: out})
 	if obs := l.cfg.observer; obs != nil {
-		obs.ObserveBackend(time.Since(start), err)
+		observeCall(obs, time.Since(start), out, err)
 	}
 	switch {
 	case err != nil:

@@ -11,6 +11,7 @@
 //	ceiling_backend_duration_seconds              histogram of backend calls
 //	ceiling_backend_errors_total{kind="timeout|error"}
 //	ceiling_backend_timeout_seconds               the limiter's backend timeout (remote backends)
+//	ceiling_deny_cache_hits_total                 decisions the Redis deny cache answered in process
 //	ceiling_degraded                              1 while the breaker is open
 //	ceiling_degraded_transitions_total            healthy → degraded transitions
 //	ceiling_failmode_admissions_total{rule, mode="open|local"}
@@ -60,6 +61,7 @@ type Observer struct {
 	// until a limiter with a remote backend tells its timeout: a zero
 	// would put every in-process limiter's latency "near the timeout".
 	timeout *prometheus.GaugeVec
+	cached  prometheus.Counter
 
 	mu         sync.Mutex
 	minTimeout time.Duration
@@ -67,6 +69,7 @@ type Observer struct {
 
 var (
 	_ ceiling.ConfigObserver = (*Observer)(nil)
+	_ ceiling.CacheObserver  = (*Observer)(nil)
 	_ prometheus.Collector   = (*Observer)(nil)
 )
 
@@ -109,6 +112,10 @@ func New(o Options) *Observer {
 			Namespace: ns, Name: "backend_timeout_seconds", ConstLabels: o.ConstLabels,
 			Help: "The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.",
 		}, nil),
+		cached: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Name: "deny_cache_hits_total", ConstLabels: o.ConstLabels,
+			Help: "Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.",
+		}),
 	}
 	// Every series an alert watches exists from the start, at zero, so
 	// that its first increase is one that increase() and rate() can see.
@@ -155,6 +162,9 @@ func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 	}
 }
 
+// ObserveCached counts a decision the deny cache answered.
+func (o *Observer) ObserveCached() { o.cached.Inc() }
+
 // ObserveDegraded sets the degraded gauge and counts transitions into it.
 func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
 	if e.Degraded {
@@ -179,6 +189,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.transitions.Describe(ch)
 	o.failmode.Describe(ch)
 	o.timeout.Describe(ch)
+	o.cached.Describe(ch)
 }
 
 // Collect sends the metrics' current values.
@@ -190,4 +201,5 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.transitions.Collect(ch)
 	o.failmode.Collect(ch)
 	o.timeout.Collect(ch)
+	o.cached.Collect(ch)
 }

@@ -63,11 +63,13 @@ ceiling_decisions_total{outcome="shadow_rejected",rule="new"} 3
 	}
 }
 
-// flaky fails while down is set.
+// flaky fails while down is set, hangs while hang is, and rejects from its
+// deny cache while cached is.
 type flaky struct {
-	mu   sync.Mutex
-	down bool
-	hang bool
+	mu     sync.Mutex
+	down   bool
+	hang   bool
+	cached bool
 }
 
 func (f *flaky) set(down, hang bool) {
@@ -88,6 +90,15 @@ func (f *flaky) Decide(ctx context.Context, reqs []backend.Request) ([]backend.R
 		return nil, errors.New("connection refused")
 	}
 	out := make([]backend.Result, len(reqs))
+	f.mu.Lock()
+	cached := f.cached
+	f.mu.Unlock()
+	if cached {
+		for i, r := range reqs {
+			out[i] = backend.Result{Limit: r.Limit, RetryAfter: time.Second, Cached: true}
+		}
+		return out, nil
+	}
 	for i, r := range reqs {
 		out[i] = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - r.Cost}
 	}
@@ -201,11 +212,42 @@ ceiling_backend_timeout_seconds 0.05
 	}
 }
 
+// Deny-cache answers are counted as hits, not as backend calls whose
+// near-zero latency would hide a slow backend.
+func TestDenyCacheHits(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	be := &flaky{}
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute}},
+		ceiling.WithBackend(be), ceiling.WithObserver(obs), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	h := l.Handler(ok)
+	get(h)
+	be.mu.Lock()
+	be.cached = true
+	be.mu.Unlock()
+	if got := get(h); got != 429 {
+		t.Fatalf("status %d, want 429 from the deny cache", got)
+	}
+	get(h)
+	want := `
+# HELP ceiling_deny_cache_hits_total Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.
+# TYPE ceiling_deny_cache_hits_total counter
+ceiling_deny_cache_hits_total 2
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_deny_cache_hits_total"); err != nil {
+		t.Error(err)
+	}
+	if got := histogramCount(t, obs); got != 1 {
+		t.Errorf("backend calls observed = %d, want 1", got)
+	}
+}
+
 func TestMetricNamesFollowConventions(t *testing.T) {
 	obs := ceilingprom.New(ceilingprom.Options{})
 	obs.ObserveDecision("r", ceiling.OutcomeAllowed)
 	obs.ObserveBackend(time.Millisecond, errors.New("x"))
 	obs.ObserveFailMode("r", ceiling.FailOpen)
+	obs.ObserveCached()
 	problems, err := testutil.CollectAndLint(obs)
 	if err != nil {
 		t.Fatal(err)
