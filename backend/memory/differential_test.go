@@ -99,3 +99,9 @@ func mergeRun(log []refmodel.Run, r refmodel.Run) []refmodel.Run {
 	}
 	return append(log, r)
 }
+
+// TestConcurrentMatchesReplay races 8 goroutines on shared keys: every key
+// holds exactly the replay of the admitted calls afterwards.
+func TestConcurrentMatchesReplay(t *testing.T) {
+	differential(t).Concurrent(t, 8, 20, 100)
+}
