@@ -328,6 +328,8 @@ func TestNewRejectsBadRules(t *testing.T) {
 		{"burst without GCRA", []Rule{{Name: "b", Key: RemoteAddr, Limit: 3, Period: time.Second, Burst: 6}}, nil, "set Algorithm: ceiling.GCRA"},
 		{"burst on a log", []Rule{{Name: "l", Key: RemoteAddr, Limit: 3, Period: time.Second, Burst: 6, Algorithm: SlidingLog}}, nil, "Burst is GCRA's"},
 		{"short secret", []Rule{ok}, []Option{WithKeySecret([]byte("x"))}, "too short"},
+		{"secret under 32 bytes", []Rule{ok}, []Option{WithKeySecret([]byte("0123456789abcdef0123456789abcde"))}, "want at least 32"},
+		{"a sliding log of megabytes", []Rule{{Name: "l", Key: RemoteAddr, Limit: 50_000, Period: time.Hour, Algorithm: SlidingLog}}, nil, "at most 10000"},
 		{"nil backend", []Rule{ok}, []Option{WithBackend(nil)}, "WithBackend(nil)"},
 	} {
 		_, err := New(tc.rules, tc.opts...)
@@ -335,6 +337,16 @@ func TestNewRejectsBadRules(t *testing.T) {
 			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
 		}
 	}
+}
+
+// The bounds of TestNewRejectsBadRules are inclusive.
+func TestNewAcceptsTheBounds(t *testing.T) {
+	log := Rule{Name: "l", Key: RemoteAddr, Limit: MaxSlidingLogLimit, Period: time.Hour, Algorithm: SlidingLog}
+	l, err := New([]Rule{log}, WithKeySecret([]byte("0123456789abcdef0123456789abcdef")))
+	if err != nil {
+		t.Fatalf("a sliding log of %d and a secret of 32 bytes: %v", MaxSlidingLogLimit, err)
+	}
+	l.Close()
 }
 
 // A backend that refused a call from a cache knows nothing of the other

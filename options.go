@@ -80,16 +80,24 @@ func WithHeaders(s HeaderStyle) Option {
 	}
 }
 
+// MinKeySecret is the shortest secret [WithKeySecret] takes, in bytes.
+const MinKeySecret = 32
+
 // WithKeySecret makes stored keys an HMAC-SHA256 of the key value under
 // secret, so that nobody who reads the backend can recover an IP address or
 // a phone number by hashing candidates. Without it keys are plain SHA-256
 // digests: fixed length and free of raw values, but guessable for small key
-// spaces such as IPv4 addresses. Use at least 32 random bytes, the same on
-// every instance.
+// spaces such as IPv4 addresses. Use the same secret on every instance.
+//
+// A secret shorter than [MinKeySecret] (32 bytes, the length of a SHA-256
+// output, below which RFC 2104 says an HMAC key weakens the function) is an
+// error. The length is checked, not the randomness: 32 random bytes, or 32
+// hex characters of 16 random bytes (`openssl rand -hex 16` and longer), not
+// a phrase.
 func WithKeySecret(secret []byte) Option {
 	return func(c *config) error {
-		if len(secret) < 16 {
-			return fmt.Errorf("ceiling: WithKeySecret: %d bytes is too short (want at least 16)", len(secret))
+		if len(secret) < MinKeySecret {
+			return fmt.Errorf("ceiling: WithKeySecret: %d bytes is too short (want at least %d, e.g. from `openssl rand -hex 32`)", len(secret), MinKeySecret)
 		}
 		c.secret = append([]byte(nil), secret...)
 		return nil
