@@ -1,6 +1,7 @@
 package ceiling_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -60,11 +61,16 @@ func ExampleNew() {
 		h.ServeHTTP(w, httptest.NewRequest("POST", "/api/chat", nil))
 		fmt.Println(w.Code, w.Header().Get("RateLimit"))
 	}
+	// A 429 shows only the rule that refused it; the day's budget is as the
+	// second request left it.
+	day, _ := limiter.Peek(context.Background(), "chat:day", "shop-1")
+	fmt.Println("chat:day remaining:", day.Remaining)
 	// Output:
 	// 200 "chat:minute";r=1;t=0, "chat:day";r=999;t=0
 	// 200 "chat:minute";r=0;t=60, "chat:day";r=998;t=0
-	// 429 "chat:minute";r=0;t=60, "chat:day";r=998;t=0
-	// 429 "chat:minute";r=0;t=60, "chat:day";r=998;t=0
+	// 429 "chat:minute";r=0;t=60
+	// 429 "chat:minute";r=0;t=60
+	// chat:day remaining: 998
 }
 
 // New reports configuration mistakes by name, before any request is served.

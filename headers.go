@@ -48,12 +48,13 @@ const (
 )
 
 // policyHeader precomputes RateLimit-Policy: it depends only on the rules.
-// Shadow rules are not advertised: they do not limit anybody yet.
+// Shadow rules are not advertised (they do not limit anybody yet), nor are
+// Hidden ones.
 func policyHeader(rules []Rule) []string {
 	var b strings.Builder
 	for i := range rules {
 		r := &rules[i]
-		if r.Shadow {
+		if r.Shadow || r.Hidden {
 			continue
 		}
 		if b.Len() > 0 {
@@ -68,14 +69,18 @@ func policyHeader(rules []Rule) []string {
 	return []string{b.String()}[:1:1]
 }
 
-// write sets the style's headers for d on h.
+// write sets the style's headers for d on h. On a rejection only the
+// rejecting rules' state is shown: the others' state is no business of a
+// request they did not decide, and a 429 must not be a free way to watch
+// a key (a victim's phone number) that the caller cannot spend. That is
+// also all the Redis deny cache knows, so its answers and Redis's agree.
 func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *state) {
 	switch s {
 	case HeadersIETF:
 		buf := st.buf[:0]
 		for i := range d.Results {
 			rr := &d.Results[i]
-			if !rr.advertised() {
+			if !rr.advertised() || !d.Allowed && rr.Allowed {
 				continue
 			}
 			if len(buf) > 0 {
@@ -123,18 +128,24 @@ func (rr *RuleResult) untilNext() time.Duration {
 }
 
 // advertised reports whether rr's state belongs in the headers: not for a
-// shadow rule (it limits nobody yet), a rule that failed open (nothing was
-// counted) or a state the backend did not read.
+// shadow rule (it limits nobody yet), a Hidden rule, a rule that failed
+// open (nothing was counted) or a state the backend did not read.
 func (rr *RuleResult) advertised() bool {
-	return !rr.Rule.Shadow && rr.Fallback != FailOpen && !rr.Unread
+	return !rr.Rule.Shadow && !rr.Rule.Hidden && rr.Fallback != FailOpen && !rr.Unread
 }
 
 // mostConstrained is the rule whose headers a single-policy style reports:
-// the first rejecting rule, else the one with the fewest units remaining
+// on a rejection the first rejecting rule that is advertised (none when
+// only Hidden rules reject), else the one with the fewest units remaining
 // (the first such in declaration order).
 func mostConstrained(d *Decision) *RuleResult {
-	if rr := d.Rejected(); rr != nil {
-		return rr
+	if !d.Allowed {
+		for i := range d.Results {
+			if rr := &d.Results[i]; !rr.Allowed && rr.advertised() {
+				return rr
+			}
+		}
+		return nil
 	}
 	var best *RuleResult
 	for i := range d.Results {
@@ -216,15 +227,19 @@ func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
 // quota-exceeded, naming every rejecting rule in declaration order with the
 // limit that applied, and when to retry. Adapters for other protocols (the
 // gRPC status of package ceilinggrpc) say the same from it.
+//
+// A Hidden rule is named, and its wait counted in RetryAfter, only when no
+// other rule rejects too (see [Rule.Hidden]).
 func RejectionProblem(d *Decision) *Problem {
 	p := &Problem{
 		Type:   QuotaExceededType,
 		Title:  "Too Many Requests",
 		Status: http.StatusTooManyRequests,
 	}
+	f := refusal(d)
 	var quotas []string
 	for i := range d.Results {
-		if rr := &d.Results[i]; !rr.Allowed && !rr.Rule.Shadow {
+		if rr := &d.Results[i]; f.names(rr) {
 			p.ViolatedPolicies = append(p.ViolatedPolicies, rr.Rule.Name)
 			// The limit that applied to this request, which a rule's
 			// Limits may have chosen.
@@ -232,13 +247,52 @@ func RejectionProblem(d *Decision) *Problem {
 		}
 	}
 	p.Detail = "quota exceeded for " + strings.Join(quotas, ", ")
-	if d.RetryAfter == backend.Never {
+	if f.retryAfter == backend.Never {
 		p.Detail += "; this request costs more than the quota can ever admit"
-	} else if d.RetryAfter > 0 {
-		p.RetryAfter = int64((d.RetryAfter + time.Second - 1) / time.Second)
+	} else if f.retryAfter > 0 {
+		p.RetryAfter = int64((f.retryAfter + time.Second - 1) / time.Second)
 		p.Detail += fmt.Sprintf("; retry in %d s", p.RetryAfter)
 	}
 	return p
+}
+
+// shownRefusal is what a response may say about a rejected decision.
+type shownRefusal struct {
+	hideHidden bool          // a listed rule rejects: Hidden ones go unnamed
+	retryAfter time.Duration // when every named rule admits, or backend.Never
+}
+
+// refusal is what a response may say about d: the rejecting rules, less
+// the Hidden ones when a listed rule rejects too, and the wait after which
+// every one of those would admit. Naming a Hidden rule beside a listed one
+// would tell a caller who has spent their own budget, for free, whether a
+// third party's key is at its limit, and for how long.
+func refusal(d *Decision) shownRefusal {
+	var f shownRefusal
+	for i := range d.Results {
+		if rr := &d.Results[i]; !rr.Allowed && !rr.Rule.Shadow && !rr.Rule.Hidden {
+			f.hideHidden = true
+			break
+		}
+	}
+	for i := range d.Results {
+		rr := &d.Results[i]
+		if !f.names(rr) {
+			continue
+		}
+		switch {
+		case rr.RetryAfter == backend.Never || f.retryAfter == backend.Never:
+			f.retryAfter = backend.Never
+		case rr.RetryAfter > f.retryAfter:
+			f.retryAfter = rr.RetryAfter
+		}
+	}
+	return f
+}
+
+// names reports whether the response names rr as a rejecting rule.
+func (f shownRefusal) names(rr *RuleResult) bool {
+	return !rr.Allowed && !rr.Rule.Shadow && !(f.hideHidden && rr.Rule.Hidden)
 }
 
 // writeInputError answers a request that a key function refused, before

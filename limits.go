@@ -62,7 +62,7 @@ func requestPolicy(rules []Rule, st *state) []string {
 			limit = st.reqs[j].Limit
 			j++
 		}
-		if r.Shadow {
+		if r.Shadow || r.Hidden {
 			continue
 		}
 		if len(b) > 0 {

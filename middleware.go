@@ -96,6 +96,15 @@ type Rule struct {
 	// Shadow evaluates and reports the rule but never rejects with it, so a
 	// new limit can be rolled out safely.
 	Shadow bool
+	// Hidden keeps the rule's state out of every response: no
+	// RateLimit-Policy, RateLimit, single-policy or RateLimit-Shadow field
+	// names it. Set it on a rule whose key names a third party (the
+	// destination phone of an OTP, a listing being reported): its state is
+	// that party's activity, which the caller must not be able to watch. A
+	// 429 names a hidden rule, and its wait counts in Retry-After, only when
+	// no other rule refuses the request too: then the refusal itself has
+	// already told the caller that the key is at its limit.
+	Hidden bool
 }
 
 func (r *Rule) validate() error {
@@ -276,8 +285,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		l.cfg.headers.write(w.Header(), d, policy, st)
 		if !d.Allowed {
-			if d.RetryAfter > 0 {
-				w.Header()[hRetryAfter] = []string{seconds(d.RetryAfter)}
+			if retry := refusal(d).retryAfter; retry > 0 {
+				w.Header()[hRetryAfter] = []string{seconds(retry)}
 			}
 			l.cfg.reject(w, r, d)
 			return

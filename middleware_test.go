@@ -153,9 +153,10 @@ func TestSeveralRejectionsAreDeterministic(t *testing.T) {
 		violated  []string
 		ratelimit string
 	}{
-		// t: a rejecting rule's own wait, 0 for a rule with units left.
-		{[]Rule{minute, day, ip}, []string{"minute", "day"}, `"minute";r=0;t=10, "day";r=0;t=10800, "ip";r=200;t=0`},
-		{[]Rule{ip, day, minute}, []string{"day", "minute"}, `"ip";r=200;t=0, "day";r=0;t=10800, "minute";r=0;t=10`},
+		// t: a rejecting rule's own wait. Only the rejecting rules' state:
+		// "ip" did not decide this request.
+		{[]Rule{minute, day, ip}, []string{"minute", "day"}, `"minute";r=0;t=10, "day";r=0;t=10800`},
+		{[]Rule{ip, day, minute}, []string{"day", "minute"}, `"day";r=0;t=10800, "minute";r=0;t=10`},
 	} {
 		be := &scripted{answers: answers}
 		w := serve(t, MustNew(tc.rules, WithBackend(be)).Handler(okHandler), httptest.NewRequest("GET", "/", nil))

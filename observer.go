@@ -292,7 +292,7 @@ func (l *Limiter) record(ctx context.Context, d *Decision) {
 func writeShadowHeader(h http.Header, d *Decision) {
 	var b []byte
 	for i := range d.Results {
-		if rr := &d.Results[i]; rr.Rule.Shadow && !rr.Allowed && rr.Fallback != FailOpen {
+		if rr := &d.Results[i]; rr.Rule.Shadow && !rr.Rule.Hidden && !rr.Allowed && rr.Fallback != FailOpen {
 			if len(b) > 0 {
 				b = append(b, ", "...)
 			}

@@ -53,9 +53,9 @@ func Example() {
 	// Output:
 	// 200 code sent to +254700000001
 	// 200 code sent to +254700000001
-	// 429 Retry-After: 3600 RateLimit: "otp:phone";r=0;t=3600, "otp:ip";r=1;t=0
+	// 429 Retry-After: 3600 RateLimit: "otp:phone";r=0;t=3600
 	// 200 code sent to +254700000002
-	// 429 Retry-After: 3600 RateLimit: "otp:phone";r=2;t=0, "otp:ip";r=0;t=3600
+	// 429 Retry-After: 3600 RateLimit: "otp:ip";r=0;t=3600
 }
 
 // Opting in to Gin's idea of the client address is safe only once the engine
