@@ -25,11 +25,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
-	"github.com/ceiling-go/ceiling/backend"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -239,12 +239,13 @@ func limitStatus(rule string) error {
 
 // rejection is the status of a call a rule refused: the HTTP problem's
 // words, RetryInfo with the wait (none when the cost can never fit), and a
-// QuotaFailure naming each refusing rule with the limit that applied.
+// QuotaFailure naming each refusing rule with the limit that applied. Like
+// the problem, it names a Hidden rule only when no other rule refused.
 func rejection(d *ceiling.Decision) error {
 	p := ceiling.RejectionProblem(d)
 	qf := &errdetails.QuotaFailure{}
 	for i := range d.Results {
-		if rr := &d.Results[i]; !rr.Allowed && !rr.Rule.Shadow {
+		if rr := &d.Results[i]; !rr.Allowed && slices.Contains(p.ViolatedPolicies, rr.Rule.Name) {
 			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
 				Subject:     rr.Rule.Name,
 				Description: fmt.Sprintf("%d per %v", rr.Limit, rr.Rule.Period),
@@ -252,8 +253,8 @@ func rejection(d *ceiling.Decision) error {
 		}
 	}
 	details := []protoadapt.MessageV1{qf}
-	if d.RetryAfter > 0 && d.RetryAfter != backend.Never {
-		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
+	if p.RetryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(p.RetryAfter) * time.Second)})
 	}
 	return withDetails(status.New(codes.ResourceExhausted, p.Detail), details...)
 }

@@ -197,3 +197,37 @@ func TestNewRefusesBadBindings(t *testing.T) {
 		}
 	}
 }
+
+// A Hidden rule is named in a QuotaFailure, and its wait in RetryInfo, only
+// when no other rule refuses the call too: a caller who spent its own
+// budget learns nothing of a third party's key (issue 14).
+func TestHiddenRuleIsNamedOnlyWhenAloneRefusing(t *testing.T) {
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "dest", Limit: 1, Period: time.Hour, Algorithm: ceiling.SlidingLog, Hidden: true},
+		{Name: "api", Limit: 2, Period: time.Minute, Algorithm: ceiling.SlidingLog},
+	})
+	t.Cleanup(func() { l.Close() })
+	g := ceilinggrpc.MustNew(l, []ceilinggrpc.Rule{
+		{Name: "dest", Key: ceilinggrpc.Metadata("x-dest")},
+		{Name: "api", Key: ceilinggrpc.Metadata("x-api-key")},
+	})
+	s := serveLimiter(t, g)
+	call := func(key, dest string) error { return s.check(t, "x-api-key", key, "x-dest", dest) }
+	if errs := []error{call("k1", "d1"), call("k1", "d2")}; errs[0] != nil || errs[1] != nil {
+		t.Fatalf("first calls: %v", errs)
+	}
+	both := call("k1", "d1") // api spent, and d1 at its limit
+	if got := strings.Join(quotaSubjects(both), "; "); got != "api: 2 per 1m0s" {
+		t.Errorf("both refusing: QuotaFailure %q, want only api", got)
+	}
+	if d := retryDelay(both); d > time.Minute {
+		t.Errorf("both refusing: RetryInfo %v, want api's wait (under a minute), not the hidden rule's hour", d)
+	}
+	alone := call("k2", "d1")
+	if got := strings.Join(quotaSubjects(alone), "; "); got != "dest: 1 per 1h0m0s" {
+		t.Errorf("hidden rule alone refusing: QuotaFailure %q, want dest", got)
+	}
+	if d := retryDelay(alone); d < 59*time.Minute {
+		t.Errorf("hidden rule alone refusing: RetryInfo %v, want about an hour", d)
+	}
+}
