@@ -19,7 +19,8 @@
 // Alert on ceiling_degraded == 1 and on any increase of
 // ceiling_failmode_admissions_total: both mean limits are enforced less
 // than configured. The module ships these alerts as a Prometheus rule file,
-// alerts.yml; its README is their runbook.
+// alerts.yml, and a Grafana dashboard, dashboard.json; its README is their
+// runbook.
 package ceilingprom
 
 import (

@@ -1,7 +1,6 @@
 package check_test
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"regexp"
@@ -15,7 +14,6 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/prometheus/prometheus/promql/promqltest"
 )
 
 func loadAlerts(t *testing.T) map[string]rulefmt.Rule {
@@ -81,28 +79,14 @@ func TestAlertRulesLoadAndNameExportedMetrics(t *testing.T) {
 // watches a series born already incremented, would load and never fire.
 func TestAlertsFireOnAnOutageAndNotWhenHealthy(t *testing.T) {
 	alerts := loadAlerts(t)
-	engine := promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000)
 	eval := func(t *testing.T, load string, at time.Duration) map[string][]string {
 		t.Helper()
-		storage := promqltest.LoadedStorage(t, load)
+		q := newQuerier(t, load)
 		firing := map[string][]string{}
 		for name, r := range alerts {
-			q, err := engine.NewInstantQuery(context.Background(), storage, nil, r.Expr, time.Unix(0, 0).Add(at))
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			res := q.Exec(context.Background())
-			if res.Err != nil {
-				t.Fatalf("%s: %v", name, res.Err)
-			}
-			vec, err := res.Vector()
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			for _, s := range vec {
+			for _, s := range q.instant(t, r.Expr, at) {
 				firing[name] = append(firing[name], describe(s))
 			}
-			q.Close()
 			slices.Sort(firing[name])
 		}
 		return firing

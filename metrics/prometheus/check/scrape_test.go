@@ -22,7 +22,10 @@ import (
 	ceilingprom "github.com/ceiling-go/ceiling/metrics/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/promql/promqltest"
+	"github.com/prometheus/prometheus/storage"
 )
 
 // stub is a remote backend that admits everything, hangs until its
@@ -280,4 +283,34 @@ func checkNames(t *testing.T, where, expr string, exported map[string]bool) {
 	for _, n := range missing {
 		t.Errorf("%s names %s, which the exporter does not export (it exports %v)", where, n, slices.Sorted(maps.Keys(exported)))
 	}
+}
+
+// A querier evaluates PromQL on a recording, as Prometheus would.
+type querier struct {
+	engine  *promql.Engine
+	storage storage.Queryable
+}
+
+func newQuerier(t *testing.T, load string) *querier {
+	t.Helper()
+	return &querier{promqltest.NewTestEngine(t, false, 5*time.Minute, 1_000_000), promqltest.LoadedStorage(t, load)}
+}
+
+// instant evaluates expr at the offset from the recording's start.
+func (q *querier) instant(t *testing.T, expr string, at time.Duration) promql.Vector {
+	t.Helper()
+	qry, err := q.engine.NewInstantQuery(context.Background(), q.storage, nil, expr, time.Unix(0, 0).Add(at))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	defer qry.Close()
+	res := qry.Exec(context.Background())
+	if res.Err != nil {
+		t.Fatalf("%s: %v", expr, res.Err)
+	}
+	vec, err := res.Vector()
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return vec
 }
