@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ClusterInstance is a three-master Redis Cluster without replicas, every
-// node a redis-server on loopback. Its slots are spread evenly by
-// `redis-cli --cluster create`.
+// ClusterInstance is a three-master Redis Cluster, every node a
+// redis-server on loopback, without replicas ([Cluster], [SharedCluster])
+// or with one per master ([ClusterWithReplicas]). Its slots are spread
+// evenly by `redis-cli --cluster create`.
 type ClusterInstance struct {
-	// Nodes are the three masters, in the order they were created.
+	// Nodes are the nodes in the order they were created: the three masters
+	// first, then the replicas, if any. After a failover the roles change.
 	Nodes []*Instance
 }
 
@@ -35,9 +38,32 @@ func Cluster(tb testing.TB) *ClusterInstance {
 	return c
 }
 
-func startCluster(server, cli string) (*ClusterInstance, error) {
+// ClusterWithReplicas starts a Redis Cluster of three masters, each with a
+// replica that takes over when it fails (cluster-node-timeout is 2s, so a
+// killed master's replica is promoted within about 3 to 5 seconds), and
+// stops it when the test ends. It waits until every replica is in sync.
+func ClusterWithReplicas(tb testing.TB) *ClusterInstance {
+	tb.Helper()
+	server := lookPath(tb, "redis-server")
+	cli := lookPath(tb, "redis-cli")
+	c, err := startCluster(server, cli, 1)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	if err := c.waitReplicas(); err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+func startCluster(server, cli string, replicas ...int) (*ClusterInstance, error) {
+	perMaster := 0
+	if len(replicas) > 0 {
+		perMaster = replicas[0]
+	}
 	c := &ClusterInstance{}
-	for range 3 {
+	for range 3 * (1 + perMaster) {
 		inst, err := startInstance(server, kind{cluster: true})
 		if err != nil {
 			c.Close()
@@ -46,7 +72,7 @@ func startCluster(server, cli string) (*ClusterInstance, error) {
 		c.Nodes = append(c.Nodes, inst)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(perMaster), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
@@ -92,6 +118,91 @@ func (c *ClusterInstance) waitOK() error {
 		client.Close()
 	}
 	return nil
+}
+
+// waitReplicas waits until every replica reports its link to its master up.
+func (c *ClusterInstance) waitReplicas() error {
+	deadline := time.Now().Add(startTimeout)
+	for _, n := range c.Nodes {
+		client := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		for {
+			info, err := client.Info(context.Background(), "replication").Result()
+			if err == nil && (strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")) {
+				break
+			}
+			if time.Now().After(deadline) {
+				client.Close()
+				return fmt.Errorf("redistest: cluster node %s: replica not in sync within %v (%v)", n.Addr, startTimeout, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		client.Close()
+	}
+	return nil
+}
+
+// Node returns the node listening on addr, or nil.
+func (c *ClusterInstance) Node(addr string) *Instance {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// Failover kills the master at addr, as a crash would, and waits until the
+// surviving nodes report another node serving its slots (its replica,
+// promoted), which it returns. It needs [ClusterWithReplicas].
+func (c *ClusterInstance) Failover(tb testing.TB, addr string) *Instance {
+	tb.Helper()
+	dead := c.Node(addr)
+	if dead == nil {
+		tb.Fatalf("redistest: no cluster node at %s", addr)
+	}
+	var probe *Instance
+	for _, n := range c.Nodes {
+		if n != dead && n.PID() != 0 {
+			probe = n
+			break
+		}
+	}
+	client := redis.NewClient(&redis.Options{Addr: probe.Addr, MaxRetries: -1})
+	defer client.Close()
+	ctx := context.Background()
+	slots, err := client.ClusterSlots(ctx).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var slot int
+	found := false
+	for _, r := range slots {
+		if len(r.Nodes) > 0 && r.Nodes[0].Addr == addr {
+			slot, found = r.Start, true
+			break
+		}
+	}
+	if !found {
+		tb.Fatalf("redistest: %s serves no slot: not a master", addr)
+	}
+	dead.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		slots, err := client.ClusterSlots(ctx).Result()
+		if err == nil {
+			for _, r := range slots {
+				if r.Start <= slot && slot <= r.End && len(r.Nodes) > 0 && r.Nodes[0].Addr != addr {
+					if n := c.Node(r.Nodes[0].Addr); n != nil {
+						return n
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redistest: no node took over the slots of %s within 30s (%v)", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Addrs returns the nodes' addresses, what redis.ClusterOptions.Addrs takes.
