@@ -33,7 +33,11 @@ const (
 	// constrained rule.
 	HeadersRateLimit
 	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset (delta-seconds) of the most constrained rule.
+	// X-RateLimit-Reset of the most constrained rule. X-RateLimit-Reset is
+	// what clients of these fields parse, as go-chi/httprate, ulule/limiter,
+	// express-rate-limit and GitHub's API send it: the Unix time in seconds
+	// at which the rule is full again (this instance's clock plus the
+	// backend's reset delay, rounded up), not a number of seconds.
 	HeadersXRateLimit
 	// HeadersNone sends no rate-limit headers (Retry-After is still sent on
 	// every 429).
@@ -69,12 +73,14 @@ func policyHeader(rules []Rule) []string {
 	return []string{b.String()}[:1:1]
 }
 
-// write sets the style's headers for d on h. On a rejection only the
-// rejecting rules' state is shown: the others' state is no business of a
-// request they did not decide, and a 429 must not be a free way to watch
-// a key (a victim's phone number) that the caller cannot spend. That is
-// also all the Redis deny cache knows, so its answers and Redis's agree.
-func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *state) {
+// write sets the style's headers for d on h; clock gives the time of day
+// for the one field that carries it (X-RateLimit-Reset). On a rejection
+// only the rejecting rules' state is shown: the others' state is no
+// business of a request they did not decide, and a 429 must not be a free
+// way to watch a key (a victim's phone number) that the caller cannot
+// spend. That is also all the Redis deny cache knows, so its answers and
+// Redis's agree.
+func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *state, clock func() time.Time) {
 	switch s {
 	case HeadersIETF:
 		buf := st.buf[:0]
@@ -111,7 +117,11 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 		}
 		h[prefix+"Limit"] = []string{strconv.FormatInt(rr.Limit, 10)}
 		h[prefix+"Remaining"] = []string{strconv.FormatInt(rr.Remaining, 10)}
-		h[prefix+"Reset"] = []string{seconds(rr.ResetAfter)}
+		if s == HeadersXRateLimit {
+			h[prefix+"Reset"] = []string{strconv.FormatInt(epochCeil(clock().Add(rr.ResetAfter)), 10)}
+		} else {
+			h[prefix+"Reset"] = []string{seconds(rr.ResetAfter)}
+		}
 	}
 }
 
@@ -173,6 +183,16 @@ func periodText(d time.Duration) string {
 // that long is admitted.
 func seconds(d time.Duration) string {
 	return string(appendSeconds(nil, d))
+}
+
+// epochCeil is t in Unix seconds, rounded up: a client that waits until
+// then finds the rule reset.
+func epochCeil(t time.Time) int64 {
+	sec := t.Unix()
+	if t.Nanosecond() > 0 {
+		sec++
+	}
+	return sec
 }
 
 func appendSeconds(b []byte, d time.Duration) []byte {

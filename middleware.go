@@ -283,7 +283,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		if l.dynamic {
 			policy = requestPolicy(l.rules, st)
 		}
-		l.cfg.headers.write(w.Header(), d, policy, st)
+		l.cfg.headers.write(w.Header(), d, policy, st, l.cfg.clock)
 		if !d.Allowed {
 			if retry := refusal(d).retryAfter; retry > 0 {
 				w.Header()[hRetryAfter] = []string{seconds(retry)}

@@ -211,14 +211,30 @@ func TestHeaderStyles(t *testing.T) {
 		want  map[string]string
 	}{
 		{HeadersRateLimit, map[string]string{"RateLimit-Limit": "5", "RateLimit-Remaining": "1", "RateLimit-Reset": "9", "RateLimit": "", "X-RateLimit-Limit": ""}},
-		{HeadersXRateLimit, map[string]string{"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "9", "RateLimit-Limit": ""}},
+		// The Unix time of the reset, as httprate, ulule/limiter and
+		// express-rate-limit send it: the clock's 1_700_000_000.5 s plus
+		// 9 s, rounded up.
+		{HeadersXRateLimit, map[string]string{"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "1700000010", "RateLimit-Limit": ""}},
 		{HeadersNone, map[string]string{"RateLimit": "", "RateLimit-Policy": "", "RateLimit-Limit": "", "X-RateLimit-Limit": ""}},
 	} {
-		w := serve(t, MustNew(rules, WithBackend(be), WithHeaders(tc.style)).Handler(okHandler), httptest.NewRequest("GET", "/", nil))
+		clock := func() time.Time { return time.Unix(1_700_000_000, 5e8) }
+		w := serve(t, MustNew(rules, WithBackend(be), WithHeaders(tc.style), withClock(clock)).Handler(okHandler), httptest.NewRequest("GET", "/", nil))
 		for k, v := range tc.want {
 			if got := w.Header().Get(k); got != v {
 				t.Errorf("style %d: %s = %q, want %q", tc.style, k, got, v)
 			}
+		}
+	}
+}
+
+// X-RateLimit-Reset waits for the reset: a fraction of a second rounds up.
+func TestEpochCeil(t *testing.T) {
+	for _, tc := range []struct {
+		t    time.Time
+		want int64
+	}{{time.Unix(10, 0), 10}, {time.Unix(10, 1), 11}, {time.Unix(10, 999_999_999), 11}} {
+		if got := epochCeil(tc.t); got != tc.want {
+			t.Errorf("epochCeil(%v) = %d, want %d", tc.t, got, tc.want)
 		}
 	}
 }
