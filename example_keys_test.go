@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling"
-	"github.com/go-chi/chi/v5"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -178,28 +177,4 @@ func ExampleRouteWithMethod() {
 	// 9:192.0.2.115:GET /users/{id}
 	// 9:192.0.2.115:GET /users/{id}
 	// 9:192.0.2.118:DELETE /users/{id}
-}
-
-// With chi, a middleware inside the router hands the matched pattern to
-// ceiling with WithRoute.
-func ExampleWithRoute() {
-	chiRoute := func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			next.ServeHTTP(w, ceiling.WithRoute(r, chi.RouteContext(r.Context()).RoutePattern()))
-		})
-	}
-	limiter := ceiling.MustNew([]ceiling.Rule{{
-		Name: "route", Key: ceiling.Join(ceiling.RemoteAddr, ceiling.Route), Limit: 1, Period: time.Minute, Algorithm: ceiling.SlidingLog,
-	}})
-	defer limiter.Close()
-	router := chi.NewRouter()
-	router.With(chiRoute, limiter.Handler).Get("/orders/{id}", func(http.ResponseWriter, *http.Request) {})
-	for _, target := range []string{"/orders/1", "/orders/2"} {
-		w := httptest.NewRecorder()
-		router.ServeHTTP(w, httptest.NewRequest("GET", target, nil))
-		fmt.Println(target, w.Code)
-	}
-	// Output:
-	// /orders/1 200
-	// /orders/2 429
 }

@@ -15,19 +15,17 @@ const UnmatchedRoute = "(unmatched)"
 type routeKey struct{}
 
 // WithRoute returns r carrying pattern as its route for [Route]: the way for
-// routers other than [http.ServeMux] to say which route matched. Call it
+// a router that does not set r.Pattern to say which route matched. Call it
 // after routing, before the limiter, with the route's template, never the
 // raw path. The Echo and Gin adapters call it with c.Path() and
-// c.FullPath(); with chi, a middleware inside the router does:
+// c.FullPath(); with gorilla/mux, a middleware registered on the router
+// (router.Use) passes mux.CurrentRoute(r).GetPathTemplate().
 //
-//	func chiRoute(next http.Handler) http.Handler {
-//		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-//			p := chi.RouteContext(r.Context()).RoutePattern()
-//			next.ServeHTTP(w, ceiling.WithRoute(r, p))
-//		})
-//	}
-//
-//	router.With(chiRoute, limiter.Handler).Post("/users/{id}/otp", sendOTP)
+// [http.ServeMux] (Go 1.22 and later) and chi (v5.5.0 and later) set
+// r.Pattern themselves once they have routed, so they need no WithRoute:
+// with chi, a limiter mounted on the route, router.With(limiter.Handler),
+// sees the pattern. A limiter in front of the router (ServeMux wrapped
+// whole, chi's router.Use) runs before routing, when no route is known.
 func WithRoute(r *http.Request, pattern string) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), routeKey{}, pattern))
 }
@@ -39,7 +37,9 @@ func WithRoute(r *http.Request, pattern string) *http.Request {
 // with no pattern is keyed [UnmatchedRoute].
 //
 // The pattern is only known after routing: with ServeMux wrap each handler
-// (mux.Handle("POST /otp", limiter.Handler(h))), not the mux.
+// (mux.Handle("POST /otp", limiter.Handler(h))), not the mux; with chi,
+// mount the limiter on the route (router.With(limiter.Handler).Post(...)),
+// not with router.Use.
 func Route(r *http.Request) (string, error) {
 	return routePattern(r), nil
 }

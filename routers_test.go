@@ -79,3 +79,37 @@ func TestMemoryKeysOfDifferentRulesNeverMeet(t *testing.T) {
 		t.Errorf("statuses = %v, want %v: two rules shared one key", got, want)
 	}
 }
+
+// chi v5.5.0, the version in go.mod, sets r.Pattern before the route's own
+// middleware: a Route rule mounted with With keys each route apart, and
+// the requests of one route together, as the README says. Mounted with Use
+// it runs before routing and sees no route: everything is UnmatchedRoute.
+func TestChiWithKeysByRoutePattern(t *testing.T) {
+	byRoute := func() *ceiling.Limiter {
+		return ceiling.MustNew([]ceiling.Rule{{Name: "route", Key: ceiling.Route, Limit: 1, Period: time.Minute}})
+	}
+	r := chi.NewRouter()
+	l := byRoute()
+	r.With(l.Handler).Get("/orders/{id}", ok)
+	r.With(l.Handler).Get("/users/{id}", ok)
+	if got, want := statuses(t, r, "GET", "/orders/1", 1), []int{200}; !equal(got, want) {
+		t.Errorf("GET /orders/1: %v, want %v", got, want)
+	}
+	if got, want := statuses(t, r, "GET", "/orders/2", 1), []int{429}; !equal(got, want) {
+		t.Errorf("GET /orders/2 after /orders/1: %v, want %v (one route, one budget)", got, want)
+	}
+	if got, want := statuses(t, r, "GET", "/users/1", 1), []int{200}; !equal(got, want) {
+		t.Errorf("GET /users/1: %v, want %v (another route, its own budget)", got, want)
+	}
+
+	global := chi.NewRouter()
+	global.Use(byRoute().Handler)
+	global.Get("/orders/{id}", ok)
+	global.Get("/users/{id}", ok)
+	if got, want := statuses(t, global, "GET", "/orders/1", 1), []int{200}; !equal(got, want) {
+		t.Errorf("Use, GET /orders/1: %v, want %v", got, want)
+	}
+	if got, want := statuses(t, global, "GET", "/users/1", 1), []int{429}; !equal(got, want) {
+		t.Errorf("Use, GET /users/1: %v, want %v (before routing every request is UnmatchedRoute)", got, want)
+	}
+}
