@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
 # Runs every benchmark of the bench module against a redis-server of its own
 # (a free loopback port, never 6379; stopped by PID on exit) and prints the
-# tables of BENCHMARKS.md, ratios included, from this one run.
+# tables of BENCHMARKS.md, ratios included, from this one run. It keeps the
+# run's raw output in bench/results.txt and draws its charts into
+# bench/charts/, which the tables embed: paste the tables into BENCHMARKS.md
+# and commit all three together.
 #
 #   bench/run.sh            # about five minutes on 2 cores
 #   COUNT=1 BENCHTIME=50ms bench/run.sh   # quicker, noisier
+#
+# It prints each step as "step k of n" with the time elapsed. BENCH_BINARY
+# (a prebuilt benchmark binary) and OUT_DIR (where results.txt and charts/
+# go) exist for its own test.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 COUNT=${COUNT:-3}
 BENCHTIME=${BENCHTIME:-100ms}
+OUT_DIR=${OUT_DIR:-}
 work=$(mktemp -d)
+
+steps=$((COUNT + 5))
+step_no=0
+# step announces the next step with the time elapsed since the start.
+step() {
+	step_no=$((step_no + 1))
+	printf '== step %d of %d (%dm%02ds elapsed): %s\n' "$step_no" "$steps" $((SECONDS / 60)) $((SECONDS % 60)) "$*"
+}
 redis_pid=
 cleanup() {
 	if [ -n "$redis_pid" ]; then
@@ -22,6 +38,8 @@ cleanup() {
 trap cleanup EXIT
 
 command -v redis-server >/dev/null || { echo "run.sh: redis-server not found on PATH" >&2; exit 1; }
+
+step "start redis-server on a free loopback port"
 
 # A free loopback port: try a few random ones until a server starts on one.
 for _ in 1 2 3 4 5 6 7 8 9 10; do
@@ -48,7 +66,13 @@ done
 [ -n "$redis_pid" ] || { echo "run.sh: could not start redis-server" >&2; exit 1; }
 export CEILING_BENCH_REDIS="127.0.0.1:$port"
 
-go test -c -o "$work/bench.test" .
+step "compile the benchmarks"
+if [ -n "${BENCH_BINARY:-}" ]; then
+	cp "$BENCH_BINARY" "$work/bench.test"
+else
+	go test -c -o "$work/bench.test" .
+fi
+step "build bench/cmd/benchtable"
 go build -o "$work/benchtable" ./cmd/benchtable
 
 {
@@ -60,14 +84,26 @@ go build -o "$work/benchtable" ./cmd/benchtable
 # that a burst of load from elsewhere hits one sample of a library rather
 # than all of them; the tables keep each benchmark's fastest round.
 for round in $(seq "$COUNT"); do
-	echo "round $round of $COUNT" | tee -a "$work/out.txt"
+	step "timed benchmarks, round $round of $COUNT (decision, middleware, Redis)"
+	echo "round $round of $COUNT" >>"$work/out.txt"
 	"$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Decide|Middleware|Redis)$' \
 		-test.benchtime "$BENCHTIME" | tee -a "$work/out.txt"
 done
 # Experiments: one run each.
+step "experiments, once each (exactness, attack, boundary, 1M keys)"
 "$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Exact|Attack|Boundary|Keys1M)$' \
 	-test.benchtime 1x | tee -a "$work/out.txt"
 
+step "tables and charts"
+if [ -n "$OUT_DIR" ]; then
+	charts=$OUT_DIR/charts chart_path=$OUT_DIR/charts results=$OUT_DIR/results.txt
+else
+	charts=charts chart_path=bench/charts results=results.txt
+fi
+mkdir -p "$(dirname "$results")"
+cp "$work/out.txt" "$results"
 echo
 echo "## Tables (ratios: ceiling ÷ best peer, from this run; below 1 means ceiling is better)"
-"$work/benchtable" <"$work/out.txt"
+"$work/benchtable" -charts "$charts" -chart-path "$chart_path" <"$results"
+echo
+echo "done in $((SECONDS / 60))m$(printf '%02d' $((SECONDS % 60)))s: raw output in $results, charts in $charts/ (to redraw the charts from it: cd bench && go run ./cmd/benchtable -charts charts -chart-path bench/charts <results.txt)"

@@ -7,26 +7,71 @@
 // shared machine the fastest run is the one least disturbed.
 //
 //	go test -run '^$' -bench . -count 3 | benchtable
+//
+// With -charts DIR it also writes SVG bar charts of the rows readers compare
+// at a glance into DIR and embeds each above its table, referred to by
+// -chart-path (default DIR) from wherever the Markdown is read:
+//
+//	benchtable -charts charts -chart-path bench/charts <results.txt
 package main
 
 import (
 	"bufio"
+	"cmp"
+	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"path"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 )
 
 func main() {
+	chartDir := flag.String("charts", "", "write SVG bar charts into this `directory` and embed them above their tables")
+	chartPath := flag.String("chart-path", "", "the charts' directory as the Markdown refers to it (default: -charts)")
+	flag.Parse()
 	results, err := parse(os.Stdin)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
-	render(os.Stdout, results)
+	var embeds map[string]string
+	if *chartDir != "" {
+		if embeds, err = writeCharts(*chartDir, cmp.Or(*chartPath, *chartDir), results); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable:", err)
+			os.Exit(1)
+		}
+	}
+	render(os.Stdout, results, embeds)
+}
+
+// writeCharts writes results' charts into dir and returns, by family, the
+// Markdown that embeds each, its path under prefix.
+func writeCharts(dir, prefix string, results []result) (map[string]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	embeds := map[string]string{}
+	for _, c := range charts(results) {
+		name := filepath.Join(dir, c.file)
+		f, err := os.Create(name)
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: %w", name, err)
+		}
+		err = c.writeSVG(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("chart %s: %w", name, err)
+		}
+		embeds[c.family] = fmt.Sprintf("![%s](%s)", c.title, path.Join(prefix, c.file))
+	}
+	return embeds, nil
 }
 
 // A result is one benchmark line: BenchmarkFamily/variant.../lib-procs.
@@ -217,28 +262,18 @@ func isCeiling(lib string) bool { return strings.HasPrefix(lib, "ceiling") }
 
 // render writes one table per family present in results: a row per
 // library, a column per variant, then for each ceiling row its ratio to
-// the best peer of each column.
-func render(w io.Writer, results []result) {
+// the best peer of each column. A family's embed, if any, goes above its
+// table.
+func render(w io.Writer, results []result, embeds map[string]string) {
 	for _, f := range families {
-		var variants, libs []string
-		cells := map[[2]string]*result{}
-		for i := range results {
-			r := &results[i]
-			if r.family != f.name {
-				continue
-			}
-			if !contains(variants, r.variant) {
-				variants = append(variants, r.variant)
-			}
-			if !contains(libs, r.lib) {
-				libs = append(libs, r.lib)
-			}
-			cells[[2]string{r.variant, r.lib}] = r
-		}
+		variants, libs, cells := table(results, f.name)
 		if len(libs) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n### %s\n\n", f.title)
+		if e := embeds[f.name]; e != "" {
+			fmt.Fprintf(w, "%s\n\n", e)
+		}
 		header := []string{"library"}
 		for _, v := range variants {
 			if v == "" {

@@ -49,7 +49,7 @@ func TestRenderComparesCeilingWithTheBestPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b strings.Builder
-	render(&b, rs)
+	render(&b, rs, nil)
 	out := b.String()
 	for _, want := range []string{
 		"| ceiling | 40 (0) |",
