@@ -453,9 +453,9 @@ var untrustedProxy struct {
 // first Limiter created (nil: slog.Default).
 var processLogger atomic.Pointer[slog.Logger]
 
-// keyWarnings are the process-wide warnings key functions raised, for
+// keyFuncWarnings are the process-wide warnings key functions raised, for
 // [Limiter.Health].
-func keyWarnings() []string {
+func keyFuncWarnings() []string {
 	if w := untrustedProxy.warning.Load(); w != nil {
 		return []string{*w}
 	}

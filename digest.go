@@ -14,18 +14,50 @@ const digestLen = 16
 
 // digester turns a key value into the fixed-length part of a stored key.
 type digester struct {
-	macs *sync.Pool // nil without a secret
+	macs    *sync.Pool // nil without a secret
+	warning string     // for the health report: no secret, remote backend
 }
 
-func newDigester(secret []byte) digester {
-	if len(secret) == 0 {
-		return digester{}
+// noSecretWarning is the warning a limiter with a remote backend and no key
+// secret logs at start and keeps in its health report.
+const noSecretWarning = "no key secret (WithKeySecret) with a remote backend: stored keys are plain SHA-256 digests, " +
+	"and anyone who reads the backend can recover IP addresses, phone numbers and user ids by hashing candidates; " +
+	"set a secret of at least 32 random bytes, the same on every instance"
+
+// newDigester returns the limiter's digester, for its key secret if it has
+// one. A remote backend without a secret is warned about here, once, at
+// start: logged, and kept for the health report. An in-process backend
+// needs no secret: its keys never leave the process.
+func (l *Limiter) newDigester() digester {
+	var d digester
+	if secret := l.cfg.secret; len(secret) > 0 {
+		d.macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}
+	} else if l.remote {
+		d.warning = noSecretWarning
+		l.cfg.logger.Warn("ceiling: " + noSecretWarning)
 	}
-	return digester{macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, secret) }}}
+	return d
+}
+
+// keyWarnings are the health warnings about keys: this limiter's stored
+// keys, and the process-wide ones of key functions (clientip.go).
+func (l *Limiter) keyWarnings() []string {
+	w := keyFuncWarnings()
+	if l.digest.warning != "" {
+		w = append([]string{l.digest.warning}, w...)
+	}
+	return w
 }
 
 // storedKey returns "rule:digest" for a key value: fixed length, no raw
 // identifier, and no user byte that could pick a Redis Cluster slot.
+//
+// The digest is of "rule\x00value", not of the value alone, so that one
+// address or phone number has unrelated digests under two rules (chat:ip
+// and otp:ip): someone who reads the backend cannot link a client's
+// activity across rules, or services sharing a Redis, by equal digests.
+// (Rule names hold no NUL, so the join is unambiguous.) This changed the
+// stored keys once: state kept under the old digests is not found again.
 //
 // The memory store keeps nothing of a key but a 128-bit hash under seeds
 // random to the process, so for it the digest buys no privacy and costs a
@@ -39,13 +71,14 @@ func (l *Limiter) storedKey(st *state, rule, value string) string {
 		return string(st.buf)
 	}
 	var sum [sha256.Size]byte
+	st.buf = append(st.buf[:0], rule...)
+	st.buf = append(st.buf, 0)
+	st.buf = append(st.buf, value...)
 	if l.digest.macs == nil {
-		st.buf = append(st.buf[:0], value...)
 		sum = sha256.Sum256(st.buf)
 	} else {
 		m := l.digest.macs.Get().(hash.Hash)
 		m.Reset()
-		st.buf = append(st.buf[:0], value...)
 		m.Write(st.buf)
 		st.buf = m.Sum(st.buf[:0])
 		copy(sum[:], st.buf)

@@ -104,7 +104,7 @@ func (l *Limiter) Health() Health {
 	if l.fo.warning != "" {
 		h.Warnings = []string{l.fo.warning}
 	}
-	h.Warnings = append(h.Warnings, keyWarnings()...)
+	h.Warnings = append(h.Warnings, l.keyWarnings()...)
 	if b := l.fo.breaker; b != nil {
 		h.Backend = "remote"
 		s := b.status()

@@ -213,7 +213,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	if db, ok := l.backend.(backend.DeadlineBound); ok && db.DeadlineBound() {
 		l.inline = true
 	}
-	l.digest = newDigester(l.cfg.secret)
+	l.digest = l.newDigester()
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
 	l.policy = policyHeader(l.rules)
 	l.dynamic = hasLimits(l.rules)

@@ -87,7 +87,9 @@ const MinKeySecret = 32
 // secret, so that nobody who reads the backend can recover an IP address or
 // a phone number by hashing candidates. Without it keys are plain SHA-256
 // digests: fixed length and free of raw values, but guessable for small key
-// spaces such as IPv4 addresses. Use the same secret on every instance.
+// spaces such as IPv4 addresses, so a limiter with a remote backend and no
+// secret logs a warning at start and its health report carries it. Use the
+// same secret on every instance.
 //
 // A secret shorter than [MinKeySecret] (32 bytes, the length of a SHA-256
 // output, below which RFC 2104 says an HMAC key weakens the function) is an
