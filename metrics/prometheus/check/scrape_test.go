@@ -175,8 +175,8 @@ func healthy(t *testing.T) *recording {
 // outage records a process with two limiters on one observer: one on the
 // memory store, whose rules reject and spare each other (every decision
 // outcome), and one on a remote backend that is healthy for five minutes,
-// then times out, fails, flaps between degraded and healthy three times
-// and stays degraded while its rules' fail modes admit.
+// then times out on one call in two, fails, flaps between degraded and
+// healthy three times and stays degraded while its rules' fail modes admit.
 func outage(t *testing.T) *recording {
 	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
 	store := memory.New()
@@ -194,7 +194,7 @@ func outage(t *testing.T) *recording {
 		{Name: "chat", Key: ceiling.RemoteAddr, Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailOpen},
 		{Name: "shop", Key: ceiling.Static("s"), Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailLocal},
 	}, ceiling.WithBackend(be), ceiling.WithObserver(obs), ceiling.WithTimeout(timeout),
-		ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 3, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}), quiet)
+		ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 3, CoolDown: 10 * time.Millisecond, MaxCoolDown: 10 * time.Millisecond}), quiet)
 	t.Cleanup(func() { remote.Close() })
 	h := remote.Handler(ok)
 
@@ -205,13 +205,16 @@ func outage(t *testing.T) *recording {
 		get(h, 5)
 		rec.scrape()
 	}
-	// 6m: two calls time out, then the backend refuses: degraded. It
+	// 6m: ten calls time out, each followed by an answered one (so the
+	// breaker stays closed), then the backend refuses: degraded. It
 	// recovers and fails twice more.
+	for range 10 {
+		be.set("hang")
+		get(h, 1)
+		be.set("")
+		get(h, 1)
+	}
 	for i := range 3 {
-		if i == 0 {
-			be.set("hang")
-			get(h, 2)
-		}
 		be.set("fail")
 		waitFor(t, remote, "degraded", func() { get(h, 1) })
 		if i < 2 {
