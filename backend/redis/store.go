@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,7 @@ type Store struct {
 	reloaded            atomic.Int64 // UnixNano of the last slot map reload asked for
 	authRefused         atomic.Int64 // UnixNano of the last ErrAuth
 	dials               dialLog
+	logs                *storeLog // nil: go-redis's lines are not routed
 }
 
 var (
@@ -61,6 +63,7 @@ type config struct {
 	clock               func() time.Time
 	denySize            int
 	batchSize, inFlight int
+	logger              *slog.Logger
 }
 
 // WithPrefix sets the prefix of every stored key, so several services can
@@ -138,6 +141,10 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		s.cluster = cc
 	} else {
 		s.batch = newBatcher(s)
+	}
+	if cfg.logger != nil {
+		s.logs = newStoreLog(cfg.logger)
+		s.dials.logs = s.logs
 	}
 	s.dials.watch(client)
 	if cfg.denySize > 0 {
