@@ -3,19 +3,68 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/backend"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
 	"github.com/redis/go-redis/v9"
 )
 
+// What a service writes: a limiter whose rules are counted on Redis, so
+// that every instance of the service shares them. Check at start-up proves
+// that Redis answers and really rejects. (miniredis stands in for Redis so
+// that the example runs anywhere; pass your go-redis client: a
+// *redis.Client, a Sentinel failover client or a *redis.ClusterClient.)
+func ExampleNew() {
+	srv, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+
+	limiter, err := ceiling.New([]ceiling.Rule{
+		{Name: "api", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Minute},
+	}, ceiling.WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix("shop-api"))))
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	if err := limiter.Check(context.Background()); err != nil {
+		panic(err)
+	}
+
+	h := limiter.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "hello")
+	}))
+	for range 3 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		fmt.Println(w.Code)
+	}
+	// The stored key holds a digest of the address, not the address.
+	for _, k := range srv.Keys() {
+		prefix, digest, _ := strings.Cut(k, ":api:")
+		fmt.Printf("%s:api:<%d-character digest>\n", prefix, len(digest))
+	}
+	// Output:
+	// 200
+	// 200
+	// 429
+	// shop-api:api:<22-character digest>
+}
+
 // A Store decides every rule of a request in one script: here a minute
 // limit and a day limit. When the minute limit rejects, the day limit is
-// not charged. (miniredis stands in for Redis so the example runs
-// anywhere; in production pass your redis.UniversalClient.)
-func ExampleNew() {
+// not charged. This is the call the limiter makes; services use [New]'s
+// example.
+func ExampleStore_Decide() {
 	srv, err := miniredis.Run()
 	if err != nil {
 		panic(err)
