@@ -1,14 +1,3 @@
-// Package ceiling is rate-limit middleware for net/http whose limit is a
-// ceiling, not a speed bump: the number written in the code is the number
-// enforced, on one process or on fifty, and when it cannot be enforced,
-// somebody is told.
-//
-// A [Limiter] holds [Rule]s. Each rule limits one dimension of a request (the
-// client address, the account, the destination phone) at a rate. Every
-// request is decided by one call to the backend covering all the rules that
-// apply to it, all or nothing: a request that any rule rejects consumes from
-// no rule. The default backend is in process memory (package
-// backend/memory); package backend/redis shares limits across instances.
 package ceiling
 
 import (

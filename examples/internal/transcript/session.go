@@ -154,7 +154,9 @@ func freePort() (string, error) {
 func (rw *rewriter) rewrite(t *testing.T, cmd string) string {
 	t.Helper()
 	for _, k := range rw.order {
-		cmd = strings.ReplaceAll(cmd, k, rw.binaries[k])
+		// Whole commands only: "go run ." is not the start of "go run ./x".
+		re := regexp.MustCompile(regexp.QuoteMeta(k) + `(\s|$|[;&|)])`)
+		cmd = re.ReplaceAllStringFunc(cmd, func(m string) string { return rw.binaries[k] + m[len(k):] })
 	}
 	cmd = sessionPorts.ReplaceAllStringFunc(cmd, func(p string) string { return rw.ports[p] })
 	if readmeRedis.MatchString(cmd) {

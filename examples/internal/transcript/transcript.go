@@ -88,7 +88,8 @@ func Parse(markdown string) ([]Command, error) {
 		if !inBlock {
 			if f, info, ok := fenceOpen(trimmed); ok {
 				inBlock, fence, blockStart = true, f, n
-				tested = strings.Fields(info) != nil && strings.Fields(info)[0] == "console"
+				f := strings.Fields(info)
+				tested = len(f) > 0 && f[0] == "console"
 			}
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 func TestParse(t *testing.T) {
 	md := "# A README\n\n" +
 		"```sh\n$ not run\nnot output\n```\n\n" +
+		"```\n$ nor this\n```\n" +
 		"```console\n" +
 		"$ export A=1\n" +
 		"$ curl -s localhost:8080/a \\\n" +
@@ -34,10 +35,10 @@ func TestParse(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Command{
-		{Line: 9, Text: "export A=1"},
-		{Line: 10, Text: "curl -s localhost:8080/a \\\n    -d x", Want: `{"ok":true}`},
-		{Line: 13, Text: "for i in 1 2; do\n  echo \\\n    $i\ndone", Want: "1\n2"},
-		{Line: 22, Text: "echo [..]", Want: "..."},
+		{Line: 12, Text: "export A=1"},
+		{Line: 13, Text: "curl -s localhost:8080/a \\\n    -d x", Want: `{"ok":true}`},
+		{Line: 16, Text: "for i in 1 2; do\n  echo \\\n    $i\ndone", Want: "1\n2"},
+		{Line: 25, Text: "echo [..]", Want: "..."},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("Parse:\n%+v\nwant\n%+v", got, want)
