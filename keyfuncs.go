@@ -178,9 +178,13 @@ func Normalize(fn KeyFunc, norm func(string) (string, error)) KeyFunc {
 // "254-700-000-000" and "254700000000" are one key. Anything but ASCII
 // digits, spaces and "+-.()" is an error rather than dropped, so that
 // look-alike characters (fullwidth digits, a letter O) cannot make a second
-// key for a number an SMS gateway would still reach. It does not know
-// country codes: "0700 000 000" is another key; normalise to E.164 yourself
-// for that.
+// key for a number an SMS gateway would still reach. It knows no numbering
+// plan, so it cannot tell that "+44 7700 900123", "0044 7700 900123" and
+// "+44 (0)7700 900123" are one handset: for real phone numbers parse them
+// into E.164 with a phone-number library such as
+// github.com/nyaruka/phonenumbers, as the module's examples/otp does (in
+// [Normalize], or a KeyFunc of your own), and send to what you keyed on.
+// Digits stays here so that the core module needs no such dependency.
 func Digits(s string) (string, error) {
 	n := 0
 	for i := 0; i < len(s); i++ {

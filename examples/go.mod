@@ -6,6 +6,7 @@ require (
 	github.com/ceiling-go/ceiling v0.0.0
 	github.com/ceiling-go/ceiling/metrics/prometheus v0.0.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/nyaruka/phonenumbers v1.8.1
 	github.com/prometheus/client_golang v1.23.2
 	github.com/redis/go-redis/v9 v9.23.0
 	go.uber.org/goleak v1.3.0
@@ -21,7 +22,8 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/sys v0.48.0 // indirect
-	google.golang.org/protobuf v1.36.8 // indirect
+	golang.org/x/text v0.28.0 // indirect
+	google.golang.org/protobuf v1.36.11 // indirect
 )
 
 replace (

@@ -28,7 +28,7 @@ func TestBinaryStartsLimitsAndStops(t *testing.T) {
 	if want := []int{202, 202, 202, 429}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
-	if !strings.Contains(p.Log(), "to=2547******00") {
+	if !strings.Contains(p.Log(), "to=+254*******00") {
 		t.Errorf("the fake sender did not log the masked number:\n%s", p.Log())
 	}
 	resp, err := servicetest.Get(http.DefaultClient, p.URL+"/metrics")

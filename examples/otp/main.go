@@ -18,8 +18,10 @@
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), IPV6_PREFIX (how many
 // leading bits of an IPv6 address are one client; default 64),
-// OTP_JWT_SECRET (the HS256 secret of user tokens, with which -mint-token
-// signs; a development default otherwise), KEY_SECRET
+// OTP_DEFAULT_REGION (the ISO 3166 code, such as GB or KE, in which a
+// number written without "+" is read; unset, only international numbers
+// are accepted), OTP_JWT_SECRET (the HS256 secret of user tokens, with
+// which -mint-token signs; a development default otherwise), KEY_SECRET
 // (HMAC secret of the stored keys, so that Redis holds no recoverable phone
 // numbers), LIMITER_TIMEOUT (how long a decision may wait for Redis before
 // failing closed; default 100ms) and INSTANCES (how many run, for the
@@ -35,6 +37,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,6 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg := defaultConfig()
 	cfg.Config, cfg.Logger = *svc, logger
 	cfg.JWTSecret = service.Secret(logger, getenv, "OTP_JWT_SECRET", devSecret)
+	cfg.Region = strings.ToUpper(strings.TrimSpace(getenv("OTP_DEFAULT_REGION")))
 	if *mint != "" {
 		tok, err := mintToken(cfg.JWTSecret, *mint, time.Hour)
 		if err != nil {

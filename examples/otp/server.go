@@ -47,6 +47,10 @@ type config struct {
 	Breaker ceiling.BreakerConfig
 	// Sender delivers the codes; nil means the logging fake.
 	Sender sender
+	// Region is the ISO 3166 code (OTP_DEFAULT_REGION, such as "GB") in
+	// which a number without "+" is read; empty means only international
+	// numbers are accepted.
+	Region string
 }
 
 func defaultConfig() config {
@@ -75,6 +79,10 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkRegion(cfg.Region); err != nil {
+		return nil, nil, err
+	}
+	phone := phoneKey(cfg.Region)
 	// Only a token that verifies (HS256 only, not expired) names a user;
 	// without one the per-user rule does not apply, and a forged token buys
 	// no fresh budget.
@@ -85,8 +93,10 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	lim := cfg.Limits
 	rules := []ceiling.Rule{
 		// The destination first: it is what an SMS pumping attack varies
-		// least, and the 429 names the first rule that refused.
-		{Name: rulePhone, Key: phoneKey, Limit: lim.PerPhone, Period: lim.PhoneWindow, Algorithm: ceiling.SlidingLog},
+		// least, and the 429 names the first rule that refused. Hidden: a
+		// number's budget is its owner's business, and in the headers
+		// anybody could watch a victim's OTP activity.
+		{Name: rulePhone, Key: phone, Limit: lim.PerPhone, Period: lim.PhoneWindow, Algorithm: ceiling.SlidingLog, Hidden: true},
 		{Name: ruleIP, Key: ip, Limit: lim.PerIP, Period: lim.IPWindow, Algorithm: ceiling.SlidingLog},
 		{Name: ruleUser, Key: user, Limit: lim.PerUser, Period: lim.UserWindow, Algorithm: ceiling.SlidingLog},
 	}
@@ -110,7 +120,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		return nil, nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /api/otp", limiter.Handler(sendOTP(cfg.Sender, cfg.Logger)))
+	mux.Handle("POST /api/otp", limiter.Handler(sendOTP(phone, cfg.Sender, cfg.Logger)))
 	mux.Handle("GET /healthz", limiter.HealthHandler())
 	mux.Handle("GET /metrics", metrics)
 	cleanup = func() {
@@ -123,7 +133,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 // sendOTP sends a fresh code to the body's number. It reads the number with
 // phoneKey, the limiter's own key function: the body was parsed once, and
 // the number the SMS goes to is, digit for digit, the one that was counted.
-func sendOTP(s sender, logger *slog.Logger) http.Handler {
+func sendOTP(phoneKey ceiling.KeyFunc, s sender, logger *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		phone, err := phoneKey(r)
 		if err != nil {

@@ -36,14 +36,15 @@ func TestParallelRequestsForOnePhoneSendExactlyThree(t *testing.T) {
 
 func TestSpellingsOfOneNumberShareItsBudget(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg config, sms *countingSender) {
+		cfg.Region = "KE"
 		ts := start(t, cfg)
 		var got []int
 		var last servicetest.Response
-		for _, n := range []string{"+254 700 000 000", "254700000000", "+254-700-000-000", "(254) 700.000.000"} {
+		for _, n := range []string{"+254 700 000 000", "254700000000", "+254-700-000-000", "(254) 700.000.000", "0700 000 000", "+２５４ 700 000 000"} {
 			last = otp(t, ts.URL, "", phone(n))
 			got = append(got, last.Status)
 		}
-		if want := []int{202, 202, 202, 429}; !slices.Equal(got, want) {
+		if want := []int{202, 202, 202, 429, 429, 429}; !slices.Equal(got, want) {
 			t.Fatalf("statuses %v, want %v", got, want)
 		}
 		if got, want := violated(t, last), []string{rulePhone}; !slices.Equal(got, want) {
@@ -52,10 +53,61 @@ func TestSpellingsOfOneNumberShareItsBudget(t *testing.T) {
 		if last.Header.Get("Retry-After") == "" {
 			t.Error("429 without Retry-After")
 		}
-		if got, want := sms.sent, []string{"254700000000", "254700000000", "254700000000"}; !slices.Equal(got, want) {
+		if got, want := sms.sent, []string{"+254700000000", "+254700000000", "+254700000000"}; !slices.Equal(got, want) {
 			t.Errorf("sent to %v, want %v", got, want)
 		}
 	})
+}
+
+// TestOneHandsetIsOneKey pins issue 14's fourth finding with its spellings:
+// international, with the 00 prefix, with the trunk "(0)", and two that
+// are no number at all. One handset gets 3 codes in total, not 3 per
+// spelling, and every code goes to its E.164 form. The issue's own number,
+// in the UK's fictional 07700 900xxx range, reaches nobody and is refused.
+func TestOneHandsetIsOneKey(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config, sms *countingSender) {
+		cfg.Region = "GB"
+		cfg.Limits.PerIP = 100
+		ts := start(t, cfg)
+		got := map[int]int{}
+		for range 3 {
+			for _, n := range []string{"+44 7400 900777", "0044 7400 900777", "+44 (0)7400 900777", "00044 7400 900777", "+0447400900777", "07400 900777"} {
+				got[otp(t, ts.URL, "", phone(n)).Status]++
+			}
+		}
+		if got[202] != 3 || got[429] != 9 || got[400] != 6 {
+			t.Errorf("statuses %v, want 3 × 202, 9 × 429 and 6 × 400 (00044 and +044 are no number)", got)
+		}
+		if got, want := sms.sent, []string{"+447400900777", "+447400900777", "+447400900777"}; !slices.Equal(got, want) {
+			t.Errorf("sent to %v, want %v", got, want)
+		}
+		for _, n := range []string{"+44 7700 900777", "0044 7700 900777", "+44 (0)7700 900777", "00044 7700 900777", "+0447700900777"} {
+			if r := otp(t, ts.URL, "", phone(n)); r.Status != 400 {
+				t.Errorf("%s (fictional): %d %s, want 400", n, r.Status, r.Body)
+			}
+		}
+		if n := sms.count(); n != 3 {
+			t.Errorf("%d SMS sent in all, want 3", n)
+		}
+	})
+}
+
+// Without OTP_DEFAULT_REGION only international numbers are accepted; with
+// one, national numbers are read in it; an unknown region stops the start.
+func TestDefaultRegion(t *testing.T) {
+	cfg, _ := testConfig(t)
+	ts := start(t, cfg)
+	if r := otp(t, ts.URL, "", phone("0700 000 000")); r.Status != 400 || !strings.Contains(r.Body, "country code") {
+		t.Errorf("a national number without a region: %d %s, want 400 asking for the country code", r.Status, r.Body)
+	}
+	cfg.Region = "KE"
+	if r := otp(t, start(t, cfg).URL, "", phone("0700 000 000")); r.Status != 202 {
+		t.Errorf("a national number in KE: %d %s, want 202", r.Status, r.Body)
+	}
+	cfg.Region = "XX"
+	if _, _, err := newServer(cfg); err == nil || !strings.Contains(err.Error(), "OTP_DEFAULT_REGION") {
+		t.Errorf("region XX: err %v, want one naming OTP_DEFAULT_REGION", err)
+	}
 }
 
 // Bad input is refused before the limiter asks the backend: it sends
@@ -73,9 +125,12 @@ func TestBadInputIsRefusedAndCountsForNothing(t *testing.T) {
 		{"no phone", `{"number": "+254 700 000 000"}`, 400},
 		{"empty phone", `{"phone": ""}`, 400},
 		{"letters", `{"phone": "+254 7OO OOO OOO"}`, 400},
-		{"fullwidth digits", `{"phone": "+２５４ 700 000 000"}`, 400},
+		{"a vanity number", `{"phone": "+1 800 FLOWERS"}`, 400},
 		{"too short", `{"phone": "+254 700"}`, 400},
 		{"too long", `{"phone": "+254 700 000 000 000 000"}`, 400},
+		{"no country code", `{"phone": "0700 000 000"}`, 400},
+		{"an extension", `{"phone": "+254 700 000 000 ext. 12"}`, 400},
+		{"a number", `{"phone": 254700000000}`, 400},
 		{"phone twice", `{"phone": "+254 700 000 000", "Phone": "+254 700 000 001"}`, 400},
 		{"phone an object", `{"phone": {"number": "+254 700 000 000"}}`, 400},
 		{"phone a list", `{"phone": ["+254 700 000 000"]}`, 400},
@@ -110,7 +165,7 @@ func TestAcceptedAnswerAndMaskedLog(t *testing.T) {
 	if resp.Status != 202 || strings.TrimSpace(resp.Body) != `{"status":"sent"}` || resp.Header.Get("Content-Type") != "application/json" {
 		t.Errorf("%d %q, want 202 {\"status\":\"sent\"}", resp.Status, resp.Body)
 	}
-	if log := logs.String(); !strings.Contains(log, "to=2547******12") || strings.Contains(log, "254700000012") {
+	if log := logs.String(); !strings.Contains(log, "to=+254*******12") || strings.Contains(log, "254700000012") {
 		t.Errorf("the fake sender must log the masked number only:\n%s", log)
 	}
 }
@@ -177,9 +232,9 @@ func TestClientAddressRule(t *testing.T) {
 
 func TestMaskPhone(t *testing.T) {
 	for in, want := range map[string]string{
-		"254700000012":  "2547******12",
-		"4915112345678": "4915*******78",
-		"12345678":      "1234**78",
+		"+254700000012":  "+254*******12",
+		"+4915112345678": "+491********78",
+		"+12025550100":   "+120******00",
 	} {
 		if got := maskPhone(in); got != want {
 			t.Errorf("maskPhone(%q) = %q, want %q", in, got, want)
