@@ -26,6 +26,10 @@ type Config struct {
 	// ./examples/otp") to the main package the test builds and runs in its
 	// place.
 	Binaries map[string]*servicetest.Binary
+	// Env is added to the session's environment ("NAME=value"): settings
+	// a reader's machine does not need but a test machine, shared and
+	// loaded, does.
+	Env []string
 }
 
 // Timeouts: a command may take commandTimeout (a loop of requests on a
@@ -68,12 +72,12 @@ func Test(t *testing.T, path string, cfg Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sh := startShell(t, []string{
+	sh := startShell(t, append([]string{
 		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH") + string(os.PathListSeparator) + "/usr/local/bin:/usr/bin:/bin",
 		"HOME=" + t.TempDir(),
 		"ADDR=127.0.0.1:" + rw.ports["8080"],
 		"PORT=" + rw.ports["8080"],
-	})
+	}, cfg.Env...))
 	for _, c := range cmds {
 		where := fmt.Sprintf("%s:%d: $ %s", path, c.Line, c.Text)
 		if rw.redis == "" && readmeRedis.MatchString(c.Text) {
