@@ -215,3 +215,55 @@ func TestBudgetCountsFromTheWrite(t *testing.T) {
 		t.Fatalf("result %+v, want admitted", res[0])
 	}
 }
+
+// TestScriptCacheFlushedUnderABatch empties the script cache while a batch
+// waits: each script of the batch answers NOSCRIPT, and the store re-sends
+// them all with EVAL in one more round trip, each decided once.
+func TestScriptCacheFlushedUnderABatch(t *testing.T) {
+	srv := redistest.Shared(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	client := defaultClient(t, proxy.Addr)
+	count := countCommands(client)
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
+	ctx := context.Background()
+	decide(t, s, day("warm", 1))
+
+	proxy.Stall()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+		first <- err
+	}()
+	waitFor(t, "first round trip", func() bool { return count.n.Load() >= 2 })
+	const n = 10
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if _, err := s.Decide(ctx, []backend.Request{day("k", 1)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	waitFor(t, "queued decisions", func() bool { return queued(s) == n })
+	if err := srv.Client(t).ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	count.reset()
+	proxy.Resume()
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	evals := 0
+	for _, name := range count.names {
+		if name == "eval" {
+			evals++
+		}
+	}
+	if evals != n {
+		t.Errorf("commands after the flush %v: %d EVAL, want %d (one per script of the batch)", count.names, evals, n)
+	}
+	if got, want := stored(t, s, "k"), int64(n+1); got != want {
+		t.Errorf("units stored = %d, want %d: each decision once", got, want)
+	}
+}

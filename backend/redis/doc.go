@@ -16,6 +16,16 @@
 // per slot sent in parallel; if any slot rejects, the slots that consumed
 // are refunded, so no CROSSSLOT error ever reaches the caller.
 //
+// Decisions made at the same time share round trips: while the store's
+// round trips to a node are all in flight, the decisions that arrive wait
+// and go out together in the next pipelined write, each still its own
+// script (see [WithBatching]); a lone decision is written at once. Decide
+// returns by its context's deadline whatever Redis does, and a decision or
+// a refund takes effect at most once: go-redis never sends a script again
+// after a lost reply, whatever the client's MaxRetries. Errors wrap the
+// kind of failure their cause shows (backend.ErrUnreachable, ErrAuth,
+// ErrReadOnly, ErrOutOfMemory).
+//
 // Keys are stored as prefix:rule:digest (see [WithPrefix]); ceiling passes
 // rule:digest, a fixed-length digest that holds no raw identifier and no
 // '{' that could move a key's slot. A deny cache (see [WithDenyCache])
