@@ -75,6 +75,22 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	}
 }
 
+// holdTheLane stalls proxy and sends a decision on key "k" through s, a
+// Store of one round trip in flight: once written says it was written,
+// that decision holds the only lane until proxy.Resume. Its outcome comes
+// on the channel.
+func holdTheLane(t *testing.T, s *Store, proxy *redistest.Proxy, written func() bool) <-chan error {
+	t.Helper()
+	proxy.Stall()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(context.Background(), []backend.Request{day("k", 1)})
+		first <- err
+	}()
+	waitFor(t, "the first round trip", written)
+	return first
+}
+
 // TestDecisionsWaitingForARoundTripShareTheNext holds the only round trip
 // in flight (the proxy stalls its reply) while 20 decisions arrive: they
 // queue, and when the reply comes they go out together, in one pipelined
@@ -88,13 +104,7 @@ func TestDecisionsWaitingForARoundTripShareTheNext(t *testing.T) {
 	ctx := context.Background()
 	decide(t, s, day("warm", 1))
 
-	proxy.Stall()
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
-		first <- err
-	}()
-	waitFor(t, "first round trip", func() bool { return len(trips.get()) == 2 })
+	first := holdTheLane(t, s, proxy, func() bool { return len(trips.get()) == 2 })
 	const n = 20
 	var wg sync.WaitGroup
 	results := make([]backend.Result, n)
@@ -228,13 +238,7 @@ func TestScriptCacheFlushedUnderABatch(t *testing.T) {
 	ctx := context.Background()
 	decide(t, s, day("warm", 1))
 
-	proxy.Stall()
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
-		first <- err
-	}()
-	waitFor(t, "first round trip", func() bool { return count.n.Load() >= 2 })
+	first := holdTheLane(t, s, proxy, func() bool { return count.n.Load() >= 2 })
 	const n = 10
 	var wg sync.WaitGroup
 	for range n {
