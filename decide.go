@@ -148,6 +148,9 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 			return &LimitError{Rule: rule.Name, Limit: limit, Burst: burst, Err: err}
 		}
 	}
+	if req.Algorithm == Concurrency {
+		req.Lease = newLease()
+	}
 	req.Key = l.storedKey(st, rule.Name, v)
 	st.reqs = append(st.reqs, req)
 	st.decision.Results = append(st.decision.Results, RuleResult{Rule: rule})
@@ -186,6 +189,9 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 	for i := range results {
 		rr := &d.Results[i]
 		rr.Result = results[i]
+		if rr.Rule.Algorithm == Concurrency {
+			concurrencyHint(&rr.Result)
+		}
 		if rr.Allowed || rr.Rule.Shadow {
 			continue
 		}
@@ -196,6 +202,9 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 		case rr.RetryAfter > d.RetryAfter:
 			d.RetryAfter = rr.RetryAfter
 		}
+	}
+	if d.Allowed && l.concurrent {
+		d.leases = l.hold(st)
 	}
 	l.record(ctx, d)
 	return nil

@@ -87,6 +87,7 @@ type failover struct {
 	errLog    sampler   // isolated backend errors while healthy
 	shadow    []sampler // per rule: "would have rejected" log lines
 	limitLog  []sampler // per rule: requests refused for want of a limit (limits.go)
+	leaseLog  sampler   // failed releases and renewals of concurrency slots (concurrency.go)
 	counts    []ruleCounts
 	warning   string // configuration weaker than it reads (health warning)
 	closers   []io.Closer
@@ -138,6 +139,7 @@ func (l *Limiter) initFailover() error {
 	f.overloadLog.every = time.Minute
 	f.stop = make(chan struct{})
 	f.canary = newCanary()
+	f.leaseLog.every = time.Minute
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
 		f.limitLog[i].every = limitLogEvery

@@ -55,22 +55,34 @@ const (
 // Shadow rules are not advertised (they do not limit anybody yet), nor are
 // Hidden ones.
 func policyHeader(rules []Rule) []string {
-	var b strings.Builder
+	var b []byte
 	for i := range rules {
-		r := &rules[i]
-		if r.Shadow || r.Hidden {
-			continue
+		if r := &rules[i]; !r.Shadow && !r.Hidden {
+			b = appendPolicy(b, r, r.Limit)
 		}
-		if b.Len() > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%q;q=%d;w=%s", r.Name, r.Limit, seconds(r.Period))
 	}
-	if b.Len() == 0 {
+	if len(b) == 0 {
 		return nil
 	}
 	// Full slice expression: a handler that appends gets its own array.
-	return []string{b.String()}[:1:1]
+	return []string{string(b)}[:1:1]
+}
+
+// appendPolicy appends rule r's RateLimit-Policy item at limit to b: a
+// quota per window, or for a concurrency rule a number of concurrent
+// requests, which has no window.
+func appendPolicy(b []byte, r *Rule, limit int64) []byte {
+	if len(b) > 0 {
+		b = append(b, ", "...)
+	}
+	b = strconv.AppendQuote(b, r.Name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, limit, 10)
+	if r.Algorithm == Concurrency {
+		return append(b, `;qu="concurrent-requests"`...)
+	}
+	b = append(b, ";w="...)
+	return appendSeconds(b, r.Period)
 }
 
 // write sets the style's headers for d on h; clock gives the time of day
@@ -170,6 +182,15 @@ func mostConstrained(d *Decision) *RuleResult {
 	return best
 }
 
+// quotaText says a rule's limit for people: "3 per 900 s", or for a
+// concurrency rule "3 at once".
+func quotaText(r *Rule, limit int64) string {
+	if r.Algorithm == Concurrency {
+		return strconv.FormatInt(limit, 10) + " at once"
+	}
+	return strconv.FormatInt(limit, 10) + " per " + periodText(r.Period)
+}
+
 // periodText says a rule's period for people: "900 s", or Go's notation
 // when it is not whole seconds ("1.5s").
 func periodText(d time.Duration) string {
@@ -263,7 +284,7 @@ func RejectionProblem(d *Decision) *Problem {
 			p.ViolatedPolicies = append(p.ViolatedPolicies, rr.Rule.Name)
 			// The limit that applied to this request, which a rule's
 			// Limits may have chosen.
-			quotas = append(quotas, fmt.Sprintf("%s (%d per %s)", rr.Rule.Name, rr.Limit, periodText(rr.Rule.Period)))
+			quotas = append(quotas, fmt.Sprintf("%s (%s)", rr.Rule.Name, quotaText(rr.Rule, rr.Limit)))
 		}
 	}
 	p.Detail = "quota exceeded for " + strings.Join(quotas, ", ")

@@ -205,6 +205,9 @@ func (l *Limiter) Check(ctx context.Context) error {
 		req := backend.Request{Key: prefix + a.String(), Algorithm: a, Limit: 1, Period: 24 * time.Hour, Cost: 1}
 		rejected := false
 		for attempt := range 3 {
+			if a == Concurrency {
+				req.Lease = newLease() // three acquisitions, not one renewed
+			}
 			res, err := l.checkDecide(ctx, req)
 			if err != nil {
 				return l.checkFailed(ctx, err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"time"
 )
 
@@ -62,17 +61,9 @@ func requestPolicy(rules []Rule, st *state) []string {
 			limit = st.reqs[j].Limit
 			j++
 		}
-		if r.Shadow || r.Hidden {
-			continue
+		if !r.Shadow && !r.Hidden {
+			b = appendPolicy(b, r, limit)
 		}
-		if len(b) > 0 {
-			b = append(b, ", "...)
-		}
-		b = strconv.AppendQuote(b, r.Name)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, limit, 10)
-		b = append(b, ";w="...)
-		b = appendSeconds(b, r.Period)
 	}
 	if len(b) == 0 {
 		return nil

@@ -134,7 +134,9 @@ func (l *Limiter) decideLocal(ctx context.Context, st *state, sc *localScratch, 
 			lo[j].RetryAfter, lo[j].ResetAfter = max(lo[j].RetryAfter, w), max(lo[j].ResetAfter, w)
 		}
 		out[i] = lo[j]
-		if !blocked && lo[j].Allowed && sc.reqs[j].Cost > 0 {
+		// A concurrency slot is not charged on recovery: its holder moves
+		// it to the backend at its next renewal (concurrency.go).
+		if !blocked && lo[j].Allowed && sc.reqs[j].Cost > 0 && sc.reqs[j].Algorithm != Concurrency {
 			f.journal.add(st.reqs[i], localRequest(st.reqs[i], l.cfg.localShare))
 		}
 	}

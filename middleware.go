@@ -128,6 +128,9 @@ func (r *Rule) validate() error {
 	if err := req.Validate(); err != nil {
 		return fmt.Errorf("ceiling: rule %q: %w", r.Name, err)
 	}
+	if err := r.validateConcurrency(); err != nil {
+		return err
+	}
 	if capacity := r.capacity(); r.Cost > capacity {
 		return fmt.Errorf("ceiling: rule %q: cost %d can never fit in %d", r.Name, r.Cost, capacity)
 	}
@@ -151,19 +154,20 @@ func capacityOf(req backend.Request) int64 {
 // A Limiter decides requests against its rules. Create one with [New]; it is
 // safe for simultaneous use by multiple goroutines.
 type Limiter struct {
-	rules   []Rule
-	backend backend.Backend
-	into    backend.DecideInto
-	remote  bool // the backend does I/O: apply the timeout and fail modes
-	inline  bool // the backend bounds its own calls (backend.DeadlineBound)
-	cfg     config
-	digest  digester
-	policy  []string // precomputed RateLimit-Policy value
-	dynamic bool     // a rule has Limits: RateLimit-Policy is per request
-	states  sync.Pool
-	extras  bool      // prefetches or estimates: requests carry an extras
-	rawKeys bool      // the backend keeps only its own hashes: skip the digest
-	fo      *failover // fail modes, breaker, reporting (failmode.go)
+	rules      []Rule
+	backend    backend.Backend
+	into       backend.DecideInto
+	remote     bool // the backend does I/O: apply the timeout and fail modes
+	inline     bool // the backend bounds its own calls (backend.DeadlineBound)
+	cfg        config
+	digest     digester
+	policy     []string // precomputed RateLimit-Policy value
+	dynamic    bool     // a rule has Limits: RateLimit-Policy is per request
+	concurrent bool     // a rule is a Concurrency rule: admitted decisions hold slots
+	states     sync.Pool
+	extras     bool      // prefetches or estimates: requests carry an extras
+	rawKeys    bool      // the backend keeps only its own hashes: skip the digest
+	fo         *failover // fail modes, breaker, reporting (failmode.go)
 }
 
 // New validates the rules and options and returns a Limiter. Errors name the
@@ -206,6 +210,9 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
 	l.policy = policyHeader(l.rules)
 	l.dynamic = hasLimits(l.rules)
+	for i := range l.rules {
+		l.concurrent = l.concurrent || l.rules[i].Algorithm == Concurrency
+	}
 	l.extras = l.hasExtras()
 	n := len(l.rules)
 	l.states.New = func() any { return newState(n) }
@@ -280,6 +287,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.cfg.reject(w, r, d)
 			return
 		}
+		if h := d.leases; h != nil {
+			// Slots of concurrency rules: given back when the handler
+			// returns, panicking or not.
+			d.leases = nil
+			defer h.release()
+		}
 		next.ServeHTTP(w, l.admit(r, st))
 	})
 }
@@ -295,6 +308,8 @@ type Decision struct {
 	// rejecting rule would admit it (the largest of their waits), or
 	// [backend.Never].
 	RetryAfter time.Duration
+
+	leases *held // the concurrency slots an admitted decision holds (concurrency.go)
 }
 
 // A RuleResult is one rule's part of a [Decision].

@@ -51,14 +51,26 @@ const (
 	// "30 per minute, burst 30" admits up to 59 in the first rolling minute:
 	// it is a rate, not a rolling-window count.
 	GCRA
+	// Concurrency is not a rate: Limit is how many units a key may hold at
+	// once, each acquisition a lease (Request.Lease) held until released
+	// (a negative cost) or until it expires Period after it was acquired or
+	// last renewed (acquired again). It limits work in flight (streams,
+	// exports) exactly across instances, and a crashed holder's units come
+	// back by themselves. [Algorithms] does not list it.
+	Concurrency
 )
 
-// numAlgorithms bounds the valid Algorithm values.
+// numAlgorithms bounds the rate algorithms, which [Algorithms] lists.
 const numAlgorithms = GCRA + 1
 
-// Algorithms returns every Algorithm, in the order of their values, so that
-// code covering each one (a test, a metric's label set) cannot miss one
-// added later.
+// MaxLease bounds [Request.Lease], so that a lease id is exact in a
+// double-precision Lua number.
+const MaxLease = 1<<52 - 1
+
+// Algorithms returns every rate Algorithm, in the order of their values, so
+// that code covering each one (a test, a metric's label set) cannot miss one
+// added later. [Concurrency], which limits units in flight rather than a
+// rate, is not among them.
 func Algorithms() []Algorithm {
 	all := make([]Algorithm, numAlgorithms)
 	for i := range all {
@@ -80,6 +92,8 @@ func (a Algorithm) String() string {
 		return "sliding_window"
 	case FixedWindow:
 		return "fixed_window"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "unknown"
 }
@@ -106,6 +120,11 @@ type Request struct {
 	// requests wait it out. A forced request is always Allowed. It is how a
 	// real cost known only after the work is settled.
 	Force bool
+	// Lease names the lease a [Concurrency] request acquires (a positive
+	// Cost), renews (the same lease acquired again) or releases (a negative
+	// Cost): 1..[MaxLease], unique per acquisition. Required when Cost is
+	// not zero; other algorithms ignore it.
+	Lease int64
 	// Shadow evaluates the request and reports whether it fits, but its
 	// rejection never blocks the other requests of the call: a shadow rule
 	// is being rolled out and must not refuse traffic yet. It consumes only
@@ -211,8 +230,10 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: key %q: period %v outside 1ms..%v", ErrInvalidRequest, r.Key, r.Period, MaxPeriod)
 	case r.Burst < 0 || r.Burst > MaxLimit:
 		return fmt.Errorf("%w: key %q: burst %d outside 0..%d", ErrInvalidRequest, r.Key, r.Burst, MaxLimit)
-	case r.Algorithm >= numAlgorithms:
+	case r.Algorithm > Concurrency:
 		return fmt.Errorf("%w: key %q: unknown algorithm %d", ErrInvalidRequest, r.Key, r.Algorithm)
+	case r.Algorithm == Concurrency && r.Cost != 0 && (r.Lease < 1 || r.Lease > MaxLease):
+		return fmt.Errorf("%w: key %q: lease %d outside 1..%d", ErrInvalidRequest, r.Key, r.Lease, int64(MaxLease))
 	case r.Cost > MaxLimit || r.Cost < -MaxLimit:
 		return fmt.Errorf("%w: key %q: cost %d outside ±%d", ErrInvalidRequest, r.Key, r.Cost, MaxLimit)
 	case r.Algorithm == GCRA && r.Burst > r.Limit && gcraTolerance(r) > maxTolerance:

@@ -20,7 +20,9 @@ func TestValidateNamesTheFaultyField(t *testing.T) {
 		{"tiny period", func(r *Request) { r.Period = time.Microsecond }, "period"},
 		{"long period", func(r *Request) { r.Period = MaxPeriod + time.Hour }, "period"},
 		{"negative burst", func(r *Request) { r.Burst = -1 }, "burst -1"},
-		{"algorithm", func(r *Request) { r.Algorithm = GCRA + 1 }, "unknown algorithm"},
+		{"algorithm", func(r *Request) { r.Algorithm = Concurrency + 1 }, "unknown algorithm"},
+		{"concurrency without a lease", func(r *Request) { r.Algorithm = Concurrency }, "lease 0"},
+		{"concurrency lease too large", func(r *Request) { r.Algorithm, r.Lease = Concurrency, MaxLease+1 }, "lease"},
 		{"huge cost", func(r *Request) { r.Cost = MaxLimit + 1 }, "cost"},
 		{"huge refund", func(r *Request) { r.Cost = -MaxLimit - 1 }, "cost"},
 		// One unit per 90 days with a burst of a billion: a tolerance no
@@ -76,7 +78,12 @@ func TestAlgorithmValues(t *testing.T) {
 			t.Errorf("%v: %v", w.alg, err)
 		}
 	}
-	if got := Algorithm(len(want)).String(); got != "unknown" {
-		t.Errorf("Algorithm(%d).String() = %q, want unknown", len(want), got)
+	// Concurrency is not a rate, so Algorithms leaves it out; its value
+	// follows the rates'.
+	if uint8(Concurrency) != 5 || Concurrency.String() != "concurrency" {
+		t.Errorf("Concurrency = %d %q, want 5 concurrency", uint8(Concurrency), Concurrency)
+	}
+	if got := (Concurrency + 1).String(); got != "unknown" {
+		t.Errorf("Algorithm(%d).String() = %q, want unknown", Concurrency+1, got)
 	}
 }

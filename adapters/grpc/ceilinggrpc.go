@@ -67,6 +67,9 @@ type Limiter struct {
 	rules  []Rule
 	logger *slog.Logger
 	logged []atomic.Int64 // per rule: when a limit error was last logged (Unix ns)
+	// concurrent: a bound rule is a concurrency rule, whose slots an
+	// admitted call holds until it ends.
+	concurrent bool
 }
 
 // An Option configures [New].
@@ -87,8 +90,10 @@ func New(l *ceiling.Limiter, rules []Rule, opts ...Option) (*Limiter, error) {
 		return nil, errors.New("ceilinggrpc: no rules")
 	}
 	declared := map[string]bool{}
+	concurrent := map[string]bool{}
 	for _, r := range l.Rules() {
 		declared[r.Name] = true
+		concurrent[r.Name] = r.Algorithm == ceiling.Concurrency
 	}
 	seen := map[string]bool{}
 	for _, r := range rules {
@@ -103,6 +108,9 @@ func New(l *ceiling.Limiter, rules []Rule, opts ...Option) (*Limiter, error) {
 		seen[r.Name] = true
 	}
 	g := &Limiter{l: l, rules: append([]Rule(nil), rules...), logger: slog.Default(), logged: make([]atomic.Int64, len(rules))}
+	for _, r := range rules {
+		g.concurrent = g.concurrent || concurrent[r.Name]
+	}
 	for _, o := range opts {
 		o(g)
 	}
@@ -125,20 +133,26 @@ func MustNew(l *ceiling.Limiter, rules []Rule, opts ...Option) *Limiter {
 // refused call never reaches the handler.
 func (g *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if _, err := g.decide(ctx, info.FullMethod); err != nil {
+		d, err := g.decide(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
 		}
+		defer d.Release() // the slots of concurrency rules, when the handler returns
 		return handler(ctx, req)
 	}
 }
 
 // StreamServerInterceptor decides each stream once, when it opens, before
-// its handler runs; a refused stream never reaches the handler.
+// its handler runs; a refused stream never reaches the handler. A stream
+// holds the slots of [ceiling.Concurrency] rules until its handler returns:
+// a limit on streams open at once per key.
 func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if _, err := g.decide(ss.Context(), info.FullMethod); err != nil {
+		d, err := g.decide(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
 		}
+		defer d.Release() // the slots of concurrency rules, when the stream ends
 		return handler(srv, ss)
 	}
 }
@@ -150,9 +164,15 @@ func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // codes.ResourceExhausted with its text, so the RetryInfo detail and the
 // Unavailable code of a fail-closed refusal are lost on the way: prefer
 // this package's own interceptors where clients read them.
+//
+// The slots of [ceiling.Concurrency] rules taken by Limit are given back
+// when ctx ends, which for a server call is when its handler returns.
 func (g *Limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	_, err := g.decide(ctx, method)
+	d, err := g.decide(ctx, method)
+	if err == nil && g.concurrent {
+		context.AfterFunc(ctx, d.Release)
+	}
 	return err
 }
 
@@ -248,7 +268,7 @@ func rejection(d *ceiling.Decision) error {
 		if rr := &d.Results[i]; !rr.Allowed && slices.Contains(p.ViolatedPolicies, rr.Rule.Name) {
 			qf.Violations = append(qf.Violations, &errdetails.QuotaFailure_Violation{
 				Subject:     rr.Rule.Name,
-				Description: fmt.Sprintf("%d per %v", rr.Limit, rr.Rule.Period),
+				Description: quota(rr),
 			})
 		}
 	}
@@ -257,6 +277,14 @@ func rejection(d *ceiling.Decision) error {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(p.RetryAfter) * time.Second)})
 	}
 	return withDetails(status.New(codes.ResourceExhausted, p.Detail), details...)
+}
+
+// quota says the limit that applied to a refusing rule.
+func quota(rr *ceiling.RuleResult) string {
+	if rr.Rule.Algorithm == ceiling.Concurrency {
+		return fmt.Sprintf("%d at once", rr.Limit)
+	}
+	return fmt.Sprintf("%d per %v", rr.Limit, rr.Rule.Period)
 }
 
 func withDetails(st *status.Status, details ...protoadapt.MessageV1) error {

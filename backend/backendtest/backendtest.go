@@ -74,6 +74,9 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("SlidingLogRandomized", s.testSlidingLogRandomized)
 	t.Run("RollingWindowCeiling", s.testRollingWindowCeiling)
 	t.Run("DecideIntoMatchesDecide", s.testDecideInto)
+	t.Run("Concurrency", s.testConcurrency)
+	t.Run("ConcurrencyAllOrNothing", s.testConcurrencyAllOrNothing)
+	t.Run("ConcurrencyRace", s.testConcurrencyRace)
 }
 
 var algorithms = []backend.Algorithm{backend.RollingWindow, backend.GCRA, backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow}

@@ -39,8 +39,9 @@ func (sh *shard) sweep(now int64) int {
 	w, we := sh.windows.sweep(now, windowExpiry)
 	l, le := sh.logs.sweep(now, logExpiry)
 	r, re := sh.rolls.sweep(now, rollingExpiry)
-	sh.minExp = min(ge, we, le, re)
-	return g + w + l + r
+	c, ce := sh.leases.sweep(now, leaseExpiry)
+	sh.minExp = min(ge, we, le, re, ce)
+	return g + w + l + r + c
 }
 
 func gcraExpiry(tat *int64) int64 { return *tat }

@@ -28,6 +28,7 @@ type pending struct {
 	// logP is the period log's view was built with; writeP the period of
 	// the last request on the key that wrote (a sliding log's expiry).
 	logP, writeP time.Duration
+	cc           leaseState
 }
 
 // decideMany decides several requests atomically: lock every shard
@@ -60,12 +61,12 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		r, p := &reqs[i], &pend[i]
 		if p.dup >= 0 {
 			q := &pend[p.dup]
-			p.tat, p.win, p.log, p.roll, p.dirty, p.idx = q.tat, q.win, q.log, q.roll, q.dirty, q.idx
+			p.tat, p.win, p.log, p.roll, p.cc, p.dirty, p.idx = q.tat, q.win, q.log, q.roll, q.cc, q.dirty, q.idx
 			p.logP, p.writeP = q.logP, q.writeP
 		} else {
 			s.load(&s.shards[p.shard], r, p, now)
 		}
-		tat, win, log, roll, logP := p.tat, p.win, p.log, p.roll, p.logP
+		tat, win, log, roll, logP, cc := p.tat, p.win, p.log, p.roll, p.logP, p.cc
 		if r.Algorithm == backend.SlidingLog && r.Period != p.logP {
 			p.relog(r.Period, now)
 		}
@@ -75,7 +76,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		} else {
 			// A peek or a rejection writes nothing: a later request on the
 			// key, maybe under another period, sees the state unchanged.
-			p.tat, p.win, p.log, p.roll, p.logP = tat, win, log, roll, logP
+			p.tat, p.win, p.log, p.roll, p.logP, p.cc = tat, win, log, roll, logP, cc
 		}
 		// A shadow request reports its own rejection but blocks nothing.
 		rejected = rejected || (!p.ok && !r.Shadow)
@@ -150,6 +151,10 @@ func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 		}
 		p.log = newLogView(&st, now, micros(r.Period))
 		p.logP = r.Period
+	case backend.Concurrency:
+		if p.idx = sh.leases.find(p.h); p.idx >= 0 {
+			p.cc = sh.leases.slots[p.idx].v
+		}
 	}
 }
 
@@ -184,6 +189,8 @@ func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Res
 		p.win, ok = slidingStep(r, now, p.win, out)
 	case backend.SlidingLog:
 		ok = logStep(r, now, &p.log, out)
+	case backend.Concurrency:
+		p.cc, ok = leaseStep(r, now, p.cc, out)
 	}
 	return ok
 }
@@ -213,6 +220,11 @@ func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) bool
 			p.idx = sh.logs.find(p.h)
 		}
 		return s.putLog(sh, p.h, p.idx, &p.log, now, micros(p.writeP))
+	case backend.Concurrency:
+		if p.idx == -2 {
+			p.idx = sh.leases.find(p.h)
+		}
+		return s.putLeases(sh, p.h, p.idx, p.cc, now)
 	}
 	return false
 }

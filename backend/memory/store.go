@@ -44,6 +44,7 @@ type shard struct {
 	windows table[window]
 	logs    table[logState]
 	rolls   table[rolling]
+	leases  table[leaseState] // Concurrency (concurrency.go)
 	// minExp is at most the earliest time a key of the shard is back to
 	// full: until then, sweeping it under pressure would free nothing.
 	minExp int64
@@ -52,7 +53,9 @@ type shard struct {
 	_             [64]byte // keep neighbouring shards' locks off this cache line
 }
 
-func (sh *shard) keys() int { return sh.gcra.n + sh.windows.n + sh.logs.n + sh.rolls.n }
+func (sh *shard) keys() int {
+	return sh.gcra.n + sh.windows.n + sh.logs.n + sh.rolls.n + sh.leases.n
+}
 
 var (
 	_ backend.Backend    = (*Store)(nil)
@@ -247,6 +250,9 @@ func (s *Store) Reset(_ context.Context, keys ...string) error {
 		if i := sh.rolls.find(h); i >= 0 {
 			sh.rolls.deleteAt(i)
 		}
+		if i := sh.leases.find(h); i >= 0 {
+			sh.leases.deleteAt(i)
+		}
 		sh.mu.Unlock()
 	}
 	return nil
@@ -305,6 +311,16 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		ok := logStep(r, now, &v, out)
 		if ok && r.Cost != 0 {
 			s.putLog(sh, h, i, &v, now, micros(r.Period))
+		}
+	case backend.Concurrency:
+		i := sh.leases.find(h)
+		var st leaseState
+		if i >= 0 {
+			st = sh.leases.slots[i].v
+		}
+		next, ok := leaseStep(r, now, st, out)
+		if ok && r.Cost != 0 {
+			s.putLeases(sh, h, i, next, now)
 		}
 	}
 	sh.mu.Unlock()
@@ -380,6 +396,7 @@ func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 	wi, we := sh.windows.sample(h.a>>1, evictionSample, windowExpiry)
 	li, le := sh.logs.sample(h.a>>1, evictionSample, logExpiry)
 	ri, re := sh.rolls.sample(h.a>>1, evictionSample, rollingExpiry)
+	ci, ce := sh.leases.sample(h.a>>1, evictionSample, leaseExpiry)
 	best, exp := 0, int64(math.MaxInt64)
 	if gi >= 0 && ge < exp {
 		best, exp = 1, ge
@@ -392,6 +409,9 @@ func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 	}
 	if ri >= 0 && re < exp {
 		best, exp = 4, re
+	}
+	if ci >= 0 && ce < exp {
+		best, exp = 5, ce
 	}
 	if exp > now && now >= sh.minExp && now-sh.pressureSweep >= pressureSweepEvery {
 		sh.pressureSweep = now
@@ -408,6 +428,8 @@ func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
 		sh.logs.deleteAt(li)
 	case 4:
 		sh.rolls.deleteAt(ri)
+	case 5:
+		sh.leases.deleteAt(ci)
 	default:
 		return
 	}

@@ -10,9 +10,9 @@
 -- ARGV[3]      "1" to add each request's peek of the unchanged state to
 --              the reply (Redis Cluster: another slot may reject the call)
 -- ARGV[4+8(i-1) ...] request i: algorithm (0 rolling window, 1 sliding
---              log, 2 sliding window, 3 fixed window, 4 gcra), limit,
---              period µs, burst, cost, force (0/1), shadow (0/1), stamp
---              (µs, or 0)
+--              log, 2 sliding window, 3 fixed window, 4 gcra, 5
+--              concurrency), limit, period µs, burst (concurrency: the
+--              lease id), cost, force (0/1), shadow (0/1), stamp (µs, or 0)
 --
 -- A stamp marks a refund undoing units this backend consumed at that instant
 -- (a rejected cross-slot request on Redis Cluster): it gives back only units
@@ -29,7 +29,8 @@
 -- exactly if another slot rejects the call (see undo.lua).
 --
 -- Stored values are strings "<tag> <numbers...>": r w last n0 .. n16 |
--- g tat | f start count | w start prev cur | L k last ts n ts n ... (a sliding log: k units in its
+-- g tat | f start count | w start prev cur | c id n exp id n exp ... (leases,
+-- see concurrency below) | L k last ts n ts n ... (a sliding log: k units in its
 -- runs, the newest run's instant, then the runs of n units admitted at ts,
 -- oldest first). A value with another tag (the rule changed algorithm, or a
 -- sliding log in the older "l ts n ..." form) counts as absent.
@@ -477,6 +478,66 @@ local function logText(s, L, P, c, force, stamp)
   return 1, max(0, L - k), reset, 0, nx
 end
 
+-- leases decides a Concurrency key: s.v holds id, n, exp per lease. A
+-- positive cost acquires lease id (renews it when live), a negative one
+-- releases its units.
+local function leases(s, L, P, c, force, id)
+  local live, count, at = {}, 0, 0
+  for j = 1, #s.v - 2, 3 do
+    if s.v[j + 2] > now then
+      live[#live + 1] = { s.v[j], s.v[j + 1], s.v[j + 2] }
+      count = count + s.v[j + 1]
+      if s.v[j] == id then at = #live end
+    end
+  end
+  -- wait is the time until enough live leases expire for x more units.
+  local function wait(cnt, x)
+    local byExp = {}
+    for j = 1, #live do byExp[j] = live[j] end
+    table.sort(byExp, function(p, q) return p[3] < q[3] end)
+    for j = 1, #byExp do
+      cnt = cnt - byExp[j][2]
+      if cnt + x <= L then return byExp[j][3] - now end
+    end
+    return 0
+  end
+  local function after(cnt)
+    local reset, nx = 0, 0
+    for j = 1, #live do reset = max(reset, live[j][3] - now) end
+    if cnt >= L then nx = wait(cnt, 1) end
+    return max(0, L - cnt), reset, nx
+  end
+  if c > 0 and at > 0 then
+    live[at][3] = now + P
+  elseif c > 0 and not force and count + c > L then
+    local retry = -1
+    if c <= L then retry = wait(count, c) end
+    local remaining, reset, nx = after(count)
+    return 0, remaining, reset, retry, nx
+  elseif c > 0 then
+    live[#live + 1] = { id, c, now + P }
+    count = count + c
+  elseif c < 0 and at > 0 then
+    local n = live[at][2]
+    if n + c <= 0 then
+      count = count - n
+      table.remove(live, at)
+    else
+      live[at][2], count = n + c, count + c
+    end
+  end
+  if c ~= 0 then
+    local nv, exp = {}, now
+    for j = 1, #live do
+      nv[3 * j - 2], nv[3 * j - 1], nv[3 * j] = live[j][1], live[j][2], live[j][3]
+      exp = max(exp, live[j][3])
+    end
+    s.v, s.exp, s.dirty = nv, exp, true
+  end
+  local remaining, reset, nx = after(count)
+  return 1, remaining, reset, 0, nx
+end
+
 -- decide runs request i's algorithm on s with cost c.
 local function decide(s, i, c)
   local a = 4 + (i - 1) * 8
@@ -491,11 +552,13 @@ local function decide(s, i, c)
     return logText(s, L, P, c, force, stamp)
   elseif alg == '2' then
     return window(s, L, P, c, force, stamp)
+  elseif alg == '5' then
+    return leases(s, L, P, c, force, tonumber(ARGV[a + 3]))
   end
   return fixed(s, L, P, c, force, stamp)
 end
 
-local tags = { ['0'] = 'r', ['1'] = 'l', ['2'] = 'w', ['3'] = 'f', ['4'] = 'g' }
+local tags = { ['0'] = 'r', ['1'] = 'l', ['2'] = 'w', ['3'] = 'f', ['4'] = 'g', ['5'] = 'c' }
 local per = 5
 if withPeeks then per = 8 end
 local out = { now, 0 }

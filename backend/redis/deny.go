@@ -95,7 +95,10 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 	for i, r := range reqs {
 		switch {
 		case rejected:
-			if r.Cost <= 0 || r.Force || r.Shadow || res[i].Allowed || res[i].RetryAfter <= 0 || wroteBefore(reqs, res, i) {
+			// A concurrency slot can come back at any moment (a release on
+			// any instance): its rejection is never remembered.
+			if r.Cost <= 0 || r.Force || r.Shadow || res[i].Allowed || res[i].RetryAfter <= 0 || wroteBefore(reqs, res, i) ||
+				r.Algorithm == backend.Concurrency {
 				continue
 			}
 			if _, found := d.entries[r.Key]; !found && len(d.entries) >= d.size {

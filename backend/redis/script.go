@@ -62,7 +62,11 @@ func (s *Store) args(reqs []backend.Request, stamps []int64, withPeeks bool) []a
 		if stamps != nil {
 			stamp = stamps[i]
 		}
-		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst, r.Cost, flag(r.Force), flag(r.Shadow), stamp)
+		burst := r.Burst
+		if r.Algorithm == backend.Concurrency {
+			burst = r.Lease // the script reads a lease id where a burst would be
+		}
+		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), burst, r.Cost, flag(r.Force), flag(r.Shadow), stamp)
 	}
 	return args
 }

@@ -47,6 +47,8 @@ type State struct {
 	// bucket, and the units of buckets Last-16 .. Last, oldest first.
 	W, Last int64
 	Buckets []int64
+	// Leases are a Concurrency key's leases, in insertion order.
+	Leases []Lease
 	// Written is when the key was last written, µs, and Expires when its
 	// state is back to full (ALGORITHMS.md: the TTL is set to it).
 	Written, Expires int64
@@ -63,6 +65,7 @@ func (s State) TTL() time.Duration {
 func (s State) clone() *State {
 	s.Log = slices.Clone(s.Log)
 	s.Buckets = slices.Clone(s.Buckets)
+	s.Leases = slices.Clone(s.Leases)
 	return &s
 }
 
@@ -203,6 +206,8 @@ func step(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 		return slidingLog(s, r, now)
 	case backend.RollingWindow:
 		return rolling(s, r, now)
+	case backend.Concurrency:
+		return concurrency(s, r, now)
 	}
 	panic(fmt.Sprintf("model: algorithm %v", r.Algorithm))
 }

@@ -1,0 +1,251 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+	"weak"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// Concurrency is the rule kind that limits requests in flight instead of a
+// rate: Limit is how many requests (units: a request takes Cost) of one key
+// may be inside the handler at once, and Period is the lease, how long a
+// slot stays taken if its holder vanishes.
+//
+// The middleware takes the slot when it admits the request, in the same
+// backend call as the rate rules (all or nothing), and gives it back when
+// the handler returns, whether it returns normally, panics, or returns
+// because the client went away (its context is cancelled: a handler that
+// honours it frees the slot at once; one that ignores it holds the slot
+// while its work goes on, which is what the limit is for). With
+// [Limiter.Decide], the caller gives it back with [Decision.Release].
+//
+// Across instances sharing a backend the limit is exact: each slot is a
+// lease in the backend that expires Period after it was taken. While a
+// request runs, the limiter renews its leases every Period/3, so a long
+// stream keeps its slot; an instance that crashes stops renewing, and its
+// slots come back to the others within Period. A renewal takes the slot
+// back even when the lease expired meanwhile (a backend outage longer than
+// the lease), so that the count tells the work in flight. Period must be
+// at least a second.
+//
+// A request refused by a concurrency rule is told to retry after at most a
+// second: slots come back when requests end, which no clock predicts. The
+// rule appears in RateLimit-Policy as `"name";q=LIMIT;qu="concurrent-requests"`.
+// A concurrency rule has no Estimate.
+const Concurrency = backend.Concurrency
+
+// minLease is the shortest Period of a concurrency rule: its leases are
+// renewed every third of it, a backend call each.
+const minLease = time.Second
+
+// concurrencyRetry is the most a concurrency rule tells a refused client
+// to wait (see Concurrency).
+const concurrencyRetry = time.Second
+
+// validateConcurrency checks what only a concurrency rule needs.
+func (r *Rule) validateConcurrency() error {
+	if r.Algorithm != Concurrency {
+		return nil
+	}
+	switch {
+	case r.Period < minLease:
+		return fmt.Errorf("ceiling: rule %q: a concurrency rule's Period (its lease) is %v, under %v", r.Name, r.Period, minLease)
+	case r.Estimate != nil:
+		return fmt.Errorf("ceiling: rule %q: a concurrency rule has no Estimate: it holds its slots until the handler returns", r.Name)
+	}
+	return nil
+}
+
+// newLease draws a lease id: 52 random bits, so that the leases of every
+// instance sharing a key never collide in practice.
+func newLease() int64 { return rand.Int64N(backend.MaxLease) + 1 }
+
+// concurrencyHint caps a concurrency rule's waits (see Concurrency).
+func concurrencyHint(res *backend.Result) {
+	if res.RetryAfter > concurrencyRetry {
+		res.RetryAfter = concurrencyRetry
+	}
+	res.NextAfter = min(res.NextAfter, concurrencyRetry)
+}
+
+// held is the slots one admitted decision holds: the acquisitions to
+// renew while it runs and to release when it ends. It is safe for
+// simultaneous use.
+type held struct {
+	l     *Limiter
+	reqs  []backend.Request // the acquisitions (Cost > 0, Lease set)
+	local []bool            // per request: taken on FailLocal's store (h.op guards it)
+	rules []string          // per request: the rule, for logs
+	every time.Duration
+
+	op      sync.Mutex // one renewal or release at a time, so none races a move
+	mu      sync.Mutex // guards what follows
+	done    bool
+	timer   *time.Timer
+	cleanup runtime.Cleanup
+}
+
+// hold returns what the decision in st holds, or nil: the concurrency
+// rules that took a slot (not those admitted failing open, which took
+// nothing). The decision was admitted.
+func (l *Limiter) hold(st *state) *held {
+	var h *held
+	for i := range st.reqs {
+		q := &st.reqs[i]
+		rr := &st.decision.Results[i]
+		if q.Algorithm != Concurrency || q.Cost <= 0 || !rr.Allowed || rr.Fallback == FailOpen {
+			continue
+		}
+		if h == nil {
+			h = &held{l: l, every: q.Period / 3}
+		}
+		h.reqs = append(h.reqs, *q)
+		h.rules = append(h.rules, rr.Rule.Name)
+		h.local = append(h.local, rr.Fallback == FailLocal)
+		h.every = min(h.every, q.Period/3)
+	}
+	if h == nil {
+		return nil
+	}
+	// The renewals hold the held weakly, and a cleanup releases it once
+	// nobody can: a Decision dropped without Release frees its slots when
+	// the garbage collector notices, instead of renewing them forever.
+	wp := weak.Make(h)
+	h.mu.Lock() // the first renewal may read h.timer before this returns
+	defer h.mu.Unlock()
+	h.timer = time.AfterFunc(h.every, func() {
+		if h := wp.Value(); h != nil {
+			h.renew()
+		}
+	})
+	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules})
+	return h
+}
+
+// leaseSet is what the cleanup of a dropped held needs, without the held.
+type leaseSet struct {
+	l     *Limiter
+	reqs  []backend.Request
+	local []bool
+	rules []string
+}
+
+// dropped releases the slots of a Decision that was garbage collected
+// without [Decision.Release], and says so: it is a bug in the caller, and
+// the slots were held for nothing meanwhile.
+func dropped(s leaseSet) {
+	s.l.cfg.logger.LogAttrs(context.Background(), slog.LevelWarn,
+		"ceiling: a Decision holding concurrency slots was dropped without Release; released by the garbage collector",
+		slog.Any("rules", s.rules))
+	s.l.leaseCall(s.reqs, s.local, -1)
+}
+
+// Release gives back the concurrency slots the decision holds (see
+// [Concurrency]), in one backend call; it stops their renewal. Call it
+// when the work the decision admitted ends: defer it right after an
+// admitted [Limiter.Decide]. It is idempotent, safe for simultaneous use,
+// and does nothing for a decision that holds no slot. A Decision dropped
+// without Release has its slots released when the garbage collector
+// notices, with a warning in the log.
+func (d *Decision) Release() {
+	if d.leases != nil {
+		d.leases.release()
+	}
+}
+
+func (h *held) release() {
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return
+	}
+	h.done = true
+	h.timer.Stop()
+	h.cleanup.Stop()
+	h.mu.Unlock()
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.l.leaseCall(h.reqs, h.local, -1)
+}
+
+// renew takes the slots again for another lease, forced: a lease that
+// expired meanwhile (the backend was unreachable for longer) is taken back
+// even over the limit, since the work is still running. Slots taken on
+// FailLocal's store move to the backend once it answers again, so that
+// the other instances count them.
+func (h *held) renew() {
+	h.op.Lock()
+	defer h.op.Unlock()
+	h.mu.Lock()
+	if h.done {
+		h.mu.Unlock()
+		return
+	}
+	h.mu.Unlock()
+	local := h.local // h.op guards it
+	l := h.l
+	if slices.Contains(local, true) && l.remote && l.fo.breaker.closed() {
+		var moved []backend.Request
+		for i, q := range h.reqs {
+			if local[i] {
+				moved = append(moved, q)
+			}
+		}
+		if l.leaseCall(moved, make([]bool, len(moved)), +1) == nil {
+			l.leaseCall(moved, slices.Repeat([]bool{true}, len(moved)), -1)
+			clear(local)
+		}
+	}
+	l.leaseCall(h.reqs, local, +1)
+	h.mu.Lock()
+	if !h.done {
+		h.timer.Reset(h.every)
+	}
+	h.mu.Unlock()
+}
+
+// leaseCall releases (sign -1) or renews (+1, forced) leases: one bounded
+// call to the backend for those it holds, one to FailLocal's store for the
+// others. A failure is logged and returned; the leases then expire by
+// themselves.
+func (l *Limiter) leaseCall(reqs []backend.Request, local []bool, sign int64) error {
+	var remote, inProc []backend.Request
+	for i, q := range reqs {
+		q.Cost, q.Force, q.Shadow = sign*q.Cost, sign > 0, false
+		if local[i] {
+			inProc = append(inProc, q)
+		} else {
+			remote = append(remote, q)
+		}
+	}
+	what := "release"
+	if sign > 0 {
+		what = "renewal"
+	}
+	ctx := context.Background()
+	var err error
+	if len(remote) > 0 {
+		if e := l.callOutside(ctx, op{reqs: remote, out: make([]backend.Result, len(remote))}); e != nil {
+			err = fmt.Errorf("ceiling: concurrency %s: %w", what, e)
+		}
+	}
+	if len(inProc) > 0 {
+		if e := l.localStore().decide(ctx, inProc, make([]backend.Result, len(inProc))); e != nil {
+			err = errors.Join(err, fmt.Errorf("ceiling: concurrency %s on the local store: %w", what, e))
+		}
+	}
+	if err != nil {
+		l.fo.leaseLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
+			"ceiling: a concurrency "+what+" failed; the slots come back when their leases expire", slog.Any("err", err))
+	}
+	return err
+}
