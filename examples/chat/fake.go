@@ -50,10 +50,18 @@ func orderOf(shop string) Order {
 // and the order details that go with every message.
 const systemPromptTokens = 120
 
-// fakeModel stands in for the LLM: a deterministic reply, and the tokens
-// the call used as a provider reports them (prompt plus completion, about
-// four bytes a token), so the budget can be charged with the real cost.
-func fakeModel(message string, o Order) (reply string, tokens int64) {
+// promptTokens is what a message's prompt costs: the instructions and the
+// order, and the message at about four bytes a token (a real service would
+// count with the model's tokenizer).
+func promptTokens(message string) int64 {
+	return systemPromptTokens + int64(len(message)+3)/4
+}
+
+// fakeModel stands in for the LLM: a deterministic reply of at most
+// maxOutput tokens, and the tokens the call used as a provider reports
+// them (prompt plus completion), so the budget can be charged with the real
+// cost.
+func fakeModel(message string, o Order, maxOutput int64) (reply string, tokens int64) {
 	reply = fmt.Sprintf("Your order %s is %s and should arrive %s.", o.ID, o.Status, o.ETA)
-	return reply, systemPromptTokens + int64(len(message)+3)/4 + int64(len(reply)+3)/4
+	return reply, promptTokens(message) + min(int64(len(reply)+3)/4, maxOutput)
 }

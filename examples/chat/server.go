@@ -45,9 +45,11 @@ type config struct {
 	Timeout time.Duration
 	// Breaker stops paying Timeout on every request while Redis is down.
 	Breaker ceiling.BreakerConfig
-	// Orders finds the shop's order; Model answers the message.
-	Orders func(ctx context.Context, shop string) (Order, error)
-	Model  func(message string, o Order) (reply string, tokens int64)
+	// Orders finds the shop's order; Model answers the message, in at
+	// most MaxOutputTokens tokens of reply.
+	Orders          func(ctx context.Context, shop string) (Order, error)
+	Model           func(message string, o Order, maxOutput int64) (reply string, tokens int64)
+	MaxOutputTokens int64
 }
 
 func defaultConfig() config {
@@ -59,9 +61,10 @@ func defaultConfig() config {
 			PerIP: 300, IPWindow: time.Minute,
 			Tokens: 200_000, TokenWindow: 24 * time.Hour,
 		},
-		Timeout: ceiling.DefaultTimeout,
-		Orders:  fakeOrders(lookupLatency),
-		Model:   fakeModel,
+		Timeout:         ceiling.DefaultTimeout,
+		Orders:          fakeOrders(lookupLatency),
+		Model:           fakeModel,
+		MaxOutputTokens: 512,
 	}
 }
 
@@ -102,14 +105,16 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		{Name: ruleMinute, Key: shopKey, Limit: lim.PerMinute, Period: lim.Minute, Algorithm: ceiling.SlidingLog},
 		{Name: ruleDay, Key: shopKey, Limit: lim.PerDay, Period: lim.Day, Algorithm: ceiling.SlidingLog},
 		{Name: ruleIP, Key: ip, Limit: lim.PerIP, Period: lim.IPWindow, Algorithm: ceiling.SlidingLog},
-		// The token budget's cost is known only after the reply: each
-		// request reserves one token ("is anything left?") and the handler
-		// settles the real count, which may overdraw the day's budget; the
-		// next requests then wait for the next day. A fixed window is a
-		// budget per UTC day and costs two integers, where a log of
-		// 200,000 entries would not.
+		// The token budget's real cost is known only after the reply, so
+		// each request reserves the most it can cost (its prompt and the
+		// model's longest answer) when it is decided, and the handler
+		// settles what the model reports. Concurrent requests can then
+		// never take the day past its budget: a reservation that does not
+		// fit is a 429 before any work. A fixed window is a budget per UTC
+		// day and costs two integers, where a log of 200,000 entries
+		// would not.
 		{Name: ruleTokens, Key: shopKey, Limit: lim.Tokens, Period: lim.TokenWindow, Algorithm: ceiling.FixedWindow,
-			Estimate: func(*http.Request) (int64, error) { return 0, nil }},
+			Estimate: s.reserveTokens},
 	}
 	obs, metrics := service.Metrics()
 	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:chat")
@@ -166,9 +171,40 @@ type chatReply struct {
 	Tokens int64  `json:"tokens"`
 }
 
+// messageField reads the body's message for the token reservation, parsing
+// the body once for the limiter and leaving it whole for the handler.
+var messageField = ceiling.MustBodyField("message", ceiling.BodyLimit(maxBody))
+
+// reserveTokens is the token rule's Estimate: the most r can cost, its
+// prompt (the instructions, the order and the message) plus the longest
+// answer the model may give. A body over maxBody is a 413 before anything
+// counts; a malformed one reserves the least a message costs, and is
+// answered 400 (and settled at nothing) by the handler, after the request
+// rules have counted it.
+func (s *server) reserveTokens(r *http.Request) (int64, error) {
+	msg, err := messageField(r)
+	if err != nil && !errors.Is(err, ceiling.ErrNoKey) {
+		var tooLarge *http.MaxBytesError
+		if errors.Is(err, ceiling.ErrBodyTooLarge) || errors.Is(err, ceiling.ErrBodyTimeout) || errors.As(err, &tooLarge) {
+			return 0, err
+		}
+		msg = ""
+	}
+	return promptTokens(msg) + s.cfg.MaxOutputTokens, nil
+}
+
+// unused settles the token reservation of a request that never reached the
+// model: it cost nothing.
+func (s *server) unused(r *http.Request) {
+	if err := ceiling.Settle(r, ruleTokens, 0); err != nil && !errors.Is(err, ceiling.ErrNotReserved) {
+		s.cfg.Logger.ErrorContext(r.Context(), "releasing the token reservation failed", slog.Any("err", err))
+	}
+}
+
 // chat answers one message. The limiter has admitted the request; it may
 // still be unauthenticated (only the per-address rule applied) or malformed
-// (it counted all the same: a client cannot probe for free).
+// (it counted all the same: a client cannot probe for free, but it spends
+// no tokens).
 func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 	c, ok := claimsFrom(r)
 	if !ok {
@@ -181,6 +217,7 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&body); err != nil {
 		var tooLarge *http.MaxBytesError
+		s.unused(r)
 		if errors.As(err, &tooLarge) {
 			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", maxBody))
 			return
@@ -189,19 +226,22 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if strings.TrimSpace(body.Message) == "" {
+		s.unused(r)
 		problem(w, http.StatusBadRequest, "the message is empty")
 		return
 	}
 	order, err := s.orders.Get(r)
 	if err != nil {
+		s.unused(r)
 		s.cfg.Logger.ErrorContext(r.Context(), "order lookup failed", slog.String("shop", c.Shop), slog.Any("err", err))
 		problem(w, http.StatusBadGateway, "the order lookup failed; retry later")
 		return
 	}
-	reply, tokens := s.cfg.Model(body.Message, order)
-	// Charge the budget with what the model really used. When the limiter
-	// failed open there is no reservation to settle: the request was not
-	// counted at all, and the health report says so.
+	reply, tokens := s.cfg.Model(body.Message, order, s.cfg.MaxOutputTokens)
+	// Charge the budget with what the model really used, at most the
+	// reservation. When the limiter failed open there is no reservation to
+	// settle: the request was not counted at all, and the health report
+	// says so.
 	if err := ceiling.Settle(r, ruleTokens, tokens); err != nil && !errors.Is(err, ceiling.ErrNotReserved) {
 		s.cfg.Logger.ErrorContext(r.Context(), "charging the token budget failed", slog.Any("err", err))
 	}

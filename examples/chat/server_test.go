@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestReplyCarriesTheOrder(t *testing.T) {
 	if err := json.Unmarshal([]byte(resp.Body), &got); err != nil {
 		t.Fatal(err)
 	}
-	wantReply, wantTokens := fakeModel("where is my order?", orderOf(shop))
+	wantReply, wantTokens := fakeModel("where is my order?", orderOf(shop), cfg.MaxOutputTokens)
 	if got.Order != orderOf(shop) || got.Reply != wantReply || got.Tokens != wantTokens {
 		t.Errorf("reply %+v, want order %+v, reply %q, %d tokens", got, orderOf(shop), wantReply, wantTokens)
 	}
@@ -124,14 +125,16 @@ func TestMinuteRejectionsSpendNoDayBudget(t *testing.T) {
 }
 
 // Each reply is charged with the tokens the model reports: the budget runs
-// out after as many replies as it pays for, and a 400 costs no tokens.
+// out after as many replies as it pays for, each admitted only while the
+// most it can cost still fits, and a 400 costs no tokens.
 func TestTokenBudgetChargedAfterEachReply(t *testing.T) {
 	eachBackend(t, func(t *testing.T, cfg config) {
 		shop := "https://shop-1.myshopify.com"
-		_, perReply := fakeModel("where is my order?", orderOf(shop))
-		// Room for two replies and one token: the third reply is admitted
-		// on that token and overdraws the budget, the fourth waits.
-		cfg.Limits.Tokens = 2*perReply + 1
+		_, perReply := fakeModel("where is my order?", orderOf(shop), cfg.MaxOutputTokens)
+		reserve := promptTokens("where is my order?") + cfg.MaxOutputTokens
+		// Room for two replies and one reservation: the third reply fits
+		// its reservation, and after it the rest is less than one.
+		cfg.Limits.Tokens = 2*perReply + reserve
 		ts := start(t, cfg)
 		tok := token(t, shop)
 		var last servicetest.Response
@@ -145,6 +148,54 @@ func TestTokenBudgetChargedAfterEachReply(t *testing.T) {
 		}
 		if got, want := violated(t, last), []string{ruleTokens}; !slices.Equal(got, want) {
 			t.Errorf("violated policies %v, want %v", got, want)
+		}
+	})
+}
+
+// TestConcurrentLongPromptsNeverOverdrawTheBudget pins issue 14's seventh
+// finding: near the end of a shop's day, 30 long prompts at once. Each
+// reserves its prompt and the model's longest answer when it is decided,
+// so those that fit are answered and the rest refused: the tokens the
+// day's replies report never add up to more than its budget. (With a
+// reservation of one token all 30 were admitted and charged afterwards:
+// 4,200 tokens each against what was left.)
+func TestConcurrentLongPromptsNeverOverdrawTheBudget(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config) {
+		const budget = 20_000
+		cfg.Limits.Tokens, cfg.Limits.PerMinute = budget, 100
+		ts := start(t, cfg)
+		tok := token(t, "https://shop-1.myshopify.com")
+		long, _ := json.Marshal(chatRequest{Message: strings.Repeat("where is my order? ", 800)}) // ~3,800 tokens
+		var mu sync.Mutex
+		var spent int64
+		send := func(int) (int, error) {
+			r, err := servicetest.Post(http.DefaultClient, ts.URL+"/api/chat", tok, string(long))
+			if err == nil && r.Status == http.StatusOK {
+				var reply chatReply
+				if err := json.Unmarshal([]byte(r.Body), &reply); err != nil {
+					return 0, err
+				}
+				mu.Lock()
+				spent += reply.Tokens
+				mu.Unlock()
+			}
+			return r.Status, err
+		}
+		// Most of the day goes first, one request at a time.
+		for i := range 3 {
+			if status, err := send(i); err != nil || status != 200 {
+				t.Fatalf("request %d of the morning: %d %v", i, status, err)
+			}
+		}
+		got, err := servicetest.Parallel(30, 30, send)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spent > budget {
+			t.Errorf("replies charged %d tokens in all, over the %d budget (statuses %v)", spent, budget, got)
+		}
+		if got[200] < 1 || got[200]+got[429] != 30 {
+			t.Errorf("statuses %v, want the requests that fit answered (at least one) and the rest refused", got)
 		}
 	})
 }
