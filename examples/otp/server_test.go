@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -240,4 +241,41 @@ func TestMaskPhone(t *testing.T) {
 			t.Errorf("maskPhone(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestA429TellsNothingOfAVictimsNumber is issue 14's first finding as it was
+// found: a client that has spent its own address budget asks for codes to a
+// victim's number, before and after the victim received codes from
+// elsewhere, and gets the same answer, naming only otp:ip. No response, not
+// even the victim's own, shows the number's budget.
+func TestA429TellsNothingOfAVictimsNumber(t *testing.T) {
+	eachBackend(t, func(t *testing.T, cfg config, sms *countingSender) {
+		cfg.Limits.PerIP = 2
+		cfg.TrustedProxies = []string{"127.0.0.1/32"}
+		ts := start(t, cfg)
+		attacker := "X-Forwarded-For: 203.0.113.66"
+		for _, n := range []string{"+254 700 000 101", "+254 700 000 102"} {
+			if r := otp(t, ts.URL, "", phone(n), attacker); r.Status != 202 || strings.Contains(r.Header.Get("RateLimit"), rulePhone) || strings.Contains(r.Header.Get("RateLimit-Policy"), rulePhone) {
+				t.Fatalf("%d RateLimit %q, Policy %q: want 202 and no %s in either", r.Status, r.Header.Get("RateLimit"), r.Header.Get("RateLimit-Policy"), rulePhone)
+			}
+		}
+		const victim = "+254 700 000 777"
+		ask := func() servicetest.Response { return otp(t, ts.URL, "", phone(victim), attacker) }
+		before := ask()
+		for i := range 3 {
+			r := otp(t, ts.URL, "", phone(victim), fmt.Sprintf("X-Forwarded-For: 198.51.100.%d", i))
+			if r.Status != 202 || strings.Contains(r.Header.Get("RateLimit"), rulePhone) {
+				t.Fatalf("the victim's code %d: %d RateLimit %q", i, r.Status, r.Header.Get("RateLimit"))
+			}
+		}
+		after := ask()
+		for _, r := range []servicetest.Response{before, after} {
+			if r.Status != 429 || !slices.Equal(violated(t, r), []string{ruleIP}) || !strings.HasPrefix(r.Header.Get("RateLimit"), `"otp:ip";r=0;`) || strings.Contains(r.Header.Get("RateLimit"), rulePhone) {
+				t.Errorf("the attacker's 429: %d %q %s; want only otp:ip", r.Status, r.Header.Get("RateLimit"), r.Body)
+			}
+		}
+		if got := sms.count(); got != 5 {
+			t.Errorf("%d SMS sent, want 5 (2 of the attacker's, 3 of the victim's)", got)
+		}
+	})
 }
