@@ -30,16 +30,13 @@
 --
 -- Stored values are strings "<tag> <numbers...>": r w last n0 .. n16 |
 -- g tat | f start count | w start prev cur | c id n exp id n exp ... (leases,
--- see concurrency below) | L k last ts n ts n ... (a sliding log: k units in its
--- runs, the newest run's instant, then the runs of n units admitted at ts,
--- oldest first). A value with another tag (the rule changed algorithm, or a
--- sliding log in the older "l ts n ..." form) counts as absent.
---
--- A sliding log is never parsed whole to admit or reject: its count and
--- newest instant are in the header, expired runs are skipped from the
--- front, and an admission appends a run to the unchanged text of the live
--- ones. Only a refund, rare, parses and rewrites every run. (Parsing every
--- run cost about 0.6 µs of Redis CPU per run, 0.6 ms for a log of 1000.)
+-- see concurrency below). A sliding log is the fixed-width
+-- layout of ALGORITHMS.md ("L2 k newest head fin", then records "t n" of n
+-- units admitted at t, the live ones between byte offsets head and fin),
+-- which the script reads and writes a record at a time: an admission costs
+-- the same at 10 units or 10,000. A log in the previous layout ("L k last
+-- ts n ...") is read whole and rewritten in this one; a value with another
+-- tag (the rule changed algorithm, the oldest "l ..." log) counts as absent.
 
 local now
 if ARGV[1] == '' then
@@ -73,8 +70,24 @@ local function cdiv(a, b)
   return fdiv(a + b - 1, b)
 end
 
--- One MGET reads every key (a key named twice is read twice, used once).
-local raws = redis.call('MGET', unpack(KEYS))
+-- One MGET reads every key (a key named twice is read twice, used once),
+-- but a sliding log's: its header is read alone (logOpen), unless the reply
+-- must carry every key's value (withPeeks).
+local raws = {}
+do
+  local names, idx = {}, {}
+  for i = 1, #KEYS do
+    if withPeeks or ARGV[4 + (i - 1) * 8] ~= '1' then
+      names[#names + 1], idx[#idx + 1] = KEYS[i], i
+    end
+  end
+  if #names > 0 then
+    local got = redis.call('MGET', unpack(names))
+    for j = 1, #idx do
+      raws[idx[j]] = got[j]
+    end
+  end
+end
 local ttls = {}
 if withPeeks then
   for i = 1, #KEYS do
@@ -82,6 +95,72 @@ if withPeeks then
   end
 end
 local states, order = {}, {}
+
+-- A sliding log's layout (ALGORITHMS.md): a header of LH bytes, then records
+-- of LR bytes, zero-padded decimals.
+local LH, LR = 59, 34
+
+local function logHeader(k, newest, head, fin)
+  return string.format('L2 %016.0f %016.0f %010.0f %010.0f\n', k, newest, head, fin)
+end
+
+local function logRecord(t, n)
+  return string.format('%016.0f %016.0f\n', t, n)
+end
+
+-- A log read a record at a time is { lg = lg } with lg the stored header
+-- (k units live, newest instant, live records in bytes [head, fin), stored
+-- false for no log) and the records read so far; after an admission or a
+-- refund, { lg = lg, pend = pend } also holds what the commit writes. A log
+-- read whole is a flat array of runs, instant and units, oldest first
+-- (logRuns decides it).
+
+local logParse
+
+-- logOpen reads key's header.
+local function logOpen(key)
+  local lg = { key = key, k = 0, newest = 0, head = LH, fin = LH, stored = false, at = -1, chunk = '' }
+  local h = redis.call('GETRANGE', key, 0, LH - 1)
+  if string.sub(h, 1, 3) == 'L2 ' and #h == LH then
+    lg.k, lg.newest = tonumber(string.sub(h, 4, 19)), tonumber(string.sub(h, 21, 36))
+    lg.head, lg.fin = tonumber(string.sub(h, 38, 47)), tonumber(string.sub(h, 49, 58))
+    lg.stored = true
+    return { lg = lg }
+  elseif string.sub(h, 1, 2) == 'L ' then
+    return logParse(redis.call('GET', key)) -- the previous layout, read whole
+  end
+  return { lg = lg }
+end
+
+-- logParse reads a whole stored log, in this layout or the previous one,
+-- into runs.
+logParse = function(raw)
+  local runs = {}
+  if string.sub(raw, 1, 3) == 'L2 ' then
+    local head, fin = tonumber(string.sub(raw, 38, 47)), tonumber(string.sub(raw, 49, 58))
+    for o = head, fin - LR, LR do
+      runs[#runs + 1] = tonumber(string.sub(raw, o + 1, o + 16))
+      runs[#runs + 1] = tonumber(string.sub(raw, o + 18, o + 33))
+    end
+  else
+    for w in string.gmatch(string.match(raw, '^L %d+ %d+ (.*)$') or '', '%d+') do
+      runs[#runs + 1] = tonumber(w)
+    end
+  end
+  return runs
+end
+
+-- logRec returns the instant and units of the record at byte offset o,
+-- reading up to 8 records at a time, forward (or, backward, ending at o).
+local function logRec(lg, o, backward)
+  if o < lg.at or o + LR > lg.at + #lg.chunk then
+    local from = o
+    if backward then from = max(lg.head, o - 7 * LR) end
+    lg.at, lg.chunk = from, redis.call('GETRANGE', lg.key, from, min(from + 8 * LR, lg.fin) - 1)
+  end
+  local p = o - lg.at
+  return tonumber(string.sub(lg.chunk, p + 1, p + 16)), tonumber(string.sub(lg.chunk, p + 18, p + 33))
+end
 
 -- load returns the state of request i's key, parsed on first use; later
 -- requests on the same key share it, and so see what earlier ones would
@@ -92,8 +171,10 @@ local function load(i, tag)
   if s == nil then
     s = { tag = '', v = {} }
     local raw = raws[i]
-    if raw and string.sub(raw, 1, 2) == 'L ' then
-      s.tag, s.v = 'l', { raw } -- a sliding log stays text (see above)
+    if tag == 'l' and not withPeeks then
+      s.tag, s.v = 'l', logOpen(key)
+    elseif raw and string.sub(raw, 1, 1) == 'L' then
+      s.tag, s.v = 'l', logParse(raw)
     elseif raw then
       for w in string.gmatch(raw, '%S+') do
         if s.tag == '' then
@@ -103,7 +184,7 @@ local function load(i, tag)
         end
       end
       if s.tag == 'l' then
-        s.tag = '' -- the older sliding log form: absent
+        s.tag = '' -- the oldest sliding log form: absent
       end
     end
     states[key] = s
@@ -396,82 +477,92 @@ local function logRuns(s, L, P, c, force, stamp)
   return 1, remaining, reset, 0, nx
 end
 
--- logText decides a sliding log kept as text (s.v = { value } or {}),
--- with the arithmetic of logRuns. Admissions, rejections and peeks scan only
--- the expired runs and, for a rejection's retry, the runs up to the one
--- whose expiry makes room; refunds go through logRuns.
-local function logText(s, L, P, c, force, stamp)
-  local raw = s.v[1]
-  if c < 0 then
-    local runs = {}
-    if raw then
-      for w in string.gmatch(string.match(raw, '^L %d+ %d+ (.*)$') or '', '%d+') do
-        runs[#runs + 1] = tonumber(w)
-      end
-    end
-    local t = { v = runs }
-    local ok, remaining, reset, retry, nx = logRuns(t, L, P, c, force, stamp)
-    if t.dirty then
-      local parts, k = {}, 0
-      for j = 1, #t.v - 1, 2 do
-        k = k + t.v[j + 1]
-        parts[#parts + 1] = string.format('%.0f %.0f', t.v[j], t.v[j + 1])
-      end
-      local last = t.v[#t.v - 1] or now
-      s.v, s.exp, s.dirty = { string.format('L %.0f %.0f ', k, last) .. table.concat(parts, ' ') }, t.exp, true
-    end
-    return ok, remaining, reset, retry, nx
+-- logMaterial reads a log held as { lg, pend } whole, with what its pending
+-- write would change, into runs: for a second request on a key whose first
+-- one wrote, so that it sees that write.
+local function logMaterial(v)
+  local lg, pend = v.lg, v.pend or {}
+  local runs = {}
+  local head, fin = pend.head or lg.head, pend.fin or lg.fin
+  for o = head, fin - LR, LR do
+    local t, n = logRec(lg, o)
+    runs[#runs + 1], runs[#runs + 2] = t, n
   end
+  if pend.lastn then runs[#runs] = pend.lastn end
+  if pend.merge then
+    runs[#runs] = pend.merge + pend.add
+  elseif (pend.add or 0) > 0 then
+    runs[#runs + 1], runs[#runs + 2] = now, pend.add
+  end
+  return runs
+end
 
-  local k, last, pos = 0, now, 1
-  if raw then
-    local _, e, kk, ll = string.find(raw, '^L (%d+) (%d+) ')
-    k, last, pos = tonumber(kk), tonumber(ll), e + 1
-    while true do
-      local _, e2, ts, n = string.find(raw, '^(%d+) (%d+) ?', pos)
-      if ts == nil or tonumber(ts) + P > now then
-        break
-      end
-      k, pos = k - tonumber(n), e2 + 1
-    end
+-- logStep decides a sliding log read a record at a time, with logRuns'
+-- arithmetic: expired records are skipped from the front, a rejection's
+-- retry reads the records up to the unit whose expiry makes room, an
+-- admission appends one record and a refund takes records off the end.
+local function logStep(s, L, P, c, force, stamp)
+  if s.v.pend or stamp > 0 then
+    s.v = logMaterial(s.v)
+    return logRuns(s, L, P, c, force, stamp)
+  end
+  local lg = s.v.lg
+  local head, k = lg.head, lg.k
+  while head < lg.fin do
+    local t, n = logRec(lg, head)
+    if t + P > now then break end
+    head, k = head + LR, k - n
   end
   -- unit is the instant of the live unit at 0-based position idx, or now
-  -- when the live runs hold fewer (it is one being added).
+  -- when the live records hold fewer (it is one being added).
   local function unit(idx)
-    local seen, p = 0, pos
-    while raw do
-      local _, e, ts, n = string.find(raw, '^(%d+) (%d+) ?', p)
-      if ts == nil then
-        break
-      end
-      seen = seen + tonumber(n)
-      if seen > idx then
-        return tonumber(ts)
-      end
-      p = e + 1
+    local seen = 0
+    for o = head, lg.fin - LR, LR do
+      local t, n = logRec(lg, o)
+      seen = seen + n
+      if seen > idx then return t end
     end
     return now
   end
   local reset, nx = 0, 0
-  if k > 0 then reset = last + P - now end
+  if k > 0 then reset = lg.newest + P - now end
   if c > 0 and not force and k + c > L then
     local retry = -1
-    if c <= L then
-      -- The unit at 0-based position k + c - L - 1 makes room when it expires.
-      retry = unit(k + c - L - 1) + P - now
-    end
+    if c <= L then retry = unit(k + c - L - 1) + P - now end
     if k >= L then nx = unit(k - L) + P - now end
     return 0, max(0, L - k), reset, retry, nx
   end
   if c > 0 then
-    local live = ''
-    if k > 0 then
-      live = string.sub(raw, pos) .. ' '
-    end
     if k + c >= L then nx = unit(k + c - L) + P - now end
+    -- Units of the same instant as the newest record join it.
+    local merge
+    if k > 0 and lg.newest == now then
+      local _, n = logRec(lg, lg.fin - LR, true)
+      merge = n
+    end
     k = k + c
-    s.v = { string.format('L %.0f %.0f ', k, now) .. live .. string.format('%.0f %.0f', now, c) }
+    s.v = { lg = lg, pend = { head = head, k = k, newest = now, add = c, merge = merge } }
     s.exp, s.dirty, reset = now + P, true, P
+  elseif c < 0 then
+    -- Take the newest units back, record by record from the end.
+    local take, fin, lastn, newest = min(-c, k), lg.fin, nil, now
+    k = k - take
+    while take > 0 do
+      local _, n = logRec(lg, fin - LR, true)
+      if n > take then
+        lastn, take = n - take, 0
+      else
+        fin, take = fin - LR, take - n
+      end
+    end
+    if k > 0 then newest = logRec(lg, fin - LR, true) end
+    s.v = { lg = lg, pend = { head = head, k = k, newest = newest, fin = fin, lastn = lastn } }
+    s.dirty, s.exp = true, now
+    reset = 0
+    if k > 0 then
+      s.exp, reset = newest + P, newest + P - now
+      if k >= L then nx = unit(k - L) + P - now end
+    end
   elseif k >= L then
     nx = unit(k - L) + P - now
   end
@@ -538,6 +629,49 @@ local function leases(s, L, P, c, force, id)
   return 1, remaining, reset, 0, nx
 end
 
+-- logCommit writes a log read a record at a time: the records and header
+-- that changed (the log is rewritten compact once its expired records, or
+-- those a refund took back, outweigh its live ones), or the whole log when
+-- there was none.
+local function logCommit(key, v, ttl)
+  local lg, pend = v.lg, v.pend
+  local head, fin = pend.head, pend.fin or lg.fin
+  if not lg.stored then
+    local value = logHeader(pend.k, now, LH, LH + LR) .. logRecord(now, pend.add)
+    redis.call('SET', key, value, 'PX', ttl)
+    return value
+  end
+  if pend.lastn then
+    redis.call('SETRANGE', key, fin - LR, logRecord(pend.newest, pend.lastn))
+  end
+  if pend.merge then
+    redis.call('SETRANGE', key, fin - LR, logRecord(now, pend.merge + pend.add))
+  elseif (pend.add or 0) > 0 then
+    redis.call('SETRANGE', key, fin, logRecord(now, pend.add))
+    fin = fin + LR
+  end
+  local waste = head - LH -- expired records, and records a refund took back
+  if pend.fin then waste = waste + redis.call('STRLEN', key) - fin end
+  if waste > fin - head then
+    local live = redis.call('GETRANGE', key, head, fin - 1)
+    redis.call('SET', key, logHeader(pend.k, pend.newest, LH, LH + #live) .. live, 'PX', ttl)
+  else
+    redis.call('SETRANGE', key, 0, logHeader(pend.k, pend.newest, head, fin))
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+-- logValue is a log read whole, as stored.
+local function logValue(runs)
+  local parts, k = { '' }, 0
+  for j = 1, #runs - 1, 2 do
+    k = k + runs[j + 1]
+    parts[#parts + 1] = logRecord(runs[j], runs[j + 1])
+  end
+  parts[1] = logHeader(k, runs[#runs - 1], LH, LH + LR * (#runs / 2))
+  return table.concat(parts)
+end
+
 -- decide runs request i's algorithm on s with cost c.
 local function decide(s, i, c)
   local a = 4 + (i - 1) * 8
@@ -549,7 +683,10 @@ local function decide(s, i, c)
   elseif alg == '4' then
     return gcra(s, L, P, tonumber(ARGV[a + 3]), c, force)
   elseif alg == '1' then
-    return logText(s, L, P, c, force, stamp)
+    if s.v.lg then
+      return logStep(s, L, P, c, force, stamp)
+    end
+    return logRuns(s, L, P, c, force, stamp)
   elseif alg == '2' then
     return window(s, L, P, c, force, stamp)
   elseif alg == '5' then
@@ -627,19 +764,23 @@ for _, key in ipairs(order) do
       redis.call('DEL', key)
       written[key] = { 2, '' }
     else
-      local value
-      if s.tag == 'l' then
-        value = s.v[1] -- a sliding log is kept as text
+      local ttl = string.format('%.0f', max(1, cdiv(s.exp - now, 1000), minTTL))
+      if s.tag == 'l' and s.v.lg then
+        logCommit(key, s.v, ttl) -- never with peeks: the undo needs no value
       else
-        local parts = { s.tag }
-        for j = 1, #s.v do
-          parts[j + 1] = string.format('%.0f', s.v[j])
+        local value
+        if s.tag == 'l' then
+          value = logValue(s.v)
+        else
+          local parts = { s.tag }
+          for j = 1, #s.v do
+            parts[j + 1] = string.format('%.0f', s.v[j])
+          end
+          value = table.concat(parts, ' ')
         end
-        value = table.concat(parts, ' ')
+        redis.call('SET', key, value, 'PX', ttl)
+        written[key] = { 1, value }
       end
-      local ttl = max(1, cdiv(s.exp - now, 1000), minTTL)
-      redis.call('SET', key, value, 'PX', string.format('%.0f', ttl))
-      written[key] = { 1, value }
     end
   end
 end

@@ -88,7 +88,7 @@ func TestDifferential(t *testing.T) {
 
 // inspect compares the value and TTL stored under key with the model's
 // state: the layout the script writes ("r w last n0..n16", "g tat",
-// "f start count", "w start prev cur", "L k newest runs..."), no key once back to full, and a
+// "f start count", "w start prev cur", the sliding log's of parseLog), no key once back to full, and a
 // TTL of the time the state takes to be full again (at least
 // fakeClockMinTTL, as the Store runs under WithClock).
 func inspect(client redis.UniversalClient, key string, want model.State, ok, written bool) error {
@@ -130,6 +130,9 @@ func stateEqual(a, b model.State) bool {
 
 // parseState reads a stored value back into the model's terms.
 func parseState(raw string) (model.State, error) {
+	if strings.HasPrefix(raw, "L2 ") {
+		return parseLog(raw)
+	}
 	f := strings.Fields(raw)
 	nums := make([]int64, len(f))
 	for i := 1; i < len(f); i++ {
@@ -149,26 +152,56 @@ func parseState(raw string) (model.State, error) {
 		return model.State{Algorithm: backend.RollingWindow, W: nums[1], Last: nums[2], Buckets: nums[3:]}, nil
 	case len(f) == 4 && f[0] == "w":
 		return model.State{Algorithm: backend.SlidingWindow, Start: nums[1], Prev: nums[2], Cur: nums[3]}, nil
-	case len(f) >= 5 && len(f)%2 == 1 && f[0] == "L":
-		s := model.State{Algorithm: backend.SlidingLog}
-		k := int64(0)
-		for i := 3; i < len(f); i += 2 {
-			if nums[i+1] <= 0 || (len(s.Log) > 0 && nums[i] < s.Log[len(s.Log)-1].T) {
-				return s, bad
-			}
-			k += nums[i+1]
-			if n := len(s.Log); n > 0 && s.Log[n-1].T == nums[i] {
-				s.Log[n-1].N += nums[i+1]
-			} else {
-				s.Log = append(s.Log, model.Run{T: nums[i], N: nums[i+1]})
-			}
-		}
-		if k != nums[1] || s.Log[len(s.Log)-1].T != nums[2] {
-			return s, fmt.Errorf("stored %q: the header says %d units, newest at %d; the runs hold %d", raw, nums[1], nums[2], k)
-		}
-		return s, nil
 	}
 	return model.State{}, bad
+}
+
+// parseLog reads a sliding log in the layout of ALGORITHMS.md: the header
+// "L2 k newest head fin" (zero-padded to 59 bytes), then 34-byte records
+// "t n", the live ones in bytes [head, fin), oldest first; bytes before
+// head are expired records, bytes after fin records taken back.
+func parseLog(raw string) (model.State, error) {
+	const header, record = 59, 34
+	bad := func(why string) (model.State, error) {
+		return model.State{}, fmt.Errorf("stored %q: not the sliding log layout: %s", raw, why)
+	}
+	var k, newest, head, fin int64
+	if len(raw) < header || raw[header-1] != '\n' {
+		return bad("short header")
+	}
+	if n, err := fmt.Sscanf(raw[:header], "L2 %016d %016d %010d %010d\n", &k, &newest, &head, &fin); n != 4 || err != nil {
+		return bad(fmt.Sprint("header: ", err))
+	}
+	if head < header || fin < head || fin > int64(len(raw)) || (fin-head)%record != 0 || (head-header)%record != 0 || head == fin {
+		return bad(fmt.Sprintf("live records at [%d, %d) of %d bytes", head, fin, len(raw)))
+	}
+	s := model.State{Algorithm: backend.SlidingLog}
+	sum := int64(0)
+	for o := head; o < fin; o += record {
+		var t, n int64
+		if c, err := fmt.Sscanf(raw[o:o+record], "%016d %016d\n", &t, &n); c != 2 || err != nil || raw[o+record-1] != '\n' {
+			return bad(fmt.Sprintf("record at %d: %v", o, err))
+		}
+		if n <= 0 || (len(s.Log) > 0 && t < s.Log[len(s.Log)-1].T) {
+			return bad(fmt.Sprintf("record at %d: %d units at %d", o, n, t))
+		}
+		sum += n
+		s.Log = mergeRun(s.Log, model.Run{T: t, N: n})
+	}
+	if sum != k || s.Log[len(s.Log)-1].T != newest {
+		return bad(fmt.Sprintf("the header says %d units, newest at %d; the records hold %d", k, newest, sum))
+	}
+	return s, nil
+}
+
+// mergeRun appends r to log, merging it into the last run at the same
+// instant (the script may write the units of one instant as two records).
+func mergeRun(log []model.Run, r model.Run) []model.Run {
+	if n := len(log); n > 0 && log[n-1].T == r.T {
+		log[n-1].N += r.N
+		return log
+	}
+	return append(log, r)
 }
 
 // TestConcurrentMatchesReplay races 8 goroutines on shared keys of the
