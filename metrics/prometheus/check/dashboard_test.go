@@ -80,8 +80,16 @@ func TestDashboardQueriesParseAndNameExportedMetrics(t *testing.T) {
 		if v.Type != "query" {
 			continue
 		}
-		q, _ := v.Query.(map[string]any)
-		m := labelValues.FindStringSubmatch(strings.TrimSpace(q["query"].(string)))
+		// Grafana takes the query as a string, or as an object holding it.
+		q, ok := v.Query.(string)
+		if obj, isObj := v.Query.(map[string]any); isObj {
+			q, ok = obj["query"].(string)
+		}
+		if !ok {
+			t.Errorf("variable %s: query %v is not a string", v.Name, v.Query)
+			continue
+		}
+		m := labelValues.FindStringSubmatch(strings.TrimSpace(q))
 		if m == nil {
 			t.Errorf("variable %s: query %v is not label_values(selector, label)", v.Name, v.Query)
 			continue
