@@ -139,3 +139,35 @@ func BenchmarkMemoryIdleKeys(b *testing.B) {
 		s.Close()
 	}
 }
+
+// BenchmarkMemorySlidingLog is one admission on a sliding log held at a
+// steady number of live entries: the clock moves P/entries per decision,
+// so each admission expires one entry and appends one. An O(1) log costs
+// the same at 10 entries and at 10,000.
+func BenchmarkMemorySlidingLog(b *testing.B) {
+	for _, entries := range []int{10, 10_000} {
+		b.Run(fmt.Sprintf("entries=%d", entries), func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			s := New(WithClock(func() time.Time { return now }), WithSweepInterval(0))
+			defer s.Close()
+			reqs := []backend.Request{{Key: "log", Algorithm: backend.SlidingLog, Limit: int64(2 * entries), Period: time.Duration(entries) * time.Millisecond, Cost: 1}}
+			res := make([]backend.Result, 1)
+			step := func() {
+				now = now.Add(time.Millisecond)
+				if err := s.DecideInto(ctx, reqs, res); err != nil || !res[0].Allowed {
+					b.Fatalf("%+v, %v", res[0], err)
+				}
+			}
+			for range 2 * entries {
+				step()
+			}
+			if got := 2*int64(entries) - res[0].Remaining; got != int64(entries) {
+				b.Fatalf("the log holds %d entries, want %d", got, entries)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				step()
+			}
+		})
+	}
+}

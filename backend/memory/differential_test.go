@@ -59,8 +59,14 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 		found++
 		l := sh.logs.slots[i].v
 		got = refmodel.State{Algorithm: backend.SlidingLog, Expires: l.exp}
-		for _, r := range l.runs {
+		sum := int64(0)
+		for j := range l.n {
+			r := l.at(j)
+			sum += r.n
 			got.Log = mergeRun(got.Log, refmodel.Run{T: r.t, N: r.n})
+		}
+		if sum != l.k {
+			return fmt.Errorf("the log's runs hold %d units, its count says %d", sum, l.k)
 		}
 	}
 	if i := sh.rolls.find(h); i >= 0 {

@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"slices"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -149,7 +148,7 @@ func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 		if p.idx = sh.logs.find(p.h); p.idx >= 0 {
 			st = sh.logs.slots[p.idx].v
 		}
-		p.log = newLogView(&st, now, micros(r.Period))
+		p.log = newLogView(st, now, micros(r.Period))
 		p.logP = r.Period
 	case backend.Concurrency:
 		if p.idx = sh.leases.find(p.h); p.idx >= 0 {
@@ -162,16 +161,15 @@ func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 // than the view's (two rules sharing a key): the log as the call has left
 // it so far, its expired units dropped under period.
 func (p *pending) relog(period time.Duration, now int64) {
-	st := logState{runs: p.log.base}
+	st := p.log.st
 	if p.dirty {
 		// Written so far under writeP: commit that to a copy, leaving the
 		// stored runs alone until the call is known to be admitted.
-		st.runs = slices.Clone(p.log.base)
 		v := p.log
-		v.base = st.runs
-		v.commit(&st, now, micros(p.writeP))
+		v.st = st.clone()
+		st, _ = v.commit(now, micros(p.writeP))
 	}
-	p.log = newLogView(&st, now, micros(period))
+	p.log = newLogView(st, now, micros(period))
 	p.logP = period
 }
 

@@ -333,10 +333,10 @@ func TestSlidingLogGivesBackABurst(t *testing.T) {
 	h := s.hash("k")
 	sh := s.shardOf(h)
 	st := sh.logs.slots[sh.logs.find(h)].v
-	if got := len(st.runs); got != 1 {
+	if got := st.n; got != 1 {
 		t.Fatalf("%d entries, want 1", got)
 	}
-	if got := cap(st.runs); got > 16 {
+	if got := len(st.ring); got > 16 {
 		t.Errorf("the log keeps room for %d entries after the burst, want at most 16", got)
 	}
 }

@@ -19,13 +19,13 @@ type model struct {
 	roll map[string]rolling
 	gcra map[string]int64
 	win  map[string]window
-	logs map[string][]run
+	logs map[string]logState
 }
 
 func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
-	roll, gcra, win, logs := maps(m.roll), maps(m.gcra), maps(m.win), map[string][]run{}
+	roll, gcra, win, logs := maps(m.roll), maps(m.gcra), maps(m.win), map[string]logState{}
 	for k, v := range m.logs {
-		logs[k] = slices.Clone(v)
+		logs[k] = v.clone()
 	}
 	res := make([]backend.Result, len(reqs))
 	rejected := false
@@ -42,12 +42,10 @@ func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
 		case backend.SlidingWindow:
 			win[r.Key], ok = slidingStep(r, now, win[r.Key], &res[i])
 		case backend.SlidingLog:
-			st := logState{runs: logs[r.Key]}
-			v := newLogView(&st, now, micros(r.Period))
+			v := newLogView(logs[r.Key], now, micros(r.Period))
 			ok = logStep(r, now, &v, &res[i])
 			if ok {
-				v.commit(&st, now, micros(r.Period))
-				logs[r.Key] = st.runs
+				logs[r.Key], _ = v.commit(now, micros(r.Period))
 			}
 		}
 		rejected = rejected || (!ok && !r.Shadow)
@@ -81,7 +79,7 @@ func TestStoreMatchesModel(t *testing.T) {
 	for _, maxKeys := range []int{64, DefaultMaxKeys} { // one shard; 256 shards
 		t.Run(fmt.Sprint("maxKeys=", maxKeys), func(t *testing.T) {
 			s, clock := newTestStore(t, WithMaxKeys(maxKeys))
-			m := &model{roll: map[string]rolling{}, gcra: map[string]int64{}, win: map[string]window{}, logs: map[string][]run{}}
+			m := &model{roll: map[string]rolling{}, gcra: map[string]int64{}, win: map[string]window{}, logs: map[string]logState{}}
 			rng := rand.New(rand.NewPCG(3, uint64(maxKeys)))
 			now := backendtest.Epoch.UnixMicro()
 			for call := range 3000 {

@@ -307,7 +307,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		if i >= 0 {
 			st = sh.logs.slots[i].v
 		}
-		v := newLogView(&st, now, micros(r.Period))
+		v := newLogView(st, now, micros(r.Period))
 		ok := logStep(r, now, &v, out)
 		if ok && r.Cost != 0 {
 			s.putLog(sh, h, i, &v, now, micros(r.Period))
@@ -348,8 +348,7 @@ func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) bool
 // putLog commits a log view for the key at slot i (-1: absent). It reports
 // whether it inserted or deleted.
 func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) bool {
-	var st logState
-	live := v.commit(&st, now, P)
+	st, live := v.commit(now, P)
 	return put(s, sh, &sh.logs, h, i, st, live, st.exp, now)
 }
 

@@ -1,0 +1,199 @@
+package memory
+
+import "github.com/ceiling-go/ceiling/backend"
+
+// The sliding log of ALGORITHMS.md at O(1) amortized cost per decision: a
+// ring of runs, oldest first, with the units they hold kept as a count, so
+// that a decision drops expired runs from the front, appends at the back,
+// and reads only the runs it needs (the oldest, at a log's limit), never
+// every live entry.
+
+// run is c units of a sliding log admitted at the same instant t: the log
+// stores runs, so a cost of c takes one entry, not c.
+type run struct{ t, n int64 }
+
+// logState is a sliding log: n runs in a ring whose length is a power of
+// two (or zero), the oldest at head; k the units they hold; exp the time
+// its newest unit leaves the window (the key is then full again).
+type logState struct {
+	exp     int64
+	k       int64
+	head, n int
+	ring    []run
+}
+
+func logExpiry(l *logState) int64 { return l.exp }
+
+// at returns the i-th oldest run.
+func (l *logState) at(i int) *run { return &l.ring[(l.head+i)&(len(l.ring)-1)] }
+
+// push appends r as the newest run, doubling the ring when it is full.
+func (l *logState) push(r run) {
+	if l.n == len(l.ring) {
+		l.resize(max(4, 2*len(l.ring)))
+	}
+	*l.at(l.n) = r
+	l.n++
+}
+
+// resize moves the runs, oldest first, to a ring of size (a power of two
+// that holds them).
+func (l *logState) resize(size int) {
+	ring := make([]run, size)
+	for i := range l.n {
+		ring[i] = *l.at(i)
+	}
+	l.ring, l.head = ring, 0
+}
+
+// clone returns a copy of l that shares no memory with it.
+func (l *logState) clone() logState {
+	c := *l
+	c.ring = append([]run(nil), l.ring...)
+	return c
+}
+
+// logView is a sliding log as a decision sees it, without copying its
+// runs: the stored runs minus the expired ones at the front, minus units
+// refunded from the newest end, plus units added at now. Several requests
+// on one key in one call each update the view; only the last one's is
+// written back.
+type logView struct {
+	st      logState // the stored log (its ring shared), unchanged until commit
+	drop    int      // leading runs of st that have expired
+	dropped int64     // the units in them
+	remove  int64     // newest units of the live runs taken back
+	add     int64     // units added at now
+}
+
+func newLogView(st logState, now, P int64) logView {
+	v := logView{st: st}
+	for v.drop < st.n && st.at(v.drop).t+P <= now {
+		v.dropped += st.at(v.drop).n
+		v.drop++
+	}
+	return v
+}
+
+// live is the number of units of the stored runs that still count.
+func (v *logView) live() int64 { return v.st.k - v.dropped - v.remove }
+
+func (v *logView) count() int64 { return v.live() + v.add }
+
+// unit returns the time of the i-th oldest unit (0-based), walking from
+// the oldest live run: at a log's limit, the oldest is the one asked for.
+func (v *logView) unit(i, now int64) int64 {
+	if i < v.live() {
+		for j := v.drop; j < v.st.n; j++ {
+			r := v.st.at(j)
+			if i < r.n {
+				return r.t
+			}
+			i -= r.n
+		}
+	}
+	return now
+}
+
+// newest returns the time of the newest unit, walking back only over the
+// runs refunds took.
+func (v *logView) newest(now int64) int64 {
+	if v.add > 0 {
+		return now
+	}
+	rm := v.remove
+	for j := v.st.n - 1; j >= v.drop; j-- {
+		r := v.st.at(j)
+		if r.n > rm {
+			return r.t
+		}
+		rm -= r.n
+	}
+	return now
+}
+
+// logStep decides r on a sliding log, updating the view.
+func logStep(r *backend.Request, now int64, v *logView, res *backend.Result) bool {
+	P, L, c := micros(r.Period), r.Limit, r.Cost
+	k := v.count()
+	*res = backend.Result{Allowed: true, Limit: L}
+	if c > 0 && !r.Force && c > L-k {
+		res.Allowed = false
+		if c > L {
+			res.RetryAfter = backend.Never
+		} else {
+			res.RetryAfter = dur(v.unit(k+c-L-1, now) + P - now)
+		}
+		logAfter(res, L, P, now, k, v)
+		return false
+	}
+	switch {
+	case c > 0:
+		v.add = addCount(v.add, c)
+	case c < 0:
+		g := min(neg(c), k)
+		if g <= v.add {
+			v.add -= g
+		} else {
+			v.remove += g - v.add
+			v.add = 0
+		}
+	}
+	logAfter(res, L, P, now, v.count(), v)
+	return true
+}
+
+func logAfter(res *backend.Result, L, P, now, k int64, v *logView) {
+	res.Remaining = max(0, L-k)
+	if k > 0 {
+		res.ResetAfter = dur(v.newest(now) + P - now)
+	}
+	if k >= L {
+		res.NextAfter = dur(v.unit(k-L, now) + P - now)
+	}
+}
+
+// commit applies the view to its log, in the log's ring, and returns the
+// log to store; false when it is empty (the key is full again). The view's
+// log must be the stored one, to be replaced, or a copy (logState.clone).
+func (v *logView) commit(now, P int64) (logState, bool) {
+	st := &v.st
+	st.head = (st.head + v.drop) & max(0, len(st.ring)-1)
+	st.n -= v.drop
+	st.k -= v.dropped
+	for rm := v.remove; rm > 0 && st.n > 0; {
+		last := st.at(st.n - 1)
+		if last.n > rm {
+			last.n -= rm
+			st.k -= rm
+			break
+		}
+		rm -= last.n
+		st.k -= last.n
+		st.n--
+	}
+	if v.add > 0 {
+		if st.n > 0 && st.at(st.n-1).t == now {
+			last := st.at(st.n - 1)
+			n := addCount(last.n, v.add)
+			st.k += n - last.n
+			last.n = n
+		} else {
+			st.push(run{t: now, n: v.add})
+			st.k += v.add
+		}
+	}
+	if st.n == 0 {
+		return logState{}, false
+	}
+	if len(st.ring) > 16 && len(st.ring) > 4*st.n {
+		// A burst grew the log; most of it has expired: give the memory back.
+		size := 16
+		for size < 2*st.n {
+			size *= 2
+		}
+		st.resize(size)
+	}
+	st.exp = st.at(st.n-1).t + P
+	return *st, true
+}
