@@ -231,7 +231,6 @@ func slidingAfter(res *backend.Result, L, P, rem, prev, cur, w int64) {
 	}
 }
 
-
 // rollBuckets is the rolling window's k: the period is cut into this many
 // aligned buckets, and a unit stops counting at most a bucket (Period/k)
 // later than a sliding log would let it go.

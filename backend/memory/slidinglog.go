@@ -61,9 +61,9 @@ func (l *logState) clone() logState {
 type logView struct {
 	st      logState // the stored log (its ring shared), unchanged until commit
 	drop    int      // leading runs of st that have expired
-	dropped int64     // the units in them
-	remove  int64     // newest units of the live runs taken back
-	add     int64     // units added at now
+	dropped int64    // the units in them
+	remove  int64    // newest units of the live runs taken back
+	add     int64    // units added at now
 }
 
 func newLogView(st logState, now, P int64) logView {
