@@ -38,6 +38,9 @@ func testConfig(t testing.TB) (config, *servicetest.LogBuffer) {
 	// Generous, so that a loaded machine never makes an exactness test
 	// fail open; the failure tests set a short one.
 	cfg.Timeout = 2 * time.Second
+	// Tests that count the other rules send many requests of one shop at
+	// once; TestAnswersInFlightPerShop sets the production 4 again.
+	cfg.Limits.Answers = 1000
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("service log:\n%s", logs.String())

@@ -17,20 +17,25 @@ import (
 // Rule names: they appear in RateLimit headers, 429 bodies, metrics and
 // stored keys.
 const (
-	ruleMinute = "chat:shop:minute"
-	ruleDay    = "chat:shop:day"
-	ruleIP     = "chat:ip"
-	ruleTokens = "chat:shop:tokens"
+	ruleMinute  = "chat:shop:minute"
+	ruleDay     = "chat:shop:day"
+	ruleIP      = "chat:ip"
+	ruleTokens  = "chat:shop:tokens"
+	ruleAnswers = "chat:shop:answers"
 )
 
 // maxBody bounds a chat message's request body.
 const maxBody = 16 << 10
 
 // limits are the service's limits; tests shrink them. Each count is per
-// rolling window except Tokens, a budget per aligned window (a UTC day).
+// rolling window except Tokens, a budget per aligned window (a UTC day),
+// and Answers, how many answers a shop may have in flight at once (each a
+// lease of AnswerLease, renewed while the answer runs).
 type limits struct {
 	PerMinute, PerDay, PerIP, Tokens   int64
 	Minute, Day, IPWindow, TokenWindow time.Duration
+	Answers                            int64
+	AnswerLease                        time.Duration
 }
 
 // config is everything newServer needs; defaultConfig has production values
@@ -60,6 +65,7 @@ func defaultConfig() config {
 			PerDay: 1000, Day: 24 * time.Hour,
 			PerIP: 300, IPWindow: time.Minute,
 			Tokens: 200_000, TokenWindow: 24 * time.Hour,
+			Answers: 4, AnswerLease: time.Minute,
 		},
 		Timeout:         ceiling.DefaultTimeout,
 		Orders:          fakeOrders(lookupLatency),
@@ -115,6 +121,12 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		// would not.
 		{Name: ruleTokens, Key: shopKey, Limit: lim.Tokens, Period: lim.TokenWindow, Algorithm: ceiling.FixedWindow,
 			Estimate: s.reserveTokens},
+		// A model answer costs by how long it runs, not by the count: at
+		// most 4 answers of one shop at once, on every instance together.
+		// The slot is taken with the other rules, all or nothing, and
+		// given back when the handler returns (or the client leaves); an
+		// instance that dies gives its slots back within the lease.
+		{Name: ruleAnswers, Key: shopKey, Limit: lim.Answers, Period: lim.AnswerLease, Algorithm: ceiling.Concurrency},
 	}
 	obs, metrics := service.Metrics()
 	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:chat")
