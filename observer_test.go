@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -365,7 +366,7 @@ func TestInProcessBackendWithInstancesWarns(t *testing.T) {
 	w := get(t, l.HealthHandler())
 	var h Health
 	json.Unmarshal(w.Body.Bytes(), &h)
-	if w.Code != 200 || h.Status != "healthy" || len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], "4 times") {
+	if w.Code != 200 || h.Status != "healthy" || !slices.ContainsFunc(h.Warnings, func(s string) bool { return strings.Contains(s, "4 times") }) {
 		t.Errorf("health = %d %+v, want 200 with the warning", w.Code, h)
 	}
 	single := &logRecorder{}
