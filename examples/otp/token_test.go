@@ -20,16 +20,24 @@ func TestMintTokenNamesAUserTheServiceCounts(t *testing.T) {
 	tok := strings.TrimSpace(stdout.String())
 	cfg, _ := testConfig(t)
 	ts := start(t, cfg)
+	fivePerUser(t, ts.URL, tok, "+254 700 000 10")
+}
+
+// fivePerUser asks for codes to six numbers (prefix followed by 0 to 5)
+// with the user's token: 5 are sent, and the otp:user rule refuses the
+// sixth.
+func fivePerUser(t *testing.T, url, tok, prefix string) {
+	t.Helper()
 	var got []int
 	var last servicetest.Response
 	for i := range 6 {
-		last = otp(t, ts.URL, tok, phone("+254 700 000 10"+string(rune('0'+i))))
+		last = otp(t, url, tok, phone(prefix+string(rune('0'+i))))
 		got = append(got, last.Status)
 	}
 	if want := []int{202, 202, 202, 202, 202, 429}; !slices.Equal(got, want) {
 		t.Fatalf("statuses %v, want %v", got, want)
 	}
 	if got, want := violated(t, last), []string{ruleUser}; !slices.Equal(got, want) {
-		t.Errorf("violated policies %v, want %v: the minted token names no user", got, want)
+		t.Errorf("violated policies %v, want %v: the token names no user", got, want)
 	}
 }
