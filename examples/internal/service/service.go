@@ -34,7 +34,8 @@ type Config struct {
 	// proxies in front of the service (TRUSTED_PROXIES, comma-separated);
 	// only their X-Forwarded-For entries are believed.
 	TrustedProxies []string
-	// KeySecret makes stored keys HMACs (KEY_SECRET), so that nobody who
+	// KeySecret makes stored keys HMACs (KEY_SECRET, at least
+	// [ceiling.MinKeySecret] bytes), so that nobody who
 	// reads Redis can recover a phone number or an address by hashing
 	// candidates. Empty means plain SHA-256 digests.
 	KeySecret []byte
@@ -130,6 +131,9 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 		opts = append(opts, ceiling.WithInstances(c.Instances))
 	}
 	if len(c.KeySecret) > 0 {
+		if len(c.KeySecret) < ceiling.MinKeySecret {
+			return nil, nil, fmt.Errorf("KEY_SECRET is %d bytes: want at least %d, e.g. from `openssl rand -hex 32`", len(c.KeySecret), ceiling.MinKeySecret)
+		}
 		opts = append(opts, ceiling.WithKeySecret(c.KeySecret))
 	}
 	if c.RedisURL == "" {

@@ -114,6 +114,13 @@ func TestInstances(t *testing.T) {
 	}
 }
 
+func TestBackendRefusesAShortKeySecret(t *testing.T) {
+	_, _, err := (&Config{KeySecret: []byte("too-short-a-secret")}).Backend(slog.New(slog.DiscardHandler), "p")
+	if err == nil || !strings.Contains(err.Error(), "KEY_SECRET") {
+		t.Errorf("err %v, want one naming KEY_SECRET", err)
+	}
+}
+
 func TestBackendRefusesABadRedisURL(t *testing.T) {
 	_, _, err := (&Config{RedisURL: "http://localhost:6379"}).Backend(slog.New(slog.DiscardHandler), "p")
 	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") {
