@@ -23,12 +23,13 @@ const (
 )
 
 // MaxSlidingLogLimit is the largest Limit of a [SlidingLog] rule. A sliding
-// log keeps one entry per admission in its window, about 20 bytes each on
-// Redis, which copies the whole log on every admission: measured on a local
-// redis-server 7.0, a full log of 1,000 takes 20 KB and about 58 µs of Redis
-// CPU per admission; of 10,000, 197 KB and 450 µs; of 50,000, 1 MB and
-// 2.9 ms, during which Redis serves nobody else. Past 10,000 the rule is a
-// configuration error; RollingWindow holds the same ceiling in bounded state.
+// log keeps one record per admission in its window (34 bytes on Redis,
+// whatever the cost of each admission is in units), and a key is as large
+// as its log: measured with MEMORY USAGE on a local redis-server 7.0, a
+// full log of 1,000 takes 82 KB, of 10,000 393 KB, of 50,000 2.1 MB, per
+// key, for each client the rule tracks. (An admission costs the same
+// 17 µs of Redis CPU at any size.) Past 10,000 the rule is a configuration
+// error: RollingWindow holds the same ceiling in 18 integers per key.
 const MaxSlidingLogLimit = 10_000
 
 // A Rule is one limit on one dimension of a request: at most Limit units per
@@ -117,9 +118,9 @@ func (r *Rule) validate() error {
 		return fmt.Errorf("ceiling: rule %q: Burst is GCRA's, but the algorithm is %v; set Algorithm: ceiling.GCRA", r.Name, r.Algorithm)
 	}
 	if r.Algorithm == SlidingLog && r.Limit > MaxSlidingLogLimit {
-		return fmt.Errorf("ceiling: rule %q: a sliding log of %d costs about %d KiB per key and milliseconds of Redis CPU per decision; "+
-			"keep it at most %d, or use RollingWindow (the default: never more than Limit in any rolling Period, in a few integers per key)",
-			r.Name, r.Limit, r.Limit*20/1024, MaxSlidingLogLimit)
+		return fmt.Errorf("ceiling: rule %q: a sliding log of %d keeps up to %d records, about %d KB per key on Redis; "+
+			"keep it at most %d, or use RollingWindow (the default: never more than Limit in any rolling Period, in 18 integers per key)",
+			r.Name, r.Limit, r.Limit, r.Limit*40/1000, MaxSlidingLogLimit)
 	}
 	if r.Cost == 0 {
 		r.Cost = 1
