@@ -25,9 +25,10 @@ const (
 // MaxSlidingLogLimit is the largest Limit of a [SlidingLog] rule. A sliding
 // log keeps one record per admission in its window (34 bytes on Redis,
 // whatever the cost of each admission is in units), and a key is as large
-// as its log: measured with MEMORY USAGE on a local redis-server 7.0, a
-// full log of 1,000 takes 82 KB, of 10,000 393 KB, of 50,000 2.1 MB, per
-// key, for each client the rule tracks. (An admission costs the same
+// as its log: measured with MEMORY USAGE on a local redis-server 7.0
+// (BenchmarkSlidingLogKeySize in backend/redis), a full log of 1,000 takes
+// 82 KB, of 10,000 393 KB, of 50,000 2.1 MB, per key, for each client the
+// rule tracks. (An admission costs the same
 // 17 µs of Redis CPU at any size.) Past 10,000 the rule is a configuration
 // error: RollingWindow holds the same ceiling in 18 integers per key.
 const MaxSlidingLogLimit = 10_000
