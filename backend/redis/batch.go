@@ -42,9 +42,11 @@ func WithBatching(size, inFlight int) Option {
 	return func(c *config) { c.batchSize, c.inFlight = size, inFlight }
 }
 
-// op is one script run of a decision, queued for a round trip.
+// op is one command of a call (a script run of a decision, a DEL of a
+// reset), queued for a round trip.
 type op struct {
-	script *redis.Script
+	script *redis.Script // nil: not a script, never re-sent as EVAL
+	key    string        // its first key, which names its node
 	cmd    *redis.Cmd
 	w      *waiter
 }
@@ -214,7 +216,7 @@ func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op) error {
 		return nil
 	}
 	if len(ops) == 1 {
-		b, err := s.batcherFor(ctx, ops[0].cmd)
+		b, err := s.batcherFor(ctx, ops[0].key)
 		if err != nil {
 			return err
 		}
@@ -223,7 +225,7 @@ func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op) error {
 	}
 	bs := make([]*batcher, len(ops))
 	for i := range ops {
-		b, err := s.batcherFor(ctx, ops[i].cmd)
+		b, err := s.batcherFor(ctx, ops[i].key)
 		if err != nil {
 			return err
 		}
@@ -323,12 +325,11 @@ func (b *batcher) take(batch []*op) []*op {
 	return batch
 }
 
-// batcherFor returns the batcher of the node that holds cmd's keys.
-func (s *Store) batcherFor(ctx context.Context, cmd *redis.Cmd) (*batcher, error) {
+// batcherFor returns the batcher of the node that holds key.
+func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	if s.cluster == nil {
 		return s.batch, nil
 	}
-	key, _ := cmd.Args()[3].(string)
 	node, err := s.cluster.MasterForKey(ctx, key)
 	if err != nil {
 		return nil, s.classify(err)
@@ -388,7 +389,7 @@ func (s *Store) exec(batch []*op) {
 	s.roundTrip(ctx, batch)
 	var again []*op
 	for _, o := range batch {
-		if isNoScript(o.cmd.Err()) {
+		if o.script != nil && isNoScript(o.cmd.Err()) {
 			o.cmd = redis.NewCmd(ctx, evalArgs(o)...)
 			again = append(again, o)
 		}

@@ -176,8 +176,8 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
-// TestDecideReturnsByItsDeadline stalls every reply: Decide returns when
-// its context's deadline passes, with an error wrapping
+// TestDecideReturnsByItsDeadline stalls every reply: Decide (and Reset)
+// returns when its context's deadline passes, with an error wrapping
 // context.DeadlineExceeded, whatever the client's own timeouts (go-redis's
 // default read timeout is 3s and ignores the context).
 func TestDecideReturnsByItsDeadline(t *testing.T) {
@@ -203,6 +203,15 @@ func TestDecideReturnsByItsDeadline(t *testing.T) {
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("%d decisions on a stalled Redis returned after %v, want about 100ms (at most 2s)", n, d)
 		}
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.Reset(ctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Reset on a stalled Redis: err = %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Reset on a stalled Redis returned after %v, want about 100ms (at most 2s)", d)
 	}
 }
 

@@ -24,7 +24,7 @@ func evalSha(ctx context.Context, script *redis.Script, keys []string, args []an
 // reply, or an error wrapping the kind of failure.
 func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
 	w, ops := newWaiter(ctx, 1)
-	ops[0] = op{script: script, cmd: evalSha(ctx, script, keys, args)}
+	ops[0] = op{script: script, key: keys[0], cmd: evalSha(ctx, script, keys, args)}
 	if err := s.call(ctx, w, ops, false); err != nil {
 		w.release(false)
 		return nil, s.classify(err)
@@ -45,7 +45,7 @@ func (s *Store) runGroups(ctx context.Context, keys [][]string, reqs [][]backend
 		if stamps != nil {
 			st = stamps[g]
 		}
-		ops[g] = op{script: decideScript, cmd: evalSha(ctx, decideScript, keys[g], s.args(reqs[g], st, withPeeks))}
+		ops[g] = op{script: decideScript, key: keys[g][0], cmd: evalSha(ctx, decideScript, keys[g], s.args(reqs[g], st, withPeeks))}
 	}
 	err := s.call(ctx, w, ops, detached)
 	replies := make([]reply, len(reqs))
@@ -76,4 +76,38 @@ func (s *Store) runPipelined(ctx context.Context, keys [][]string, reqs [][]back
 // only until ctx ends, and they are sent and applied (once) either way.
 func (s *Store) settle(ctx context.Context, keys [][]string, reqs [][]backend.Request, stamps [][]int64) {
 	s.runGroups(ctx, keys, reqs, stamps, false, true)
+}
+
+// del deletes keys, stored keys all, on the batchers of their nodes (one
+// DEL per key on Cluster, where a DEL over several slots is refused), and
+// returns by ctx's deadline like a decision.
+func (s *Store) del(ctx context.Context, keys []string) error {
+	n := 1
+	if s.cluster != nil {
+		n = len(keys)
+	}
+	w, ops := newWaiter(ctx, n)
+	if s.cluster == nil {
+		args := make([]any, 0, 1+len(keys))
+		args = append(args, "del")
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		ops[0] = op{key: keys[0], cmd: redis.NewCmd(ctx, args...)}
+	} else {
+		for i, k := range keys {
+			ops[i] = op{key: k, cmd: redis.NewCmd(ctx, "del", k)}
+		}
+	}
+	if err := s.call(ctx, w, ops, false); err != nil {
+		w.release(false)
+		return s.classify(err)
+	}
+	defer w.release(true)
+	for _, o := range ops {
+		if err := o.cmd.Err(); err != nil {
+			return s.classify(err)
+		}
+	}
+	return nil
 }

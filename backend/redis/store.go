@@ -230,7 +230,8 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 func (s *Store) DeadlineBound() bool { return true }
 
 // Reset forgets the state of the given keys (the Request.Key values, without
-// the prefix).
+// the prefix). Like Decide, it returns by its context's deadline whatever
+// Redis does.
 func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
@@ -242,21 +243,7 @@ func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	if s.deny != nil {
 		s.deny.forget(keys...)
 	}
-	if s.cluster == nil {
-		if err := s.client.Del(ctx, stored...).Err(); err != nil {
-			return fmt.Errorf("ceiling/backend/redis: reset %d keys: %w", len(keys), err)
-		}
-		return nil
-	}
-	// One DEL per key: a DEL over keys of several slots is a CROSSSLOT error.
-	// The cluster pipeline sends each node its keys in parallel.
-	_, err := s.cluster.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range stored {
-			p.Del(ctx, k)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.del(ctx, stored); err != nil {
 		return fmt.Errorf("ceiling/backend/redis: reset %d keys: %w", len(keys), err)
 	}
 	return nil
