@@ -91,7 +91,7 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, v verdict,
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.learn(reqs, out, l.cfg.clock())
 		}
-	case v == overloaded:
+	case v == overloaded, FailureKind(err) == kindTimeout && l.fo.lag.starved(l.cfg.timeout/2):
 		l.fo.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
 			"ceiling: this process was too busy to read the backend's answer in time; fail modes applied, the backend is not blamed",
 			slog.Any("err", err))
@@ -150,11 +150,21 @@ func (l *Limiter) bounded(ctx context.Context, o op) (verdict, error) {
 	if !l.inline {
 		return l.guard(base, o)
 	}
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(base, l.cfg.timeout)
 	err := l.do(ctx, o)
 	cancel()
-	if err != nil && errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return against, err
+	}
+	if !errors.Is(err, ErrTimeout) {
 		err = fmt.Errorf("%w after %v: %w", ErrTimeout, l.cfg.timeout, err)
+	}
+	// The backend returns by its deadline, counted from when it wrote the
+	// command: a call that came back much later than that spent the time
+	// waiting for this process, not for the backend.
+	if time.Since(start) > l.cfg.timeout+l.cfg.timeout/2 {
+		return overloaded, err
 	}
 	return against, err
 }

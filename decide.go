@@ -180,7 +180,14 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 		return nil
 	}
 	results := st.results[:len(st.reqs)]
-	if err := l.call(ctx, st.reqs, results); err != nil {
+	decided, err := false, error(nil)
+	if l.fo.usesLocal && l.fo.handingOver(l.cfg.clock()) {
+		decided, err = l.handover(ctx, st)
+	}
+	if !decided {
+		err = l.call(ctx, st.reqs, results)
+	}
+	if err != nil {
 		if results, err = l.fallback(ctx, st, err); err != nil {
 			d.Allowed = false
 			return err

@@ -95,10 +95,12 @@ type failover struct {
 
 	emptyKeyLogged []atomic.Bool // per rule: an empty key value was logged
 	overloadLog    sampler       // calls this process was too busy to hear
+	lag            lagMeter      // tells a starved process from a slow backend
 
 	// FailLocal across the outage's edges (local.go).
-	seen    seenStates // what the backend last said of each key
-	journal journal    // keys the local store admitted while degraded
+	seen          seenStates   // what the backend last said of each key
+	journal       journal      // keys the local store admitted while degraded
+	handoverUntil atomic.Int64 // Unix ns: FailLocal rules are decided locally too until then
 
 	// The prober (probe.go).
 	canary  backend.Request

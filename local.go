@@ -31,7 +31,15 @@ import (
 //   - the end: every key the local store admitted is journaled, and the
 //     probe that finds the backend answering charges it, forced and in one
 //     round trip per few hundred keys, with what the local store still
-//     counts in the key's open window, before the breaker closes.
+//     counts in the key's open window, before the breaker closes;
+//   - the instances do not find the backend back at the same moment (each
+//     probes on its own schedule, up to MaxCoolDown apart), and until the
+//     last has charged it the backend knows only part of what was admitted.
+//     So for a hand-over of MaxCoolDown plus the timeout after its
+//     recovery, an instance decides FailLocal rules both locally, at its
+//     share, and on the backend: each instance stays within its share
+//     across the edge, and by the time any of them decides on the backend
+//     alone, every instance has charged it.
 //
 // Both err on the side of the limit: the seeds and the charges are counted
 // from the moment they are applied, so a key can be held a little longer
@@ -195,16 +203,77 @@ func (l *Limiter) chargeLocal() error {
 			return fmt.Errorf("ceiling: recovery charge of %d keys: %w", len(charges)-lo, err)
 		}
 	}
-	keys := make([]string, len(entries))
-	for i := range entries {
-		keys[i] = entries[i].local.Key
-	}
-	_ = ls.b.Reset(ctx, keys...)
 	if len(charges) > 0 {
 		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: charged the backend with what FailLocal admitted while it was down",
 			slog.Int("keys", len(charges)), slog.Int64("units", units))
 	}
 	return nil
+}
+
+// handover decides st's FailLocal rules on the local store first, at the
+// instance's share, then the whole request on the backend, while the
+// hand-over after a recovery lasts (see the top of this file). It reports
+// whether it decided (the results are in st.results); an error is the
+// backend's, for the fail modes, and nothing stays consumed locally. When no
+// rule fails local it does nothing.
+func (l *Limiter) handover(ctx context.Context, st *state) (bool, error) {
+	d := &st.decision
+	f := l.fo
+	sc := f.scratch.Get().(*localScratch)
+	defer f.scratch.Put(sc)
+	sc.reqs, sc.idx = sc.reqs[:0], sc.idx[:0]
+	for i := range d.Results {
+		if l.modeOf(d.Results[i].Rule) == FailLocal {
+			sc.reqs = append(sc.reqs, localRequest(st.reqs[i], l.cfg.localShare))
+			sc.idx = append(sc.idx, i)
+		}
+	}
+	if len(sc.reqs) == 0 {
+		return false, nil
+	}
+	ls := l.localStore()
+	lo := sc.out[:len(sc.reqs)]
+	if err := ls.decide(ctx, sc.reqs, lo); err != nil {
+		return false, nil // the backend alone, then
+	}
+	out := st.results[:len(st.reqs)]
+	blocked := false
+	for j := range lo {
+		blocked = blocked || (!lo[j].Allowed && !sc.reqs[j].Shadow)
+	}
+	if blocked {
+		for i := range out {
+			out[i] = backend.Result{Allowed: true, Limit: st.reqs[i].Limit, Unread: true}
+		}
+		for j, i := range sc.idx {
+			out[i] = lo[j]
+			d.Results[i].Fallback = FailLocal
+		}
+		return true, nil
+	}
+	err := l.call(ctx, st.reqs, out)
+	admitted := err == nil
+	for i := range out {
+		admitted = admitted && (out[i].Allowed || st.reqs[i].Shadow)
+	}
+	if !admitted {
+		// Give back what the local store took: the request was not admitted
+		// (or the fail modes will decide it afresh).
+		for j := range sc.reqs {
+			if !lo[j].Allowed {
+				sc.reqs[j].Cost = 0
+			}
+			sc.reqs[j].Cost = -sc.reqs[j].Cost
+		}
+		_ = ls.decide(ctx, sc.reqs, lo)
+	}
+	return true, err
+}
+
+// handingOver reports whether the hand-over after a recovery lasts.
+func (f *failover) handingOver(now time.Time) bool {
+	until := f.handoverUntil.Load()
+	return until != 0 && now.UnixNano() < until
 }
 
 // chargeBatch is how many keys one recovery charge call carries.

@@ -92,7 +92,15 @@ func TestFailLocalCarriesTheCountAcrossTheOutage(t *testing.T) {
 	if used != 4+3 {
 		t.Errorf("the backend counts %d units on the key after recovery, want 7: the 3 admitted locally were not charged", used)
 	}
-	if got := decide(10); got != 3 {
-		t.Errorf("after recovery: %d admitted, want 3 (10 - 7)", got)
+	// For the hand-over after the recovery, the instance's local share
+	// still binds as well: 5 - 3 = 2 more.
+	if got := decide(10); got != 2 {
+		t.Errorf("in the hand-over: %d admitted, want 2 (the local share's rest)", got)
+	}
+	if !eventually(func() bool { return !l.fo.handingOver(time.Now()) }) {
+		t.Fatal("the hand-over never ends")
+	}
+	if got := decide(10); got != 1 {
+		t.Errorf("after the hand-over: %d admitted, want 1 (10 - 9, on the backend alone)", got)
 	}
 }

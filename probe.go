@@ -81,6 +81,10 @@ func (l *Limiter) probeLoop() {
 		}
 		err := l.probe()
 		if err == nil {
+			if f.usesLocal {
+				h := l.cfg.breaker.MaxCoolDown + l.cfg.timeout
+				f.handoverUntil.Store(l.cfg.clock().Add(h).UnixNano())
+			}
 			f.probeMu.Lock()
 			f.probing = false
 			f.probeMu.Unlock()

@@ -1,0 +1,477 @@
+package ceiling
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Faults at the edges of the failure handling, against real redis-server
+// processes: what moves the breaker, clients that leave, recovery without
+// traffic, FailLocal across the edges of an outage and of a partition, and
+// a starved CPU on a healthy Redis.
+
+// storeAt returns a Store on a default go-redis client for addr under
+// prefix, so that several "instances" can share one Redis's keys.
+func storeAt(t *testing.T, addr, prefix string, opts ...ceilingredis.Option) *ceilingredis.Store {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { c.Close() })
+	return ceilingredis.New(c, append([]ceilingredis.Option{ceilingredis.WithPrefix(prefix)}, opts...)...)
+}
+
+func fromAddr(h http.Handler, addr string) int {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = addr + ":1"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w.Code
+}
+
+// Half the traffic on a key the deny cache answers, then Redis killed: the
+// cached answers are not the backend's, so the breaker opens after the
+// configured 5 failures of the other half, and stays open however many
+// cached answers follow (issue 12.1).
+func TestRedisKilledWithDenyCachedTrafficOpensTheBreaker(t *testing.T) {
+	inst := redistest.Server(t)
+	var mu sync.Mutex
+	var events []DegradedEvent
+	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 3, Period: time.Minute}},
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		OnDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	for range 4 {
+		fromAddr(h, "198.51.100.1") // spent: the fourth is refused and deny-cached
+	}
+	fresh := 0
+	next := func() int { fresh++; return fromAddr(h, "203.0.113."+itoa(fresh)) }
+	if got := next(); got != 200 {
+		t.Fatalf("with Redis up: %d", got)
+	}
+	inst.Kill()
+	killed := time.Now()
+	failures := 0
+	for l.Health().Status == "healthy" {
+		if failures > DefaultBreakerFailures {
+			t.Fatalf("still healthy after %d failed requests interleaved with deny-cached answers", failures)
+		}
+		if got := fromAddr(h, "198.51.100.1"); got != 429 {
+			t.Fatalf("the spent key, from the deny cache: %d, want 429", got)
+		}
+		next()
+		failures++
+	}
+	t.Logf("degraded after %d failures, %v after the kill", failures, time.Since(killed))
+	if failures != DefaultBreakerFailures {
+		t.Errorf("degraded after %d failures, want %d", failures, DefaultBreakerFailures)
+	}
+	for range 200 {
+		fromAddr(h, "198.51.100.1")
+		next()
+	}
+	time.Sleep(1500 * time.Millisecond) // a probe or two against the dead Redis
+	if h := l.Health(); h.Status != "degraded" || h.DegradedTotal != 1 || h.Reason != "unreachable" {
+		t.Errorf("health %+v: want degraded once, unreachable", h)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 1 {
+		t.Errorf("events %+v, want one degradation and no recovery while Redis is dead", events)
+	}
+}
+
+// 200 clients that send their request and half-close the connection
+// (Go's server then cancels the request's context) against 5 per minute on
+// Redis: the decision is the backend's whatever the client does, so at
+// most 5 reach the handler, failing open or local alike, and the limiter
+// stays healthy (issue 12.2).
+func TestHalfClosedClientsGetNoFreeRequests(t *testing.T) {
+	inst := redistest.Shared(t)
+	for _, mode := range []FailMode{FailOpen, FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			var reached atomic.Int64
+			// The key function waits until the client has gone, so the
+			// decision is always made for a cancelled request.
+			gone := func(r *http.Request) (string, error) {
+				select {
+				case <-r.Context().Done():
+				case <-time.After(2 * time.Second):
+				}
+				return "one-client", nil
+			}
+			l := MustNew([]Rule{{Name: "sms", Key: gone, Limit: 5, Period: time.Minute}},
+				WithBackend(redisStore(t, inst)), WithFailMode(mode), WithLogger(slog.New(slog.DiscardHandler)))
+			defer l.Close()
+			srv := httptest.NewServer(l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Add(1) })))
+			defer srv.Close()
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 20)
+			for range 200 {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					halfClosed(t, srv.Listener.Addr().String())
+				}()
+			}
+			wg.Wait()
+			if got := reached.Load(); got > 5 {
+				t.Errorf("%d half-closed requests reached the handler, want at most 5", got)
+			}
+			if h := l.Health(); h.Status != "healthy" || h.Rules[0].FailOpenAdmissions+h.Rules[0].FailLocalAdmissions != 0 {
+				t.Errorf("health %+v: clients leaving are not a backend failure", h)
+			}
+		})
+	}
+}
+
+// halfClosed sends one request and closes its writing half at once.
+func halfClosed(t *testing.T, addr string) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: ceiling\r\n\r\n"); err != nil {
+		t.Error(err)
+		return
+	}
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _ = http.ReadResponse(bufio.NewReader(c), nil)
+}
+
+// Frozen with SIGSTOP until the breaker opens, then thawed: the limiter
+// comes back by its own probes, with no request, about a second after
+// Redis answers (issue 12.3); and likewise under traffic.
+func TestRedisFrozenRecoversWithoutTraffic(t *testing.T) {
+	inst := redistest.Server(t)
+	l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 3, Period: time.Hour, Algorithm: SlidingLog}},
+		WithBackend(redisStore(t, inst)), WithFailMode(FailClosed), WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	ctx := context.Background()
+	for _, traffic := range []bool{false, true} {
+		inst.Freeze(t)
+		for l.Health().Status == "healthy" {
+			fromAddr(h, "192.0.2.250")
+		}
+		if got := l.Health().Reason; got != "timeout" {
+			t.Errorf("frozen: reason %q, want timeout", got)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		if traffic {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						l.Decide(ctx, Input{Rule: "otp", Key: "traffic"})
+						time.Sleep(5 * time.Millisecond)
+					}
+				}
+			}()
+		}
+		time.Sleep(1500 * time.Millisecond) // probes fail meanwhile
+		inst.Thaw(t)
+		thawed := time.Now()
+		if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+			t.Fatalf("traffic %v: still degraded 10s after Redis thawed", traffic)
+		}
+		took := time.Since(thawed)
+		close(stop)
+		wg.Wait()
+		t.Logf("traffic %v: healthy %v after SIGCONT", traffic, took)
+		if took > 3*time.Second {
+			t.Errorf("traffic %v: healthy only %v after Redis answered again, want about a second", traffic, took)
+		}
+		key := "enforced-" + itoa(len(itoa(int(took)))) + map[bool]string{false: "idle", true: "busy"}[traffic]
+		var got []bool
+		for range 4 {
+			d, err := l.Decide(ctx, Input{Rule: "otp", Key: key})
+			if err != nil {
+				t.Fatalf("after recovery: %v", err)
+			}
+			got = append(got, d.Allowed)
+		}
+		if want := []bool{true, true, true, false}; !equalBools(got, want) {
+			t.Errorf("traffic %v: after recovery %v, want %v (enforced by Redis)", traffic, got, want)
+		}
+	}
+}
+
+// instance is one of several limiters sharing a Redis, each with its own
+// client (and deny cache), as separate processes would.
+type instance struct {
+	l        *Limiter
+	mu       sync.Mutex
+	admitted []time.Time
+}
+
+// edgeRule is what the edge tests limit: 30 per 2 s, exactly, on one key.
+var edgeRule = Rule{Name: "edge", Limit: 30, Period: 2 * time.Second, Algorithm: SlidingLog}
+
+func newInstances(t *testing.T, addrs []string, prefix string) []*instance {
+	var out []*instance
+	for _, addr := range addrs {
+		l := MustNew([]Rule{edgeRule}, WithBackend(storeAt(t, addr, prefix)),
+			WithInstances(len(addrs)), WithLogger(slog.New(slog.DiscardHandler)))
+		t.Cleanup(func() { l.Close() })
+		out = append(out, &instance{l: l})
+	}
+	return out
+}
+
+// drive sends each instance one decision on the key every 10 ms until stop
+// is closed, recording when each admission was answered.
+func drive(insts []*instance, stop chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for _, in := range insts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				d, err := in.l.Decide(context.Background(), Input{Rule: edgeRule.Name, Key: "one-key"})
+				if err == nil && d.Allowed {
+					in.mu.Lock()
+					in.admitted = append(in.admitted, time.Now())
+					in.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return &wg
+}
+
+// windowMax is the most admissions of all instances in any window
+// [s, s+p) that contains at (s <= at < s+p), or in any window at all if at
+// is zero.
+func windowMax(insts []*instance, p time.Duration, at time.Time) int {
+	var all []time.Time
+	for _, in := range insts {
+		in.mu.Lock()
+		all = append(all, in.admitted...)
+		in.mu.Unlock()
+	}
+	slices.SortFunc(all, func(a, b time.Time) int { return a.Compare(b) })
+	count := func(s time.Time) int {
+		n := 0
+		for _, t := range all {
+			if !t.Before(s) && t.Before(s.Add(p)) {
+				n++
+			}
+		}
+		return n
+	}
+	// The fullest window can always be moved to start at an admission, or,
+	// when it must contain at, at the earliest start that still does.
+	most := 0
+	if !at.IsZero() {
+		most = count(at.Add(-p + time.Nanosecond))
+	}
+	for _, s := range all {
+		if at.IsZero() || (!s.After(at) && s.Add(p).After(at)) {
+			most = max(most, count(s))
+		}
+	}
+	return most
+}
+
+// windowMaxEnding is the most admissions in any window (e-p, e] whose last
+// admission e comes after at and whose start lies before at: the windows
+// across at that a decision made after at closes.
+func windowMaxEnding(insts []*instance, p time.Duration, at time.Time) int {
+	var all []time.Time
+	for _, in := range insts {
+		in.mu.Lock()
+		all = append(all, in.admitted...)
+		in.mu.Unlock()
+	}
+	most := 0
+	for _, e := range all {
+		if !e.After(at) || !e.Before(at.Add(p)) {
+			continue
+		}
+		n := 0
+		for _, t := range all {
+			if t.After(e.Add(-p)) && !t.After(e) {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// Three instances at 300 decisions a second on one key limited to 30 per
+// 2 s, and Redis frozen for 3 s: inside the outage each admits its third;
+// the windows that span the outage's start and end admit at most the
+// limit too, because the local stores start from Redis's last word and
+// Redis is charged with what they admitted before it decides again (issue
+// 12.6).
+func TestFailLocalBoundAcrossAFrozenRedis(t *testing.T) {
+	inst := redistest.Server(t)
+	prefix := redistest.KeyPrefix(t)
+	insts := newInstances(t, []string{inst.Addr, inst.Addr, inst.Addr}, prefix)
+	stop := make(chan struct{})
+	wg := drive(insts, stop)
+	time.Sleep(2500 * time.Millisecond)
+	inst.Freeze(t)
+	frozen := time.Now()
+	time.Sleep(3 * time.Second)
+	inst.Thaw(t)
+	thawed := time.Now()
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	for i, in := range insts {
+		if h := in.l.Health(); h.DegradedTotal != 1 || h.Rules[0].FailLocalAdmissions == 0 {
+			t.Errorf("instance %d: %+v, want one outage decided locally", i, h)
+		}
+	}
+	p := edgeRule.Period
+	all, start, end := windowMax(insts, p, time.Time{}), windowMax(insts, p, frozen), windowMax(insts, p, thawed)
+	t.Logf("most admitted in 2 s: %d in any window, %d spanning the freeze, %d spanning the thaw", all, start, end)
+	if all > int(edgeRule.Limit) {
+		t.Errorf("%d admitted in one 2 s window (start %d, end %d), want at most %d", all, start, end, edgeRule.Limit)
+	}
+}
+
+// One instance of three cut off from Redis for 3 s while the others keep
+// deciding there. Inside the partition the cut instance adds its share to
+// what Redis admits (the others cannot know of it): at most limit + share
+// in any window, the documented bound of a partition. At its end Redis is
+// charged with what the cut instance admitted before anyone decides
+// there knowing nothing of it, so every window that a decision after the
+// recovery closes holds at most the limit (issue 12.6).
+func TestFailLocalBoundAcrossAPartition(t *testing.T) {
+	inst := redistest.Server(t)
+	proxy := redistest.NewProxy(t, inst.Addr)
+	prefix := redistest.KeyPrefix(t)
+	insts := newInstances(t, []string{inst.Addr, inst.Addr, proxy.Addr}, prefix)
+	stop := make(chan struct{})
+	wg := drive(insts, stop)
+	time.Sleep(2500 * time.Millisecond)
+	proxy.Partition()
+	time.Sleep(3 * time.Second)
+	proxy.Heal()
+	cut := insts[2].l
+	if !eventually(func() bool { return cut.Health().Status == "healthy" }) {
+		t.Fatal("the cut instance never recovered")
+	}
+	recovered := time.Now()
+	time.Sleep(2500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	if h := cut.Health(); h.DegradedTotal != 1 || h.Rules[0].FailLocalAdmissions == 0 {
+		t.Errorf("the cut instance: %+v, want one outage decided locally", h)
+	}
+	for i, in := range insts[:2] {
+		if h := in.l.Health(); h.DegradedTotal != 0 {
+			t.Errorf("instance %d, never cut: %+v", i, h)
+		}
+	}
+	p, limit := edgeRule.Period, int(edgeRule.Limit)
+	share := limit / len(insts)
+	all, end := windowMax(insts, p, time.Time{}), windowMaxEnding(insts, p, recovered)
+	t.Logf("most admitted in 2 s: %d in any window, %d in windows closed after the recovery", all, end)
+	if all > limit+share {
+		t.Errorf("%d admitted in one 2 s window, want at most %d (the limit, plus the cut instance's share)", all, limit+share)
+	}
+	if end > limit {
+		t.Errorf("%d admitted in a 2 s window closed by a decision after the recovery, want at most %d", end, limit)
+	}
+}
+
+// A process too busy to read Redis's replies in time (a flood of requests
+// whose key function burns CPU, on a healthy Redis): Redis was not slow, so
+// the breaker never moves, and a spent key, refused from the deny cache
+// while the breaker stays closed, is never admitted by the fail mode
+// (issue 12.9).
+func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
+	inst := redistest.Server(t)
+	var transitions atomic.Int64
+	burn := func(r *http.Request) (string, error) {
+		deadline := time.Now().Add(2 * time.Millisecond)
+		for time.Now().Before(deadline) {
+		}
+		return r.Header.Get("X-Shop"), nil
+	}
+	l := MustNew([]Rule{{Name: "shop", Key: burn, Limit: 3, Period: time.Minute}},
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		OnDegraded(func(DegradedEvent) { transitions.Add(1) }))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	shop := func(name string) int {
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-Shop", name)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for range 4 {
+		shop("spent")
+	}
+	var spentAdmitted, others, n atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n.Add(1)
+				if g%2 == 0 {
+					if shop("spent") == 200 {
+						spentAdmitted.Add(1)
+					}
+				} else if shop("shop-"+itoa(g*100000+i)) == 200 {
+					others.Add(1) // fresh shops: every one is a Redis round trip
+				}
+			}
+		}()
+	}
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("%d requests from 32 CPU-burning goroutines, %d fresh shops admitted; fail-open admissions %d",
+		n.Load(), others.Load(), l.Health().Rules[0].FailOpenAdmissions)
+	if got := spentAdmitted.Load(); got != 0 {
+		t.Errorf("a spent shop was admitted %d times while Redis was healthy", got)
+	}
+	if got := transitions.Load(); got != 0 {
+		t.Errorf("%d breaker transitions with Redis healthy", got)
+	}
+}

@@ -1,0 +1,80 @@
+package ceiling
+
+import (
+	"runtime/metrics"
+	"sync"
+	"time"
+)
+
+// A timeout says that the answer did not come in time, not why: Redis may
+// have been slow, or this process too busy to run the goroutine that reads
+// the answer (a flood of requests whose key functions burn CPU). The Go
+// scheduler records how long runnable goroutines waited for a CPU; when
+// many waited about as long as the timeout while a call timed out, the
+// process, not the backend, was slow, and the breaker is not moved.
+
+// schedLatencies is the runtime metric: how long goroutines were runnable
+// before they ran.
+const schedLatencies = "/sched/latencies:seconds"
+
+// lagMeter compares the scheduler's latency histogram now with a reading
+// from half a second to a few seconds ago. It is read only when a call times
+// out, so a healthy limiter never pays for it.
+type lagMeter struct {
+	mu     sync.Mutex
+	sample []metrics.Sample
+	old    lagReading // the baseline
+	young  lagReading // becomes the baseline once lagShift old
+}
+
+type lagReading struct {
+	counts []uint64
+	at     time.Time
+}
+
+// lagShift is the least age of the baseline, so that a burst of timeouts
+// microseconds apart still compares a meaningful stretch of time; lagWindow
+// is the most, beyond which a reading says nothing of now.
+const (
+	lagShift  = 500 * time.Millisecond
+	lagWindow = 5 * time.Second
+)
+
+// The runtime samples a small fraction of goroutine runs into the
+// histogram (a few dozen a second on a busy process), so the test is a
+// share: since the baseline, at least a quarter of the sampled runs, and at
+// least two, waited the threshold or more. A healthy process has next to
+// none.
+const lagMinSlow = 2
+
+// starved reports whether, lately, many goroutines waited threshold or more
+// for a CPU.
+func (m *lagMeter) starved(threshold time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sample == nil {
+		m.sample = []metrics.Sample{{Name: schedLatencies}}
+	}
+	metrics.Read(m.sample)
+	if m.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return false
+	}
+	h := m.sample[0].Value.Float64Histogram()
+	now := time.Now()
+	if m.young.at.IsZero() || now.Sub(m.young.at) >= lagShift {
+		m.old, m.young = m.young, lagReading{counts: append([]uint64(nil), h.Counts...), at: now}
+	}
+	base := m.old
+	if base.at.IsZero() || now.Sub(base.at) > lagWindow || len(base.counts) != len(h.Counts) {
+		return false
+	}
+	var slow, total uint64
+	for i, c := range h.Counts {
+		total += c - base.counts[i]
+		// Buckets[i] is the lower bound of bucket i.
+		if h.Buckets[i] >= threshold.Seconds() {
+			slow += c - base.counts[i]
+		}
+	}
+	return slow >= lagMinSlow && 4*slow >= total
+}
