@@ -88,6 +88,7 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, v verdict,
 			return // the deny cache answered: no evidence either way
 		}
 		b.success()
+		l.fo.lag.tick(time.Now())
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.learn(reqs, out, l.cfg.clock())
 		}

@@ -147,6 +147,7 @@ func (l *Limiter) initFailover() error {
 		f.limitLog[i].every = limitLogEvery
 	}
 	if l.remote {
+		f.lag.tick(time.Now()) // the first baseline
 		f.breaker = newBreaker(l.cfg.breaker, now, l.emitDegraded, l.startProber)
 	}
 	usesLocal := l.cfg.failMode == FailLocal

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -225,8 +224,15 @@ func TestRedisFrozenRecoversWithoutTraffic(t *testing.T) {
 type instance struct {
 	l        *Limiter
 	mu       sync.Mutex
-	admitted []time.Time
+	admitted []span // when each admitted decision was asked and answered
 }
+
+// span brackets the moment a decision was made: the backend decided at
+// some instant between before and after.
+type span struct{ before, after time.Time }
+
+// in reports whether the decision certainly fell in (from, to].
+func (s span) in(from, to time.Time) bool { return s.before.After(from) && !s.after.After(to) }
 
 // edgeRule is what the edge tests limit: 30 per 2 s, exactly, on one key.
 var edgeRule = Rule{Name: "edge", Limit: 30, Period: 2 * time.Second, Algorithm: SlidingLog}
@@ -258,10 +264,11 @@ func drive(insts []*instance, stop chan struct{}) *sync.WaitGroup {
 					return
 				case <-tick.C:
 				}
+				before := time.Now()
 				d, err := in.l.Decide(context.Background(), Input{Rule: edgeRule.Name, Key: "one-key"})
 				if err == nil && d.Allowed {
 					in.mu.Lock()
-					in.admitted = append(in.admitted, time.Now())
+					in.admitted = append(in.admitted, span{before, time.Now()})
 					in.mu.Unlock()
 				}
 			}
@@ -270,58 +277,53 @@ func drive(insts []*instance, stop chan struct{}) *sync.WaitGroup {
 	return &wg
 }
 
-// windowMax is the most admissions of all instances in any window
-// [s, s+p) that contains at (s <= at < s+p), or in any window at all if at
-// is zero.
-func windowMax(insts []*instance, p time.Duration, at time.Time) int {
-	var all []time.Time
+// spans returns every instance's admissions.
+func spans(insts []*instance) []span {
+	var all []span
 	for _, in := range insts {
 		in.mu.Lock()
 		all = append(all, in.admitted...)
 		in.mu.Unlock()
 	}
-	slices.SortFunc(all, func(a, b time.Time) int { return a.Compare(b) })
-	count := func(s time.Time) int {
+	return all
+}
+
+// windowMax is the most admissions of all instances certainly made in one
+// window (e-p, e] of length p, over every e, or over those whose window
+// contains at if at is not zero. Counting only the decisions certainly in
+// the window keeps the test from blaming the limiter for the time between
+// its answer and the test's clock reading.
+func windowMax(insts []*instance, p time.Duration, at time.Time) int {
+	all := spans(insts)
+	most := 0
+	for _, e := range all {
+		end := e.after
+		if !at.IsZero() && (end.Before(at) || !end.Add(-p).Before(at)) {
+			continue
+		}
 		n := 0
-		for _, t := range all {
-			if !t.Before(s) && t.Before(s.Add(p)) {
+		for _, s := range all {
+			if s.in(end.Add(-p), end) {
 				n++
 			}
 		}
-		return n
-	}
-	// The fullest window can always be moved to start at an admission, or,
-	// when it must contain at, at the earliest start that still does.
-	most := 0
-	if !at.IsZero() {
-		most = count(at.Add(-p + time.Nanosecond))
-	}
-	for _, s := range all {
-		if at.IsZero() || (!s.After(at) && s.Add(p).After(at)) {
-			most = max(most, count(s))
-		}
+		most = max(most, n)
 	}
 	return most
 }
 
-// windowMaxEnding is the most admissions in any window (e-p, e] whose last
-// admission e comes after at and whose start lies before at: the windows
-// across at that a decision made after at closes.
+// windowMaxEnding is windowMax over the windows closed by a decision asked
+// after at: the windows across at that the backend decided last.
 func windowMaxEnding(insts []*instance, p time.Duration, at time.Time) int {
-	var all []time.Time
-	for _, in := range insts {
-		in.mu.Lock()
-		all = append(all, in.admitted...)
-		in.mu.Unlock()
-	}
+	all := spans(insts)
 	most := 0
 	for _, e := range all {
-		if !e.After(at) || !e.Before(at.Add(p)) {
+		if !e.before.After(at) || !e.before.Before(at.Add(p)) {
 			continue
 		}
 		n := 0
-		for _, t := range all {
-			if t.After(e.Add(-p)) && !t.After(e) {
+		for _, s := range all {
+			if s.in(e.after.Add(-p), e.after) {
 				n++
 			}
 		}

@@ -227,7 +227,13 @@ func TestRedisRestartRecovers(t *testing.T) {
 		t.Fatal("Redis is back but the idle limiter stays degraded")
 	}
 	t.Logf("healthy %v after Redis answered again, with no request", time.Since(back))
-	if got, want := codes(t, h, 5), []int{200, 200, 200, 429, 429}; !sameInts(got, want) {
+	// A fresh client: a decision the store still had queued when Redis
+	// died may have reached the new one for the old client.
+	var got []int
+	for range 5 {
+		got = append(got, fromAddr(h, "198.51.100.77"))
+	}
+	if want := []int{200, 200, 200, 429, 429}; !sameInts(got, want) {
 		t.Errorf("after the restart: %v, want %v (enforced by Redis again)", got, want)
 	}
 	mu.Lock()

@@ -3,6 +3,7 @@ package ceiling
 import (
 	"runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,9 +19,11 @@ import (
 const schedLatencies = "/sched/latencies:seconds"
 
 // lagMeter compares the scheduler's latency histogram now with a reading
-// from half a second to a few seconds ago. It is read only when a call times
-// out, so a healthy limiter never pays for it.
+// from half a second to a few seconds ago. Answered calls keep a baseline
+// (one reading every lagShift at most, a few microseconds), so that the
+// first timeout of a starved spell already has one to compare with.
 type lagMeter struct {
+	next   atomic.Int64 // Unix ns before which answered calls take no reading
 	mu     sync.Mutex
 	sample []metrics.Sample
 	old    lagReading // the baseline
@@ -38,34 +41,58 @@ type lagReading struct {
 const (
 	lagShift  = 500 * time.Millisecond
 	lagWindow = 5 * time.Second
+	lagMinAge = 50 * time.Millisecond
 )
 
 // The runtime samples a small fraction of goroutine runs into the
 // histogram (a few dozen a second on a busy process), so the test is a
-// share: since the baseline, at least a quarter of the sampled runs, and at
+// share: since the baseline, at least an eighth of the sampled runs, and at
 // least two, waited the threshold or more. A healthy process has next to
-// none.
+// none; a starved one, measured, a fifth to a half.
 const lagMinSlow = 2
+
+// tick keeps the baseline fresh; answered calls call it.
+func (m *lagMeter) tick(now time.Time) {
+	if now.UnixNano() < m.next.Load() || !m.mu.TryLock() {
+		return
+	}
+	defer m.mu.Unlock()
+	m.read(now)
+}
+
+// read takes a reading, shifting the baseline when the younger one is
+// lagShift old, and returns the histogram. m.mu is held.
+func (m *lagMeter) read(now time.Time) *metrics.Float64Histogram {
+	if m.sample == nil {
+		m.sample = []metrics.Sample{{Name: schedLatencies}}
+	}
+	metrics.Read(m.sample)
+	m.next.Store(now.Add(lagShift).UnixNano())
+	if m.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	h := m.sample[0].Value.Float64Histogram()
+	if m.young.at.IsZero() || now.Sub(m.young.at) >= lagShift {
+		m.old, m.young = m.young, lagReading{counts: append(m.old.counts[:0], h.Counts...), at: now}
+	}
+	return h
+}
 
 // starved reports whether, lately, many goroutines waited threshold or more
 // for a CPU.
 func (m *lagMeter) starved(threshold time.Duration) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.sample == nil {
-		m.sample = []metrics.Sample{{Name: schedLatencies}}
-	}
-	metrics.Read(m.sample)
-	if m.sample[0].Value.Kind() != metrics.KindFloat64Histogram {
+	now := time.Now()
+	h := m.read(now)
+	if h == nil {
 		return false
 	}
-	h := m.sample[0].Value.Float64Histogram()
-	now := time.Now()
-	if m.young.at.IsZero() || now.Sub(m.young.at) >= lagShift {
-		m.old, m.young = m.young, lagReading{counts: append([]uint64(nil), h.Counts...), at: now}
-	}
 	base := m.old
-	if base.at.IsZero() || now.Sub(base.at) > lagWindow || len(base.counts) != len(h.Counts) {
+	if base.at.IsZero() || now.Sub(base.at) > lagWindow {
+		base = m.young // a spell right after the start: the only reading there is
+	}
+	if now.Sub(base.at) < lagMinAge || now.Sub(base.at) > lagWindow || len(base.counts) != len(h.Counts) {
 		return false
 	}
 	var slow, total uint64
@@ -76,5 +103,5 @@ func (m *lagMeter) starved(threshold time.Duration) bool {
 			slow += c - base.counts[i]
 		}
 	}
-	return slow >= lagMinSlow && 4*slow >= total
+	return slow >= lagMinSlow && 8*slow >= total
 }
