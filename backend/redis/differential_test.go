@@ -87,7 +87,7 @@ func TestDifferential(t *testing.T) {
 }
 
 // inspect compares the value and TTL stored under key with the model's
-// state: the layout the script writes ("r w last n0..n16", "g tat",
+// state: the layout the script writes ("R w last S n0..n16", a bare tat,
 // "f start count", "w start prev cur", the sliding log's of parseLog), no key once back to full, and a
 // TTL of the time the state takes to be full again (at least
 // fakeClockMinTTL, as the Store runs under WithClock).
@@ -143,13 +143,27 @@ func parseState(raw string) (model.State, error) {
 		nums[i] = n
 	}
 	bad := fmt.Errorf("stored %q: not a layout the script writes", raw)
+	if tat, err := strconv.ParseInt(raw, 10, 64); err == nil && tat > 0 {
+		return model.State{Algorithm: backend.GCRA, TAT: tat}, nil // GCRA's bare tat
+	}
 	switch {
-	case len(f) == 2 && f[0] == "g":
-		return model.State{Algorithm: backend.GCRA, TAT: nums[1]}, nil
 	case len(f) == 3 && f[0] == "f":
 		return model.State{Algorithm: backend.FixedWindow, Start: nums[1], Count: nums[2]}, nil
-	case len(f) == 20 && f[0] == "r":
-		return model.State{Algorithm: backend.RollingWindow, W: nums[1], Last: nums[2], Buckets: nums[3:]}, nil
+	case len(f) == 21 && f[0] == "R" && len(raw) == 50+17*11:
+		// "R W last S " then 17 counts, fixed-width (ALGORITHMS.md).
+		sum := int64(0)
+		for _, n := range nums[4:] {
+			sum += n
+		}
+		if want := fmt.Sprintf("R %015d %015d %015d ", nums[1], nums[2], nums[3]); raw[:50] != want || sum != nums[3] {
+			return model.State{}, fmt.Errorf("stored %q: header %q, counts summing to %d: not the rolling window layout", raw, raw[:50], sum)
+		}
+		for i := range 17 {
+			if c := raw[50+11*i : 50+11*i+11]; c != fmt.Sprintf("%010d ", nums[4+i]) {
+				return model.State{}, fmt.Errorf("stored %q: count %d is %q: not the rolling window layout", raw, i, c)
+			}
+		}
+		return model.State{Algorithm: backend.RollingWindow, W: nums[1], Last: nums[2], Buckets: nums[4:]}, nil
 	case len(f) == 4 && f[0] == "w":
 		return model.State{Algorithm: backend.SlidingWindow, Start: nums[1], Prev: nums[2], Cur: nums[3]}, nil
 	}

@@ -2,7 +2,7 @@
 -- nothing else around it (no tables of states, no closures per algorithm),
 -- because most limiters have one rule on a request and the general script
 -- costs twice the Redis CPU of this one. The arithmetic and the stored value
--- ("g <tat>") are decide.lua's and ALGORITHMS.md's; the conformance suite
+-- (the bare tat) are decide.lua's and ALGORITHMS.md's; the conformance suite
 -- runs both.
 --
 -- KEYS[1] the stored key; ARGV as decide.lua's for one request:
@@ -37,9 +37,9 @@ local tau = T * B
 
 local t0 = now
 local raw = redis.call('GET', KEYS[1])
-if raw and string.sub(raw, 1, 2) == 'g ' then
-  t0 = math.max(tonumber(string.sub(raw, 3)), now)
-end
+local tat = tonumber(raw or '') -- the bare tat; "g tat" before
+if tat == nil and raw and string.sub(raw, 1, 2) == 'g ' then tat = tonumber(string.sub(raw, 3)) end
+if tat then t0 = math.max(tat, now) end
 
 if c > 0 and ARGV[9] ~= '1' and (c > B or t0 + c * T - now > tau) then
   local retry = -1
@@ -61,8 +61,10 @@ if c ~= 0 then
   if nt <= now then
     redis.call('DEL', KEYS[1])
   else
+    -- Numbers as arguments: Redis writes an integer's digits exactly, and
+    -- formatting them in Lua costs more than the rest of the script.
     local ttl = math.max(1, fdiv(nt - now + 999, 1000), tonumber(ARGV[2]))
-    redis.call('SET', KEYS[1], string.format('g %.0f', nt), 'PX', string.format('%.0f', ttl))
+    redis.call('SET', KEYS[1], nt, 'PX', ttl)
   end
 end
 local remaining, nx = fdiv(math.max(0, tau - (nt - now)), T), 0
