@@ -61,6 +61,9 @@ var ErrEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule doe
 // says when to retry. Any other error means the inputs are wrong (an
 // unknown or repeated rule, an empty key, a limit out of range): nothing
 // was decided and nothing consumed. With no inputs the call is admitted.
+//
+// An admitted decision on a [Concurrency] rule holds its slot until
+// [Decision.Release]: defer it when the work starts.
 func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error) {
 	st := l.states.Get().(*state)
 	defer l.states.Put(st)
