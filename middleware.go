@@ -30,7 +30,7 @@ const (
 // 82 KB, of 10,000 393 KB, of 50,000 2.1 MB, per key, for each client the
 // rule tracks. (An admission costs the same
 // 17 µs of Redis CPU at any size.) Past 10,000 the rule is a configuration
-// error: RollingWindow holds the same ceiling in 18 integers per key.
+// error: RollingWindow holds the same ceiling in 19 integers per key.
 const MaxSlidingLogLimit = 10_000
 
 // A Rule is one limit on one dimension of a request: at most Limit units per
@@ -120,7 +120,7 @@ func (r *Rule) validate() error {
 	}
 	if r.Algorithm == SlidingLog && r.Limit > MaxSlidingLogLimit {
 		return fmt.Errorf("ceiling: rule %q: a sliding log of %d keeps up to %d records, about %d KB per key on Redis; "+
-			"keep it at most %d, or use RollingWindow (the default: never more than Limit in any rolling Period, in 18 integers per key)",
+			"keep it at most %d, or use RollingWindow (the default: never more than Limit in any rolling Period, in 19 integers per key)",
 			r.Name, r.Limit, r.Limit, r.Limit*40/1000, MaxSlidingLogLimit)
 	}
 	if r.Cost == 0 {

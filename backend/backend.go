@@ -27,7 +27,7 @@ type Algorithm uint8
 
 const (
 	// RollingWindow, the zero value, never admits more than Limit in any
-	// rolling Period, with 18 integers of state per key whatever the limit.
+	// rolling Period, with 19 integers of state per key whatever the limit.
 	// The Period is cut into 16 aligned buckets; a request is admitted while
 	// the current bucket and the 16 before it, plus its cost, hold at most
 	// Limit. A full burst of Limit is admitted at once; a unit stops counting
