@@ -146,6 +146,11 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		closeBackend()
 		return nil, nil, err
 	}
+	if err := service.Check(limiter, cfg.Logger, true); err != nil {
+		limiter.Close()
+		closeBackend()
+		return nil, nil, err
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /api/chat", authenticate(cfg.JWTSecret, limiter.Handler(http.HandlerFunc(s.chat))))

@@ -119,6 +119,11 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 		closeBackend()
 		return nil, nil, err
 	}
+	if err := service.Check(limiter, cfg.Logger, false); err != nil {
+		limiter.Close()
+		closeBackend()
+		return nil, nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /api/otp", limiter.Handler(sendOTP(phone, cfg.Sender, cfg.Logger)))
 	mux.Handle("GET /healthz", limiter.HealthHandler())
