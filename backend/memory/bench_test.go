@@ -171,3 +171,32 @@ func BenchmarkMemorySlidingLog(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMemoryRollingWindow is one admission on a rolling window (the
+// default algorithm), alone on its key and among 100,000 keys, with the
+// clock moving a bucket every 16 decisions so that the window shifts as in
+// steady traffic.
+func BenchmarkMemoryRollingWindow(b *testing.B) {
+	for _, nKeys := range []int{1, 100_000} {
+		b.Run(fmt.Sprintf("keys=%d", nKeys), func(b *testing.B) {
+			now := time.Unix(1_700_000_000, 0)
+			s := New(WithClock(func() time.Time { return now }), WithMaxKeys(4<<20), WithSweepInterval(0))
+			defer s.Close()
+			keys := benchKeys(nKeys)
+			reqs := []backend.Request{{Algorithm: backend.RollingWindow, Limit: backend.MaxLimit, Period: time.Second, Cost: 1}}
+			res := make([]backend.Result, 1)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if i%16 == 0 {
+					now = now.Add(time.Second / 16)
+				}
+				reqs[0].Key = keys[i%nKeys]
+				if err := s.DecideInto(ctx, reqs, res); err != nil || !res[0].Allowed {
+					b.Fatalf("%+v, %v", res[0], err)
+				}
+				i++
+			}
+		})
+	}
+}
