@@ -40,13 +40,15 @@ type Options struct {
 	// {"limiter": "api"} when one process runs several limiters.
 	ConstLabels prometheus.Labels
 	// Buckets are the backend latency histogram's bucket bounds in
-	// seconds; nil means 100µs to 1s, which frames a 100ms timeout.
+	// seconds; nil means DefaultBuckets. The highest bound must be at least
+	// the limiter's timeout: the latency alert compares a quantile with 80%
+	// of the timeout, and a quantile never exceeds the highest bound.
 	Buckets []float64
 }
 
-// DefaultBuckets frame a backend round trip on a local network and the
-// default 100ms timeout.
-var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+// DefaultBuckets frame a backend round trip on a local network, the
+// default 100ms timeout, and timeouts up to 10s.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 // Observer records a limiter's events as Prometheus metrics. Create it with
 // [New]; it is safe for simultaneous use by multiple goroutines and may be
@@ -91,7 +93,7 @@ func New(o Options) *Observer {
 		}, []string{"rule", "outcome"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Name: "backend_duration_seconds", ConstLabels: o.ConstLabels, Buckets: buckets,
-			Help: "Latency of backend decision calls, answered or failed; calls skipped by the open circuit breaker are not counted.",
+			Help: "Latency of backend decision calls, answered or failed; calls skipped by the open circuit breaker and deny-cache answers are not counted.",
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "backend_errors_total", ConstLabels: o.ConstLabels,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -239,6 +240,21 @@ ceiling_deny_cache_hits_total 2
 	}
 	if got := histogramCount(t, obs); got != 1 {
 		t.Errorf("backend calls observed = %d, want 1", got)
+	}
+}
+
+// histogram_quantile never exceeds the highest finite bucket bound, so the
+// latency alert (p99 above 80% of the timeout) is blind to a timeout past
+// it: the default buckets reach the default timeout and timeouts up to 10s.
+func TestDefaultBucketsReachTheTimeout(t *testing.T) {
+	highest := ceilingprom.DefaultBuckets[len(ceilingprom.DefaultBuckets)-1]
+	for _, timeout := range []time.Duration{ceiling.DefaultTimeout, time.Second, 10 * time.Second} {
+		if highest < timeout.Seconds() {
+			t.Errorf("the highest bucket, %vs, is below a timeout of %v", highest, timeout)
+		}
+	}
+	if !slices.IsSorted(ceilingprom.DefaultBuckets) {
+		t.Errorf("DefaultBuckets are not sorted: %v", ceilingprom.DefaultBuckets)
 	}
 }
 
