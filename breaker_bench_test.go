@@ -81,10 +81,20 @@ func BenchmarkMiddlewareBreakerOpen(b *testing.B) {
 	b.Run("open/fail=closed", func(b *testing.B) {
 		benchHandler(b, openLimiterB(b, FailClosed).Handler(okHandler))
 	})
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
 	b.Run("healthy-remote=instant", func(b *testing.B) {
-		benchHandler(b, MustNew(benchRules, WithBackend(admitAll{remote: true})).Handler(okHandler))
+		benchHandler(b, MustNew(benchRules, WithBackend(admitAll{remote: true}), quiet).Handler(okHandler))
+	})
+	b.Run("healthy-remote=instant-deadline-bound", func(b *testing.B) {
+		benchHandler(b, MustNew(benchRules, WithBackend(boundAdmitAll{admitAll{remote: true}}), quiet).Handler(okHandler))
 	})
 }
+
+// boundAdmitAll is admitAll declaring backend.DeadlineBound: the limiter
+// calls it inline, with no guard goroutine.
+type boundAdmitAll struct{ admitAll }
+
+func (boundAdmitAll) DeadlineBound() bool { return true }
 
 func openLimiterB(b *testing.B, mode FailMode) *Limiter {
 	l := MustNew(benchRules, WithBackend(&flaky{err: errDown}), WithFailMode(mode), withLocalStore(admitAll{}),
