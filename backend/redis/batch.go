@@ -325,10 +325,17 @@ func (b *batcher) take(batch []*op) []*op {
 	return batch
 }
 
+// errNoKey is a bug: an op built without its key (use scriptOp), which on
+// Cluster would queue it for the wrong node.
+var errNoKey = errors.New("ceiling/backend/redis: an op without a key cannot be routed")
+
 // batcherFor returns the batcher of the node that holds key.
 func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	if s.cluster == nil {
 		return s.batch, nil
+	}
+	if key == "" {
+		return nil, errNoKey
 	}
 	node, err := s.cluster.MasterForKey(ctx, key)
 	if err != nil {

@@ -183,7 +183,7 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]int64 {
 	w, ops := newWaiter(ctx, len(keys))
 	for g := range keys {
-		ops[g] = op{script: undoScript, cmd: evalSha(ctx, undoScript, keys[g], args[g])}
+		ops[g] = scriptOp(ctx, undoScript, keys[g], args[g])
 	}
 	err := s.call(ctx, w, ops, true)
 	out := make([][]int64, len(keys))

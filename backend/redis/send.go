@@ -8,8 +8,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// evalSha is the EVALSHA command of script on keys with args; its first
-// key names the node it goes to.
+// scriptOp is one run of script on keys with args, bound for the node of
+// its first key.
+func scriptOp(ctx context.Context, script *redis.Script, keys []string, args []any) op {
+	return op{script: script, key: keys[0], cmd: evalSha(ctx, script, keys, args)}
+}
+
+// evalSha is the EVALSHA command of script on keys with args.
 func evalSha(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, "evalsha", script.Hash(), len(keys))
@@ -24,7 +29,7 @@ func evalSha(ctx context.Context, script *redis.Script, keys []string, args []an
 // reply, or an error wrapping the kind of failure.
 func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
 	w, ops := newWaiter(ctx, 1)
-	ops[0] = op{script: script, key: keys[0], cmd: evalSha(ctx, script, keys, args)}
+	ops[0] = scriptOp(ctx, script, keys, args)
 	if err := s.call(ctx, w, ops, false); err != nil {
 		w.release(false)
 		return nil, s.classify(err)
@@ -45,7 +50,7 @@ func (s *Store) runGroups(ctx context.Context, keys [][]string, reqs [][]backend
 		if stamps != nil {
 			st = stamps[g]
 		}
-		ops[g] = op{script: decideScript, key: keys[g][0], cmd: evalSha(ctx, decideScript, keys[g], s.args(reqs[g], st, withPeeks))}
+		ops[g] = scriptOp(ctx, decideScript, keys[g], s.args(reqs[g], st, withPeeks))
 	}
 	err := s.call(ctx, w, ops, detached)
 	replies := make([]reply, len(reqs))
