@@ -50,3 +50,27 @@ func ExampleLimiter_Decide() {
 	// globex +15550001 sent
 	// globex +15550001 deferred by sms:to for 15m0s
 }
+
+// A worker charges what a job really cost once it knows: the tokens a model
+// reply used, past the budget if need be, so the next jobs wait the debt
+// out. A refund (a negative cost) gives back what a failed job reserved.
+func ExampleLimiter_Charge() {
+	limiter := ceiling.MustNew([]ceiling.Rule{
+		{Name: "tokens", Limit: 1000, Period: 24 * time.Hour, Algorithm: ceiling.FixedWindow},
+	})
+	defer limiter.Close()
+	ctx := context.Background()
+	ask := func() bool {
+		d, _ := limiter.Decide(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1"}) // is any budget left?
+		return d.Allowed
+	}
+	fmt.Println("first job admitted:", ask())
+	_ = limiter.Charge(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: 1200}) // the reply used 1200
+	fmt.Println("second job admitted:", ask())
+	_ = limiter.Charge(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: -400}) // a job refunded
+	fmt.Println("third job admitted:", ask())
+	// Output:
+	// first job admitted: true
+	// second job admitted: false
+	// third job admitted: true
+}
