@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +39,7 @@ func TestCheckNamesRedisMisconfiguration(t *testing.T) {
 		}, backend.ErrReadOnly, []string{"READONLY"}},
 		{"full", func(t *testing.T) *redis.Options {
 			inst := redistest.Server(t)
-			fill(t, inst)
+			inst.Fill(t)
 			return &redis.Options{Addr: inst.Addr}
 		}, backend.ErrOutOfMemory, []string{"OOM"}},
 		{"unreachable", func(t *testing.T) *redis.Options {
@@ -85,23 +84,4 @@ func containsAny(s string, subs []string) bool {
 		}
 	}
 	return false
-}
-
-// fill makes inst refuse writes for want of memory: data over a maxmemory
-// that evicts nothing.
-func fill(t *testing.T, inst *redistest.Instance) {
-	t.Helper()
-	c := inst.Client(t)
-	ctx := context.Background()
-	value := strings.Repeat("x", 64<<10)
-	for i := range 64 { // 4 MiB
-		if err := c.Set(ctx, "fill:"+strconv.Itoa(i), value, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1mb"}} {
-		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestDecideIsOneCallAllOrNothing(t *testing.T) {
 		}
 		got = append(got, d.Allowed)
 	}
-	if want := []bool{true, true, false, false}; !equalBools(got, want) {
+	if want := []bool{true, true, false, false}; !slices.Equal(got, want) {
 		t.Errorf("admissions %v, want %v", got, want)
 	}
 	if got, want := be.calls, 4; got != want {
@@ -77,18 +78,6 @@ func TestDecideIsOneCallAllOrNothing(t *testing.T) {
 	if got, want := be.total(), int64(4); got != want {
 		t.Errorf("units stored %d, want %d: a refused call must consume from no rule", got, want)
 	}
-}
-
-func equalBools(a, b []bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // A wrong input is an error naming the rule, and nothing reaches the

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,7 +214,7 @@ func TestRedisFrozenRecoversWithoutTraffic(t *testing.T) {
 			}
 			got = append(got, d.Allowed)
 		}
-		if want := []bool{true, true, true, false}; !equalBools(got, want) {
+		if want := []bool{true, true, true, false}; !slices.Equal(got, want) {
 			t.Errorf("traffic %v: after recovery %v, want %v (enforced by Redis)", traffic, got, want)
 		}
 	}

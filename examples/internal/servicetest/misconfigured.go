@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,19 +32,7 @@ func Misconfigurations(t *testing.T) []Misconfigured {
 	_, port, _ := net.SplitHostPort(master.Addr)
 	replica := redistest.ServerWithConfig(t, "replicaof 127.0.0.1 "+port)
 	full := redistest.Server(t)
-	c := full.Client(t)
-	ctx := context.Background()
-	value := strings.Repeat("x", 64<<10)
-	for i := range 64 { // 4 MiB, over a 1 MiB maxmemory
-		if err := c.Set(ctx, "fill:"+strconv.Itoa(i), value, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, kv := range [][2]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "1mb"}} {
-		if err := c.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	full.Fill(t)
 	return []Misconfigured{
 		{"no password", "redis://" + auth.Addr + "/0", []string{"NOAUTH", "unauthenticated"}},
 		{"wrong password", "redis://:guess@" + auth.Addr + "/0", []string{"WRONGPASS"}},
