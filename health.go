@@ -72,6 +72,11 @@ type Health struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// DegradedTotal counts healthy → degraded transitions since start.
 	DegradedTotal int64 `json:"degraded_total"`
+	// EvictedKeys counts keys the in-process stores (the memory backend,
+	// FailLocal's store) evicted while they held spent units, to stay under
+	// their key bound: each gave a caller quota back. Above zero, the bound
+	// is too small for the keys in use, or fresh keys are flooding in.
+	EvictedKeys uint64 `json:"evicted_keys,omitempty"`
 	// Rules reports what each rule admitted without the backend.
 	Rules []RuleHealth `json:"rules"`
 }
@@ -105,6 +110,9 @@ func (l *Limiter) Health() Health {
 		h.Warnings = []string{l.fo.warning}
 	}
 	h.Warnings = append(h.Warnings, l.keyWarnings()...)
+	if h.EvictedKeys = l.evictions(); h.EvictedKeys > 0 {
+		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
+	}
 	if b := l.fo.breaker; b != nil {
 		h.Backend = "remote"
 		s := b.status()

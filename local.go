@@ -82,7 +82,7 @@ func (l *Limiter) localStore() *localStore {
 	if b == nil {
 		// No janitor: nothing to stop, and the key bound (which sweeps
 		// under pressure) keeps an outage's keys in check.
-		m := memory.New(memory.WithSweepInterval(0), memory.WithMaxKeys(localMaxKeys))
+		m := memory.New(memory.WithSweepInterval(0), memory.WithMaxKeys(localMaxKeys), memory.WithLogger(l.cfg.logger))
 		f.closers = append(f.closers, m)
 		b = m
 	}

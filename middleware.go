@@ -198,7 +198,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	}
 	l.backend = l.cfg.backend
 	if l.backend == nil {
-		l.backend = memory.New()
+		l.backend = memory.New(memory.WithLogger(l.cfg.logger))
 	}
 	l.into, _ = l.backend.(backend.DecideInto)
 	_, l.rawKeys = l.backend.(*memory.Store)

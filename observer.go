@@ -94,6 +94,9 @@ type LimiterConfig struct {
 	// Timeout bounds each backend call ([WithTimeout]); zero when the
 	// backend is in process, which is never timed out.
 	Timeout time.Duration
+	// Evictions reads, at any time, [Health.EvictedKeys]: the keys the
+	// limiter's in-process stores evicted while they held spent units.
+	Evictions func() uint64
 }
 
 // observeConfig tells a ConfigObserver about the limiter; New calls it.
@@ -102,7 +105,7 @@ func (l *Limiter) observeConfig() {
 	if !ok {
 		return
 	}
-	c := LimiterConfig{Rules: make([]string, len(l.rules))}
+	c := LimiterConfig{Rules: make([]string, len(l.rules)), Evictions: l.evictions}
 	for i := range l.rules {
 		c.Rules[i] = l.rules[i].Name
 	}

@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -196,6 +197,36 @@ func BenchmarkMemoryRollingWindow(b *testing.B) {
 					b.Fatalf("%+v, %v", res[0], err)
 				}
 				i++
+			}
+		})
+	}
+}
+
+// BenchmarkMemoryFlood is a store at its key bound under a flood of fresh
+// keys: every decision inserts a key and evicts one (the eviction policy's
+// cost per decision), with keys of every algorithm in each shard.
+func BenchmarkMemoryFlood(b *testing.B) {
+	const bound = 1 << 16
+	for _, alg := range []backend.Algorithm{backend.RollingWindow, backend.GCRA, backend.SlidingLog} {
+		b.Run(alg.String(), func(b *testing.B) {
+			s := New(WithMaxKeys(bound), WithSweepInterval(0), WithLogger(slog.New(slog.DiscardHandler)))
+			defer s.Close()
+			keys := benchKeys(4 * bound)
+			reqs := []backend.Request{{Algorithm: alg, Limit: 3, Period: 15 * time.Minute, Cost: 1}}
+			res := make([]backend.Result, 1)
+			for i := range bound {
+				reqs[0].Key = keys[i]
+				if err := s.DecideInto(ctx, reqs, res); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				reqs[0].Key = keys[bound+i%(3*bound)]
+				if err := s.DecideInto(ctx, reqs, res); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}

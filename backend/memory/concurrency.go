@@ -120,6 +120,6 @@ func leaseAfter(res *backend.Result, L, now int64, live []lease, count int64) {
 // putLeases stores a Concurrency key's state at slot i (-1: absent),
 // deleting the key when it holds no lease. It reports whether it inserted
 // or deleted.
-func (s *Store) putLeases(sh *shard, h keyHash, i int, st leaseState, now int64) bool {
-	return put(s, sh, &sh.leases, h, i, st, len(st.leases) > 0, st.exp, now)
+func (s *Store) putLeases(sh *shard, h keyHash, i int, r *backend.Request, st leaseState, now int64) bool {
+	return put(s, sh, &sh.leases, h, i, r, st, len(st.leases) > 0, st.exp, now)
 }

@@ -27,8 +27,12 @@
 // random seeds (no key strings are kept; collisions cannot be aimed), keys
 // whose state is back to full are deleted on their next write or by the
 // janitor ([WithSweepInterval]), tables are rebuilt smaller once they empty,
-// and [WithMaxKeys] caps the number of keys, evicting (and counting, see
-// [Store.Evictions]) when a flood of fresh keys reaches it. A sliding log
+// and [WithMaxKeys] caps the number of keys. At the cap a new key evicts
+// the sampled key whose removal gives back the least quota (one at rest,
+// else the one holding the fewest units), so a flood of fresh keys evicts
+// its own kind rather than a key that spent its limit; an eviction that
+// gives units back is counted ([Store.Evictions], reported by the limiter's
+// health report and metrics) and logged once per burst. A sliding log
 // also holds its entries, at most one per admission in its window.
 //
 // The fast path is [Store.DecideInto] (see [backend.DecideInto]): up to

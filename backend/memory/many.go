@@ -202,27 +202,27 @@ func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) bool
 		if p.idx == -2 {
 			p.idx = sh.rolls.find(p.h)
 		}
-		return s.putRolling(sh, p.h, p.idx, p.roll, now)
+		return s.putRolling(sh, p.h, p.idx, r, p.roll, now)
 	case backend.GCRA:
 		if p.idx == -2 {
 			p.idx = sh.gcra.find(p.h)
 		}
-		return s.putGCRA(sh, p.h, p.idx, p.tat, now)
+		return s.putGCRA(sh, p.h, p.idx, r, p.tat, now)
 	case backend.FixedWindow, backend.SlidingWindow:
 		if p.idx == -2 {
 			p.idx = sh.windows.find(p.h)
 		}
-		return s.putWindow(sh, p.h, p.idx, p.win, now)
+		return s.putWindow(sh, p.h, p.idx, r, p.win, now)
 	case backend.SlidingLog:
 		if p.idx == -2 {
 			p.idx = sh.logs.find(p.h)
 		}
-		return s.putLog(sh, p.h, p.idx, &p.log, now, micros(p.writeP))
+		return s.putLog(sh, p.h, p.idx, r, &p.log, now, micros(p.writeP))
 	case backend.Concurrency:
 		if p.idx == -2 {
 			p.idx = sh.leases.find(p.h)
 		}
-		return s.putLeases(sh, p.h, p.idx, p.cc, now)
+		return s.putLeases(sh, p.h, p.idx, r, p.cc, now)
 	}
 	return false
 }

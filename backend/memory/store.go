@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"math"
+	"log/slog"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -28,7 +28,10 @@ type Store struct {
 	base      time.Time
 	baseMicro int64
 
-	evictions atomic.Uint64
+	evictions    atomic.Uint64
+	lastEviction atomic.Int64 // µs, of the last eviction counted
+	maxKeys      int
+	logger       *slog.Logger // nil: slog.Default()
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -61,6 +64,7 @@ var (
 	_ backend.Backend    = (*Store)(nil)
 	_ backend.DecideInto = (*Store)(nil)
 	_ backend.InProcess  = (*Store)(nil)
+	_ backend.Evicting   = (*Store)(nil)
 )
 
 // DefaultMaxKeys is the number of keys a Store holds unless [WithMaxKeys]
@@ -82,6 +86,7 @@ type config struct {
 	clock   func() time.Time
 	maxKeys int
 	sweep   time.Duration
+	logger  *slog.Logger
 }
 
 // WithClock makes the Store read time from now instead of the process's
@@ -96,14 +101,24 @@ func WithClock(now func() time.Time) Option {
 // The bound is kept per shard (maxKeys divided among them, rounded up), so
 // the total never exceeds maxKeys by more than the shard count. A new key
 // arriving at a full shard first takes the place of a key whose state is
-// already back to full; failing that, of the key soonest back to full among
-// a few sampled. Evicting live state forgets what that key consumed, a
-// weakening that [Store.Evictions] counts. It panics if maxKeys < 1.
+// already back to full; failing that, of the key holding the fewest units
+// in its open window among a few sampled (so a flood of fresh keys that
+// spent a unit each evicts its own kind, not a key that spent its limit).
+// Evicting a key that holds units gives its caller that quota back: a
+// weakening that [Store.Evictions] counts and the Store logs once per
+// burst (see [WithLogger]). It panics if maxKeys < 1.
 func WithMaxKeys(maxKeys int) Option {
 	if maxKeys < 1 {
 		panic(fmt.Sprintf("memory: WithMaxKeys(%d): the bound must be at least 1", maxKeys))
 	}
 	return func(c *config) { c.maxKeys = maxKeys }
+}
+
+// WithLogger sets where the Store logs the start of each burst of
+// evictions that give callers quota back (see [WithMaxKeys]); the default
+// is slog.Default() at the time of logging.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
 }
 
 // WithSweepInterval sets how often the janitor goroutine deletes keys whose
@@ -128,14 +143,16 @@ func New(opts ...Option) *Store {
 		n *= 2
 	}
 	s := &Store{
-		shards: make([]shard, n),
-		shift:  uint(64 - bits.TrailingZeros(uint(n))),
-		seedA:  maphash.MakeSeed(),
-		seedB:  maphash.MakeSeed(),
-		clock:  cfg.clock,
-		base:   time.Now(),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		shards:  make([]shard, n),
+		shift:   uint(64 - bits.TrailingZeros(uint(n))),
+		seedA:   maphash.MakeSeed(),
+		seedB:   maphash.MakeSeed(),
+		clock:   cfg.clock,
+		maxKeys: cfg.maxKeys,
+		logger:  cfg.logger,
+		base:    time.Now(),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	s.baseMicro = s.base.UnixMicro()
 	perShard := (cfg.maxKeys + n - 1) / n
@@ -163,10 +180,11 @@ func (s *Store) Close() error {
 // I/O, so the middleware skips its timeout and circuit breaker.
 func (s *Store) InProcess() bool { return true }
 
-// Evictions returns how many keys with live state (not yet back to full)
-// were evicted to respect the key bound since the Store was created. Each
-// is a key that forgot what it consumed: a limit enforced less strictly
-// than configured.
+// Evictions returns how many keys holding units in their open window (not
+// back to full) were evicted to respect the key bound since the Store was
+// created. Each gave its caller quota back: a limit enforced less strictly
+// than configured. It implements [backend.Evicting], through which the
+// limiter reports it in its health report and to its observer.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // Len returns the number of keys the Store holds.
@@ -273,7 +291,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		}
 		next, ok := rollingStep(r, now, st, out)
 		if ok && r.Cost != 0 {
-			s.putRolling(sh, h, i, next, now)
+			s.putRolling(sh, h, i, r, next, now)
 		}
 	case backend.GCRA:
 		i := sh.gcra.find(h)
@@ -283,7 +301,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		}
 		nt, ok := gcraStep(r, now, tat, out)
 		if ok && r.Cost != 0 {
-			s.putGCRA(sh, h, i, nt, now)
+			s.putGCRA(sh, h, i, r, nt, now)
 		}
 	case backend.FixedWindow, backend.SlidingWindow:
 		i := sh.windows.find(h)
@@ -299,7 +317,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 			next, ok = slidingStep(r, now, st, out)
 		}
 		if ok && r.Cost != 0 {
-			s.putWindow(sh, h, i, next, now)
+			s.putWindow(sh, h, i, r, next, now)
 		}
 	case backend.SlidingLog:
 		i := sh.logs.find(h)
@@ -310,7 +328,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		v := newLogView(st, now, micros(r.Period))
 		ok := logStep(r, now, &v, out)
 		if ok && r.Cost != 0 {
-			s.putLog(sh, h, i, &v, now, micros(r.Period))
+			s.putLog(sh, h, i, r, &v, now, micros(r.Period))
 		}
 	case backend.Concurrency:
 		i := sh.leases.find(h)
@@ -320,7 +338,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		}
 		next, ok := leaseStep(r, now, st, out)
 		if ok && r.Cost != 0 {
-			s.putLeases(sh, h, i, next, now)
+			s.putLeases(sh, h, i, r, next, now)
 		}
 	}
 	sh.mu.Unlock()
@@ -328,42 +346,42 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 
 // putGCRA stores a GCRA key's tat at slot i (-1: absent), deleting the key
 // when it is back to full. It reports whether it inserted or deleted.
-func (s *Store) putGCRA(sh *shard, h keyHash, i int, tat, now int64) bool {
-	return put(s, sh, &sh.gcra, h, i, tat, tat > now, tat, now)
+func (s *Store) putGCRA(sh *shard, h keyHash, i int, r *backend.Request, tat, now int64) bool {
+	return put(s, sh, &sh.gcra, h, i, r, tat, tat > now, tat, now)
 }
 
 // putRolling stores a rolling window at slot i (-1: absent), deleting the
 // key when it holds no unit. It reports whether it inserted or deleted.
-func (s *Store) putRolling(sh *shard, h keyHash, i int, st rolling, now int64) bool {
+func (s *Store) putRolling(sh *shard, h keyHash, i int, r *backend.Request, st rolling, now int64) bool {
 	exp := rollingExpiry(&st)
-	return put(s, sh, &sh.rolls, h, i, st, exp != 0, exp, now)
+	return put(s, sh, &sh.rolls, h, i, r, st, exp != 0, exp, now)
 }
 
 // putWindow stores a window state at slot i (-1: absent), deleting the key
 // when the state is back to full. It reports whether it inserted or deleted.
-func (s *Store) putWindow(sh *shard, h keyHash, i int, w window, now int64) bool {
-	return put(s, sh, &sh.windows, h, i, w, w.a != 0 || w.b != 0, w.exp, now)
+func (s *Store) putWindow(sh *shard, h keyHash, i int, r *backend.Request, w window, now int64) bool {
+	return put(s, sh, &sh.windows, h, i, r, w, w.a != 0 || w.b != 0, w.exp, now)
 }
 
 // putLog commits a log view for the key at slot i (-1: absent). It reports
 // whether it inserted or deleted.
-func (s *Store) putLog(sh *shard, h keyHash, i int, v *logView, now, P int64) bool {
+func (s *Store) putLog(sh *shard, h keyHash, i int, r *backend.Request, v *logView, now, P int64) bool {
 	st, live := v.commit(now, P)
-	return put(s, sh, &sh.logs, h, i, st, live, st.exp, now)
+	return put(s, sh, &sh.logs, h, i, r, st, live, st.exp, now)
 }
 
 // put stores v for key h in t at slot i (-1: absent) while the state is
 // live, making room for a new key first, or deletes the key once its state
 // is back to full; exp is when a live state will be. It reports whether it
 // inserted or deleted.
-func put[V any](s *Store, sh *shard, t *table[V], h keyHash, i int, v V, live bool, exp, now int64) bool {
+func put[V any](s *Store, sh *shard, t *table[V], h keyHash, i int, r *backend.Request, v V, live bool, exp, now int64) bool {
 	switch {
 	case live && i >= 0:
 		t.slots[i].v = v
 		sh.minExp = min(sh.minExp, exp)
 		return false
 	case live:
-		s.makeRoom(sh, h, now)
+		s.makeRoom(sh, h, r, now)
 		t.insert(h, v)
 		sh.minExp = min(sh.minExp, exp)
 	case i >= 0:
@@ -372,67 +390,4 @@ func put[V any](s *Store, sh *shard, t *table[V], h keyHash, i int, v V, live bo
 		return false
 	}
 	return true
-}
-
-// evictionSample is how many keys of each table a full shard compares
-// before evicting one.
-const evictionSample = 8
-
-// pressureSweepEvery is the least time (µs) between two sweeps of one full
-// shard by makeRoom: a flood of fresh keys cannot make every insertion pay
-// for a scan of the shard.
-const pressureSweepEvery = 1000
-
-// makeRoom frees a slot in a shard at its bound before h is inserted. Keys
-// whose state is back to full go first: a sampled one, or all of them by
-// sweeping the shard when one may exist. Failing that, the sampled key
-// whose state is soonest back to full is evicted, and that is counted.
-func (s *Store) makeRoom(sh *shard, h keyHash, now int64) {
-	if sh.keys() < sh.maxKeys {
-		return
-	}
-	gi, ge := sh.gcra.sample(h.a>>1, evictionSample, gcraExpiry)
-	wi, we := sh.windows.sample(h.a>>1, evictionSample, windowExpiry)
-	li, le := sh.logs.sample(h.a>>1, evictionSample, logExpiry)
-	ri, re := sh.rolls.sample(h.a>>1, evictionSample, rollingExpiry)
-	ci, ce := sh.leases.sample(h.a>>1, evictionSample, leaseExpiry)
-	best, exp := 0, int64(math.MaxInt64)
-	if gi >= 0 && ge < exp {
-		best, exp = 1, ge
-	}
-	if wi >= 0 && we < exp {
-		best, exp = 2, we
-	}
-	if li >= 0 && le < exp {
-		best, exp = 3, le
-	}
-	if ri >= 0 && re < exp {
-		best, exp = 4, re
-	}
-	if ci >= 0 && ce < exp {
-		best, exp = 5, ce
-	}
-	if exp > now && now >= sh.minExp && now-sh.pressureSweep >= pressureSweepEvery {
-		sh.pressureSweep = now
-		if sh.sweep(now) > 0 {
-			return
-		}
-	}
-	switch best {
-	case 1:
-		sh.gcra.deleteAt(gi)
-	case 2:
-		sh.windows.deleteAt(wi)
-	case 3:
-		sh.logs.deleteAt(li)
-	case 4:
-		sh.rolls.deleteAt(ri)
-	case 5:
-		sh.leases.deleteAt(ci)
-	default:
-		return
-	}
-	if exp > now {
-		s.evictions.Add(1)
-	}
 }

@@ -147,11 +147,16 @@ func (t *table[V]) shrink() {
 }
 
 // sample looks at up to n occupied slots from start on and returns the one
-// whose state is soonest back to full, and that expiry; -1 if empty.
-func (t *table[V]) sample(start uint64, n int, expiry func(*V) int64) (best int, bestExp int64) {
+// whose eviction gives back the fewest units, the soonest back to full
+// among those, with its units and expiry; best is -1 if the table is
+// empty. expiry reports when a state is back to full (it then holds no
+// units), units what a live state holds (at least 1). units is asked only
+// of a state that could beat the best so far, so that a flood of keys of
+// one unit each costs little more than reading their expiries.
+func (t *table[V]) sample(start uint64, n int, now int64, expiry func(*V) int64, units func(*V) int64) (best int, bestUnits, bestExp int64) {
 	best = -1
 	if t.n == 0 {
-		return best, 0
+		return best, 0, 0
 	}
 	mask := uint64(len(t.slots) - 1)
 	seen := 0
@@ -161,9 +166,17 @@ func (t *table[V]) sample(start uint64, n int, expiry func(*V) int64) (best int,
 			continue
 		}
 		seen++
-		if e := expiry(&s.v); best < 0 || e < bestExp {
-			best, bestExp = int(i), e
+		e := expiry(&s.v)
+		var u int64
+		if e > now {
+			if best >= 0 && (bestUnits == 0 || (bestUnits == 1 && e >= bestExp)) {
+				continue // holds at least one unit: cannot beat the best
+			}
+			u = units(&s.v)
+		}
+		if best < 0 || u < bestUnits || (u == bestUnits && e < bestExp) {
+			best, bestUnits, bestExp = int(i), u, e
 		}
 	}
-	return best, bestExp
+	return best, bestUnits, bestExp
 }

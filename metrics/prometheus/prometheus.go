@@ -12,6 +12,7 @@
 //	ceiling_backend_errors_total{kind="timeout|error"}
 //	ceiling_backend_timeout_seconds               the limiter's backend timeout (remote backends)
 //	ceiling_deny_cache_hits_total                 decisions the Redis deny cache answered in process
+//	ceiling_evicted_keys_total                    keys an in-process store evicted holding spent units
 //	ceiling_degraded                              1 while the breaker is open
 //	ceiling_degraded_transitions_total            healthy → degraded transitions
 //	ceiling_failmode_admissions_total{rule, mode="open|local"}
@@ -66,8 +67,13 @@ type Observer struct {
 	timeout *prometheus.GaugeVec
 	cached  prometheus.Counter
 
+	// evicted reads the limiters' evictions at collection (see
+	// ceiling.LimiterConfig.Evictions).
+	evicted *prometheus.Desc
+
 	mu         sync.Mutex
 	minTimeout time.Duration
+	evictions  []func() uint64
 }
 
 var (
@@ -119,6 +125,9 @@ func New(o Options) *Observer {
 			Namespace: ns, Name: "deny_cache_hits_total", ConstLabels: o.ConstLabels,
 			Help: "Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.",
 		}),
+		evicted: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "evicted_keys_total"),
+			"Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back.",
+			nil, o.ConstLabels),
 	}
 	// Every series an alert watches exists from the start, at zero, so
 	// that its first increase is one that increase() and rate() can see.
@@ -136,11 +145,14 @@ func (o *Observer) ObserveConfig(c ceiling.LimiterConfig) {
 			o.failmode.WithLabelValues(rule, mode.String())
 		}
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c.Evictions != nil {
+		o.evictions = append(o.evictions, c.Evictions)
+	}
 	if c.Timeout <= 0 {
 		return
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.minTimeout == 0 || c.Timeout < o.minTimeout {
 		o.minTimeout = c.Timeout
 		o.timeout.WithLabelValues().Set(c.Timeout.Seconds())
@@ -193,6 +205,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.failmode.Describe(ch)
 	o.timeout.Describe(ch)
 	o.cached.Describe(ch)
+	ch <- o.evicted
 }
 
 // Collect sends the metrics' current values.
@@ -205,4 +218,11 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.failmode.Collect(ch)
 	o.timeout.Collect(ch)
 	o.cached.Collect(ch)
+	o.mu.Lock()
+	var n uint64
+	for _, f := range o.evictions {
+		n += f()
+	}
+	o.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(o.evicted, prometheus.CounterValue, float64(n))
 }

@@ -3,6 +3,7 @@ package ceilingprom_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -304,4 +305,37 @@ func equal(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// Keys the memory store evicted while they held spent units are counted,
+// from zero: a fresh-key flood past the key bound gives callers quota back.
+func TestEvictedKeys(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	store := memory.New(memory.WithMaxKeys(64), memory.WithSweepInterval(0), memory.WithLogger(slog.New(slog.DiscardHandler)))
+	defer store.Close()
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "otp", Limit: 3, Period: 15 * time.Minute}},
+		ceiling.WithBackend(store), ceiling.WithObserver(obs), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	want := func(n uint64) string {
+		return fmt.Sprintf(`
+# HELP ceiling_evicted_keys_total Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back.
+# TYPE ceiling_evicted_keys_total counter
+ceiling_evicted_keys_total %d
+`, n)
+	}
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(0)), "ceiling_evicted_keys_total"); err != nil {
+		t.Error(err)
+	}
+	for i := range 1000 {
+		if _, err := l.Decide(context.Background(), ceiling.Input{Rule: "otp", Key: fmt.Sprint("+4475", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := store.Evictions()
+	if n == 0 {
+		t.Fatal("the flood evicted nothing")
+	}
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(n)), "ceiling_evicted_keys_total"); err != nil {
+		t.Error(err)
+	}
 }

@@ -1,0 +1,150 @@
+package memory
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// The units a live key holds in its open window: what evicting it gives
+// back to its caller (a key back to full, at rest, holds none).
+
+// gcraDebt ranks live GCRA keys by their arrival time: the earliest has
+// the least debt (tat - now µs, its units times its rule's emission
+// interval, which the key does not store: 8 bytes a key), and the fewest
+// units wherever keys share a rule, as a flood's keys and its victim do.
+// makeRoom turns the debt into units at the emission interval of the rule
+// whose new key needs the room.
+func gcraDebt(tat *int64) int64 { return *tat }
+
+func windowUnits(w *window) int64 { return w.a + w.b }
+
+// logUnits is the units a sliding log's runs hold, kept in its slot: reading
+// the runs would cost a cache miss per sampled key.
+func logUnits(l *logState) int64 { return l.k }
+
+// leaseUnits is the units a Concurrency key's leases hold.
+func leaseUnits(st *leaseState) int64 {
+	var u int64
+	for _, l := range st.leases {
+		u += l.n
+	}
+	return u
+}
+
+func rollingUnits(r *rolling) int64 {
+	var u int64
+	for _, n := range r.n {
+		u += int64(n)
+	}
+	return u
+}
+
+// evictionSample is how many keys of each table a full shard compares
+// before evicting one.
+const evictionSample = 8
+
+// pressureSweepEvery is the least time (µs) between two sweeps of one full
+// shard by makeRoom: a flood of fresh keys cannot make every insertion pay
+// for a scan of the shard.
+const pressureSweepEvery = 1000
+
+// evictionQuiet is how long (µs) without an eviction of spent units ends a
+// burst of them: each burst is logged once, when it starts.
+const evictionQuiet = int64(time.Minute / time.Microsecond)
+
+// makeRoom frees a slot in a shard at its bound before h is inserted,
+// evicting the key whose removal gives back the least quota. Keys at rest
+// (back to full, which evicting forgets nothing of) go first: a sampled
+// one, or all of them by sweeping the shard when one may exist. Failing
+// that, the sampled key holding the fewest units in its open window, the
+// soonest back to full among equals: a flood of fresh keys, each of which
+// spent a unit or two, evicts its own kind, never a key that spent its
+// whole limit while one with less is sampled (a GCRA key's units are its
+// debt over r's emission interval). Such an eviction still gives a caller
+// units back; it is counted (Store.Evictions) and logged once per burst.
+func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
+	if sh.keys() < sh.maxKeys {
+		return
+	}
+	start := h.a >> 1
+	// The GCRA candidate's cost is a debt in µs, made units only when
+	// another table has a candidate to compare it with (two divisions).
+	gi, gu, ge := sh.gcra.sample(start, evictionSample, now, gcraExpiry, gcraDebt)
+	wi, wu, we := sh.windows.sample(start, evictionSample, now, windowExpiry, windowUnits)
+	li, lu, le := sh.logs.sample(start, evictionSample, now, logExpiry, logUnits)
+	ri, ru, re := sh.rolls.sample(start, evictionSample, now, rollingExpiry, rollingUnits)
+	ci, cu, ce := sh.leases.sample(start, evictionSample, now, leaseExpiry, leaseUnits)
+	if gu > 0 {
+		gu -= now // the debt: tat - now
+	}
+	if gi >= 0 && gu > 0 && (wi >= 0 || li >= 0 || ri >= 0 || ci >= 0) {
+		T := (micros(r.Period) + r.Limit - 1) / r.Limit
+		gu = (gu + T - 1) / T
+	}
+	best, units, exp := 0, int64(math.MaxInt64), int64(math.MaxInt64)
+	if gi >= 0 {
+		best, units, exp = 1, gu, ge
+	}
+	if wi >= 0 && (wu < units || (wu == units && we < exp)) {
+		best, units, exp = 2, wu, we
+	}
+	if li >= 0 && (lu < units || (lu == units && le < exp)) {
+		best, units, exp = 3, lu, le
+	}
+	if ri >= 0 && (ru < units || (ru == units && re < exp)) {
+		best, units, exp = 4, ru, re
+	}
+	if ci >= 0 && (cu < units || (cu == units && ce < exp)) {
+		best, units, exp = 5, cu, ce
+	}
+	if units > 0 && now >= sh.minExp && now-sh.pressureSweep >= pressureSweepEvery {
+		sh.pressureSweep = now
+		if sh.sweep(now) > 0 {
+			return
+		}
+	}
+	switch best {
+	case 1:
+		sh.gcra.deleteAt(gi)
+	case 2:
+		sh.windows.deleteAt(wi)
+	case 3:
+		sh.logs.deleteAt(li)
+	case 4:
+		sh.rolls.deleteAt(ri)
+	case 5:
+		sh.leases.deleteAt(ci)
+	default:
+		return
+	}
+	if units > 0 {
+		s.evicted(now)
+	}
+}
+
+// evicted counts an eviction that gave units back, and logs the first of
+// a burst. It runs under a shard's lock, which a log line then holds about
+// once a minute at most. The instant of the last eviction is kept to the
+// second, so that most evictions only read it; the shard that moves it
+// past a quiet minute is the one that logs.
+func (s *Store) evicted(now int64) {
+	n := s.evictions.Add(1)
+	last := s.lastEviction.Load()
+	if n > 1 && now-last < int64(time.Second/time.Microsecond) {
+		return
+	}
+	if !s.lastEviction.CompareAndSwap(last, now) || (n > 1 && now-last < evictionQuiet) {
+		return
+	}
+	logger := s.logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.LogAttrs(context.Background(), slog.LevelWarn,
+		"ceiling/memory: the key bound is full of keys holding spent units; evicting them gives their callers quota back (raise memory.WithMaxKeys, or key the rule on something a client cannot mint)",
+		slog.Int("max_keys", s.maxKeys), slog.Uint64("evictions_total", n))
+}

@@ -1,0 +1,67 @@
+package memory
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// TestVictimSurvivesAFreshKeyFlood: a key that spent its whole limit keeps
+// it through a flood of fresh keys half again as many as the key bound,
+// each of which spent one unit (the 1.5M fresh phone numbers
+// against a million keys, at a 64Ki bound). Evicting a flood key gives its
+// (attacker) caller a unit back: each is counted, and the burst is logged
+// once.
+func TestVictimSurvivesAFreshKeyFlood(t *testing.T) {
+	const maxKeys = 1 << 16
+	const flood = maxKeys * 3 / 2
+	for _, alg := range backend.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			var log bytes.Buffer
+			s, clock := newTestStore(t, WithMaxKeys(maxKeys), WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+			otp := backend.Request{Key: "otp:to:victim", Algorithm: alg, Limit: 3, Period: 15 * time.Minute, Cost: 1}
+			for range 3 {
+				decide(t, s, otp)
+			}
+			if decide(t, s, otp)[0].Allowed {
+				t.Fatal("a fourth OTP admitted")
+			}
+			res := make([]backend.Result, 1)
+			r := []backend.Request{otp}
+			for i := range flood {
+				if i%1000 == 0 {
+					clock.t = clock.t.Add(time.Millisecond) // a flood lasting a minute and a half
+				}
+				r[0].Key = "otp:to:" + fmt.Sprint(i)
+				if err := s.DecideInto(ctx, r, res); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if res := decide(t, s, otp)[0]; res.Allowed || res.Remaining != 0 {
+				t.Fatalf("victim after the flood: %+v, want still rejected with 0 remaining", res)
+			}
+			if got, min := s.Evictions(), uint64(flood-maxKeys-len(s.shards)); got < min {
+				t.Errorf("Evictions = %d, want at least %d: every flood key evicted held a unit", got, min)
+			}
+			if got := strings.Count(log.String(), "evicting them gives their callers quota back"); got != 1 {
+				t.Errorf("the flood was logged %d times, want once:\n%s", got, log.String())
+			}
+			// A minute without evictions ends the burst: the next is logged.
+			clock.t = clock.t.Add(2 * time.Minute)
+			for i := range 2 * len(s.shards) {
+				r[0].Key = "otp:to:late:" + fmt.Sprint(i)
+				if err := s.DecideInto(ctx, r, res); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := strings.Count(log.String(), "evicting them gives their callers quota back"); got != 2 {
+				t.Errorf("a second burst was logged %d times in all, want 2", got)
+			}
+		})
+	}
+}
