@@ -49,6 +49,7 @@ type op struct {
 	key    string        // its first key, which names its node
 	cmd    *redis.Cmd
 	w      *waiter
+	retry  bool // a recorded script, sent again after a lost reply (WithRetries)
 }
 
 // waiter is a decision waiting for its ops' replies.
@@ -119,6 +120,17 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 		w.budget = max(dl.Sub(entry), time.Nanosecond)
 	}
 	w.detached = detached
+	if s.retries > 0 {
+		ttl := idTTL(w.budget)
+		if detached {
+			ttl = idTTL(max(w.budget, refundTimeout))
+		}
+		for i := range ops {
+			if ops[i].script != nil {
+				s.record(ctx, &ops[i], ttl)
+			}
+		}
+	}
 	w.pending.Store(int32(len(ops)))
 	w.unclaimed.Store(int32(len(ops)))
 	w.written.Store(0)
@@ -393,16 +405,9 @@ func (s *Store) exec(batch []*op) {
 		defer cancel()
 	}
 	ctx = s.logContext(ctx)
-	s.roundTrip(ctx, batch)
-	var again []*op
-	for _, o := range batch {
-		if o.script != nil && isNoScript(o.cmd.Err()) {
-			o.cmd = redis.NewCmd(ctx, evalArgs(o)...)
-			again = append(again, o)
-		}
-	}
-	if len(again) > 0 {
-		s.roundTrip(ctx, again)
+	s.send(ctx, batch)
+	if s.retries > 0 {
+		s.retry(ctx, batch)
 	}
 	heal := false
 	for _, o := range batch {
@@ -415,6 +420,22 @@ func (s *Store) exec(batch []*op) {
 	}
 	if heal {
 		s.healCluster()
+	}
+}
+
+// send sends ops in one round trip, then re-sends with EVAL, in one more,
+// the scripts a node did not have cached.
+func (s *Store) send(ctx context.Context, ops []*op) {
+	s.roundTrip(ctx, ops)
+	var again []*op
+	for _, o := range ops {
+		if o.script != nil && isNoScript(o.cmd.Err()) {
+			o.cmd = redis.NewCmd(ctx, evalArgs(o)...)
+			again = append(again, o)
+		}
+	}
+	if len(again) > 0 {
+		s.roundTrip(ctx, again)
 	}
 }
 

@@ -38,23 +38,16 @@ func TestClusterFailoverHealsInSeconds(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
+		every(20*time.Millisecond, stop, func() bool {
 			ctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-			_, err := s.Decide(ctx, []backend.Request{req})
-			cancel()
-			if err != nil {
+			defer cancel()
+			if _, err := s.Decide(ctx, []backend.Request{req}); err != nil {
 				failed.Add(1)
-				continue
+			} else {
+				lastOK.Store(time.Now().UnixNano())
 			}
-			lastOK.Store(time.Now().UnixNano())
-		}
+			return true
+		})
 	})
 	defer func() {
 		close(stop)

@@ -47,6 +47,8 @@ type Store struct {
 	authRefused         atomic.Int64 // UnixNano of the last ErrAuth
 	dials               dialLog
 	logs                *storeLog // nil: go-redis's lines are not routed
+	retries             int       // see WithRetries
+	ids                 atomic.Uint64
 }
 
 var (
@@ -64,6 +66,7 @@ type config struct {
 	denySize            int
 	batchSize, inFlight int
 	logger              *slog.Logger
+	retries             int
 }
 
 // WithPrefix sets the prefix of every stored key, so several services can
@@ -127,7 +130,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock, batchSize: cfg.batchSize, inFlight: cfg.inFlight}
+	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock, batchSize: cfg.batchSize, inFlight: cfg.inFlight, retries: cfg.retries}
 	if cfg.prefix != "" {
 		s.prefix += ":"
 	}
