@@ -113,8 +113,11 @@ func TestHalfClosedClientsGetNoFreeRequests(t *testing.T) {
 				}
 				return "one-client", nil
 			}
+			// A generous timeout: this is about clients leaving, not about a
+			// Redis slowed by a loaded CI machine.
 			l := MustNew([]Rule{{Name: "sms", Key: gone, Limit: 5, Period: time.Minute}},
-				WithBackend(redisStore(t, inst)), WithFailMode(mode), WithLogger(slog.New(slog.DiscardHandler)))
+				WithBackend(redisStore(t, inst)), WithFailMode(mode), WithTimeout(2*time.Second),
+				WithLogger(slog.New(slog.DiscardHandler)))
 			defer l.Close()
 			srv := httptest.NewServer(l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached.Add(1) })))
 			defer srv.Close()
@@ -241,7 +244,9 @@ var edgeRule = Rule{Name: "edge", Limit: 30, Period: 2 * time.Second, Algorithm:
 func newInstances(t *testing.T, addrs []string, prefix string) []*instance {
 	var out []*instance
 	for _, addr := range addrs {
-		l := MustNew([]Rule{edgeRule}, WithBackend(storeAt(t, addr, prefix)),
+		// 250ms: a loaded CI machine does not trip the breakers of a
+		// healthy Redis, and a frozen one still opens them within 1.25 s.
+		l := MustNew([]Rule{edgeRule}, WithBackend(storeAt(t, addr, prefix)), WithTimeout(250*time.Millisecond),
 			WithInstances(len(addrs)), WithLogger(slog.New(slog.DiscardHandler)))
 		t.Cleanup(func() { l.Close() })
 		out = append(out, &instance{l: l})
