@@ -145,7 +145,9 @@ func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 		if rr := &st.decision.Results[e.i]; !rr.Allowed || rr.Fallback != inherit {
 			continue
 		}
-		x.res = append(x.res, reservation{rule: st.decision.Results[e.i].Rule, req: st.reqs[e.i], actual: e.n})
+		req := st.reqs[e.i]
+		req.Key = l.kept(req.Key)
+		x.res = append(x.res, reservation{rule: st.decision.Results[e.i].Rule, req: req, actual: e.n})
 	}
 	return r.WithContext(context.WithValue(r.Context(), extrasKey{}, x))
 }
@@ -195,7 +197,8 @@ func (l *Limiter) rule(name string) (*Rule, error) {
 // the middleware uses, so that support tooling sees what requests see.
 func (l *Limiter) request(rule *Rule, keyValue string) backend.Request {
 	st := l.states.Get().(*state)
-	key := l.storedKey(st, rule.Name, keyValue)
+	st.reset()
+	key := l.kept(l.storedKey(st, rule.Name, keyValue))
 	l.states.Put(st)
 	return backend.Request{Key: key, Algorithm: rule.Algorithm, Limit: rule.Limit, Period: rule.Period, Burst: rule.Burst}
 }

@@ -363,8 +363,11 @@ func (c *clientIP) isTrusted(a netip.Addr) bool {
 }
 
 func (c *clientIP) key(r *http.Request) (string, error) {
-	host := peerHost(r.RemoteAddr)
-	peer, ok := normalAddr(host)
+	host, peer, ok := peer4(r.RemoteAddr)
+	if !ok {
+		host = peerHost(r.RemoteAddr)
+		peer, ok = normalAddr(host)
+	}
 	if !ok {
 		if r.RemoteAddr == "" {
 			return "", ErrNoKey
@@ -575,6 +578,40 @@ func (c *clientIP) format(a netip.Addr) string {
 // listeners and tests).
 func parsePeer(s string) (netip.Addr, bool) {
 	return normalAddr(peerHost(s))
+}
+
+// peer4 reads the common r.RemoteAddr, "a.b.c.d:port", in one pass, for
+// what peerHost and normalAddr together cost three times as much. It
+// answers only when they would give the same host and address (four
+// canonical decimal fields, no zone, a port without ':', '[' or ']'), and
+// ok false otherwise, for them to decide.
+func peer4(s string) (host string, a netip.Addr, ok bool) {
+	var ip [4]byte
+	field, n, digits := 0, 0, 0
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			if digits > 0 && n == 0 { // a leading zero, which netip refuses
+				return "", netip.Addr{}, false
+			}
+			if n = n*10 + int(c-'0'); n > 255 {
+				return "", netip.Addr{}, false
+			}
+			digits++
+		case c == '.' && digits > 0 && field < 3:
+			ip[field] = byte(n)
+			field, n, digits = field+1, 0, 0
+		case c == ':' && digits > 0 && field == 3:
+			if strings.ContainsAny(s[i+1:], ":[]") {
+				return "", netip.Addr{}, false
+			}
+			ip[3] = byte(n)
+			return s[:i], netip.AddrFrom4(ip), true
+		default:
+			return "", netip.Addr{}, false
+		}
+	}
+	return "", netip.Addr{}, false
 }
 
 // peerHost is the host part of r.RemoteAddr.

@@ -109,6 +109,7 @@ func (l *Limiter) hold(st *state) *held {
 			h = &held{l: l, every: q.Period / 3}
 		}
 		h.reqs = append(h.reqs, *q)
+		h.reqs[len(h.reqs)-1].Key = l.kept(q.Key) // held past this state's reuse
 		h.rules = append(h.rules, rr.Rule.Name)
 		h.local = append(h.local, rr.Fallback == FailLocal)
 		h.every = min(h.every, q.Period/3)

@@ -117,8 +117,16 @@ func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error)
 // reset empties st for a new decision.
 func (st *state) reset() {
 	st.reqs = st.reqs[:0]
+	if cap(st.keys) > maxPooledKeys {
+		st.keys = nil // a request with huge keys does not pin them in the pool
+	}
+	st.keys = st.keys[:0]
 	st.decision = Decision{Results: st.decision.Results[:0]}
 }
+
+// maxPooledKeys bounds the key arena a pooled state keeps between
+// requests.
+const maxPooledKeys = 4 << 10
 
 // add appends rule's request for key value v, costing cost units, to st.
 // A positive limit or burst replaces the rule's for this decision.

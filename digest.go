@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"hash"
+	"strings"
 	"sync"
+	"unsafe"
 )
 
 // digestLen is how many bytes of the SHA-256 (or HMAC) a stored key keeps:
@@ -62,13 +64,19 @@ func (l *Limiter) keyWarnings() []string {
 // The memory store keeps nothing of a key but a 128-bit hash under seeds
 // random to the process, so for it the digest buys no privacy and costs a
 // quarter of the middleware's time: it gets "rule\x00value" instead (rule
-// names cannot hold a NUL, so the join is unambiguous).
+// names cannot hold a NUL, so the join is unambiguous). Nor does it keep
+// the key's string past the call, so that key is built in st's key arena
+// without an allocation, and is valid only while st is checked out of the
+// pool: whatever keeps a request past its decision (held leases,
+// reservations) copies the key (see [state.keys]).
 func (l *Limiter) storedKey(st *state, rule, value string) string {
 	if l.rawKeys {
-		st.buf = append(st.buf[:0], rule...)
-		st.buf = append(st.buf, 0)
-		st.buf = append(st.buf, value...)
-		return string(st.buf)
+		start := len(st.keys)
+		st.keys = append(st.keys, rule...)
+		st.keys = append(st.keys, 0)
+		st.keys = append(st.keys, value...)
+		k := st.keys[start:]
+		return unsafe.String(&k[0], len(k))
 	}
 	var sum [sha256.Size]byte
 	st.buf = append(st.buf[:0], rule...)
@@ -88,4 +96,13 @@ func (l *Limiter) storedKey(st *state, rule, value string) string {
 	st.buf = append(st.buf, ':')
 	st.buf = base64.RawURLEncoding.AppendEncode(st.buf, sum[:digestLen])
 	return string(st.buf)
+}
+
+// kept returns a stored key that outlives the state it was built in: a
+// copy of a key from st's arena, else the key itself.
+func (l *Limiter) kept(key string) string {
+	if l.rawKeys {
+		return strings.Clone(key)
+	}
+	return key
 }

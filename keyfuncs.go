@@ -48,8 +48,9 @@ func Header(name string) KeyFunc {
 		panic("ceiling: Header(\"\")")
 	}
 	name = http.CanonicalHeaderKey(name)
+	what := "header " + name // built once: the key function does not allocate
 	return func(r *http.Request) (string, error) {
-		return single(r.Header[name], "header "+name)
+		return single(r.Header[name], what)
 	}
 }
 
@@ -60,6 +61,7 @@ func Query(name string) KeyFunc {
 	if name == "" {
 		panic("ceiling: Query(\"\")")
 	}
+	what := "query parameter " + name
 	return func(r *http.Request) (string, error) {
 		if r.URL == nil || r.URL.RawQuery == "" {
 			return "", ErrNoKey
@@ -68,7 +70,7 @@ func Query(name string) KeyFunc {
 		if err != nil {
 			return "", fmt.Errorf("query: %w", err)
 		}
-		return single(q[name], "query parameter "+name)
+		return single(q[name], what)
 	}
 }
 

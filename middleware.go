@@ -341,6 +341,7 @@ type state struct {
 	results  []backend.Result
 	decision Decision
 	buf      []byte
+	keys     []byte    // an in-process store's stored keys, valid until reset (storedKey)
 	x        *extras   // nil unless the limiter has prefetches or estimates
 	guard    bodyGuard // r.Body while the key functions run (body.go)
 }
