@@ -102,6 +102,7 @@ func TestAlertsFireOnAnOutageAndNotWhenHealthy(t *testing.T) {
 			"CeilingFailLocalAdmissions":       {who + ` mode=local rule=shop`},
 			"CeilingBackendErrors":             {who},
 			"CeilingBackendLatencyNearTimeout": {who},
+			"CeilingEvictionsGiveBackQuota":    {who},
 		}
 		// At 6m, the scrape that first shows the outage (the fail-mode
 		// counters' first increase), and a minute later.

@@ -172,11 +172,12 @@ func healthy(t *testing.T) *recording {
 	return rec
 }
 
-// outage records a process with two limiters on one observer: one on the
+// outage records a process with three limiters on one observer: one on the
 // memory store, whose rules reject and spare each other (every decision
 // outcome), and one on a remote backend that is healthy for five minutes,
 // then times out on one call in two, fails, flaps between degraded and
-// healthy three times and stays degraded while its rules' fail modes admit.
+// healthy three times and stays degraded while its rules' fail modes admit;
+// meanwhile a third, on a small memory store, meets a flood of fresh keys.
 func outage(t *testing.T) *recording {
 	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
 	store := memory.New()
@@ -187,6 +188,15 @@ func outage(t *testing.T) *recording {
 		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour, Shadow: true},
 	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), quiet)
 	t.Cleanup(func() { local.Close() })
+
+	// A store bounded to a key per shard, for a flood of fresh keys that
+	// each spend a unit: evicting them gives quota back.
+	small := memory.New(memory.WithMaxKeys(1), memory.WithLogger(slog.New(slog.DiscardHandler)))
+	t.Cleanup(func() { small.Close() })
+	flooded := ceiling.MustNew([]ceiling.Rule{
+		{Name: "otp:to", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Hour},
+	}, ceiling.WithBackend(small), ceiling.WithObserver(obs), quiet)
+	t.Cleanup(func() { flooded.Close() })
 
 	be := &stub{}
 	const timeout = 5 * time.Millisecond
@@ -222,7 +232,14 @@ func outage(t *testing.T) *recording {
 			waitFor(t, remote, "healthy", func() { get(h, 1) })
 		}
 	}
-	get(h, 5) // admitted by the fail modes
+	// Admitted by the fail modes, and a flood of fresh keys on the small
+	// store.
+	get(h, 5)
+	for i := range 200 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = fmt.Sprintf("127.0.%d.%d:1234", i/200, 1+i%200)
+		flooded.Handler(ok).ServeHTTP(httptest.NewRecorder(), r)
+	}
 	rec.scrape()
 	get(h, 5) // 7m: still degraded
 	rec.scrape()
