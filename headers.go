@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/ceiling-go/ceiling/backend"
 )
@@ -116,26 +117,32 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 			h[hPolicy] = policy
 		}
 		if len(buf) > 0 {
-			h[hRateLimit] = []string{string(buf)}
+			h[hRateLimit] = st.lines.line(buf)
 		}
 	case HeadersRateLimit, HeadersXRateLimit:
 		rr := mostConstrained(d)
 		if rr == nil {
 			return
 		}
-		prefix := "Ratelimit-"
+		names := &rateLimitNames
 		if s == HeadersXRateLimit {
-			prefix = "X-Ratelimit-"
+			names = &xRateLimitNames
 		}
-		h[prefix+"Limit"] = []string{strconv.FormatInt(rr.Limit, 10)}
-		h[prefix+"Remaining"] = []string{strconv.FormatInt(rr.Remaining, 10)}
+		h[names[0]] = st.lines.line(strconv.AppendInt(st.buf[:0], rr.Limit, 10))
+		h[names[1]] = st.lines.line(strconv.AppendInt(st.buf[:0], rr.Remaining, 10))
 		if s == HeadersXRateLimit {
-			h[prefix+"Reset"] = []string{strconv.FormatInt(epochCeil(clock().Add(rr.ResetAfter)), 10)}
+			h[names[2]] = st.lines.line(strconv.AppendInt(st.buf[:0], epochCeil(clock().Add(rr.ResetAfter)), 10))
 		} else {
-			h[prefix+"Reset"] = []string{seconds(rr.ResetAfter)}
+			h[names[2]] = st.lines.line(appendSeconds(st.buf[:0], rr.ResetAfter))
 		}
 	}
 }
+
+// The single-policy styles' fields: limit, remaining, reset.
+var (
+	rateLimitNames  = [3]string{"Ratelimit-Limit", "Ratelimit-Remaining", "Ratelimit-Reset"}
+	xRateLimitNames = [3]string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
+)
 
 // untilNext is the RateLimit field's t for rr, as draft-11 defines it: the
 // time until the rule can take at least one more unit (zero while units
@@ -401,4 +408,39 @@ func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
 		Detail:     "the rate limiter cannot decide right now; retry later",
 		RetryAfter: int64((retry + time.Second - 1) / time.Second),
 	})
+}
+
+// lineSlab hands out one-line header values without an allocation per
+// response: each value's bytes and its one-element slice are carved from
+// blocks that are never written again once carved, so the value belongs to
+// the response that holds it (its slice has capacity 1: an append copies).
+// A full block is left to the responses holding its values, which keep it
+// alive, and a fresh one taken: one allocation per many responses.
+type lineSlab struct {
+	bytes []byte
+	lines []string
+}
+
+const (
+	slabBytes    = 2 << 10 // bytes of values per block
+	slabLines    = 32      // values per block of slices
+	slabMaxValue = 256     // longer values get allocations of their own
+)
+
+// line returns b as a one-line header value.
+func (s *lineSlab) line(b []byte) []string {
+	if len(b) == 0 || len(b) > slabMaxValue {
+		return []string{string(b)}
+	}
+	if cap(s.bytes)-len(s.bytes) < len(b) {
+		s.bytes = make([]byte, 0, slabBytes)
+	}
+	start := len(s.bytes)
+	s.bytes = append(s.bytes, b...)
+	if len(s.lines) == cap(s.lines) {
+		s.lines = make([]string, 0, slabLines)
+	}
+	s.lines = append(s.lines, unsafe.String(&s.bytes[start], len(b)))
+	n := len(s.lines)
+	return s.lines[n-1 : n : n]
 }

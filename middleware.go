@@ -342,6 +342,7 @@ type state struct {
 	decision Decision
 	buf      []byte
 	keys     []byte    // an in-process store's stored keys, valid until reset (storedKey)
+	lines    lineSlab  // header values handed to responses (headers.go)
 	x        *extras   // nil unless the limiter has prefetches or estimates
 	guard    bodyGuard // r.Body while the key functions run (body.go)
 }
