@@ -602,8 +602,10 @@ func peer4(s string) (host string, a netip.Addr, ok bool) {
 			ip[field] = byte(n)
 			field, n, digits = field+1, 0, 0
 		case c == ':' && digits > 0 && field == 3:
-			if strings.ContainsAny(s[i+1:], ":[]") {
-				return "", netip.Addr{}, false
+			for j := i + 1; j < len(s); j++ {
+				if c := s[j]; c == ':' || c == '[' || c == ']' {
+					return "", netip.Addr{}, false
+				}
 			}
 			ip[3] = byte(n)
 			return s[:i], netip.AddrFrom4(ip), true
