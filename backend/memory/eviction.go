@@ -12,14 +12,6 @@ import (
 // The units a live key holds in its open window: what evicting it gives
 // back to its caller (a key back to full, at rest, holds none).
 
-// gcraDebt ranks live GCRA keys by their arrival time: the earliest has
-// the least debt (tat - now µs, its units times its rule's emission
-// interval, which the key does not store: 8 bytes a key), and the fewest
-// units wherever keys share a rule, as a flood's keys and its victim do.
-// makeRoom turns the debt into units at the emission interval of the rule
-// whose new key needs the room.
-func gcraDebt(tat *int64) int64 { return *tat }
-
 func windowUnits(w *window) int64 { return w.a + w.b }
 
 // logUnits is the units a sliding log's runs hold, kept in its slot: reading
@@ -71,9 +63,14 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 		return
 	}
 	start := h.a >> 1
-	// The GCRA candidate's cost is a debt in µs, made units only when
-	// another table has a candidate to compare it with (two divisions).
-	gi, gu, ge := sh.gcra.sample(start, evictionSample, now, gcraExpiry, gcraDebt)
+	// Live GCRA keys are ranked by arrival time: the earliest has the
+	// least debt (tat - now µs, its units times its rule's emission
+	// interval, which the key does not store: 8 bytes a key), the fewest
+	// units wherever keys share a rule, as a flood's keys and its victim
+	// do. The debt becomes units, at the emission interval of the rule
+	// whose new key needs the room, only when another table has a
+	// candidate to compare it with (two divisions).
+	gi, gu, ge := sh.gcra.sample(start, evictionSample, now, gcraExpiry, nil)
 	wi, wu, we := sh.windows.sample(start, evictionSample, now, windowExpiry, windowUnits)
 	li, lu, le := sh.logs.sample(start, evictionSample, now, logExpiry, logUnits)
 	ri, ru, re := sh.rolls.sample(start, evictionSample, now, rollingExpiry, rollingUnits)

@@ -150,9 +150,10 @@ func (t *table[V]) shrink() {
 // whose eviction gives back the fewest units, the soonest back to full
 // among those, with its units and expiry; best is -1 if the table is
 // empty. expiry reports when a state is back to full (it then holds no
-// units), units what a live state holds (at least 1). units is asked only
-// of a state that could beat the best so far, so that a flood of keys of
-// one unit each costs little more than reading their expiries.
+// units), units what a live state holds (at least 1), or nil to rank live
+// states by their expiry (GCRA's arrival time). units is asked only of a
+// state that could beat the best so far, so that a flood of keys of one
+// unit each costs little more than reading their expiries.
 func (t *table[V]) sample(start uint64, n int, now int64, expiry func(*V) int64, units func(*V) int64) (best int, bestUnits, bestExp int64) {
 	best = -1
 	if t.n == 0 {
@@ -172,7 +173,10 @@ func (t *table[V]) sample(start uint64, n int, now int64, expiry func(*V) int64,
 			if best >= 0 && (bestUnits == 0 || (bestUnits == 1 && e >= bestExp)) {
 				continue // holds at least one unit: cannot beat the best
 			}
-			u = units(&s.v)
+			u = e
+			if units != nil {
+				u = units(&s.v)
+			}
 		}
 		if best < 0 || u < bestUnits || (u == bestUnits && e < bestExp) {
 			best, bestUnits, bestExp = int(i), u, e
