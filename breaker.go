@@ -87,9 +87,10 @@ type breaker struct {
 	emit   func(DegradedEvent)
 	opened func() // starts the prober; called after each opening
 
-	state atomic.Uint32
-	fails atomic.Int64 // consecutive failures while closed
-	until atomic.Int64 // Unix ns when the next probe goes
+	state      atomic.Uint32
+	fails      atomic.Int64 // consecutive failures while closed
+	confirming atomic.Bool  // a confirmation of suspect failures runs
+	until      atomic.Int64 // Unix ns when the next probe goes
 
 	mu      sync.Mutex
 	since   time.Time  // when it opened
@@ -122,11 +123,20 @@ func (b *breaker) failure(err error) bool {
 		b.lateCause(err) // a call that started before the breaker opened
 		return false
 	}
-	if n < int64(b.cfg.Failures) {
-		return true
+	if n < int64(b.cfg.Failures) || b.confirming.Load() {
+		return n < int64(b.cfg.Failures)
 	}
 	b.open(err, int(n))
 	return false
+}
+
+// suspect records a timeout of a starved process: it counts like a
+// failure, but instead of opening the breaker at the threshold it reports
+// (once per spell) that the backend should be asked again, patiently,
+// before it is blamed (Limiter.confirm).
+func (b *breaker) suspect() bool {
+	n := b.fails.Add(1)
+	return n >= int64(b.cfg.Failures) && b.state.Load() == breakerClosed && b.confirming.CompareAndSwap(false, true)
 }
 
 // open opens a closed breaker after failures consecutive failures (err the

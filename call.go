@@ -92,10 +92,13 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, v verdict,
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.learn(reqs, out, l.cfg.clock())
 		}
-	case v == overloaded, FailureKind(err) == kindTimeout && l.fo.lag.starved(l.cfg.timeout/2):
+	case v == overloaded || FailureKind(err) == kindTimeout && l.fo.lag.starved(l.cfg.timeout/2):
 		l.fo.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
-			"ceiling: this process was too busy to read the backend's answer in time; fail modes applied, the backend is not blamed",
+			"ceiling: this process was too busy to read the backend's answer in time; fail modes applied, and the backend is asked again before it is blamed",
 			slog.Any("err", err))
+		if b.suspect() {
+			l.confirm(err)
+		}
 	default:
 		if b.failure(err) {
 			l.fo.errLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, "ceiling: backend call failed; fail modes applied to this request",
@@ -124,10 +127,19 @@ func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []
 // op is one backend operation: a decision of reqs into out, or, with
 // reset set, a Reset of keys.
 type op struct {
-	reqs  []backend.Request
-	out   []backend.Result
-	keys  []string
-	reset bool
+	reqs    []backend.Request
+	out     []backend.Result
+	keys    []string
+	reset   bool
+	timeout time.Duration // zero: the limiter's
+}
+
+// timeoutOf is how long o may take.
+func (l *Limiter) timeoutOf(o op) time.Duration {
+	if o.timeout > 0 {
+		return o.timeout
+	}
+	return l.cfg.timeout
 }
 
 func (l *Limiter) do(ctx context.Context, o op) error {
@@ -151,20 +163,21 @@ func (l *Limiter) bounded(ctx context.Context, o op) (verdict, error) {
 	if !l.inline {
 		return l.guard(base, o)
 	}
+	timeout := l.timeoutOf(o)
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(base, l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(base, timeout)
 	err := l.do(ctx, o)
 	cancel()
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		return against, err
 	}
 	if !errors.Is(err, ErrTimeout) {
-		err = fmt.Errorf("%w after %v: %w", ErrTimeout, l.cfg.timeout, err)
+		err = fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
 	}
 	// The backend returns by its deadline, counted from when it wrote the
 	// command: a call that came back much later than that spent the time
 	// waiting for this process, not for the backend.
-	if time.Since(start) > l.cfg.timeout+l.cfg.timeout/2 {
+	if time.Since(start) > timeout+timeout/2 {
 		return overloaded, err
 	}
 	return against, err
@@ -176,6 +189,7 @@ func (l *Limiter) bounded(ctx context.Context, o op) (verdict, error) {
 type guardedCall struct {
 	o       op
 	err     error
+	timeout time.Duration
 	base    context.Context
 	started atomic.Int64  // Unix ns when the backend call began; 0 before
 	state   atomic.Uint32 // callRunning, callDone or callAbandoned
@@ -215,12 +229,12 @@ func (l *Limiter) guard(base context.Context, o op) (verdict, error) {
 		c.o.out = make([]backend.Result, len(o.out))
 	}
 	c.o.out = c.o.out[:len(o.out)]
-	c.base, c.err = base, nil
+	c.base, c.err, c.timeout = base, nil, l.timeoutOf(o)
 	c.started.Store(0)
 	c.state.Store(callRunning)
 	go l.runGuarded(c)
 
-	timeout := l.cfg.timeout
+	timeout := l.timeoutOf(o)
 	grace := timeout / 2
 	due := time.Now().Add(timeout + grace)
 	t := time.NewTimer(timeout + grace)
@@ -264,7 +278,7 @@ func (l *Limiter) guard(base context.Context, o op) (verdict, error) {
 
 // runGuarded is the guard goroutine.
 func (l *Limiter) runGuarded(c *guardedCall) {
-	ctx, cancel := context.WithTimeout(c.base, l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(c.base, c.timeout)
 	c.started.Store(time.Now().UnixNano())
 	err := l.do(ctx, c.o)
 	cancel()
@@ -283,12 +297,12 @@ func (l *Limiter) runGuarded(c *guardedCall) {
 // finishGuarded copies a finished call's answer to the caller and recycles
 // the call.
 func (l *Limiter) finishGuarded(c *guardedCall, o op) (verdict, error) {
-	err := c.err
+	err, timeout := c.err, c.timeout
 	copy(o.out, c.o.out)
 	c.o.keys, c.base = nil, nil
 	guardedCalls.Put(c)
 	if err != nil && errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w after %v: %w", ErrTimeout, l.cfg.timeout, err)
+		err = fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
 	}
 	return against, err
 }

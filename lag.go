@@ -11,8 +11,9 @@ import (
 // have been slow, or this process too busy to run the goroutine that reads
 // the answer (a flood of requests whose key functions burn CPU). The Go
 // scheduler records how long runnable goroutines waited for a CPU; when
-// many waited about as long as the timeout while a call timed out, the
-// process, not the backend, was slow, and the breaker is not moved.
+// many waited about as long as the timeout while a call timed out, and the
+// backend still answered other calls lately, the process, not the backend,
+// was slow, and the breaker is not moved.
 
 // schedLatencies is the runtime metric: how long goroutines were runnable
 // before they ran.

@@ -132,3 +132,37 @@ func (l *Limiter) trip(err error) {
 		b.open(err, 1)
 	}
 }
+
+// confirmWait is how long a confirmation waits for the backend: long
+// enough for a starved process to read an answer that is there.
+func (l *Limiter) confirmWait() time.Duration { return max(time.Second, 10*l.cfg.timeout) }
+
+// confirm asks the backend, on a goroutine of its own and with a patient
+// deadline, whether it answers, after enough timeouts of a starved process
+// to open the breaker: if it answers, the timeouts were this process's and
+// the failure count starts again; if not, the backend is down (a frozen
+// Redis on an overloaded machine looks starved too) and the breaker opens.
+func (l *Limiter) confirm(cause error) {
+	f, b := l.fo, l.fo.breaker
+	f.probeMu.Lock()
+	defer f.probeMu.Unlock()
+	if f.stopped {
+		b.confirming.Store(false)
+		return
+	}
+	f.probeWG.Add(1)
+	go func() {
+		defer f.probeWG.Done()
+		defer b.confirming.Store(false)
+		out := make([]backend.Result, 1)
+		_, err := l.bounded(context.Background(), op{reqs: []backend.Request{f.canary}, out: out, timeout: l.confirmWait()})
+		if err == nil && !out[0].Cached {
+			b.success()
+			return
+		}
+		if err == nil {
+			err = cause
+		}
+		b.open(err, int(b.fails.Load()))
+	}()
+}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,3 +170,89 @@ func (s *slowFailing) Decide(context.Context, []backend.Request) ([]backend.Resu
 }
 
 func (s *slowFailing) Reset(context.Context, ...string) error { return nil }
+
+// starvedBackend is a DeadlineBound remote backend whose decisions time out
+// while drop is set, as a Redis store's do when this process is too busy to
+// read the replies; the canary of a probe is answered unless down is set
+// too.
+type starvedBackend struct {
+	admitAll
+	drop, down atomic.Bool
+	canaries   atomic.Int64
+}
+
+func (*starvedBackend) DeadlineBound() bool { return true }
+
+func (s *starvedBackend) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	if isProbe(reqs) {
+		s.canaries.Add(1)
+		if !s.down.Load() {
+			return s.admitAll.DecideInto(ctx, reqs, out)
+		}
+	}
+	if s.drop.Load() {
+		return fmt.Errorf("no reply within the budget of the write: %w", context.DeadlineExceeded)
+	}
+	return s.admitAll.DecideInto(ctx, reqs, out)
+}
+
+func (s *starvedBackend) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	out := make([]backend.Result, len(reqs))
+	return out, s.DecideInto(ctx, reqs, out)
+}
+
+// burn keeps n goroutines busy until stop is called, each burning 2 ms of
+// CPU between short sleeps as request handlers would, so that the Go
+// scheduler's runnable goroutines wait for a CPU.
+func burn(n int) (stop func()) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !done.Load() {
+				for until := time.Now().Add(2 * time.Millisecond); time.Now().Before(until); {
+				}
+				time.Sleep(time.Microsecond)
+			}
+		}()
+	}
+	return func() { done.Store(true); wg.Wait() }
+}
+
+// Timeouts while this process is starved for CPU (the scheduler's latency
+// histogram says so) do not open the breaker as long as the backend answers
+// a patient confirmation: the process was slow, not the backend (issue
+// 12.9). A backend that answers nothing, on a starved machine too, still
+// opens it.
+func TestStarvedTimeoutsAreConfirmedBeforeTheBreakerOpens(t *testing.T) {
+	be := &starvedBackend{admitAll: admitAll{remote: true}}
+	var transitions atomic.Int64
+	l := MustNew([]Rule{{Name: "ip", Limit: 1e9, Period: time.Minute}}, WithBackend(be), WithFailMode(FailOpen),
+		WithTimeout(20*time.Millisecond), WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}),
+		WithLogger(slog.New(slog.DiscardHandler)), OnDegraded(func(DegradedEvent) { transitions.Add(1) }))
+	defer l.Close()
+	ctx := context.Background()
+	stop := burn(16 * runtime.GOMAXPROCS(0))
+	defer stop()
+	time.Sleep(200 * time.Millisecond) // the scheduler records the wait
+	be.drop.Store(true)
+	for range 10 {
+		l.Decide(ctx, Input{Rule: "ip", Key: "k"})
+	}
+	if !eventually(func() bool { return be.canaries.Load() > 0 && !l.fo.breaker.confirming.Load() }) {
+		t.Fatal("no confirmation of the starved timeouts")
+	}
+	if got := transitions.Load(); got != 0 {
+		t.Errorf("%d breaker transitions for timeouts of a starved process whose backend answers", got)
+	}
+	be.down.Store(true) // now it answers nothing at all
+	if !eventually(func() bool {
+		l.Decide(ctx, Input{Rule: "ip", Key: "k"})
+		return l.Health().Status == "degraded"
+	}) {
+		t.Fatal("a backend that answers nothing never opened the breaker on a starved process")
+	}
+	stop()
+}
