@@ -17,10 +17,10 @@ const (
 	DefaultInFlight  = 4
 )
 
-// workerIdle is how long a batch worker waits for more work before it
-// exits, so that an idle Store holds no goroutine and a steady trickle of
-// decisions does not start one per decision.
-const workerIdle = 200 * time.Millisecond
+// workerIdle is how long a batch worker waits for more work (one to two
+// ticks of it) before it exits, so that an idle Store holds no goroutine
+// and a steady trickle of decisions does not start one per decision.
+const workerIdle = 100 * time.Millisecond
 
 // WithBatching bounds how concurrent decisions share round trips. Each
 // Redis node (one on a single server or Sentinel, each master on Cluster)
@@ -276,10 +276,15 @@ func (b *batcher) enqueue(ops []op, bs []*batcher) {
 	b.mu.Unlock()
 }
 
-// work sends batches until the queue stays empty for workerIdle.
+// work sends batches until the queue stays empty for a whole tick of
+// workerIdle. A ticker rather than a timer reset after every batch: a
+// timer set anew on every round trip would cost each one a wake-up of the
+// runtime's network poller.
 func (b *batcher) work() {
 	batch := make([]*op, 0, b.s.batchSize)
-	var idle *time.Timer
+	tick := time.NewTicker(workerIdle)
+	defer tick.Stop()
+	worked := true // since the last tick
 	for {
 		b.mu.Lock()
 		batch = b.take(batch[:0])
@@ -287,27 +292,29 @@ func (b *batcher) work() {
 			b.mu.Unlock()
 			b.s.exec(batch)
 			clear(batch)
+			worked = true
 			continue
 		}
 		b.idle++
 		b.mu.Unlock()
-		if idle == nil {
-			idle = time.NewTimer(workerIdle)
-		} else {
-			idle.Reset(workerIdle)
-		}
 		select {
 		case <-b.wake:
-			idle.Stop()
 			continue
-		case <-idle.C:
+		case <-tick.C:
 		}
 		b.mu.Lock()
 		select {
-		case <-b.wake: // woken as the timer fired: the token is ours
+		case <-b.wake: // woken as the tick came: the token is ours
 			b.mu.Unlock()
+			worked = true
 			continue
 		default:
+		}
+		if worked {
+			b.idle-- // not idle for a whole tick yet: wait for the next
+			b.mu.Unlock()
+			worked = false
+			continue
 		}
 		b.idle--
 		b.lanes--

@@ -243,11 +243,13 @@ func TestScriptCacheFlushedUnderABatch(t *testing.T) {
 	proxy := redistest.NewProxy(t, srv.Addr)
 	client := defaultClient(t, proxy.Addr)
 	count := countCommands(client)
+	trips := &tripCounter{}
+	client.AddHook(trips)
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
 	ctx := context.Background()
 	decide(t, s, day("warm", 1))
 
-	first := holdTheLane(t, s, proxy, func() bool { return count.n.Load() >= 2 })
+	first := holdTheLane(t, s, proxy, func() bool { return len(trips.get()) == 2 })
 	const n = 10
 	var wg sync.WaitGroup
 	for range n {
