@@ -145,10 +145,12 @@ type family struct {
 }
 
 // A comparison is one ratio row: ceiling row lib against the best of the
-// peers that peer accepts, described by label.
+// peers that peer accepts, described by label. With self, peer may accept
+// another ceiling row (the public path against the store alone).
 type comparison struct {
 	lib, label string
 	peer       func(lib string) bool
+	self       bool
 }
 
 // sendsHeaders reports whether a middleware writes rate-limit headers:
@@ -158,14 +160,29 @@ func sendsHeaders(lib string) bool { return lib != "echo" && lib != "xtimerate" 
 
 func anyPeer(string) bool { return true }
 
+func isStore(lib string) bool { return lib == "ceiling-store" }
+
+// publicAndStore compares each of ceiling's rows (the public path, the
+// decision call without HTTP, the store alone) with the best peer, and the
+// first two with the store, so that what the limiter adds is a number.
+var publicAndStore = []comparison{
+	{"ceiling", "best peer", anyPeer, false},
+	{"ceiling-decide", "best peer", anyPeer, false},
+	{"ceiling-store", "best peer", anyPeer, false},
+	{"ceiling", "ceiling-store", isStore, true},
+	{"ceiling-decide", "ceiling-store", isStore, true},
+}
+
 var families = []family{
-	{"Decide", "In-memory decision: ns/op (allocs/op)", nsAllocs, nsOp, "ns/op", nil},
+	{"Decide", "In-memory decision: ns/op (allocs/op)", nsAllocs, nsOp, "ns/op", publicAndStore},
 	{"Middleware", "Whole middleware over a bare handler: overhead ns/op over its base (allocs/op); bases show their own ns/op", overhead, overheadNs, "overhead", []comparison{
-		{"ceiling", "best peer that sends rate-limit headers", sendsHeaders},
-		{"ceiling", "best peer", anyPeer},
-		{"ceiling-noheaders", "best peer", anyPeer},
+		{"ceiling", "best peer that sends rate-limit headers", sendsHeaders, false},
+		{"ceiling", "best peer", anyPeer, false},
+		{"ceiling-noheaders", "best peer", anyPeer, false},
 	}},
-	{"Redis", "Redis decision on a local redis-server: serial µs/op and parallel64 decisions/s; commands sent, round trips and calls Redis ran (scripts' calls included) per decision; allocs/op", redisCell, nsOp, "ns/op", nil},
+	{"Redis", "Redis decision on a local redis-server: serial µs/op and parallel64 decisions/s; commands sent, round trips and calls Redis ran (scripts' calls included) per decision; allocs/op", redisCell, nsOp, "ns/op", publicAndStore},
+	{"RedisKeys", "Redis decision, one rule, on one hot key and over 100k keys: serial µs/op and parallel64 decisions/s; commands, round trips and Redis calls per decision; allocs/op", redisCell, nsOp, "ns/op", publicAndStore},
+	{"ScriptServerTime", "Redis server time of one decision's script: usec of the script commands per call (INFO commandstats) · the server's CPU per decision (INFO cpu)", scriptCell, nil, "", nil},
 	{"Exact", "Exactness: limit 100/min, 1000 concurrent decisions on one key from 4 instances on one Redis (exactly 100 is correct)", exactCell, nil, "", nil},
 	{"Boundary", "Window boundary: requests admitted in the 100 ms around a boundary, limit 50/s", boundaryCell, nil, "", nil},
 	{"Keys1M", "Memory: heap per key with 1M distinct keys; left per key after every key went idle", keysCell, bytesPerKey, "bytes/key", nil},
@@ -208,6 +225,10 @@ func redisCell(r, _ *result) string {
 		speed = fmt.Sprintf("%s/s", num(v))
 	}
 	return fmt.Sprintf("%s · %s cmd · %s rtt · %s srv · %s allocs", speed, num(m["cmds/op"]), num(m["trips/op"]), num(m["srvcalls/op"]), num(m["allocs/op"]))
+}
+
+func scriptCell(r, _ *result) string {
+	return fmt.Sprintf("%s µs · %s µs CPU", num(r.metrics["srv-us/op"]), num(r.metrics["cpu-us/op"]))
 }
 
 func exactCell(r, _ *result) string {
@@ -308,7 +329,7 @@ func render(w io.Writer, results []result, embeds map[string]string) {
 		if against == nil {
 			for _, c := range libs {
 				if isCeiling(c) {
-					against = append(against, comparison{c, "best peer", anyPeer})
+					against = append(against, comparison{c, "best peer", anyPeer, false})
 				}
 			}
 		}
@@ -339,7 +360,7 @@ func ratioCell(f family, cells map[[2]string]*result, v string, cmp comparison, 
 	best, bestLib := math.Inf(1), ""
 	for _, lib := range libs {
 		p := cells[[2]string{v, lib}]
-		if p == nil || isCeiling(lib) || isBase(lib) || !cmp.peer(lib) {
+		if p == nil || lib == c || isCeiling(lib) && !cmp.self || isBase(lib) || !cmp.peer(lib) {
 			continue
 		}
 		if x, ok := f.ratio(p, baseFor(v, lib)); ok && x < best {

@@ -83,3 +83,28 @@ func TestNum(t *testing.T) {
 		}
 	}
 }
+
+func TestRenderComparesThePublicPathWithTheStoreAlone(t *testing.T) {
+	rs, err := parse(strings.NewReader(`BenchmarkDecide/keys=1/serial/ceiling-2        1000000   120 ns/op
+BenchmarkDecide/keys=1/serial/ceiling-decide-2 1000000    90 ns/op
+BenchmarkDecide/keys=1/serial/ceiling-store-2  1000000    60 ns/op
+BenchmarkDecide/keys=1/serial/golimiter-2      1000000    80 ns/op
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	render(&b, rs, nil)
+	out := b.String()
+	for _, want := range []string{
+		// A ceiling row is never another ceiling row's "best peer".
+		"| **ceiling ÷ best peer** (ns/op) | **1.50×** (golimiter) |",
+		"| **ceiling-store ÷ best peer** (ns/op) | **0.75×** (golimiter) |",
+		"| **ceiling ÷ ceiling-store** (ns/op) | **2×** (ceiling-store) |",
+		"| **ceiling-decide ÷ ceiling-store** (ns/op) | **1.50×** (ceiling-store) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
