@@ -30,12 +30,15 @@ type boundaryLib struct {
 func boundaryLibs(tb testing.TB) []boundaryLib {
 	var libs []boundaryLib
 	for _, lib := range memLibs {
+		if lib.variant {
+			continue
+		}
 		libs = append(libs, boundaryLib{lib.name, func(testing.TB) (allowFunc, func()) {
 			l := lib.new(boundaryLimit, boundaryPeriod, 0)
 			return l.worker(), l.close
 		}})
 	}
-	for _, algo := range []backend.Algorithm{backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow} {
+	for _, algo := range []backend.Algorithm{backend.SlidingLog, backend.SlidingWindow, backend.FixedWindow, backend.GCRA} {
 		libs = append(libs, boundaryLib{"ceiling-" + algo.String(), func(testing.TB) (allowFunc, func()) {
 			l := ceilingMem(algo, boundaryLimit, boundaryPeriod, 0)
 			return l.worker(), l.close
@@ -43,6 +46,9 @@ func boundaryLibs(tb testing.TB) []boundaryLib {
 	}
 	addr := redisAddr(tb)
 	for _, lib := range redisLibs {
+		if lib.variant {
+			continue
+		}
 		libs = append(libs, boundaryLib{lib.name + "-redis", func(tb testing.TB) (allowFunc, func()) {
 			c, _ := newClient(tb, addr)
 			d := lib.new(tb, c, prefix(tb), []rule{{boundaryLimit, boundaryPeriod}})()

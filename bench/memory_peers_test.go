@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/backend"
 	cmemory "github.com/ceiling-go/ceiling/backend/memory"
 	"github.com/didip/tollbooth/v7"
@@ -40,6 +42,14 @@ type memLimiter struct {
 type memLib struct {
 	name string
 	algo string
+	// addrs: the library is keyed by the connection's address, so the
+	// timed benchmarks hand it "ip:port" addresses, as a server would,
+	// rather than bare keys (it accepts those too).
+	addrs bool
+	// variant: another way of calling ceiling than its public path (the
+	// store alone, Limiter.Decide), timed beside it and left out of the
+	// experiments, whose answers it would only repeat.
+	variant bool
 	// new builds a limiter admitting limit per period per key. idle is how
 	// long a key must stay unused before the library may forget it, where
 	// the library lets one say so (the Keys1M benchmark sets it short).
@@ -50,13 +60,19 @@ func same(f allowFunc) func() allowFunc { return func() allowFunc { return f } }
 
 func noClose() {}
 
-// memLibs are ceiling's memory store and every in-memory peer, each used the
-// way its documentation shows, keyed by a string.
+// memLibs are ceiling and every in-memory peer, each used the way its
+// documentation shows, keyed by a string. ceiling is there three times: as
+// a user runs it (ceiling: the middleware with a key function and its
+// headers), through Limiter.Decide (ceiling-decide), and its store alone
+// (ceiling-store, which no user calls), all under the default algorithm,
+// so that what the limiter adds to the store is visible.
 var memLibs = []memLib{
-	{"ceiling", "GCRA", func(limit int, period, idle time.Duration) memLimiter {
-		return ceilingMem(backend.GCRA, limit, period, idle)
+	{name: "ceiling", algo: "rolling window", addrs: true, new: ceilingHandler},
+	{name: "ceiling-decide", algo: "rolling window", variant: true, new: ceilingDecide},
+	{name: "ceiling-store", algo: "rolling window", variant: true, new: func(limit int, period, idle time.Duration) memLimiter {
+		return ceilingMem(backend.RollingWindow, limit, period, idle)
 	}},
-	{"ulule", "fixed window", func(limit int, period, idle time.Duration) memLimiter {
+	{"ulule", "fixed window", false, false, func(limit int, period, idle time.Duration) memLimiter {
 		store := ulmemory.NewStoreWithOptions(ulule.StoreOptions{Prefix: "bench", CleanUpInterval: idle})
 		l := ulule.New(store, ulule.Rate{Period: period, Limit: int64(limit)})
 		return memLimiter{worker: same(func(key string) (bool, error) {
@@ -64,7 +80,7 @@ var memLibs = []memLib{
 			return err == nil && !c.Reached, err
 		}), close: noClose}
 	}},
-	{"httprate", "sliding window", func(limit int, period, idle time.Duration) memLimiter {
+	{"httprate", "sliding window", false, false, func(limit int, period, idle time.Duration) memLimiter {
 		l := httprate.NewRateLimiter(limit, period)
 		// OnLimit is httprate's only decision call; it writes its headers
 		// on the ResponseWriter, so each goroutine gets one to reuse.
@@ -77,7 +93,7 @@ var memLibs = []memLib{
 			}
 		}, close: noClose}
 	}},
-	{"golimiter", "fixed window", func(limit int, period, idle time.Duration) memLimiter {
+	{"golimiter", "fixed window", false, false, func(limit int, period, idle time.Duration) memLimiter {
 		store, err := memorystore.New(&memorystore.Config{Tokens: uint64(limit), Interval: period, SweepInterval: idle, SweepMinTTL: idle})
 		if err != nil {
 			panic(err)
@@ -87,35 +103,92 @@ var memLibs = []memLib{
 			return ok, err
 		}), close: func() { store.Close(ctx) }}
 	}},
-	{"throttled", "GCRA", func(limit int, period, idle time.Duration) memLimiter {
+	{"throttled", "GCRA", false, false, func(limit int, period, idle time.Duration) memLimiter {
 		l := throttledGCRA(throttledMemStore(), limit, period)
 		return memLimiter{worker: same(func(key string) (bool, error) {
 			limited, _, err := l.RateLimitCtx(ctx, key, 1)
 			return !limited && err == nil, err
 		}), close: noClose}
 	}},
-	{"echo", "token bucket", func(limit int, period, idle time.Duration) memLimiter {
+	{"echo", "token bucket", false, false, func(limit int, period, idle time.Duration) memLimiter {
 		store := echoStore(limit, period, idle)
 		return memLimiter{worker: same(store.Allow), close: noClose}
 	}},
-	{"xtimerate", "token bucket", func(limit int, period, idle time.Duration) memLimiter {
+	{"xtimerate", "token bucket", false, false, func(limit int, period, idle time.Duration) memLimiter {
 		m := newRateMap(limit, period)
 		return memLimiter{worker: same(func(key string) (bool, error) { return m.allow(key), nil }), close: noClose}
 	}},
-	{"tollbooth", "token bucket", func(limit int, period, idle time.Duration) memLimiter {
+	{"tollbooth", "token bucket", false, false, func(limit int, period, idle time.Duration) memLimiter {
 		l := tollboothLimiter(limit, period, idle)
 		return memLimiter{worker: same(func(key string) (bool, error) { return !l.LimitReached(key), nil }), close: noClose}
 	}},
 }
 
-// ceilingMem is ceiling's memory store deciding one rule per call through
-// DecideInto, the path the middleware takes.
-func ceilingMem(algo backend.Algorithm, limit int, period, idle time.Duration) memLimiter {
+// ceilingStore is the memory store the limiter is given: its default,
+// sweeping idle keys every idle when the benchmark says so.
+func ceilingStore(idle time.Duration) *cmemory.Store {
 	sweep := cmemory.DefaultSweepInterval
 	if idle > 0 {
 		sweep = idle
 	}
-	s := cmemory.New(cmemory.WithSweepInterval(sweep))
+	return cmemory.New(cmemory.WithSweepInterval(sweep))
+}
+
+// ceilingHandler is ceiling as a user of the middleware runs it:
+// ceiling.MustNew with one rule keyed by ceiling.RemoteAddr on the memory
+// store, limiter.Handler over a handler that does nothing, the default IETF
+// headers. Each goroutine reuses its own request and ResponseWriter; the
+// key is the request's RemoteAddr.
+func ceilingHandler(limit int, period, idle time.Duration) memLimiter {
+	s := ceilingStore(idle)
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: int64(limit), Period: period}}, ceiling.WithBackend(s))
+	return memLimiter{worker: handlerWorker(l.Handler(bare)), close: func() { l.Close(); s.Close() }}
+}
+
+// handlerWorker returns, per goroutine, a decision function that serves one
+// request from the key as its RemoteAddr through h: admitted on 200,
+// rejected on 429, an error on any other status (a limiter that could not
+// decide).
+func handlerWorker(h http.Handler) func() allowFunc {
+	return func() allowFunc {
+		r := httptest.NewRequest("GET", "/", nil)
+		w := newSink()
+		return func(addr string) (bool, error) {
+			w.reset()
+			r.RemoteAddr = addr
+			h.ServeHTTP(w, r)
+			switch code := w.status(); code {
+			case http.StatusOK:
+				return true, nil
+			case http.StatusTooManyRequests:
+				return false, nil
+			default:
+				return false, fmt.Errorf("status %d", code)
+			}
+		}
+	}
+}
+
+// ceilingDecide is ceiling's decision call without HTTP, Limiter.Decide,
+// with one rule on the memory store.
+func ceilingDecide(limit int, period, idle time.Duration) memLimiter {
+	s := ceilingStore(idle)
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Limit: int64(limit), Period: period}}, ceiling.WithBackend(s))
+	return memLimiter{worker: func() allowFunc {
+		in := []ceiling.Input{{Rule: "ip"}}
+		return func(key string) (bool, error) {
+			in[0].Key = key
+			d, err := l.Decide(ctx, in...)
+			return err == nil && d.Allowed, err
+		}
+	}, close: func() { l.Close(); s.Close() }}
+}
+
+// ceilingMem is ceiling's memory store alone deciding one rule per call
+// through DecideInto, the call the limiter makes, with a key built in
+// advance.
+func ceilingMem(algo backend.Algorithm, limit int, period, idle time.Duration) memLimiter {
+	s := ceilingStore(idle)
 	return memLimiter{worker: func() allowFunc {
 		reqs := []backend.Request{{Algorithm: algo, Limit: int64(limit), Period: period, Cost: 1}}
 		res := make([]backend.Result, 1)

@@ -53,6 +53,7 @@ func serveSerial(b *testing.B, h http.Handler, as []string) {
 	ok, i := 0, 0
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	for range b.N {
 		w.reset()
 		r.RemoteAddr = as[i]
@@ -65,6 +66,7 @@ func serveSerial(b *testing.B, h http.Handler, as []string) {
 		}
 	}
 	b.StopTimer()
+	reportCPU(b, cpu)
 	if ok != b.N {
 		b.Fatalf("%d of %d timed requests were answered with a status: the benchmark timed rejections", b.N-ok, b.N)
 	}
@@ -74,6 +76,7 @@ func serveParallel(b *testing.B, h http.Handler, as []string) {
 	var admitted, start atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		r := httptest.NewRequest("GET", "/", nil)
 		w := newSink()
@@ -93,6 +96,7 @@ func serveParallel(b *testing.B, h http.Handler, as []string) {
 		admitted.Add(n)
 	})
 	b.StopTimer()
+	reportCPU(b, cpu)
 	if got := admitted.Load(); got != int64(b.N) {
 		b.Fatalf("%d of %d timed requests were answered with a status: the benchmark timed rejections", int64(b.N)-got, b.N)
 	}

@@ -23,6 +23,25 @@ type redisFixture struct {
 	decider func() redisDecider
 	count   *counter
 	admin   *redis.Client
+	prefix  string // its keys' prefix, which names a ceiling limiter's fallbacks
+}
+
+// newRedisFixture checks lib under n rules, then builds it on a client of
+// its own.
+func newRedisFixture(top *testing.B, lib redisLib, addr string, n int) *redisFixture {
+	checkRedis(top, lib, addr, n, 1000)
+	c, cnt := newClient(top, addr)
+	p := prefix(top)
+	return &redisFixture{decider: lib.new(top, c, p, hugeRules(n)), count: cnt, admin: redisFor(top, addr), prefix: p}
+}
+
+// redisKeysFor is the pool of n keys lib is timed on: addresses with a
+// port for a middleware keyed by RemoteAddr.
+func redisKeysFor(lib redisLib, n int) []string {
+	if lib.addrs {
+		return addrs(n)
+	}
+	return keys(n)
 }
 
 // hugeRules are n rules no benchmark reaches, at three periods.
@@ -37,16 +56,12 @@ func hugeRules(n int) []rule {
 // included (srvcalls/op, from INFO commandstats).
 func BenchmarkRedis(top *testing.B) {
 	addr := redisAddr(top)
-	ks := keys(redisKeys)
 	for _, n := range []int{1, 3} {
 		for _, mode := range []string{"serial", "parallel64"} {
 			for _, lib := range redisLibs {
+				ks := redisKeysFor(lib, redisKeys)
 				top.Run(fmt.Sprintf("rules=%d/%s/%s", n, mode, lib.name), func(b *testing.B) {
-					f := setup(b, top, func() *redisFixture {
-						checkRedis(top, lib, addr, n, 1000)
-						c, cnt := newClient(top, addr)
-						return &redisFixture{decider: lib.new(top, c, prefix(top), hugeRules(n)), count: cnt, admin: redisFor(top, addr)}
-					})
+					f := setup(b, top, func() *redisFixture { return newRedisFixture(top, lib, addr, n) })
 					if mode == "serial" {
 						redisSerial(b, f, ks)
 					} else {
@@ -59,15 +74,20 @@ func BenchmarkRedis(top *testing.B) {
 }
 
 // measure runs timed, which returns its rejections and errors, between
-// two readings of the counters and reports them per decision.
+// two readings of the counters and reports them per decision. A ceiling
+// limiter's admissions by its fail mode count as errors: the backend did
+// not decide them.
 func measure(b *testing.B, f *redisFixture, timed func() (rejected, errs int64)) {
 	cmds0, trips0 := f.count.cmds.Load(), f.count.trips.Load()
-	srv0 := serverCalls(b, f.admin)
+	srv0, fb0 := serverCalls(b, f.admin), fallbacks(f.prefix)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	rejected, errs := timed()
 	b.StopTimer()
+	reportCPU(b, cpu)
 	srv := serverCalls(b, f.admin) - srv0
+	errs += fallbacks(f.prefix) - fb0
 	verdict(b, int(rejected), int(errs))
 	n := float64(b.N)
 	b.ReportMetric(float64(f.count.cmds.Load()-cmds0)/n, "cmds/op")
@@ -128,11 +148,17 @@ func redisParallel(b *testing.B, f *redisFixture, ks []string) {
 // exactLibs are the Redis libraries of the exactness experiment, ceiling
 // under each of its algorithms.
 func exactLibs() []redisLib {
-	libs := []redisLib{
-		{"ceiling-slidinglog", "sliding log", ceilingRedis(backend.SlidingLog)},
-		{"ceiling-fixedwindow", "fixed window", ceilingRedis(backend.FixedWindow)},
+	var libs []redisLib
+	for _, lib := range redisLibs {
+		if !lib.variant {
+			libs = append(libs, lib)
+		}
 	}
-	return append(append([]redisLib(nil), redisLibs...), libs...)
+	return append(libs,
+		redisLib{name: "ceiling-slidinglog", algo: "sliding log", new: ceilingRedis(backend.SlidingLog)},
+		redisLib{name: "ceiling-fixedwindow", algo: "fixed window", new: ceilingRedis(backend.FixedWindow)},
+		redisLib{name: "ceiling-gcra", algo: "GCRA", new: ceilingRedis(backend.GCRA)},
+	)
 }
 
 // BenchmarkExact is the exactness experiment: limit 100 per minute, 1000
@@ -173,6 +199,9 @@ const attackRequests = 10_000
 func BenchmarkAttack(top *testing.B) {
 	addr := redisAddr(top)
 	for _, lib := range redisLibs {
+		if lib.variant {
+			continue
+		}
 		top.Run(lib.name, func(b *testing.B) {
 			c, cnt := newClient(b, addr)
 			admin := redisFor(b, addr)

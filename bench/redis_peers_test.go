@@ -6,10 +6,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/backend"
 	credis "github.com/ceiling-go/ceiling/backend/redis"
 	"github.com/ceiling-go/ceiling/internal/redistest"
@@ -120,16 +122,24 @@ type redisDecider func(ctx context.Context, key string) (bool, error)
 type redisLib struct {
 	name string
 	algo string
-	new  func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider
+	// addrs and variant are memLib's.
+	addrs, variant bool
+	new            func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider
 }
 
 // redisLibs are ceiling's Redis backend and the Redis peers. A request
 // under several rules is one ceiling call; the peers, which decide one
 // limit per call, check the rules one after the other and stop at the
 // first rejection, as their documentation shows for several limits.
+//
+// ceiling is there three times, as in memLibs: the middleware over the Redis
+// store (ceiling), Limiter.Decide (ceiling-decide), the store alone
+// (ceiling-store), under the default algorithm.
 var redisLibs = []redisLib{
-	{"ceiling", "GCRA", ceilingRedis(backend.GCRA)},
-	{"ulule", "fixed window", func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
+	{name: "ceiling", algo: "rolling window", addrs: true, new: ceilingRedisHandler},
+	{name: "ceiling-decide", algo: "rolling window", variant: true, new: ceilingRedisDecide},
+	{name: "ceiling-store", algo: "rolling window", variant: true, new: ceilingRedis(backend.RollingWindow)},
+	{"ulule", "fixed window", false, false, func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
 		store, err := ulredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: prefix})
 		if err != nil {
 			tb.Fatalf("ulule redis store: %v", err)
@@ -148,7 +158,7 @@ var redisLibs = []redisLib{
 			return true, nil
 		})
 	}},
-	{"redisrate", "GCRA", func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
+	{"redisrate", "GCRA", false, false, func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
 		l := redis_rate.NewLimiter(c)
 		limits := make([]redis_rate.Limit, len(rules))
 		for i, r := range rules {
@@ -164,7 +174,7 @@ var redisLibs = []redisLib{
 			return true, nil
 		})
 	}},
-	{"throttled", "GCRA", func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
+	{"throttled", "GCRA", false, false, func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
 		st, err := goredisstore.NewCtx(c, prefix+":")
 		if err != nil {
 			tb.Fatalf("throttled redis store: %v", err)
@@ -217,6 +227,82 @@ func ceilingRedis(algo backend.Algorithm) func(tb testing.TB, c *redis.Client, p
 				}
 				return true, nil
 			}
+		}
+	}
+}
+
+// benchSecret is the key secret of the limiters on Redis: what a service
+// configures (without one the limiter warns), so the HMAC of each key is
+// part of what is timed.
+var benchSecret = []byte("bench-secret-bench-secret-bench-secret")
+
+// ceilingRedisLimiter is ceiling.New over the Redis store with one rule per
+// rule (r0, r1...), keyed by RemoteAddr when keyed, else left to
+// Limiter.Decide's inputs. The defaults stay (fail mode FailLocal, 100ms
+// timeout, circuit breaker): a decision the backend could not make is
+// decided locally and admitted, so the limiter is registered for
+// fallbacks to count those as errors.
+func ceilingRedisLimiter(tb testing.TB, c *redis.Client, prefix string, rules []rule, keyed bool) *ceiling.Limiter {
+	rs := make([]ceiling.Rule, len(rules))
+	for i, r := range rules {
+		rs[i] = ceiling.Rule{Name: "r" + itoa(i), Limit: int64(r.limit), Period: r.period}
+		if keyed {
+			rs[i].Key = ceiling.RemoteAddr
+		}
+	}
+	l, err := ceiling.New(rs, ceiling.WithBackend(credis.New(c, credis.WithPrefix(prefix))), ceiling.WithKeySecret(benchSecret))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	limiters.Store(prefix, l)
+	return l
+}
+
+// limiters holds the limiters of the Redis benchmarks by prefix, for
+// fallbacks.
+var limiters sync.Map
+
+// fallbacks counts the admissions the limiter of prefix made without the
+// backend (its fail mode's), if prefix is a limiter's.
+func fallbacks(prefix string) int64 {
+	l, ok := limiters.Load(prefix)
+	if !ok {
+		return 0
+	}
+	var n int64
+	for _, r := range l.(*ceiling.Limiter).Health().Rules {
+		n += r.FailOpenAdmissions + r.FailLocalAdmissions
+	}
+	return n
+}
+
+// ceilingRedisHandler is the middleware over the Redis store, as a service
+// runs it: the key is the request's RemoteAddr, the IETF headers are
+// written, the handler does nothing.
+func ceilingRedisHandler(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
+	worker := handlerWorker(ceilingRedisLimiter(tb, c, prefix, rules, true).Handler(bare))
+	return func() redisDecider {
+		allow := worker()
+		return func(_ context.Context, key string) (bool, error) { return allow(key) }
+	}
+}
+
+// ceilingRedisDecide is Limiter.Decide over the Redis store, every rule on
+// the key.
+func ceilingRedisDecide(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
+	l := ceilingRedisLimiter(tb, c, prefix, rules, false)
+	return func() redisDecider {
+		in := make([]ceiling.Input, len(rules))
+		for i := range in {
+			in[i].Rule = "r" + itoa(i)
+		}
+		return func(ctx context.Context, key string) (bool, error) {
+			for i := range in {
+				in[i].Key = key
+			}
+			d, err := l.Decide(ctx, in...)
+			return err == nil && d.Allowed, err
 		}
 	}
 }

@@ -6,7 +6,7 @@
 # bench/charts/, which the tables embed: paste the tables into BENCHMARKS.md
 # and commit all three together.
 #
-#   bench/run.sh            # about five minutes on 2 cores
+#   bench/run.sh            # about ten minutes on 2 cores
 #   COUNT=1 BENCHTIME=50ms bench/run.sh   # quicker, noisier
 #
 # It prints each step as "step k of n" with the time elapsed. BENCH_BINARY
@@ -72,8 +72,9 @@ if [ -n "${BENCH_BINARY:-}" ]; then
 else
 	go test -c -o "$work/bench.test" .
 fi
-step "build bench/cmd/benchtable"
+step "build bench/cmd/benchtable and bench/cmd/benchrounds"
 go build -o "$work/benchtable" ./cmd/benchtable
+go build -o "$work/benchrounds" ./cmd/benchrounds
 
 {
 	echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -84,15 +85,19 @@ go build -o "$work/benchtable" ./cmd/benchtable
 # that a burst of load from elsewhere hits one sample of a library rather
 # than all of them; the tables keep each benchmark's fastest round.
 for round in $(seq "$COUNT"); do
-	step "timed benchmarks, round $round of $COUNT (decision, middleware, Redis)"
+	step "timed benchmarks, round $round of $COUNT (decision, middleware, Redis, Redis keys)"
 	echo "round $round of $COUNT" >>"$work/out.txt"
-	"$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Decide|Middleware|Redis)$' \
+	"$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Decide|Middleware|Redis|RedisKeys)$' \
 		-test.benchtime "$BENCHTIME" | tee -a "$work/out.txt"
 done
-# Experiments: one run each.
-step "experiments, once each (exactness, attack, boundary, 1M keys)"
+# Experiments: one run each. The scripts' server time is read over 20,000
+# calls on a redis-server of its own.
+step "experiments, once each (exactness, attack, boundary, 1M keys, scripts' server time)"
+echo "experiments" >>"$work/out.txt"
 "$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Exact|Attack|Boundary|Keys1M)$' \
 	-test.benchtime 1x | tee -a "$work/out.txt"
+"$work/bench.test" -test.run '^$' -test.bench '^BenchmarkScriptServerTime$' \
+	-test.benchtime 20000x | tee -a "$work/out.txt"
 
 step "tables and charts"
 if [ -n "$OUT_DIR" ]; then
@@ -105,5 +110,9 @@ cp "$work/out.txt" "$results"
 echo
 echo "## Tables (ratios: ceiling ÷ best peer, from this run; below 1 means ceiling is better)"
 "$work/benchtable" -charts "$charts" -chart-path "$chart_path" <"$results"
+echo
+echo "## How stable each column is (from the same rounds)"
+echo
+"$work/benchrounds" <"$results"
 echo
 echo "done in $((SECONDS / 60))m$(printf '%02d' $((SECONDS % 60)))s: raw output in $results, charts in $charts/ (to redraw the charts from it: cd bench && go run ./cmd/benchtable -charts charts -chart-path bench/charts <results.txt)"
