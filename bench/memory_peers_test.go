@@ -65,9 +65,11 @@ func noClose() {}
 // a user runs it (ceiling: the middleware with a key function and its
 // headers), through Limiter.Decide (ceiling-decide), and its store alone
 // (ceiling-store, which no user calls), all under the default algorithm,
-// so that what the limiter adds to the store is visible.
+// so that what the limiter adds to the store is visible; ceiling-gcra is the
+// middleware with the GCRA algorithm.
 var memLibs = []memLib{
-	{name: "ceiling", algo: "rolling window", addrs: true, new: ceilingHandler},
+	{name: "ceiling", algo: "rolling window", addrs: true, new: ceilingHandler(backend.RollingWindow)},
+	{name: "ceiling-gcra", algo: "GCRA", addrs: true, variant: true, new: ceilingHandler(backend.GCRA)},
 	{name: "ceiling-decide", algo: "rolling window", variant: true, new: ceilingDecide},
 	{name: "ceiling-store", algo: "rolling window", variant: true, new: func(limit int, period, idle time.Duration) memLimiter {
 		return ceilingMem(backend.RollingWindow, limit, period, idle)
@@ -135,14 +137,16 @@ func ceilingStore(idle time.Duration) *cmemory.Store {
 }
 
 // ceilingHandler is ceiling as a user of the middleware runs it:
-// ceiling.MustNew with one rule keyed by ceiling.RemoteAddr on the memory
-// store, limiter.Handler over a handler that does nothing, the default IETF
-// headers. Each goroutine reuses its own request and ResponseWriter; the
-// key is the request's RemoteAddr.
-func ceilingHandler(limit int, period, idle time.Duration) memLimiter {
-	s := ceilingStore(idle)
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: int64(limit), Period: period}}, ceiling.WithBackend(s))
-	return memLimiter{worker: handlerWorker(l.Handler(bare)), close: func() { l.Close(); s.Close() }}
+// ceiling.MustNew with one rule under algo keyed by ceiling.RemoteAddr on
+// the memory store, limiter.Handler over a handler that does nothing, the
+// default IETF headers. Each goroutine reuses its own request and
+// ResponseWriter; the key is the request's RemoteAddr.
+func ceilingHandler(algo backend.Algorithm) func(limit int, period, idle time.Duration) memLimiter {
+	return func(limit int, period, idle time.Duration) memLimiter {
+		s := ceilingStore(idle)
+		l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: int64(limit), Period: period, Algorithm: algo}}, ceiling.WithBackend(s))
+		return memLimiter{worker: handlerWorker(l.Handler(bare)), close: func() { l.Close(); s.Close() }}
+	}
 }
 
 // handlerWorker returns, per goroutine, a decision function that serves one

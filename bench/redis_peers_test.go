@@ -134,9 +134,11 @@ type redisLib struct {
 //
 // ceiling is there three times, as in memLibs: the middleware over the Redis
 // store (ceiling), Limiter.Decide (ceiling-decide), the store alone
-// (ceiling-store), under the default algorithm.
+// (ceiling-store), under the default algorithm; ceiling-gcra is the
+// middleware with the GCRA algorithm.
 var redisLibs = []redisLib{
-	{name: "ceiling", algo: "rolling window", addrs: true, new: ceilingRedisHandler},
+	{name: "ceiling", algo: "rolling window", addrs: true, new: ceilingRedisHandler(backend.RollingWindow)},
+	{name: "ceiling-gcra", algo: "GCRA", addrs: true, variant: true, new: ceilingRedisHandler(backend.GCRA)},
 	{name: "ceiling-decide", algo: "rolling window", variant: true, new: ceilingRedisDecide},
 	{name: "ceiling-store", algo: "rolling window", variant: true, new: ceilingRedis(backend.RollingWindow)},
 	{"ulule", "fixed window", false, false, func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
@@ -242,10 +244,10 @@ var benchSecret = []byte("bench-secret-bench-secret-bench-secret")
 // timeout, circuit breaker): a decision the backend could not make is
 // decided locally and admitted, so the limiter is registered for
 // fallbacks to count those as errors.
-func ceilingRedisLimiter(tb testing.TB, c *redis.Client, prefix string, rules []rule, keyed bool) *ceiling.Limiter {
+func ceilingRedisLimiter(tb testing.TB, c *redis.Client, prefix string, rules []rule, algo backend.Algorithm, keyed bool) *ceiling.Limiter {
 	rs := make([]ceiling.Rule, len(rules))
 	for i, r := range rules {
-		rs[i] = ceiling.Rule{Name: "r" + itoa(i), Limit: int64(r.limit), Period: r.period}
+		rs[i] = ceiling.Rule{Name: "r" + itoa(i), Limit: int64(r.limit), Period: r.period, Algorithm: algo}
 		if keyed {
 			rs[i].Key = ceiling.RemoteAddr
 		}
@@ -278,20 +280,22 @@ func fallbacks(prefix string) int64 {
 }
 
 // ceilingRedisHandler is the middleware over the Redis store, as a service
-// runs it: the key is the request's RemoteAddr, the IETF headers are
-// written, the handler does nothing.
-func ceilingRedisHandler(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
-	worker := handlerWorker(ceilingRedisLimiter(tb, c, prefix, rules, true).Handler(bare))
-	return func() redisDecider {
-		allow := worker()
-		return func(_ context.Context, key string) (bool, error) { return allow(key) }
+// runs it, every rule under algo: the key is the request's RemoteAddr, the
+// IETF headers are written, the handler does nothing.
+func ceilingRedisHandler(algo backend.Algorithm) func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
+	return func(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
+		worker := handlerWorker(ceilingRedisLimiter(tb, c, prefix, rules, algo, true).Handler(bare))
+		return func() redisDecider {
+			allow := worker()
+			return func(_ context.Context, key string) (bool, error) { return allow(key) }
+		}
 	}
 }
 
 // ceilingRedisDecide is Limiter.Decide over the Redis store, every rule on
 // the key.
 func ceilingRedisDecide(tb testing.TB, c *redis.Client, prefix string, rules []rule) func() redisDecider {
-	l := ceilingRedisLimiter(tb, c, prefix, rules, false)
+	l := ceilingRedisLimiter(tb, c, prefix, rules, backend.RollingWindow, false)
 	return func() redisDecider {
 		in := make([]ceiling.Input, len(rules))
 		for i := range in {
