@@ -6,7 +6,7 @@
 # bench/charts/, which the tables embed: paste the tables into BENCHMARKS.md
 # and commit all three together.
 #
-#   bench/run.sh            # about ten minutes on 2 cores
+#   bench/run.sh            # about four minutes on 2 cores
 #   COUNT=1 BENCHTIME=50ms bench/run.sh   # quicker, noisier
 #
 # It prints each step as "step k of n" with the time elapsed. BENCH_BINARY

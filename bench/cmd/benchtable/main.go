@@ -226,7 +226,11 @@ func redisCell(r, _ *result) string {
 	if v, ok := m["decisions/s"]; ok {
 		speed = fmt.Sprintf("%s/s", num(v))
 	}
-	return fmt.Sprintf("%s · %s cmd · %s rtt · %s srv · %s allocs", speed, num(m["cmds/op"]), num(m["trips/op"]), num(m["srvcalls/op"]), num(m["allocs/op"]))
+	cell := fmt.Sprintf("%s · %s cmd · %s rtt · %s srv · %s allocs", speed, num(m["cmds/op"]), num(m["trips/op"]), num(m["srvcalls/op"]), num(m["allocs/op"]))
+	if e := m["errors/op"]; e > 0 {
+		cell += fmt.Sprintf(" · %s errors/op", num(e))
+	}
+	return cell
 }
 
 func scriptCell(r, _ *result) string {

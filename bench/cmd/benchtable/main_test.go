@@ -108,3 +108,15 @@ BenchmarkDecide/keys=1/serial/golimiter-2      1000000    80 ns/op
 		}
 	}
 }
+
+func TestRedisCellShowsErrors(t *testing.T) {
+	rs, err := parse(strings.NewReader("BenchmarkRedisKeys/keys=1/parallel64/throttled-2 1000 140000 ns/op 7142 decisions/s 0.5979 errors/op 20.6 cmds/op 13.8 trips/op 27.9 srvcalls/op 229 allocs/op\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	render(&b, rs, nil)
+	if want := "| throttled | 7142/s · 20.6 cmd · 13.8 rtt · 27.9 srv · 229 allocs · 0.60 errors/op |"; !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+}
