@@ -28,8 +28,9 @@ type Input struct {
 	// other rules. Burst likewise replaces the rule's Burst (GCRA). The
 	// rule's Period and Algorithm always apply, and the key's state is the
 	// same whatever limit a call brings, so callers of one key should agree
-	// on its limit. Values outside what [backend.Request.Validate] allows
-	// are a [*LimitError] for this call.
+	// on its limit. Values outside what [backend.Request.Validate] allows,
+	// and a [SlidingLog] limit over [MaxSlidingLogLimit], are a
+	// [*LimitError] for this call.
 	Limit, Burst int64
 }
 
@@ -156,6 +157,9 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 		}
 		req.Key = rule.Name // Validate names the key; the digest is not needed to judge
 		if err := req.Validate(); err != nil {
+			return &LimitError{Rule: rule.Name, Limit: limit, Burst: burst, Err: err}
+		}
+		if err := slidingLogBound(req.Algorithm, req.Limit); err != nil {
 			return &LimitError{Rule: rule.Name, Limit: limit, Burst: burst, Err: err}
 		}
 	}

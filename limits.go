@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
 )
 
 // LimitError is the error of a request whose limit for a rule could not be
@@ -36,6 +38,20 @@ func (e *LimitError) Error() string {
 
 // Unwrap returns the cause.
 func (e *LimitError) Unwrap() error { return e.Err }
+
+// slidingLogBound refuses a sliding log of limit records past
+// [MaxSlidingLogLimit], whether the limit is a rule's (an error from [New])
+// or a request's ([Rule.Limits], [Input.Limit]: a [*LimitError] for that
+// request): a key costs its log's size whoever set the limit. The error
+// wraps [backend.ErrInvalidRequest], as other out-of-range limits do.
+func slidingLogBound(a backend.Algorithm, limit int64) error {
+	if a != SlidingLog || limit <= MaxSlidingLogLimit {
+		return nil
+	}
+	return fmt.Errorf("%w: a sliding log of %d keeps up to %d records, about %d KB per key on Redis; "+
+		"keep it at most %d, or use RollingWindow (the default: never more than Limit in any rolling Period, in 19 integers per key)",
+		backend.ErrInvalidRequest, limit, limit, limit*40/1000, MaxSlidingLogLimit)
+}
 
 // hasLimits reports whether any rule takes its limit from the request.
 func hasLimits(rules []Rule) bool {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -217,5 +218,64 @@ func TestSettleCapsAtTheRequestsLimit(t *testing.T) {
 	}
 	if q := be.calls[1][0]; q.Cost != 50 || !q.Force || q.Limit != 50 {
 		t.Errorf("settlement %+v, want 50 units forced under limit 50 (capped at the capacity of the limit that applied)", q)
+	}
+}
+
+// MaxSlidingLogLimit bounds every sliding log that reaches a backend, not
+// only a rule's own Limit: a limit from Rule.Limits or Input.Limit past it
+// is a *LimitError for that request (500 from the middleware), with
+// nothing decided, while the bound itself and other algorithms' larger
+// limits pass.
+func TestSlidingLogBoundHoldsForLimitsPerRequest(t *testing.T) {
+	be := newCounting()
+	l := MustNew([]Rule{
+		{Name: "log", Key: headerKey("X-Tenant"), Limit: 10, Period: time.Minute, Algorithm: SlidingLog,
+			Limits: func(r *http.Request) (int64, int64, error) {
+				n, err := strconv.ParseInt(r.Header.Get("X-Limit"), 10, 64)
+				return n, 0, err
+			}},
+		{Name: "rolling", Key: headerKey("X-Tenant"), Limit: 10, Period: time.Minute},
+	}, WithBackend(be), WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	for _, tc := range []struct {
+		limit string
+		want  int
+	}{{"10001", 500}, {"1000000", 500}, {"10000", 200}} {
+		calls := be.calls
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Tenant", "acme")
+		r.Header.Set("X-Limit", tc.limit)
+		if w := serve(t, h, r); w.Code != tc.want {
+			t.Errorf("sliding log limit %s from Limits: status %d, want %d", tc.limit, w.Code, tc.want)
+		}
+		if tc.want == 500 && be.calls != calls {
+			t.Errorf("sliding log limit %s from Limits reached the backend", tc.limit)
+		}
+	}
+
+	for _, tc := range []struct {
+		in      Input
+		refused bool
+	}{
+		{Input{Rule: "log", Key: "k", Limit: MaxSlidingLogLimit + 1}, true},
+		{Input{Rule: "log", Key: "k", Limit: MaxSlidingLogLimit}, false},
+		{Input{Rule: "rolling", Key: "k", Limit: 50_000}, false},
+	} {
+		calls := be.calls
+		_, err := l.Decide(t.Context(), tc.in)
+		var le *LimitError
+		switch {
+		case tc.refused && (!errors.As(err, &le) || le.Rule != "log" || le.Limit != tc.in.Limit || !errors.Is(err, backend.ErrInvalidRequest)):
+			t.Errorf("Decide %+v: %v, want a *LimitError for rule log wrapping backend.ErrInvalidRequest", tc.in, err)
+		case tc.refused && be.calls != calls:
+			t.Errorf("Decide %+v reached the backend", tc.in)
+		case !tc.refused && err != nil:
+			t.Errorf("Decide %+v: %v", tc.in, err)
+		}
+	}
+	err := l.Charge(t.Context(), Input{Rule: "log", Key: "k", Cost: 5, Limit: MaxSlidingLogLimit + 1})
+	if le := (*LimitError)(nil); !errors.As(err, &le) || !strings.Contains(err.Error(), "at most 10000") {
+		t.Errorf("Charge under a sliding log of %d: %v, want a *LimitError naming the bound", MaxSlidingLogLimit+1, err)
 	}
 }

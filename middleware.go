@@ -30,7 +30,9 @@ const (
 // 82 KB, of 10,000 393 KB, of 50,000 2.1 MB, per key, for each client the
 // rule tracks. (An admission costs the same
 // 17 µs of Redis CPU at any size.) Past 10,000 the rule is a configuration
-// error: RollingWindow holds the same ceiling in 19 integers per key.
+// error, and a limit a request brings past it ([Rule.Limits],
+// [Input.Limit]) a [*LimitError] for that request: RollingWindow holds the
+// same ceiling in 19 integers per key.
 const MaxSlidingLogLimit = 10_000
 
 // A Rule is one limit on one dimension of a request: at most Limit units per
@@ -75,7 +77,8 @@ type Rule struct {
 	// request is still decided in one backend call, all or nothing. A zero
 	// limit or burst means the rule's own; [ErrNoKey] leaves the rule out
 	// (an unlimited plan). Any other error, or a value that Limit and Burst
-	// could not hold, is the server's fault, not the client's: the request
+	// could not hold (a sliding log over [MaxSlidingLogLimit] included), is
+	// the server's fault, not the client's: the request
 	// is answered 500 and the error is logged (see [LimitError]). The
 	// headers and the problem body show the limit that applied. Period and
 	// Algorithm are the rule's; callers of one key should agree on its
@@ -118,10 +121,8 @@ func (r *Rule) validate() error {
 		// Burst and no Algorithm was GCRA: refuse rather than drop the burst.
 		return fmt.Errorf("ceiling: rule %q: Burst is GCRA's, but the algorithm is %v; set Algorithm: ceiling.GCRA", r.Name, r.Algorithm)
 	}
-	if r.Algorithm == SlidingLog && r.Limit > MaxSlidingLogLimit {
-		return fmt.Errorf("ceiling: rule %q: a sliding log of %d keeps up to %d records, about %d KB per key on Redis; "+
-			"keep it at most %d, or use RollingWindow (the default: never more than Limit in any rolling Period, in 19 integers per key)",
-			r.Name, r.Limit, r.Limit, r.Limit*40/1000, MaxSlidingLogLimit)
+	if err := slidingLogBound(r.Algorithm, r.Limit); err != nil {
+		return fmt.Errorf("ceiling: rule %q: %w", r.Name, err)
 	}
 	if r.Cost == 0 {
 		r.Cost = 1
