@@ -117,6 +117,9 @@ func (c *Config) ClientIP() (ceiling.KeyFunc, error) {
 //
 // With RedisURL, the options name a Redis store whose keys start with
 // RedisPrefix, else prefix, on the client [RedisDeployment.Client] makes.
+// Without KeySecret, the limiter built with them warns that stored keys
+// can be reversed (ceiling warns about every remote backend without a
+// secret); Backend does not repeat it.
 //
 // Without it, the limiter keeps its default in-process memory store, and
 // Backend logs a warning that every instance then enforces its own limits:
@@ -147,10 +150,11 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	client := d.Client()
-	if len(c.KeySecret) == 0 {
-		logger.Warn("KEY_SECRET is not set: stored keys are plain SHA-256 digests, which can be reversed for small key spaces (addresses, phone numbers) by hashing candidates")
-	}
-	attrs := []any{slog.String("backend", "redis"), slog.String("deployment", d.Kind), slog.String("addrs", strings.Join(d.Addrs, ","))}
+	// Without KEY_SECRET the limiter itself warns, once, that stored keys
+	// can be reversed, and keeps the warning in its health report: a
+	// second warning here would only repeat it.
+	attrs := []any{slog.String("backend", "redis"), slog.String("deployment", d.Kind), slog.String("addrs", strings.Join(d.Addrs, ",")),
+		slog.Bool("key_secret", len(c.KeySecret) > 0)}
 	if d.Master != "" {
 		attrs = append(attrs, slog.String("master", d.Master))
 	}

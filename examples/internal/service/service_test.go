@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
 )
 
@@ -195,5 +196,38 @@ func TestServeFinishesRequestsInFlight(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// With Redis and no KEY_SECRET the log warns once that stored keys can be
+// reversed: the limiter's own warning, not a second one from the service.
+// With a secret it does not warn at all.
+func TestRedisWithoutKeySecretWarnsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		secret string
+		want   int
+	}{{"", 1}, {strings.Repeat("k", 32), 0}} {
+		var logs bytes.Buffer
+		lg := slog.New(slog.NewTextHandler(&logs, nil))
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		// Nothing dials: the limiter is built, never asked to decide.
+		c := Register(fs, env(map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "KEY_SECRET": tc.secret}))
+		opts, closeFn, err := c.Backend(lg, "p")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := ceiling.New([]ceiling.Rule{{Name: "r", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Second}},
+			append(opts, ceiling.WithLogger(lg))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		closeFn()
+		if got := strings.Count(logs.String(), "level=WARN"); got != tc.want {
+			t.Errorf("KEY_SECRET=%q: %d warnings, want %d:\n%s", tc.secret, got, tc.want, logs.String())
+		}
+		if tc.want == 1 && !strings.Contains(logs.String(), "SHA-256") {
+			t.Errorf("the one warning does not say why:\n%s", logs.String())
+		}
 	}
 }
