@@ -49,7 +49,10 @@ var ErrBodyTimeout = errors.New("ceiling: request body not received in time")
 // 400 with a generic detail: the error itself (a network address, an
 // internal type) goes to the limiter's log, never to the client. Called
 // outside the middleware, or with a ResponseWriter that cannot set
-// deadlines, the server's ReadTimeout is the only bound.
+// deadlines (one that wraps net/http's without an Unwrap method, see
+// [http.NewResponseController]), the server's ReadTimeout is the only
+// bound. Echo's and Gin's writers unwrap, so the bound holds through the
+// adapters.
 //
 // The body is parsed as JSON whatever its Content-Type, as handlers decoding
 // it do. Malformed JSON is a 400. So is a field that appears twice on the

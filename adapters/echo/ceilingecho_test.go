@@ -226,3 +226,10 @@ func TestPrefetchAndSettleFromEchoHandlers(t *testing.T) {
 		t.Errorf("after settling 120 of 100 units: status %d, want 429", res.Status)
 	}
 }
+
+// Echo's Response unwraps to net/http's ResponseWriter, so BodyField's own
+// read-time bound reaches the connection: a slow body is a 408 through
+// Echo too.
+func TestSlowBodyIs408ThroughEcho(t *testing.T) {
+	adaptertest.SlowBody(t, mount)
+}

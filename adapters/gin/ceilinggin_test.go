@@ -207,3 +207,9 @@ func TestPrefetchAndSettleFromGinHandlers(t *testing.T) {
 		t.Errorf("after settling 120 of 100 units: status %d, want 429", res.Status)
 	}
 }
+
+// Gin's ResponseWriter unwraps to net/http's, so BodyField's own read-time
+// bound reaches the connection: a slow body is a 408 through Gin too.
+func TestSlowBodyIs408ThroughGin(t *testing.T) {
+	adaptertest.SlowBody(t, mount)
+}

@@ -89,3 +89,8 @@ func TestColon(t *testing.T) {
 		}
 	}
 }
+
+// The reference holds the slow-body bound that SlowBody checks adapters for.
+func TestSlowBodyNetHTTP(t *testing.T) {
+	SlowBody(t, NetHTTP)
+}
