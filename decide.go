@@ -168,7 +168,7 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 	}
 	req.Key = l.storedKey(st, rule.Name, v)
 	st.reqs = append(st.reqs, req)
-	st.decision.Results = append(st.decision.Results, RuleResult{Rule: rule})
+	st.decision.Results = append(st.decision.Results, RuleResult{Rule: rule, limit: req.Limit})
 	return nil
 }
 

@@ -96,22 +96,7 @@ func appendPolicy(b []byte, r *Rule, limit int64) []byte {
 func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *state, clock func() time.Time) {
 	switch s {
 	case HeadersIETF:
-		buf := st.buf[:0]
-		for i := range d.Results {
-			rr := &d.Results[i]
-			if !rr.advertised() || !d.Allowed && rr.Allowed {
-				continue
-			}
-			if len(buf) > 0 {
-				buf = append(buf, ", "...)
-			}
-			buf = append(buf, '"')
-			buf = append(buf, rr.Rule.Name...)
-			buf = append(buf, `";r=`...)
-			buf = strconv.AppendInt(buf, rr.Remaining, 10)
-			buf = append(buf, ";t="...)
-			buf = appendSeconds(buf, rr.untilNext())
-		}
+		buf := appendRateLimit(st.buf[:0], d)
 		st.buf = buf
 		if policy != nil {
 			h[hPolicy] = policy
@@ -136,6 +121,27 @@ func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *stat
 			h[names[2]] = st.lines.line(appendSeconds(st.buf[:0], rr.ResetAfter))
 		}
 	}
+}
+
+// appendRateLimit appends the IETF RateLimit field's value for d to b:
+// each advertised rule's state, only the rejecting rules' on a rejection.
+func appendRateLimit(b []byte, d *Decision) []byte {
+	for i := range d.Results {
+		rr := &d.Results[i]
+		if !rr.advertised() || !d.Allowed && rr.Allowed {
+			continue
+		}
+		if len(b) > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, '"')
+		b = append(b, rr.Rule.Name...)
+		b = append(b, `";r=`...)
+		b = strconv.AppendInt(b, rr.Remaining, 10)
+		b = append(b, ";t="...)
+		b = appendSeconds(b, rr.untilNext())
+	}
+	return b
 }
 
 // The single-policy styles' fields: limit, remaining, reset.

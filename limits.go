@@ -63,28 +63,35 @@ func hasLimits(rules []Rule) bool {
 	return false
 }
 
-// requestPolicy is RateLimit-Policy for the request decided in st: each
+// requestPolicy is RateLimit-Policy for the request decided in d: each
 // enforced rule with the limit that applied to the request (its own for
 // the rules that did not apply). Only limiters with a Limits function pay
 // for it; the others send the value [policyHeader] computed once.
-func requestPolicy(rules []Rule, st *state) []string {
-	var b []byte
-	j := 0 // st's results are in declaration order: walk them alongside
-	for i := range rules {
-		r := &rules[i]
-		limit := r.Limit
-		if j < len(st.decision.Results) && st.decision.Results[j].Rule == r {
-			limit = st.reqs[j].Limit
-			j++
-		}
-		if !r.Shadow && !r.Hidden {
-			b = appendPolicy(b, r, limit)
-		}
-	}
+func requestPolicy(rules []Rule, d *Decision) []string {
+	b := appendRequestPolicy(nil, rules, d, nil)
 	if len(b) == 0 {
 		return nil
 	}
 	return []string{string(b)}
+}
+
+// appendRequestPolicy appends to b the RateLimit-Policy items of the rules
+// that only accepts (every rule when nil), with the limits that applied
+// to d.
+func appendRequestPolicy(b []byte, rules []Rule, d *Decision, only func(*Rule) bool) []byte {
+	j := 0 // d's results are in declaration order: walk them alongside
+	for i := range rules {
+		r := &rules[i]
+		limit := r.Limit
+		if j < len(d.Results) && d.Results[j].Rule == r {
+			limit = d.Results[j].limit
+			j++
+		}
+		if !r.Shadow && !r.Hidden && (only == nil || only(r)) {
+			b = appendPolicy(b, r, limit)
+		}
+	}
+	return b
 }
 
 // limitFailed logs a request refused for want of a limit, once a minute per

@@ -280,7 +280,7 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		policy := l.policy
 		if l.dynamic {
-			policy = requestPolicy(l.rules, st)
+			policy = requestPolicy(l.rules, d)
 		}
 		l.cfg.headers.write(w.Header(), d, policy, st, l.cfg.clock)
 		if !d.Allowed {
@@ -322,6 +322,8 @@ type RuleResult struct {
 	// Fallback is the fail mode that decided the rule because the backend
 	// could not ([FailOpen] or [FailLocal]); zero when the backend decided.
 	Fallback FailMode
+
+	limit int64 // the limit that applied to the request (a FailLocal Result.Limit is a share of it)
 }
 
 // Rejected returns the first rule, in declaration order, that rejected the

@@ -5,6 +5,14 @@
 // applies, all or nothing, with the limiter's fail modes, circuit breaker,
 // observer and metrics.
 //
+// Every call that the limiter decides carries its rate-limit state in its
+// response header metadata, as the IETF fields an HTTP response carries:
+// "ratelimit-policy" and "ratelimit", with the same values (see
+// [ceiling.Limiter.RateLimitPolicy] and [ceiling.Decision.RateLimit]), on
+// admitted and refused calls alike. The policy lists the rules bound to
+// gRPC calls; a refusal's "ratelimit" only the refusing rules, and a Hidden
+// rule is in neither.
+//
 // A call that a rule refuses gets codes.ResourceExhausted, with the time
 // after which every refusing rule would admit it in an
 // [errdetails.RetryInfo] and the rules in an [errdetails.QuotaFailure]. A
@@ -33,6 +41,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/protoadapt"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -70,6 +79,10 @@ type Limiter struct {
 	// concurrent: a bound rule is a concurrency rule, whose slots an
 	// admitted call holds until it ends.
 	concurrent bool
+	names      []string // the bound rules, which the policy lists
+	policy     string   // "ratelimit-policy" when no bound rule has Limits
+	dynamic    bool     // a bound rule has Limits: the policy is per call
+	noFields   bool     // WithoutRateLimitMetadata
 }
 
 // An Option configures [New].
@@ -78,6 +91,12 @@ type Option func(*Limiter)
 // WithLogger sets where calls refused for want of a limit are logged
 // (default [slog.Default]).
 func WithLogger(l *slog.Logger) Option { return func(g *Limiter) { g.logger = l } }
+
+// WithoutRateLimitMetadata leaves the "ratelimit" and "ratelimit-policy"
+// entries out of the response header metadata, as [ceiling.HeadersNone]
+// leaves the fields out of HTTP responses. The status and its details of a
+// refused call are sent whatever this says.
+func WithoutRateLimitMetadata() Option { return func(g *Limiter) { g.noFields = true } }
 
 // New binds rules to l's rules of the same names. It returns an error
 // naming a rule that l does not declare, that is bound twice, or that has
@@ -110,7 +129,10 @@ func New(l *ceiling.Limiter, rules []Rule, opts ...Option) (*Limiter, error) {
 	g := &Limiter{l: l, rules: append([]Rule(nil), rules...), logger: slog.Default(), logged: make([]atomic.Int64, len(rules))}
 	for _, r := range rules {
 		g.concurrent = g.concurrent || concurrent[r.Name]
+		g.names = append(g.names, r.Name)
+		g.dynamic = g.dynamic || r.Limits != nil
 	}
+	g.policy = l.RateLimitPolicy(nil, g.names...)
 	for _, o := range opts {
 		o(g)
 	}
@@ -133,7 +155,7 @@ func MustNew(l *ceiling.Limiter, rules []Rule, opts ...Option) *Limiter {
 // refused call never reaches the handler.
 func (g *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		d, err := g.decide(ctx, info.FullMethod)
+		d, err := g.decide(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +170,7 @@ func (g *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // a limit on streams open at once per key.
 func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		d, err := g.decide(ss.Context(), info.FullMethod)
+		d, err := g.decide(ss.Context(), info.FullMethod, ss.SetHeader)
 		if err != nil {
 			return err
 		}
@@ -166,10 +188,12 @@ func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // this package's own interceptors where clients read them.
 //
 // The slots of [ceiling.Concurrency] rules taken by Limit are given back
-// when ctx ends, which for a server call is when its handler returns.
+// when ctx ends, which for a server call is when its handler returns. The
+// rate-limit metadata is set on ctx's call (grpc.SetHeader), as the
+// interceptors set it.
 func (g *Limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
-	d, err := g.decide(ctx, method)
+	d, err := g.decide(ctx, method, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
 	if err == nil && g.concurrent {
 		context.AfterFunc(ctx, d.Release)
 	}
@@ -177,8 +201,11 @@ func (g *Limiter) Limit(ctx context.Context) error {
 }
 
 // decide decides one call and returns, when it is not admitted, the status
-// error the client gets.
-func (g *Limiter) decide(ctx context.Context, method string) (ceiling.Decision, error) {
+// error the client gets. The decision's rate-limit fields go to setHeader,
+// the call's response header metadata, whether it admits or refuses; a
+// call refused before a decision (bad input, no limit) or failing closed
+// gets none, as an HTTP 400, 500 or 503 gets no RateLimit fields.
+func (g *Limiter) decide(ctx context.Context, method string, setHeader func(metadata.MD) error) (ceiling.Decision, error) {
 	var buf [8]ceiling.Input
 	inputs := buf[:0]
 	for i := range g.rules {
@@ -195,11 +222,47 @@ func (g *Limiter) decide(ctx context.Context, method string) (ceiling.Decision, 
 	if err != nil {
 		return d, decideError(err)
 	}
+	if md := g.fields(&d); md != nil {
+		_ = setHeader(md) // fails only once headers are sent, which no handler has done yet
+	}
 	if !d.Allowed {
 		return d, rejection(&d)
 	}
 	return d, nil
 }
+
+// fields is the response header metadata for d: the IETF rate-limit
+// fields an HTTP response to the same decision carries, its policy
+// listing the rules bound to gRPC calls. Nil when there is nothing to
+// send.
+func (g *Limiter) fields(d *ceiling.Decision) metadata.MD {
+	if g.noFields {
+		return nil
+	}
+	policy := g.policy
+	if g.dynamic {
+		policy = g.l.RateLimitPolicy(d, g.names...)
+	}
+	rateLimit := d.RateLimit()
+	md := make(metadata.MD, 2)
+	if policy != "" {
+		md[policyKey] = []string{policy}
+	}
+	if rateLimit != "" {
+		md[rateLimitKey] = []string{rateLimit}
+	}
+	if len(md) == 0 {
+		return nil
+	}
+	return md
+}
+
+// The response header metadata keys of the IETF rate-limit fields
+// (gRPC metadata keys are lower case).
+const (
+	policyKey    = "ratelimit-policy"
+	rateLimitKey = "ratelimit"
+)
 
 // input is rule r's part of a call's decision; ok is false when the rule
 // does not apply.

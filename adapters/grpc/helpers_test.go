@@ -164,3 +164,34 @@ func quotaSubjects(err error) []string {
 	}
 	return out
 }
+
+// checkHeader makes a unary call with metadata given as key, value pairs
+// and returns the response header metadata with the call's error.
+func (s *server) checkHeader(t *testing.T, md ...string) (metadata.MD, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	var header metadata.MD
+	_, err := s.client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header))
+	return header, err
+}
+
+// watchHeader opens a stream and returns its response header metadata with
+// the error of its first message.
+func (s *server) watchHeader(t *testing.T, md ...string) (metadata.MD, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	st, err := s.client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return nil, err
+	}
+	_, err = st.Recv()
+	header, herr := st.Header()
+	if herr != nil && err == nil {
+		err = herr
+	}
+	return header, err
+}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -37,8 +38,9 @@ func TestLoopbackServerAndClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var errs []error
+	var header metadata.MD
 	for range 3 {
-		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&header))
 		errs = append(errs, err)
 	}
 	if got, want := codesOf(errs...), []codes.Code{codes.OK, codes.OK, codes.ResourceExhausted}; !equalCodes(got, want) {
@@ -47,6 +49,7 @@ func TestLoopbackServerAndClient(t *testing.T) {
 	if d := retryDelay(errs[2]); d < 59*time.Second || d > time.Minute {
 		t.Errorf("RetryInfo delay %v over the wire, want just under a minute", d)
 	}
+	checkFields(t, "the refused call's header metadata over the wire", header, `"api";q=2;w=60`, `"api";r=0;t=`)
 	st, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err == nil {
 		_, err = st.Recv()
