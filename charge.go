@@ -30,6 +30,11 @@ type extras struct {
 	mu     sync.Mutex
 	res    []reservation
 	closed bool // settled: later Settle calls are refused
+
+	// leases are the concurrency slots the admitted request holds, given
+	// back in the settlements' call (set by the middleware before the
+	// handler runs).
+	leases *held
 }
 
 // estimate is the Estimate of the request at index i of the decision.
@@ -55,7 +60,8 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // Settle reports the real cost of r under the named rule, whose Estimate
 // reserved units when r was admitted. r is the request the handler received.
 // The difference is applied when the handler returns, in one backend call
-// for all of the request's rules: units not used are refunded, and units
+// for all of the request's rules (which also gives back the request's
+// [Concurrency] slots): units not used are refunded, and units
 // used beyond the reservation are charged even past the limit, so that the
 // key goes into debt and the next requests wait it out. The excess one
 // request can charge is capped at the rule's capacity (Limit, or Burst for
@@ -152,10 +158,10 @@ func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), extrasKey{}, x))
 }
 
-// settle applies every reservation's difference in one backend call. The
-// request's context may be done (the client left) but the work was done:
-// the call keeps its values and, like every backend call, ignores the
-// cancellation.
+// settle applies every reservation's difference, and gives back the
+// request's concurrency slots, in one backend call. The request's context
+// may be done (the client left) but the work was done: the call keeps its
+// values and, like every backend call, ignores the cancellation.
 func (x *extras) settle(ctx context.Context) {
 	x.mu.Lock()
 	x.closed = true
@@ -173,11 +179,15 @@ func (x *extras) settle(ctx context.Context) {
 		reqs = append(reqs, q)
 		names = append(names, rv.rule.Name)
 	}
-	if len(reqs) == 0 {
-		return
-	}
 	l := x.l
-	if err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))}); err != nil {
+	var err error
+	switch {
+	case x.leases != nil:
+		err = x.leases.releaseWith(reqs)
+	case len(reqs) > 0:
+		err = l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))})
+	}
+	if err != nil && len(reqs) > 0 {
 		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed",
 			slog.Any("rules", names), slog.Any("err", err))
 	}

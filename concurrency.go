@@ -163,11 +163,23 @@ func (d *Decision) Release() {
 	}
 }
 
-func (h *held) release() {
+func (h *held) release() { h.releaseWith(nil) }
+
+// releaseWith gives back h's slots in the same backend call as extra, the
+// settlements of the request that held them (forced charges and refunds,
+// which no backend refuses, so the call stays all or nothing): one call
+// after the handler for both, as the one-round-trip promise allows. It
+// returns that call's error (nil when h was already released and extra
+// was sent alone), for the caller to report the settlements' failure;
+// the release's own is logged here.
+func (h *held) releaseWith(extra []backend.Request) error {
 	h.mu.Lock()
 	if h.done {
 		h.mu.Unlock()
-		return
+		if len(extra) == 0 {
+			return nil
+		}
+		return h.l.callOutside(context.Background(), op{reqs: extra, out: make([]backend.Result, len(extra))})
 	}
 	h.done = true
 	h.timer.Stop()
@@ -175,7 +187,8 @@ func (h *held) release() {
 	h.mu.Unlock()
 	h.op.Lock()
 	defer h.op.Unlock()
-	h.l.leaseCall(h.reqs, h.local, -1)
+	remote, _ := h.l.leaseCalls(h.reqs, h.local, -1, extra)
+	return remote
 }
 
 // renew takes the slots again for another lease, forced: a lease that
@@ -219,6 +232,13 @@ func (h *held) renew() {
 // others. A failure is logged and returned; the leases then expire by
 // themselves.
 func (l *Limiter) leaseCall(reqs []backend.Request, local []bool, sign int64) error {
+	remote, inProc := l.leaseCalls(reqs, local, sign, nil)
+	return errors.Join(remote, inProc)
+}
+
+// leaseCalls is leaseCall with extra requests in the backend's call,
+// returning that call's error and the local store's apart.
+func (l *Limiter) leaseCalls(reqs []backend.Request, local []bool, sign int64, extra []backend.Request) (remoteErr, localErr error) {
 	var remote, inProc []backend.Request
 	for i, q := range reqs {
 		q.Cost, q.Force, q.Shadow = sign*q.Cost, sign > 0, false
@@ -232,21 +252,29 @@ func (l *Limiter) leaseCall(reqs []backend.Request, local []bool, sign int64) er
 	if sign > 0 {
 		what = "renewal"
 	}
+	if len(extra) > 0 {
+		what += " with the request's settlements"
+	}
 	ctx := context.Background()
-	var err error
+	held := len(remote) > 0 // a lease of the backend's is in the call, not only extra
+	remote = append(remote, extra...)
 	if len(remote) > 0 {
 		if e := l.callOutside(ctx, op{reqs: remote, out: make([]backend.Result, len(remote))}); e != nil {
-			err = fmt.Errorf("ceiling: concurrency %s: %w", what, e)
+			remoteErr = fmt.Errorf("ceiling: concurrency %s: %w", what, e)
 		}
 	}
 	if len(inProc) > 0 {
 		if e := l.localStore().decide(ctx, inProc, make([]backend.Result, len(inProc))); e != nil {
-			err = errors.Join(err, fmt.Errorf("ceiling: concurrency %s on the local store: %w", what, e))
+			localErr = fmt.Errorf("ceiling: concurrency %s on the local store: %w", what, e)
 		}
 	}
-	if err != nil {
+	leaseErr := localErr
+	if held {
+		leaseErr = errors.Join(remoteErr, localErr)
+	}
+	if err := leaseErr; err != nil {
 		l.fo.leaseLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
 			"ceiling: a concurrency "+what+" failed; the slots come back when their leases expire", slog.Any("err", err))
 	}
-	return err
+	return remoteErr, localErr
 }

@@ -292,9 +292,14 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		if h := d.leases; h != nil {
 			// Slots of concurrency rules: given back when the handler
-			// returns, panicking or not.
+			// returns, panicking or not; with the settlements, in their
+			// one call, when the request has extras.
 			d.leases = nil
-			defer h.release()
+			if st.x != nil {
+				st.x.leases = h
+			} else {
+				defer h.release()
+			}
 		}
 		next.ServeHTTP(w, l.admit(r, st))
 	})
