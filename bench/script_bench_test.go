@@ -82,11 +82,18 @@ func BenchmarkScriptServerTime(b *testing.B) {
 			return step
 		}
 	}
-	script := func(file string, alg backend.Algorithm) func(b *testing.B) func(i int) error {
+	// script is the Store's script for a call of one request of alg, made
+	// of files as the Store makes it: an algorithm's function, then the
+	// lone call's driver (or decide.lua alone).
+	script := func(alg backend.Algorithm, files ...string) func(b *testing.B) func(i int) error {
 		return func(b *testing.B) func(i int) error {
-			src, err := os.ReadFile("../backend/redis/" + file)
-			if err != nil {
-				b.Fatal(err)
+			var src []byte
+			for _, f := range files {
+				part, err := os.ReadFile("../backend/redis/" + f)
+				if err != nil {
+					b.Fatal(err)
+				}
+				src = append(src, part...)
 			}
 			sc := redis.NewScript(string(src))
 			p := prefix(b)
@@ -117,8 +124,9 @@ func BenchmarkScriptServerTime(b *testing.B) {
 		// comparison of script with script. Through the Store (above and
 		// below) the server time per call also moves with the client's
 		// scheduling on a busy machine.
-		{"script-gcra.lua", script("gcra.lua", backend.GCRA)},
-		{"script-decide.lua-rolling", script("decide.lua", backend.RollingWindow)},
+		{"script-gcra.lua", script(backend.GCRA, "gcra.lua", "lone.lua")},
+		{"script-rolling.lua", script(backend.RollingWindow, "rolling.lua", "lone.lua")},
+		{"script-decide.lua-rolling", script(backend.RollingWindow, "decide.lua")},
 		{"ceiling-gcra", ceilingOne(backend.GCRA)},
 		{"ceiling-rolling", ceilingOne(backend.RollingWindow)},
 		{"ceiling-slidinglog-10", slidingLog(10)},

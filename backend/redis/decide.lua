@@ -29,8 +29,8 @@
 -- exactly if another slot rejects the call (see undo.lua).
 --
 -- Stored values are GCRA's bare tat (written before as "g tat", still
--- read), or strings "<tag> <numbers...>": R w last S n0 .. n16 (fixed
--- width, ALGORITHMS.md) | f start count | w start prev cur | c id n exp id n exp ... (leases,
+-- read), or strings "<tag> <numbers...>": R2 w last S n16 .. n0 (fixed
+-- width, ALGORITHMS.md; "R w last S n0 .. n16" before, still read) | f start count | w start prev cur | c id n exp id n exp ... (leases,
 -- see concurrency below). A sliding log is the fixed-width
 -- layout of ALGORITHMS.md ("L2 k newest head fin", then records "t n" of n
 -- units admitted at t, the live ones between byte offsets head and fin),
@@ -199,7 +199,7 @@ local function load(i, tag)
       s.tag, s.v = 'l', logParse(raw)
     elseif raw and string.sub(raw, 1, 1) == 'L' then
       s.tag = '' -- a sliding log, asked for by another algorithm: absent
-    elseif raw and string.sub(raw, 1, 2) == 'R ' then
+    elseif raw and string.sub(raw, 1, 1) == 'R' then
       s.tag, s.v = 'R', { raw = raw } -- a rolling window is read as needed
     elseif raw and tonumber(raw) then
       s.tag, s.v = 'g', { tonumber(raw) } -- GCRA: the bare tat
@@ -231,21 +231,23 @@ end
 -- with a non-zero cost it replaces s.v and sets s.exp (when the state is full
 -- again) and s.dirty.
 
--- The rolling window: K+1 counts of buckets W µs wide, the current one
--- last, stored fixed-width ("R W last S " then the counts, oldest first:
+-- The rolling window: K+1 counts of buckets W µs wide, stored fixed-width
+-- ("R2 W last S " then the counts, the current bucket's first:
 -- ALGORITHMS.md), so that a decision parses only the counts it needs and
--- writes the value back from slices of the one it read.
+-- writes the value back from slices of the one it read. (A call of one
+-- rolling-window request runs rolling.lua, which also updates a value in
+-- place.)
 local K, NMAX = 16, 4294967295
-local RH, RW, ZERO = 50, 11, '0000000000 ' -- header bytes, bytes per count
+local RH, RW, ZERO = 51, 11, '0000000000 ' -- header bytes, bytes per count
 
 if need['0'] then
-  -- rcount is count i (0..K; i < 0: one that left) of the rolling value
-  -- raw after a shift of d buckets, or its replacement in set.
+  -- rcount is count i (0..K, oldest first; i < 0: one that left) of the
+  -- rolling value raw after a shift of d buckets, or its replacement in set.
   local function rcount(raw, d, set, i)
     local v = set[i]
     if v then return v end
     if raw == nil or i + d > K then return 0 end
-    local o = RH + (i + d) * RW
+    local o = RH + (K - i - d) * RW
     return tonumber(string.sub(raw, o + 1, o + 10))
   end
   -- rwait is when the buckets still counting hold at most x of S units.
@@ -266,11 +268,27 @@ if need['0'] then
     if S >= L then nx = rwait(raw, d, set, S, b, W, L - 1) end
     return max(0, L - S), reset, nx
   end
+  -- rvalue is raw in this layout: a value of the previous one ("R ", the
+  -- counts oldest first) is rewritten; any other value is absent.
+  local function rvalue(raw)
+    if raw == nil then
+      return nil
+    elseif #raw == RH + (K + 1) * RW and string.sub(raw, 1, 3) == 'R2 ' then
+      return raw
+    elseif #raw == RH - 1 + (K + 1) * RW and string.sub(raw, 1, 2) == 'R ' then
+      local parts = { 'R2 ', string.sub(raw, 3, 50) }
+      for i = K, 0, -1 do
+        parts[#parts + 1] = string.sub(raw, 51 + i * RW, 50 + (i + 1) * RW)
+      end
+      return table.concat(parts)
+    end
+    return nil
+  end
   rolling = function(s, L, P, c, force, stamp)
     local W = cdiv(P, K)
-    local raw, last, S = s.v.raw, 0, 0
-    if raw and tonumber(string.sub(raw, 3, 17)) == W then
-      last, S = tonumber(string.sub(raw, 19, 33)), tonumber(string.sub(raw, 35, 49))
+    local raw, last, S = rvalue(s.v.raw), 0, 0
+    if raw and tonumber(string.sub(raw, 4, 18)) == W then
+      last, S = tonumber(string.sub(raw, 20, 34)), tonumber(string.sub(raw, 36, 50))
     else
       raw = nil
     end
@@ -310,13 +328,14 @@ if need['0'] then
     end
     local remaining, reset, nx = rafter(raw, d, set, S, b, W, L)
     if c ~= 0 then
-      -- The counts before from are the read ones, shifted; then the changed.
-      local parts = { string.format('R %015d %015d %015d ', W, b, S) }
+      -- Newest first: the changed counts, then the read ones, shifted by d
+      -- (the buckets that began since are 0).
+      local parts = { string.format('R2 %015d %015d %015d ', W, b, S) }
+      for i = K, from, -1 do parts[#parts + 1] = string.format('%010d ', rcount(raw, d, set, i)) end
       local keep = 0
       if raw then keep = max(0, min(from, K + 1 - d)) end
-      if keep > 0 then parts[2] = string.sub(raw, RH + d * RW + 1, RH + (d + keep) * RW) end
       if from > keep then parts[#parts + 1] = string.rep(ZERO, from - keep) end
-      for i = from, K do parts[#parts + 1] = string.format('%010d ', rcount(raw, d, set, i)) end
+      if keep > 0 then parts[#parts + 1] = string.sub(raw, RH + (K - d - keep + 1) * RW + 1, RH + (K - d + 1) * RW) end
       s.v, s.exp, s.dirty = { raw = table.concat(parts) }, now + reset, true
     end
     return 1, remaining, reset, 0, nx

@@ -87,7 +87,7 @@ func TestDifferential(t *testing.T) {
 }
 
 // inspect compares the value and TTL stored under key with the model's
-// state: the layout the script writes ("R w last S n0..n16", a bare tat,
+// state: the layout the script writes ("R2 w last S n16..n0", a bare tat,
 // "f start count", "w start prev cur", the sliding log's of parseLog), no key once back to full, and a
 // TTL of the time the state takes to be full again (at least
 // fakeClockMinTTL, as the Store runs under WithClock).
@@ -149,21 +149,24 @@ func parseState(raw string) (model.State, error) {
 	switch {
 	case len(f) == 3 && f[0] == "f":
 		return model.State{Algorithm: backend.FixedWindow, Start: nums[1], Count: nums[2]}, nil
-	case len(f) == 21 && f[0] == "R" && len(raw) == 50+17*11:
-		// "R W last S " then 17 counts, fixed-width (ALGORITHMS.md).
+	case len(f) == 21 && f[0] == "R2" && len(raw) == 51+17*11:
+		// "R2 W last S " then 17 counts, fixed-width, the current bucket's
+		// first (ALGORITHMS.md).
 		sum := int64(0)
 		for _, n := range nums[4:] {
 			sum += n
 		}
-		if want := fmt.Sprintf("R %015d %015d %015d ", nums[1], nums[2], nums[3]); raw[:50] != want || sum != nums[3] {
-			return model.State{}, fmt.Errorf("stored %q: header %q, counts summing to %d: not the rolling window layout", raw, raw[:50], sum)
+		if want := fmt.Sprintf("R2 %015d %015d %015d ", nums[1], nums[2], nums[3]); raw[:51] != want || sum != nums[3] {
+			return model.State{}, fmt.Errorf("stored %q: header %q, counts summing to %d: not the rolling window layout", raw, raw[:51], sum)
 		}
+		buckets := make([]int64, 17)
 		for i := range 17 {
-			if c := raw[50+11*i : 50+11*i+11]; c != fmt.Sprintf("%010d ", nums[4+i]) {
+			if c := raw[51+11*i : 51+11*i+11]; c != fmt.Sprintf("%010d ", nums[4+i]) {
 				return model.State{}, fmt.Errorf("stored %q: count %d is %q: not the rolling window layout", raw, i, c)
 			}
+			buckets[16-i] = nums[4+i]
 		}
-		return model.State{Algorithm: backend.RollingWindow, W: nums[1], Last: nums[2], Buckets: nums[4:]}, nil
+		return model.State{Algorithm: backend.RollingWindow, W: nums[1], Last: nums[2], Buckets: buckets}, nil
 	case len(f) == 4 && f[0] == "w":
 		return model.State{Algorithm: backend.SlidingWindow, Start: nums[1], Prev: nums[2], Cur: nums[3]}, nil
 	}

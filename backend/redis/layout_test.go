@@ -40,40 +40,149 @@ func TestGCRALayout(t *testing.T) {
 	})
 }
 
-// The rolling window's value is fixed-width decimals (ALGORITHMS.md):
-// "R w last S " and 17 counts, oldest first, the current bucket last.
+// rollingValue is a rolling window's value in the layout of ALGORITHMS.md:
+// "R2 w last S " and 17 counts, the current bucket's first; counts maps an
+// index of the spec (0 the oldest, 16 the current bucket) to its count.
+func rollingValue(w, last int64, counts map[int]int64) string {
+	var sb strings.Builder
+	sum := int64(0)
+	for _, n := range counts {
+		sum += n
+	}
+	fmt.Fprintf(&sb, "R2 %015d %015d %015d ", w, last, sum)
+	for i := 16; i >= 0; i-- {
+		fmt.Fprintf(&sb, "%010d ", counts[i])
+	}
+	return sb.String()
+}
+
+// oldRollingValue is the same state in the previous layout, "R w last S "
+// and the counts oldest first, which the scripts still read.
+func oldRollingValue(w, last int64, counts map[int]int64) string {
+	var sb strings.Builder
+	sum := int64(0)
+	for _, n := range counts {
+		sum += n
+	}
+	fmt.Fprintf(&sb, "R %015d %015d %015d ", w, last, sum)
+	for i := range 17 {
+		fmt.Fprintf(&sb, "%010d ", counts[i])
+	}
+	return sb.String()
+}
+
+// The rolling window's value is fixed-width decimals (ALGORITHMS.md), written
+// alike by the lone request's script (rolling.lua) and by decide.lua (a
+// rolling-window request beside another); both read the previous layout and
+// rewrite it in this one.
 func TestRollingWindowLayout(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
+		for _, script := range []string{"rolling.lua", "decide.lua"} {
+			t.Run(script, func(t *testing.T) {
+				ctx := context.Background()
+				clock := newFakeClock()
+				s := New(client, WithPrefix(prefix+script), WithClock(clock.Now), WithDenyCache(0))
+				r := backend.Request{Key: "{k}roll", Algorithm: backend.RollingWindow, Limit: 10, Period: 16 * time.Second, Cost: 2}
+				call := func() {
+					t.Helper()
+					reqs := []backend.Request{r}
+					if script == "decide.lua" {
+						reqs = append(reqs, backend.Request{Key: "{k}other", Algorithm: backend.FixedWindow, Limit: 4, Period: time.Second})
+					}
+					decide(t, s, reqs...)
+				}
+				key := prefix + script + ":" + r.Key
+				stored := func(label, want string) {
+					t.Helper()
+					if got := client.Get(ctx, key).Val(); got != want {
+						t.Errorf("%s: stored\n%q, want\n%q", label, got, want)
+					}
+				}
+				b0 := clock.Now().UnixMicro() / 1_000_000 // W = 1s
+				call()
+				stored("2 units", rollingValue(1_000_000, b0, map[int]int64{16: 2}))
+				call()
+				stored("2 more in the same bucket", rollingValue(1_000_000, b0, map[int]int64{16: 4}))
+				clock.Advance(3 * time.Second)
+				call()
+				stored("3 buckets later", rollingValue(1_000_000, b0+3, map[int]int64{13: 4, 16: 2}))
+				r.Cost = -3
+				call()
+				stored("3 refunded", rollingValue(1_000_000, b0+3, map[int]int64{13: 3}))
+				clock.Advance(20 * time.Second)
+				r.Cost = 1
+				call()
+				stored("every bucket left", rollingValue(1_000_000, b0+23, map[int]int64{16: 1}))
+
+				// The previous layout, 9 units in two buckets: one more fits.
+				old := oldRollingValue(1_000_000, b0+23, map[int]int64{10: 5, 16: 4})
+				if err := client.Set(ctx, key, old, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				call()
+				stored("the previous layout, read and rewritten", rollingValue(1_000_000, b0+23, map[int]int64{10: 5, 16: 5}))
+				if res := decide(t, s, r)[0]; res.Allowed || res.Remaining != 0 {
+					t.Errorf("an 11th unit after the previous layout's 9 and one more: %+v, want rejected", res)
+				}
+			})
+		}
+	})
+}
+
+// An admission into the bucket a rolling window was last written in, whose
+// count is already above 0, rewrites S and that count in place and keeps
+// the key's expiry (it depends only on the bucket); any other admission
+// sets the whole value and the expiry of the new bucket. On Redis's own
+// clock (no WithClock, whose minimum TTL is set on every write), with
+// values stored under a deliberately short TTL of 5 minutes.
+func TestRollingWindowKeepsExpiryInPlace(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
 		ctx := context.Background()
-		clock := newFakeClock()
-		s := New(client, WithPrefix(prefix), WithClock(clock.Now), WithDenyCache(0))
-		r := backend.Request{Key: "roll", Algorithm: backend.RollingWindow, Limit: 10, Period: 16 * time.Second, Cost: 2}
-		b0 := clock.Now().UnixMicro() / 1_000_000 // W = 1s
-		layout := func(last, sum int64, counts map[int]int64) string {
-			var sb strings.Builder
-			fmt.Fprintf(&sb, "R %015d %015d %015d ", 1_000_000, last, sum)
-			for i := range 17 {
-				fmt.Fprintf(&sb, "%010d ", counts[i])
-			}
-			return sb.String()
+		s := New(client, WithPrefix(prefix), WithDenyCache(0))
+		const w = int64(time.Hour / time.Microsecond) // a period of 16 hours
+		r := backend.Request{Key: "roll", Algorithm: backend.RollingWindow, Limit: 100, Period: 16 * time.Hour, Cost: 1}
+		key := prefix + ":" + r.Key
+		for _, c := range []struct {
+			name    string
+			value   func(b int64) string
+			want    map[int]int64
+			inPlace bool
+		}{
+			{"the bucket's count above 0", func(b int64) string { return rollingValue(w, b, map[int]int64{10: 2, 16: 3}) }, map[int]int64{10: 2, 16: 4}, true},
+			{"the bucket's count 0", func(b int64) string { return rollingValue(w, b, map[int]int64{10: 2}) }, map[int]int64{10: 2, 16: 1}, false},
+			{"the previous layout", func(b int64) string { return oldRollingValue(w, b, map[int]int64{10: 2, 16: 3}) }, map[int]int64{10: 2, 16: 4}, false},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				for attempt := 0; ; attempt++ {
+					now, err := client.Time(ctx).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					b := now.UnixMicro() / w
+					if err := client.Set(ctx, key, c.value(b), 5*time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+					if res := decide(t, s, r)[0]; !res.Allowed {
+						t.Fatalf("rejected: %+v", res)
+					}
+					got := client.Get(ctx, key).Val()
+					if !strings.HasPrefix(got, fmt.Sprintf("R2 %015d %015d ", w, b)) && attempt == 0 {
+						continue // the hour ended meanwhile: once more
+					}
+					if want := rollingValue(w, b, c.want); got != want {
+						t.Fatalf("stored\n%q, want\n%q", got, want)
+					}
+					ttl := client.PTTL(ctx, key).Val()
+					end := time.Duration((b+17)*w-now.UnixMicro()) * time.Microsecond // the new bucket's expiry
+					switch {
+					case c.inPlace && ttl > 5*time.Minute:
+						t.Errorf("TTL %v after an admission in place, want the 5m it had", ttl)
+					case !c.inPlace && (ttl > end+time.Second || ttl < end-10*time.Second):
+						t.Errorf("TTL %v, want the bucket's expiry, %v", ttl, end)
+					}
+					return
+				}
+			})
 		}
-		stored := func(label, want string) {
-			t.Helper()
-			if got := client.Get(ctx, prefix+":"+r.Key).Val(); got != want {
-				t.Errorf("%s: stored\n%q, want\n%q", label, got, want)
-			}
-		}
-		decide(t, s, r)
-		stored("2 units", layout(b0, 2, map[int]int64{16: 2}))
-		clock.Advance(3 * time.Second)
-		decide(t, s, r)
-		stored("3 buckets later", layout(b0+3, 4, map[int]int64{13: 2, 16: 2}))
-		r.Cost = -3
-		decide(t, s, r)
-		stored("3 refunded", layout(b0+3, 1, map[int]int64{13: 1}))
-		clock.Advance(20 * time.Second)
-		r.Cost = 1
-		decide(t, s, r)
-		stored("every bucket left", layout(b0+23, 1, map[int]int64{16: 1}))
 	})
 }

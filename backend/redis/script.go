@@ -17,9 +17,20 @@ var decideSource string
 //go:embed gcra.lua
 var gcraSource string
 
+//go:embed rolling.lua
+var rollingSource string
+
+//go:embed lone.lua
+var loneSource string
+
 // gcraScript decides a call of one GCRA request, the most common one, at
 // about half the Redis CPU of decideScript (see gcra.lua).
-var gcraScript = redis.NewScript(gcraSource)
+var gcraScript = redis.NewScript(gcraSource + loneSource)
+
+// rollingScript decides a call of one rolling-window request, the default
+// algorithm's common call, without decideScript's bookkeeping (see
+// rolling.lua).
+var rollingScript = redis.NewScript(rollingSource + loneSource)
 
 // decideScript runs as EVALSHA first; go-redis falls back to EVAL (which
 // also reloads the script cache) on NOSCRIPT: after SCRIPT FLUSH, a
@@ -80,15 +91,27 @@ func flag(b bool) int {
 
 // run decides reqs, stored under keys, in one script.
 func (s *Store) run(ctx context.Context, keys []string, reqs []backend.Request, stamps []int64) (reply, error) {
-	script := decideScript
-	if len(reqs) == 1 && reqs[0].Algorithm == backend.GCRA && stamps == nil {
-		script = gcraScript
-	}
+	script := loneScript(reqs, stamps)
 	v, err := s.eval(ctx, script, keys, s.args(reqs, stamps, false))
 	if err != nil {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs), err)
 	}
 	return decode(v, reqs, false)
+}
+
+// loneScript is the script that decides reqs: a call of one GCRA or one
+// rolling-window request (not a refund's undo) runs a script of its own,
+// every other call decideScript.
+func loneScript(reqs []backend.Request, stamps []int64) *redis.Script {
+	if len(reqs) == 1 && stamps == nil {
+		switch reqs[0].Algorithm {
+		case backend.GCRA:
+			return gcraScript
+		case backend.RollingWindow:
+			return rollingScript
+		}
+	}
+	return decideScript
 }
 
 // describe names a call's keys for an error message.
