@@ -109,35 +109,41 @@ func heapInUse() uint64 {
 	return m.HeapAlloc
 }
 
-// BenchmarkMemoryIdleKeys measures the heap one idle GCRA key holds, over
-// a million keys, and what is left once they are back to full and swept.
-// It reports bytes/key and freed-bytes/key; its ns/op is meaningless.
+// BenchmarkMemoryIdleKeys measures the heap one idle key holds, over a
+// million keys under a limit of 10 per minute, and what is left once they
+// are back to full and swept, for GCRA (one value per key) and the rolling
+// window (17 counts per key, 8-bit for such a limit). It reports bytes/key
+// and left-bytes/key; its ns/op is meaningless.
 func BenchmarkMemoryIdleKeys(b *testing.B) {
 	const n = 1_000_000
-	for b.Loop() {
-		clock := time.Unix(1_700_000_000, 0)
-		s := New(WithClock(func() time.Time { return clock }), WithMaxKeys(2*n), WithSweepInterval(0))
-		before := heapInUse()
-		reqs := []backend.Request{{Algorithm: backend.GCRA, Limit: 10, Period: time.Minute, Cost: 1}}
-		res := make([]backend.Result, 1)
-		for i := range n {
-			reqs[0].Key = "ip:" + strconv.Itoa(i)
-			if err := s.DecideInto(ctx, reqs, res); err != nil {
-				b.Fatal(err)
+	for _, alg := range []backend.Algorithm{backend.GCRA, backend.RollingWindow} {
+		b.Run(alg.String(), func(b *testing.B) {
+			for b.Loop() {
+				clock := time.Unix(1_700_000_000, 0)
+				s := New(WithClock(func() time.Time { return clock }), WithMaxKeys(2*n), WithSweepInterval(0))
+				before := heapInUse()
+				reqs := []backend.Request{{Algorithm: alg, Limit: 10, Period: time.Minute, Cost: 1}}
+				res := make([]backend.Result, 1)
+				for i := range n {
+					reqs[0].Key = "ip:" + strconv.Itoa(i)
+					if err := s.DecideInto(ctx, reqs, res); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if got := s.Len(); got != n {
+					b.Fatalf("store holds %d keys, want %d", got, n)
+				}
+				held := heapInUse()
+				clock = clock.Add(2 * time.Minute) // every key is back to full
+				if got := s.sweep(); got != n {
+					b.Fatalf("sweep deleted %d keys, want %d", got, n)
+				}
+				after := heapInUse()
+				b.ReportMetric(float64(held-before)/n, "bytes/key")
+				b.ReportMetric(float64(int64(after)-int64(before))/n, "left-bytes/key")
+				s.Close()
 			}
-		}
-		if got := s.Len(); got != n {
-			b.Fatalf("store holds %d keys, want %d", got, n)
-		}
-		held := heapInUse()
-		clock = clock.Add(time.Minute) // every key is back to full
-		if got := s.sweep(); got != n {
-			b.Fatalf("sweep deleted %d keys, want %d", got, n)
-		}
-		after := heapInUse()
-		b.ReportMetric(float64(held-before)/n, "bytes/key")
-		b.ReportMetric(float64(int64(after)-int64(before))/n, "left-bytes/key")
-		s.Close()
+		})
 	}
 }
 
@@ -229,5 +235,43 @@ func BenchmarkMemoryFlood(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkMemoryAlgorithm is one admission of one rule through DecideInto
+// on the process clock, under the rolling window (the default) and under
+// GCRA, alone on its key and among 100,000 keys (each decided once before
+// timing), with the limit and period of the root module's PublicPath
+// benchmark: the rolling window's cost beside the one-value algorithm's.
+func BenchmarkMemoryAlgorithm(b *testing.B) {
+	for _, alg := range []backend.Algorithm{backend.RollingWindow, backend.GCRA} {
+		for _, nKeys := range []int{1, 100_000} {
+			b.Run(fmt.Sprintf("%v/keys=%d", alg, nKeys), func(b *testing.B) {
+				s := New(WithSweepInterval(0))
+				defer s.Close()
+				keys := benchKeys(nKeys)
+				reqs := []backend.Request{{Algorithm: alg, Limit: backend.MaxLimit, Period: time.Second, Cost: 1}}
+				res := make([]backend.Result, 1)
+				decide := func(i int) {
+					reqs[0].Key = keys[i]
+					if err := s.DecideInto(ctx, reqs, res); err != nil || !res[0].Allowed {
+						b.Fatalf("%+v, %v", res[0], err)
+					}
+				}
+				for i := range nKeys {
+					decide(i)
+				}
+				b.ReportAllocs()
+				i := 0
+				cpu := cpuTime()
+				for b.Loop() {
+					decide(i)
+					if i++; i == nKeys {
+						i = 0
+					}
+				}
+				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+			})
+		}
 	}
 }

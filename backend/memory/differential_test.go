@@ -2,6 +2,7 @@ package memory
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -69,12 +70,27 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 			return fmt.Errorf("the log's runs hold %d units, its count says %d", sum, l.k)
 		}
 	}
-	if i := sh.rolls.find(h); i >= 0 {
+	for _, t := range []rollTier{tier8, tier16, tier32} {
+		i := sh.rolls.findIn(t, h)
+		if i < 0 {
+			continue
+		}
 		found++
-		r := sh.rolls.slots[i].v
-		got = refmodel.State{Algorithm: backend.RollingWindow, W: r.w, Last: r.last, Expires: rollingExpiry(&r)}
+		r := sh.rolls.load(t, i)
+		v := r.stored()
+		got = refmodel.State{Algorithm: backend.RollingWindow, W: r.w, Last: r.last, Expires: r.expiry(&v)}
+		for x := r.last - rollBuckets; x <= r.last; x++ {
+			got.Buckets = append(got.Buckets, int64(r.n[ringSlot(x)]))
+		}
+		var sum int64
 		for _, n := range r.n {
-			got.Buckets = append(got.Buckets, int64(n))
+			sum += int64(n)
+		}
+		if int64(r.s) != min(sum, math.MaxUint32) {
+			return fmt.Errorf("a rolling window's counts hold %d units, its sum says %d", sum, r.s)
+		}
+		if need := tierFor(sum, r.w); need > t {
+			return fmt.Errorf("a rolling window holding %d units, %dµs buckets, is in tier %d, which cannot hold them", sum, r.w, t)
 		}
 	}
 	switch {

@@ -5,8 +5,14 @@
 // as the Redis backend, and passes the same conformance suite
 // (package backendtest). What each algorithm promises, and when to pick it:
 //
+//   - [backend.RollingWindow] (the default): never more than the limit in
+//     any rolling period, in 17 bucket counts per key whatever the limit.
+//     Counts are as wide as the key's limit needs: under a limit below 255
+//     a key takes about 100 bytes of heap (slot included), below 65,535
+//     about 130, and above, or for a period over about 19 hours, about 220.
 //   - [backend.GCRA] (token bucket): a smooth rate with a burst, one 8-byte
-//     value per key (about 50 bytes of heap per idle key, slot included). Pick it for APIs: "10 per second, burst 20". It is a
+//     value per key (about 50 bytes of heap per idle key, slot included).
+//     Pick it for APIs: "10 per second, burst 20". It is a
 //     rate, not a count: "30 per minute, burst 30" admits up to 59 in the
 //     first rolling minute.
 //   - [backend.SlidingLog]: exactly "at most N in any rolling window". One

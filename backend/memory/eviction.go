@@ -27,14 +27,6 @@ func leaseUnits(st *leaseState) int64 {
 	return u
 }
 
-func rollingUnits(r *rolling) int64 {
-	var u int64
-	for _, n := range r.n {
-		u += int64(n)
-	}
-	return u
-}
-
 // evictionSample is how many keys of each table a full shard compares
 // before evicting one.
 const evictionSample = 8
@@ -73,7 +65,7 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 	gi, gu, ge := sh.gcra.sample(start, evictionSample, now, gcraExpiry, nil)
 	wi, wu, we := sh.windows.sample(start, evictionSample, now, windowExpiry, windowUnits)
 	li, lu, le := sh.logs.sample(start, evictionSample, now, logExpiry, logUnits)
-	ri, ru, re := sh.rolls.sample(start, evictionSample, now, rollingExpiry, rollingUnits)
+	ri, ru, re, rt := sh.rolls.sample(start, now)
 	ci, cu, ce := sh.leases.sample(start, evictionSample, now, leaseExpiry, leaseUnits)
 	if gu > 0 {
 		gu -= now // the debt: tat - now
@@ -112,7 +104,7 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 	case 3:
 		sh.logs.deleteAt(li)
 	case 4:
-		sh.rolls.deleteAt(ri)
+		sh.rolls.deleteAt(rt, ri)
 	case 5:
 		sh.leases.deleteAt(ci)
 	default:

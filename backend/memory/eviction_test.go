@@ -65,3 +65,23 @@ func TestVictimSurvivesAFreshKeyFlood(t *testing.T) {
 		})
 	}
 }
+
+// TestEvictionRanksRollingTiersTogether: rolling windows of different
+// limits live in tables of different count widths; a full shard compares
+// the keys of every table, so a flood of fresh keys under a limit of 1000
+// (16-bit counts), one unit each, evicts its own kind and not the one key
+// under a limit of 3 (8-bit counts) that spent its limit.
+func TestEvictionRanksRollingTiersTogether(t *testing.T) {
+	s, _ := newTestStore(t, WithMaxKeys(64), WithLogger(slog.New(slog.DiscardHandler)))
+	victim := backend.Request{Key: "otp:to:victim", Limit: 3, Period: 15 * time.Minute, Cost: 3}
+	if !decide(t, s, victim)[0].Allowed {
+		t.Fatal("3 of 3 rejected")
+	}
+	for i := range 500 {
+		decide(t, s, backend.Request{Key: fmt.Sprint("api:", i), Limit: 1000, Period: 15 * time.Minute, Cost: 1})
+	}
+	victim.Cost = 1
+	if res := decide(t, s, victim)[0]; res.Allowed {
+		t.Fatalf("the victim's fourth unit admitted after the flood: %+v", res)
+	}
+}

@@ -38,7 +38,7 @@ func (sh *shard) sweep(now int64) int {
 	g, ge := sh.gcra.sweep(now, gcraExpiry)
 	w, we := sh.windows.sweep(now, windowExpiry)
 	l, le := sh.logs.sweep(now, logExpiry)
-	r, re := sh.rolls.sweep(now, rollingExpiry)
+	r, re := sh.rolls.sweep(now)
 	c, ce := sh.leases.sweep(now, leaseExpiry)
 	sh.minExp = min(ge, we, le, re, ce)
 	return g + w + l + r + c

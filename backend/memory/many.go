@@ -20,10 +20,11 @@ type pending struct {
 	ok    bool  // admitted when evaluated
 	idx   int   // the key's slot when loaded, -1 if absent
 
-	tat  int64
-	win  window
-	log  logView
-	roll rolling
+	tat   int64
+	win   window
+	log   logView
+	roll  ring32
+	rtier rollTier // the rolling window's tier when loaded
 	// logP is the period log's view was built with; writeP the period of
 	// the last request on the key that wrote (a sliding log's expiry).
 	logP, writeP time.Duration
@@ -60,7 +61,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		r, p := &reqs[i], &pend[i]
 		if p.dup >= 0 {
 			q := &pend[p.dup]
-			p.tat, p.win, p.log, p.roll, p.cc, p.dirty, p.idx = q.tat, q.win, q.log, q.roll, q.cc, q.dirty, q.idx
+			p.tat, p.win, p.log, p.roll, p.cc, p.dirty, p.idx, p.rtier = q.tat, q.win, q.log, q.roll, q.cc, q.dirty, q.idx, q.rtier
 			p.logP, p.writeP = q.logP, q.writeP
 		} else {
 			s.load(&s.shards[p.shard], r, p, now)
@@ -132,8 +133,8 @@ func insertSorted(ids []uint32, id uint32) []uint32 {
 func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 	switch r.Algorithm {
 	case backend.RollingWindow:
-		if p.idx = sh.rolls.find(p.h); p.idx >= 0 {
-			p.roll = sh.rolls.slots[p.idx].v
+		if p.rtier, p.idx = sh.rolls.find(p.h, tierOf(r)); p.idx >= 0 {
+			p.roll = sh.rolls.load(p.rtier, p.idx)
 		}
 	case backend.GCRA:
 		if p.idx = sh.gcra.find(p.h); p.idx >= 0 {
@@ -200,9 +201,9 @@ func (s *Store) store(sh *shard, r *backend.Request, p *pending, now int64) bool
 	switch r.Algorithm {
 	case backend.RollingWindow:
 		if p.idx == -2 {
-			p.idx = sh.rolls.find(p.h)
+			p.rtier, p.idx = sh.rolls.find(p.h, tierOf(r))
 		}
-		return s.putRolling(sh, p.h, p.idx, r, p.roll, now)
+		return s.putRolling(sh, p.h, p.rtier, p.idx, r, &p.roll, now)
 	case backend.GCRA:
 		if p.idx == -2 {
 			p.idx = sh.gcra.find(p.h)

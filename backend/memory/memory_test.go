@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -376,6 +377,33 @@ func TestConcurrentMultiKeyCalls(t *testing.T) {
 		a.Cost = 0
 		if got, want := decide(t, s, a)[0].Remaining, int64(50); got != want {
 			t.Errorf("maxKeys=%d: a remaining = %d, want %d", maxKeys, got, want)
+		}
+	}
+}
+
+// TestPlainRequestsAreValid: the store's inlined check lets through only
+// requests that Validate accepts, over every combination of the fields'
+// edge values, and does let the usual requests through.
+func TestPlainRequestsAreValid(t *testing.T) {
+	for _, key := range []string{"", "k"} {
+		for _, limit := range []int64{math.MinInt64, -1, 0, 1, backend.MaxLimit, backend.MaxLimit + 1, math.MaxInt64} {
+			for _, period := range []time.Duration{math.MinInt64, 0, time.Millisecond - 1, time.Millisecond, backend.MaxPeriod, backend.MaxPeriod + 1, math.MaxInt64} {
+				for _, burst := range []int64{-1, 0, 1, backend.MaxLimit + 1} {
+					for alg := range backend.Concurrency + 2 {
+						for _, cost := range []int64{math.MinInt64, -backend.MaxLimit - 1, -backend.MaxLimit, 0, backend.MaxLimit, backend.MaxLimit + 1, math.MaxInt64} {
+							r := backend.Request{Key: key, Algorithm: alg, Limit: limit, Period: period, Burst: burst, Cost: cost}
+							if plain(&r) && r.Validate() != nil {
+								t.Fatalf("plain(%+v), which Validate refuses: %v", r, r.Validate())
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, alg := range backend.Algorithms() {
+		if r := (backend.Request{Key: "k", Algorithm: alg, Limit: 10, Period: time.Minute, Cost: 1}); !plain(&r) {
+			t.Errorf("a usual %v request is not plain", alg)
 		}
 	}
 }

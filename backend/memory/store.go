@@ -46,7 +46,7 @@ type shard struct {
 	gcra    table[int64] // theoretical arrival time, µs
 	windows table[window]
 	logs    table[logState]
-	rolls   table[rolling]
+	rolls   rollTables
 	leases  table[leaseState] // Concurrency (concurrency.go)
 	// minExp is at most the earliest time a key of the shard is back to
 	// full: until then, sweeping it under pressure would free nothing.
@@ -57,7 +57,7 @@ type shard struct {
 }
 
 func (sh *shard) keys() int {
-	return sh.gcra.n + sh.windows.n + sh.logs.n + sh.rolls.n + sh.leases.n
+	return sh.gcra.n + sh.windows.n + sh.logs.n + sh.rolls.len() + sh.leases.n
 }
 
 var (
@@ -233,6 +233,9 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 		return fmt.Errorf("memory: %d results for %d requests", len(results), len(reqs))
 	}
 	for i := range reqs {
+		if r := &reqs[i]; plain(r) {
+			continue
+		}
 		if err := reqs[i].Validate(); err != nil {
 			return fmt.Errorf("memory: request %d (key %q): %w", i, reqs[i].Key, err)
 		}
@@ -250,6 +253,16 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 	return nil
 }
 
+// plain reports whether r is certainly valid: a rate algorithm's request
+// with every field well inside what [backend.Request.Validate] allows and
+// no burst to check. It is inlined where Validate, which copies the
+// request, is not; anything else gets Validate's verdict.
+func plain(r *backend.Request) bool {
+	return r.Key != "" && uint64(r.Limit-1) < backend.MaxLimit &&
+		uint64(r.Period-time.Millisecond) <= uint64(backend.MaxPeriod-time.Millisecond) &&
+		r.Burst == 0 && r.Algorithm < backend.Concurrency && uint64(r.Cost+backend.MaxLimit) <= 2*backend.MaxLimit
+}
+
 // Reset forgets the given keys under every algorithm.
 func (s *Store) Reset(_ context.Context, keys ...string) error {
 	for _, k := range keys {
@@ -265,8 +278,8 @@ func (s *Store) Reset(_ context.Context, keys ...string) error {
 		if i := sh.logs.find(h); i >= 0 {
 			sh.logs.deleteAt(i)
 		}
-		if i := sh.rolls.find(h); i >= 0 {
-			sh.rolls.deleteAt(i)
+		if t, i := sh.rolls.find(h, tier8); i >= 0 {
+			sh.rolls.deleteAt(t, i)
 		}
 		if i := sh.leases.find(h); i >= 0 {
 			sh.leases.deleteAt(i)
@@ -284,15 +297,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 	sh.mu.Lock()
 	switch r.Algorithm {
 	case backend.RollingWindow:
-		i := sh.rolls.find(h)
-		var st rolling
-		if i >= 0 {
-			st = sh.rolls.slots[i].v
-		}
-		next, ok := rollingStep(r, now, st, out)
-		if ok && r.Cost != 0 {
-			s.putRolling(sh, h, i, r, next, now)
-		}
+		s.decideRolling(sh, h, r, now, out)
 	case backend.GCRA:
 		i := sh.gcra.find(h)
 		var tat int64
@@ -348,13 +353,6 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 // when it is back to full. It reports whether it inserted or deleted.
 func (s *Store) putGCRA(sh *shard, h keyHash, i int, r *backend.Request, tat, now int64) bool {
 	return put(s, sh, &sh.gcra, h, i, r, tat, tat > now, tat, now)
-}
-
-// putRolling stores a rolling window at slot i (-1: absent), deleting the
-// key when it holds no unit. It reports whether it inserted or deleted.
-func (s *Store) putRolling(sh *shard, h keyHash, i int, r *backend.Request, st rolling, now int64) bool {
-	exp := rollingExpiry(&st)
-	return put(s, sh, &sh.rolls, h, i, r, st, exp != 0, exp, now)
 }
 
 // putWindow stores a window state at slot i (-1: absent), deleting the key
