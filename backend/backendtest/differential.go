@@ -384,6 +384,9 @@ func goRequests(reqs []backend.Request, indent string) string {
 			fmt.Fprintf(&b, ", Burst: %d", r.Burst)
 		}
 		fmt.Fprintf(&b, ", Cost: %d", r.Cost)
+		if r.Lease != 0 {
+			fmt.Fprintf(&b, ", Lease: %d", r.Lease)
+		}
 		if r.Force {
 			b.WriteString(", Force: true")
 		}
@@ -415,6 +418,8 @@ func algorithmName(a backend.Algorithm) string {
 		return "SlidingWindow"
 	case backend.FixedWindow:
 		return "FixedWindow"
+	case backend.Concurrency:
+		return "Concurrency"
 	}
 	return fmt.Sprintf("Algorithm(%d)", a)
 }

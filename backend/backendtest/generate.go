@@ -8,10 +8,15 @@ import (
 	"github.com/ceiling-go/ceiling/backend/backendtest/model"
 )
 
-// modelAlgorithms are the algorithms random sequences use: every one, so
-// that a new algorithm is tested as soon as it exists (the model panics
-// until it implements it).
+// modelAlgorithms are the rate algorithms: every one, so that a new
+// algorithm is tested as soon as it exists (the model panics until it
+// implements it). [Differential.Concurrent] draws from them.
 var modelAlgorithms = backend.Algorithms()
+
+// sequenceAlgorithms are the algorithms random sequences use: the rate
+// algorithms and Concurrency, whose requests carry lease ids
+// (leaseRequest).
+var sequenceAlgorithms = append(backend.Algorithms(), backend.Concurrency)
 
 // periods are the periods rules are drawn from: the shortest Validate
 // allows, odd numbers of µs and ms that windows do not divide evenly, the
@@ -22,16 +27,29 @@ var periods = []time.Duration{
 	backend.MaxPeriod - time.Microsecond, backend.MaxPeriod,
 }
 
+// leasePeriods are the periods Concurrency rules are usually drawn from:
+// the limiter's leases are at least a second.
+var leasePeriods = []time.Duration{time.Second, 1500 * time.Millisecond, 3 * time.Second, time.Minute, time.Hour}
+
 // generate returns a random sequence on keys: each key gets a rule (its
 // algorithm is the key's for the whole sequence, as a rule's is), and calls
 // of one to four requests on random keys, sometimes under another limit or
 // period, at instants chosen to land on the boundaries where algorithms
 // change their answer. It ends with a peek of every key.
+//
+// A Concurrency key's requests acquire, renew and release leases (see
+// leasePool.request), and the instants include its leases' expiries; one
+// sequence in eight has only Concurrency keys.
 func generate(rng *rand.Rand, keys []string) []Step {
+	algs := sequenceAlgorithms
+	if rng.IntN(8) == 0 {
+		algs = []backend.Algorithm{backend.Concurrency} // leases only: their instants, contention
+	}
 	rules := make(map[string]backend.Request, len(keys))
 	for _, k := range keys {
-		rules[k] = randomRule(rng, k)
+		rules[k] = randomRule(rng, k, algs)
 	}
+	ls := &leasePool{ids: map[string][]int64{}}
 	m := model.New()
 	var steps []Step
 	var at time.Duration
@@ -50,6 +68,9 @@ func generate(rng *rand.Rand, keys []string) []Step {
 		call := make([]backend.Request, 1+rng.IntN(4)*rng.IntN(2))
 		for i := range call {
 			call[i] = randomRequest(rng, rules[keys[rng.IntN(len(keys))]])
+			if call[i].Algorithm == backend.Concurrency {
+				call[i] = ls.request(rng, call[i], m, now)
+			}
 		}
 		steps = append(steps, Step{At: at, Decide: call})
 		if !decideModel(m, now, call) {
@@ -75,13 +96,13 @@ func decideModel(m *model.Model, now int64, call []backend.Request) (ok bool) {
 	return true
 }
 
-// randomRule draws a valid rule for key, with cost 0: limits and periods
-// from the smallest to the largest Validate allows.
-func randomRule(rng *rand.Rand, key string) backend.Request {
+// randomRule draws a valid rule for key under one of algs, with cost 0:
+// limits and periods from the smallest to the largest Validate allows.
+func randomRule(rng *rand.Rand, key string, algs []backend.Algorithm) backend.Request {
 	for {
 		r := backend.Request{
 			Key:       key,
-			Algorithm: modelAlgorithms[rng.IntN(len(modelAlgorithms))],
+			Algorithm: algs[rng.IntN(len(algs))],
 			Period:    periods[rng.IntN(len(periods))],
 		}
 		switch n := rng.IntN(10); {
@@ -93,6 +114,13 @@ func randomRule(rng *rand.Rand, key string) backend.Request {
 			r.Limit = 100 + rng.Int64N(1_000_000)
 		default:
 			r.Limit = []int64{backend.MaxLimit, backend.MaxLimit - 1, 999_999_937}[rng.IntN(3)]
+		}
+		if r.Algorithm == backend.Concurrency && rng.IntN(5) > 0 {
+			// Leases as the limiter takes them (at least a second, a few
+			// slots), so that they are often live when the sequence renews
+			// or releases them, and often full.
+			r.Period = leasePeriods[rng.IntN(len(leasePeriods))]
+			r.Limit = 1 + rng.Int64N(4)
 		}
 		if r.Algorithm == backend.GCRA {
 			switch n := rng.IntN(10); {
@@ -146,6 +174,72 @@ func randomRequest(rng *rand.Rand, rule backend.Request) backend.Request {
 	if r.Validate() != nil {
 		r = rule
 		r.Cost = 1
+	}
+	return r
+}
+
+// leasePool is the lease ids a sequence has used on each key, so that its
+// Concurrency requests renew and release leases that exist (or existed:
+// expired, released), as well as acquire new ones.
+type leasePool struct {
+	ids  map[string][]int64
+	last int64
+}
+
+// request makes r, a request on a Concurrency key drawn by randomRequest,
+// one of a lease's: an acquisition under a new id (sometimes one near
+// backend.MaxLease, exact only as an integer), a renewal (the id acquired
+// again, often forced as the limiter renews), a release of all, part or
+// more than all of a lease's units, a release of an id never acquired, or
+// a peek.
+//
+// A renewal or release names a lease live in m at now more often than not.
+func (p *leasePool) request(rng *rand.Rand, r backend.Request, m *model.Model, now int64) backend.Request {
+	ids := p.ids[r.Key]
+	if s, ok := m.Stored(r.Key); ok && s.Algorithm == backend.Concurrency && rng.IntN(4) > 0 {
+		var live []int64
+		for _, l := range s.Leases {
+			if now < l.Exp {
+				live = append(live, l.ID)
+			}
+		}
+		if len(live) > 0 {
+			ids = live
+		}
+	}
+	fresh := func() int64 { // a new id; a big one may repeat, which renews
+		if rng.IntN(8) == 0 {
+			return backend.MaxLease - rng.Int64N(3)*int64(1+rng.IntN(1<<20))
+		}
+		p.last++
+		return p.last
+	}
+	held := func() int64 { return ids[rng.IntN(len(ids))] }
+	L := r.Limit
+	switch n := rng.IntN(100); {
+	case n < 10:
+		r.Cost, r.Lease = 0, 0
+		return r
+	case n < 45 || len(ids) == 0:
+		r.Lease = fresh()
+		p.ids[r.Key] = append(p.ids[r.Key], r.Lease)
+		if r.Cost <= 0 {
+			r.Cost = 1 + rng.Int64N(min(L+1, backend.MaxLimit))
+		}
+	case n < 65:
+		r.Lease = held()
+		r.Cost = max(r.Cost, 1)
+		r.Force = r.Force || rng.IntN(2) == 0
+	case n < 92:
+		r.Lease = held()
+		r.Cost = -[]int64{1, L, L + 1, 1 + rng.Int64N(min(L+1, backend.MaxLimit)), backend.MaxLimit}[rng.IntN(5)]
+		r.Force = false
+	default:
+		r.Lease = fresh()
+		r.Cost = -1 - rng.Int64N(min(L+1, backend.MaxLimit))
+	}
+	if r.Validate() != nil {
+		r.Cost = 0
 	}
 	return r
 }
@@ -209,6 +303,10 @@ func instants(m *model.Model, r backend.Request, now int64) []int64 {
 		case backend.RollingWindow:
 			for i := range s.Buckets {
 				out = append(out, (s.Last+int64(i)+1)*s.W)
+			}
+		case backend.Concurrency:
+			for _, l := range s.Leases {
+				out = append(out, l.Exp)
 			}
 		}
 	}

@@ -93,6 +93,14 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 			return fmt.Errorf("a rolling window holding %d units, %dµs buckets, is in tier %d, which cannot hold them", sum, r.w, t)
 		}
 	}
+	if i := sh.leases.find(h); i >= 0 {
+		found++
+		l := sh.leases.slots[i].v
+		got = refmodel.State{Algorithm: backend.Concurrency, Expires: l.exp}
+		for _, x := range l.leases {
+			got.Leases = append(got.Leases, refmodel.Lease{ID: x.id, N: x.n, Exp: x.exp})
+		}
+	}
 	switch {
 	case found > 1:
 		return fmt.Errorf("the key is in %d tables", found)
@@ -106,7 +114,7 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 	want.Written = 0
 	if !slices.Equal(got.Log, want.Log) || got.Algorithm != want.Algorithm || got.TAT != want.TAT || got.Start != want.Start ||
 		got.Count != want.Count || got.Prev != want.Prev || got.Cur != want.Cur || got.Expires != want.Expires ||
-		got.W != want.W || got.Last != want.Last || !slices.Equal(got.Buckets, want.Buckets) {
+		got.W != want.W || got.Last != want.Last || !slices.Equal(got.Buckets, want.Buckets) || !slices.Equal(got.Leases, want.Leases) {
 		return fmt.Errorf("stored %+v, want %+v", got, want)
 	}
 	return nil

@@ -88,7 +88,8 @@ func TestDifferential(t *testing.T) {
 
 // inspect compares the value and TTL stored under key with the model's
 // state: the layout the script writes ("R2 w last S n16..n0", a bare tat,
-// "f start count", "w start prev cur", the sliding log's of parseLog), no key once back to full, and a
+// "f start count", "w start prev cur", "c id n exp ...", the sliding log's
+// of parseLog), no key once back to full, and a
 // TTL of the time the state takes to be full again (at least
 // fakeClockMinTTL, as the Store runs under WithClock).
 func inspect(client redis.UniversalClient, key string, want model.State, ok, written bool) error {
@@ -125,7 +126,7 @@ func inspect(client redis.UniversalClient, key string, want model.State, ok, wri
 func stateEqual(a, b model.State) bool {
 	return a.Algorithm == b.Algorithm && a.TAT == b.TAT && a.Start == b.Start && a.Count == b.Count &&
 		a.Prev == b.Prev && a.Cur == b.Cur && slices.Equal(a.Log, b.Log) &&
-		a.W == b.W && a.Last == b.Last && slices.Equal(a.Buckets, b.Buckets)
+		a.W == b.W && a.Last == b.Last && slices.Equal(a.Buckets, b.Buckets) && slices.Equal(a.Leases, b.Leases)
 }
 
 // parseState reads a stored value back into the model's terms.
@@ -169,6 +170,13 @@ func parseState(raw string) (model.State, error) {
 		return model.State{Algorithm: backend.RollingWindow, W: nums[1], Last: nums[2], Buckets: buckets}, nil
 	case len(f) == 4 && f[0] == "w":
 		return model.State{Algorithm: backend.SlidingWindow, Start: nums[1], Prev: nums[2], Cur: nums[3]}, nil
+	case len(f) >= 4 && (len(f)-1)%3 == 0 && f[0] == "c":
+		// "c id n exp id n exp ...": the live leases, in insertion order.
+		s := model.State{Algorithm: backend.Concurrency}
+		for i := 1; i < len(f); i += 3 {
+			s.Leases = append(s.Leases, model.Lease{ID: nums[i], N: nums[i+1], Exp: nums[i+2]})
+		}
+		return s, nil
 	}
 	return model.State{}, bad
 }

@@ -61,7 +61,10 @@ func (d *denyCache) learn(now int64, reqs []backend.Request, res []backend.Resul
 	for i, r := range reqs {
 		switch {
 		case rejected:
-			if r.Cost > 0 && !r.Force && !r.Shadow && !res[i].Allowed && res[i].RetryAfter > 0 && !wroteBefore(reqs, res, i) {
+			// ALGORITHMS.md: a concurrency rejection is never remembered (a
+			// release on any instance can free a slot at any moment).
+			if r.Cost > 0 && !r.Force && !r.Shadow && !res[i].Allowed && res[i].RetryAfter > 0 && !wroteBefore(reqs, res, i) &&
+				r.Algorithm != backend.Concurrency {
 				d.entries[r.Key] = denial{
 					req:       r,
 					until:     now + micros(res[i].RetryAfter),

@@ -103,3 +103,37 @@ func TestRetryAfterIsTheSmallestWait(t *testing.T) {
 		t.Fatalf("only %d rejections and %d full keys checked", retries, nexts)
 	}
 }
+
+// With the deny cache, a concurrency rejection is never remembered
+// (ALGORITHMS.md: a release on any instance can make room at any moment,
+// and this cache sees only its own instance's), so the next acquisition
+// is the store's to answer; a rate rule's rejection is remembered.
+func TestDenyCacheRemembersNoConcurrencyRejection(t *testing.T) {
+	m := model.New(model.WithDenyCache())
+	now := backendtest.Epoch.UnixMicro()
+	decide := func(r backend.Request) backend.Result {
+		t.Helper()
+		res, err := m.Decide(now, []backend.Request{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res[0]
+	}
+	slot := func(lease int64) backend.Request {
+		return backend.Request{Key: "c", Algorithm: backend.Concurrency, Limit: 1, Period: time.Hour, Cost: 1, Lease: lease}
+	}
+	rate := backend.Request{Key: "r", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1}
+	decide(slot(1))
+	decide(rate)
+	for i, r := range []backend.Request{slot(2), rate} {
+		if res := decide(r); res.Allowed || res.Cached {
+			t.Fatalf("request %d over its limit: %+v, want the store's rejection", i, res)
+		}
+	}
+	if res := decide(slot(3)); res.Allowed || res.Cached {
+		t.Errorf("a concurrency acquisition after a rejection: %+v, want the store's answer, not the cache's", res)
+	}
+	if res := decide(rate); res.Allowed || !res.Cached {
+		t.Errorf("a rate request after a rejection: %+v, want the cache's answer", res)
+	}
+}
