@@ -100,24 +100,14 @@ func serve(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grpc.Stre
 // check makes a unary call with metadata given as key, value pairs.
 func (s *server) check(t *testing.T, md ...string) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, md...)
-	_, err := s.client.Check(ctx, &healthpb.HealthCheckRequest{})
+	_, err := s.checkHeader(t, md...)
 	return err
 }
 
 // watch opens a stream and returns the error of its first message.
 func (s *server) watch(t *testing.T, md ...string) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, md...)
-	st, err := s.client.Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		return err
-	}
-	_, err = st.Recv()
+	_, err := s.watchHeader(t, md...)
 	return err
 }
 
