@@ -165,6 +165,13 @@ func (d *Decision) Release() {
 
 func (h *held) release() { h.releaseWith(nil) }
 
+// holding reports whether h's slots are still held: not yet released.
+func (h *held) holding() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.done
+}
+
 // releaseWith gives back h's slots in the same backend call as extra, the
 // settlements of the request that held them (forced charges and refunds,
 // which no backend refuses, so the call stays all or nothing): one call

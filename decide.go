@@ -66,6 +66,39 @@ var ErrEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule doe
 // An admitted decision on a [Concurrency] rule holds its slot until
 // [Decision.Release]: defer it when the work starts.
 func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error) {
+	var d Decision
+	err := l.decideInputs(ctx, &d, inputs)
+	return d, err
+}
+
+// DecideInto is [Limiter.Decide] writing the decision into d and reusing
+// the array of d's Results: a caller that keeps a Decision per goroutine (a
+// worker's loop, an interceptor's pool) decides on the memory backend
+// without allocating. Results of an earlier decision in d, and any slice
+// of them kept, are overwritten. Whatever the error, d then holds this
+// call's outcome: on an error, a Decision that admits nothing, with no
+// Results.
+//
+// A d that still holds concurrency slots (an admitted decision on a
+// [Concurrency] rule, not yet released) is refused with an error wrapping
+// [ErrSlotsHeld], and left as it is: overwriting it would lose the only
+// handle that gives the slots back. Release it first.
+func (l *Limiter) DecideInto(ctx context.Context, d *Decision, inputs ...Input) error {
+	if d.leases != nil && d.leases.holding() {
+		return fmt.Errorf("ceiling: DecideInto: %w", ErrSlotsHeld)
+	}
+	return l.decideInputs(ctx, d, inputs)
+}
+
+// ErrSlotsHeld is wrapped by the error of [Limiter.DecideInto] given a
+// Decision whose concurrency slots are still held.
+var ErrSlotsHeld = errors.New("the Decision still holds concurrency slots; Release it before reusing it")
+
+// decideInputs is Decide and DecideInto: it decides inputs into d, whose
+// Results array it reuses.
+func (l *Limiter) decideInputs(ctx context.Context, d *Decision, inputs []Input) error {
+	results := d.Results[:0]
+	*d = Decision{Results: results}
 	st := l.states.Get().(*state)
 	defer l.states.Put(st)
 	st.reset()
@@ -78,7 +111,7 @@ func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error)
 				continue
 			}
 			if in != nil {
-				return Decision{}, fmt.Errorf("ceiling: rule %q: decided twice in one call", rule.Name)
+				return fmt.Errorf("ceiling: rule %q: decided twice in one call", rule.Name)
 			}
 			in = &inputs[j]
 		}
@@ -89,7 +122,7 @@ func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error)
 		cost := in.Cost
 		switch {
 		case cost < 0:
-			return Decision{}, fmt.Errorf("ceiling: rule %q: negative cost %d; refund with Charge", rule.Name, cost)
+			return fmt.Errorf("ceiling: rule %q: negative cost %d; refund with Charge", rule.Name, cost)
 		case cost == 0:
 			cost = rule.Cost
 		}
@@ -97,22 +130,23 @@ func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error)
 			if le, ok := err.(*LimitError); ok {
 				l.limitFailed(ctx, le)
 			}
-			return Decision{}, err
+			return err
 		}
 	}
 	if matched != len(inputs) {
 		for _, in := range inputs {
 			if _, err := l.rule(in.Rule); err != nil {
-				return Decision{}, err
+				return err
 			}
 		}
 	}
 	if err := l.decideAll(ctx, st); err != nil {
-		return Decision{}, err
+		return err
 	}
-	d := st.decision
-	d.Results = append([]RuleResult(nil), d.Results...)
-	return d, nil
+	*d = st.decision
+	d.Results = append(results, st.decision.Results...)
+	st.decision.leases = nil // d holds them now, not the pooled state
+	return nil
 }
 
 // reset empties st for a new decision.
