@@ -25,7 +25,9 @@ import (
 // the handler returns, whether it returns normally, panics, or returns
 // because the client went away (its context is cancelled: a handler that
 // honours it frees the slot at once; one that ignores it holds the slot
-// while its work goes on, which is what the limit is for). With
+// while its work goes on, which is what the limit is for). A request that
+// also settles a cost ([Settle]) gives its slots back in the settlement's
+// backend call: one call after the handler for both. With
 // [Limiter.Decide], the caller gives it back with [Decision.Release].
 //
 // Across instances sharing a backend the limit is exact: each slot is a
