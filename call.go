@@ -92,7 +92,7 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, v verdict,
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.learn(reqs, out, l.cfg.clock())
 		}
-	case v == overloaded || FailureKind(err) == kindTimeout && l.fo.lag.starved(l.cfg.timeout/2):
+	case v == overloaded || FailureKind(err) == kindTimeout && l.fo.lag.starved(l.cfg.timeout):
 		l.fo.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
 			"ceiling: this process was too busy to read the backend's answer in time; fail modes applied, and the backend is asked again before it is blamed",
 			slog.Any("err", err))
@@ -155,9 +155,11 @@ func (l *Limiter) do(ctx context.Context, o op) error {
 // call returns within about the timeout whatever the backend does.
 //
 // A [backend.DeadlineBound] backend is called inline: it returns by the
-// deadline itself, and measures its wait from when the command was written,
-// so a busy CPU does not make it time out. Any other backend runs on a
-// guard goroutine that the caller stops waiting for; see guard.
+// deadline itself, or, told the timeout as a budget ([backend.WithBudget]),
+// measures its wait from when the command was written, so a busy CPU (this
+// goroutine waiting to run before it could send) does not make it time
+// out. Any other backend runs on a guard goroutine that the caller stops
+// waiting for; see guard.
 func (l *Limiter) bounded(ctx context.Context, o op) (verdict, error) {
 	base := context.WithoutCancel(ctx)
 	if !l.inline {
@@ -165,7 +167,7 @@ func (l *Limiter) bounded(ctx context.Context, o op) (verdict, error) {
 	}
 	timeout := l.timeoutOf(o)
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(base, timeout)
+	ctx, cancel := context.WithTimeout(backend.WithBudget(base, timeout), timeout)
 	err := l.do(ctx, o)
 	cancel()
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {

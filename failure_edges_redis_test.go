@@ -5,10 +5,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -433,6 +435,7 @@ func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
 	}
 	inst := redistest.Server(t)
 	var transitions atomic.Int64
+	errs := &errTally{}
 	burn := func(r *http.Request) (string, error) {
 		deadline := time.Now().Add(2 * time.Millisecond)
 		for time.Now().Before(deadline) {
@@ -441,7 +444,7 @@ func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
 	}
 	l := MustNew([]Rule{{Name: "shop", Key: burn, Limit: 3, Period: time.Minute}},
 		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-		OnDegraded(func(DegradedEvent) { transitions.Add(1) }))
+		OnDegraded(func(DegradedEvent) { transitions.Add(1) }), WithObserver(errs))
 	defer l.Close()
 	h := l.Handler(okHandler)
 	shop := func(name string) int {
@@ -483,10 +486,40 @@ func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
 	wg.Wait()
 	t.Logf("%d requests from 16 CPU-burning goroutines, %d fresh shops admitted; fail-open admissions %d",
 		n.Load(), others.Load(), l.Health().Rules[0].FailOpenAdmissions)
+	t.Logf("backend errors: %v", errs.get())
 	if got := spentAdmitted.Load(); got != 0 {
 		t.Errorf("a spent shop was admitted %d times while Redis was healthy", got)
 	}
 	if got := transitions.Load(); got != 0 {
 		t.Errorf("%d breaker transitions with Redis healthy", got)
 	}
+}
+
+// errTally counts backend errors by their text, minus durations.
+type errTally struct {
+	NopObserver
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (e *errTally) ObserveBackend(_ time.Duration, err error) {
+	if err == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[string]int{}
+	}
+	e.m[errShape.ReplaceAllString(err.Error(), "…")]++
+}
+
+// errShape matches what differs between errors of one kind: quoted keys
+// and durations.
+var errShape = regexp.MustCompile(`"[^"]*"|[0-9.]+(ms|µs|s)\b`)
+
+func (e *errTally) get() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return maps.Clone(e.m)
 }

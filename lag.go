@@ -1,6 +1,7 @@
 package ceiling
 
 import (
+	"runtime"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
@@ -9,11 +10,11 @@ import (
 
 // A timeout says that the answer did not come in time, not why: Redis may
 // have been slow, or this process too busy to run the goroutine that reads
-// the answer (a flood of requests whose key functions burn CPU). The Go
-// scheduler records how long runnable goroutines waited for a CPU; when
-// many waited about as long as the timeout while a call timed out, and the
-// backend still answered other calls lately, the process, not the backend,
-// was slow, and the breaker is not moved.
+// the answer (a flood of requests whose key functions burn CPU). A yield of
+// the CPU that takes long, or the Go scheduler's record of how long
+// runnable goroutines waited for a CPU, says the process, not the backend,
+// was slow: such a timeout does not count against the backend until a
+// patient confirmation fails too (Limiter.confirm).
 
 // schedLatencies is the runtime metric: how long goroutines were runnable
 // before they ran.
@@ -24,11 +25,12 @@ const schedLatencies = "/sched/latencies:seconds"
 // (one reading every lagShift at most, a few microseconds), so that the
 // first timeout of a starved spell already has one to compare with.
 type lagMeter struct {
-	next   atomic.Int64 // Unix ns before which answered calls take no reading
-	mu     sync.Mutex
-	sample []metrics.Sample
-	old    lagReading // the baseline
-	young  lagReading // becomes the baseline once lagShift old
+	next      atomic.Int64 // Unix ns before which answered calls take no reading
+	slowYield atomic.Int64 // Unix ns of the last yield that showed a starved process
+	mu        sync.Mutex
+	sample    []metrics.Sample
+	old       lagReading // the baseline
+	young     lagReading // becomes the baseline once lagShift old
 }
 
 type lagReading struct {
@@ -79,12 +81,46 @@ func (m *lagMeter) read(now time.Time) *metrics.Float64Histogram {
 	return h
 }
 
-// starved reports whether, lately, many goroutines waited threshold or more
-// for a CPU.
-func (m *lagMeter) starved(threshold time.Duration) bool {
+// starved reports whether this process is, or lately was, too busy to run
+// its goroutines within a timeout: a yield of the CPU took a tenth of it or
+// more, now or within yieldMemory, or many goroutines waited half of it or
+// more for a CPU since the baseline (the histogram).
+//
+// Both are needed. The runtime samples about one goroutine run in eight
+// into the histogram, and records a wait only once the goroutine runs, so
+// in the first few hundred milliseconds of a starved spell it holds a dozen
+// samples, too few to tell (measured: 1 slow of 13 on a process whose
+// yields took 150–800 ms). A yield waits in the scheduler's global run
+// queue, where a goroutine woken by the network poller (the one that reads
+// a backend's reply) waits too, so its latency is the one that matters,
+// measured now; it misses only a spell that ended before the timeout was
+// judged, which the histogram still holds.
+func (m *lagMeter) starved(timeout time.Duration) bool {
+	now := time.Now()
+	if now.UnixNano()-m.slowYield.Load() < int64(yieldMemory) {
+		return true
+	}
+	if m.histogramStarved(now, timeout/2) {
+		return true
+	}
+	runtime.Gosched()
+	after := time.Now()
+	if after.Sub(now) >= timeout/10 {
+		m.slowYield.Store(after.UnixNano())
+		return true
+	}
+	return false
+}
+
+// yieldMemory is how long a slow yield makes the process count as starved:
+// one yield can be quick by luck.
+const yieldMemory = time.Second
+
+// histogramStarved reports whether, since the baseline, many goroutines
+// waited threshold or more for a CPU.
+func (m *lagMeter) histogramStarved(now time.Time, threshold time.Duration) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := time.Now()
 	h := m.read(now)
 	if h == nil {
 		return false

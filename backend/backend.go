@@ -214,6 +214,44 @@ type DeadlineBound interface {
 	DeadlineBound() bool
 }
 
+// budgetKey is the context key of WithBudget.
+type budgetKey struct{}
+
+// WithBudget returns a copy of ctx that tells a [DeadlineBound] backend how
+// long it may wait for its server, counted from when it sends the call
+// rather than from when the caller set a deadline: time the caller's
+// process loses before the call is sent (a goroutine that waits for a busy
+// CPU) then cannot eat into it. A backend that honours it returns at most
+// about budget after sending (see its documentation for what more it
+// allows a starved process), whatever ctx's deadline says; one that does
+// not honours ctx's deadline, so a caller sets both. The limiter does, with
+// its timeout, for every call to a DeadlineBound backend.
+func WithBudget(ctx context.Context, budget time.Duration) context.Context {
+	return &budgetCtx{Context: ctx, budget: budget}
+}
+
+// Budget returns the budget [WithBudget] put in ctx, if any.
+func Budget(ctx context.Context) (time.Duration, bool) {
+	if c, ok := ctx.Value(budgetKey{}).(*budgetCtx); ok {
+		return c.budget, true
+	}
+	return 0, false
+}
+
+// budgetCtx is WithBudget's context: one allocation, where
+// context.WithValue would box the duration too.
+type budgetCtx struct {
+	context.Context
+	budget time.Duration
+}
+
+func (c *budgetCtx) Value(key any) any {
+	if _, ok := key.(budgetKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
 // ErrInvalidRequest wraps every error about a malformed Request (zero limit,
 // period under 1ms, unknown algorithm).
 var ErrInvalidRequest = errors.New("backend: invalid request")

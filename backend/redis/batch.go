@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ceiling-go/ceiling/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -95,28 +97,41 @@ func (w *waiter) release(answered bool) {
 	waiters.Put(w)
 }
 
-// maxExtensions bounds how many half-budgets a caller waits for a worker
-// that took its ops but is too slow to write them (a starved process).
-const maxExtensions = 3
+// starvedPatience is how much longer than its budget a caller waits, at
+// most, while this process is visibly too busy to run the worker that
+// reads its reply (see waitStarved); a slow yield of the CPU makes the
+// process count as starved for starvedMemory, since one yield can be quick
+// by luck.
+const (
+	starvedPatience = 2 * time.Second
+	starvedMemory   = time.Second
+)
 
 // errNotSent is the cause of a timeout when no round trip could take the
 // decision: every one to the node was in flight and none came back.
 var errNotSent = errors.New("not sent: every round trip to the node in flight")
 
 // call sends ops (whose cmds are ready) and waits until every one is
-// answered. It returns early only when ctx ends: on cancellation at once,
-// and on its deadline only if the round trip took longer than the budget
-// the deadline left at entry, counted from when the ops were written, so
-// that time this process spent before the write (a busy CPU, a long queue
-// of its own) is not blamed on Redis. A reply that is there when the
-// deadline passes is used. When call returns an error, the ops may still
-// take effect (at most once), and their cmds must not be read.
+// answered. It returns early only when ctx is cancelled, or once the
+// budget has run out: the budget [backend.WithBudget] put in ctx, or else
+// what ctx's deadline left at entry, counted from when the ops were
+// written, so that time this process spent before the write (a busy CPU, a
+// long queue of its own) is not blamed on Redis, and only if this process
+// is not too starved to have read a reply that came (waitStarved). A reply
+// that is there when the budget runs out is used. When call returns an
+// error, the ops may still take effect (at most once), and their cmds must
+// not be read.
 func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) error {
-	if err := ctx.Err(); err != nil && !detached {
+	budget, byValue := backend.Budget(ctx)
+	if err := ctx.Err(); err != nil && !detached && !(byValue && errors.Is(err, context.DeadlineExceeded)) {
 		return err
 	}
 	entry := time.Now()
-	if dl, ok := ctx.Deadline(); ok {
+	dl, byDeadline := ctx.Deadline()
+	switch {
+	case byValue:
+		w.budget = max(budget, time.Nanosecond)
+	case byDeadline:
 		w.budget = max(dl.Sub(entry), time.Nanosecond)
 	}
 	w.detached = detached
@@ -138,53 +153,141 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 		w.gone.Store(true)
 		return err
 	}
+	var out <-chan time.Time // the budget from entry, when ctx has no deadline
+	if byValue && (!byDeadline || dl.After(entry.Add(w.budget))) {
+		t := time.NewTimer(w.budget)
+		defer t.Stop()
+		out = t.C
+	}
 	select {
 	case <-w.done:
 		return nil
 	case <-ctx.Done():
+	case <-out:
 	}
-	select {
-	case <-w.done: // the reply and the deadline came together
+	if w.answered() { // the reply and the deadline came together
 		return nil
-	default:
+	}
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		w.gone.Store(true)
+		return err
 	}
 	if s.cluster != nil {
 		s.healCluster()
 	}
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		w.gone.Store(true)
-		return ctx.Err()
-	}
-	for ext := 0; w.unclaimed.Load() == 0; ext++ {
-		var until time.Time
-		if wr := w.written.Load(); wr != 0 {
-			until = time.Unix(0, wr).Add(w.budget)
-		} else if ext < maxExtensions {
-			// A worker took the ops but has not written them: this process
-			// is slow to run it, which says nothing about Redis.
-			until = time.Now().Add(w.budget / 2)
-		} else {
-			break
-		}
-		d := time.Until(until)
-		if d <= 0 {
-			break
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-w.done:
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
+	if s.waitStarved(w, entry) {
+		return nil
 	}
 	w.gone.Store(true)
-	select {
-	case <-w.done:
+	if w.answered() {
 		return nil
-	default:
 	}
 	return s.timeoutError(w, entry)
+}
+
+// waitStarved waits, once the caller's deadline has passed, for as long as
+// the call may still be answered without blaming Redis for this process's
+// delays, and reports whether every op was answered.
+//
+// Written ops get their whole budget from the write. Past that (or while
+// the ops still wait for a round trip), the caller asks whether this
+// process is starved (Store.starved): if it is, a reply may well have come
+// that the worker has not been able to run to read, or the round trips
+// ahead of the ops may be held up the same way, so the caller waits as
+// long as its yield took (at least half the budget) and asks again, up to
+// starvedPatience past the budget. Ops a worker took but has not written
+// yet are waited for the same way without asking, since only this
+// process's slowness stands in between. On a process that runs its
+// goroutines promptly, a call to a frozen or slow Redis fails at its
+// budget.
+func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
+	if w.wait(time.Until(entry.Add(w.budget))) {
+		return true // ctx's deadline came before the budget
+	}
+	limit := entry.Add(w.budget + starvedPatience)
+	for {
+		if wr := w.written.Load(); wr != 0 && w.wait(time.Until(time.Unix(0, wr).Add(w.budget))) {
+			return true
+		}
+		left := time.Until(limit)
+		if left <= 0 {
+			return false
+		}
+		if w.unclaimed.Load() == 0 && w.written.Load() == 0 {
+			if w.wait(min(w.budget/2, left)) {
+				return true
+			}
+			continue
+		}
+		starved, took := s.starved(w.budget)
+		if w.answered() {
+			return true
+		}
+		if !starved {
+			return false // a prompt process: Redis, not this process, is slow
+		}
+		if w.wait(min(max(took, w.budget/2), time.Until(limit))) {
+			return true
+		}
+	}
+}
+
+// starved yields the CPU and reports whether this process is too
+// busy to run its goroutines promptly, and how long the yield took. A
+// yielding goroutine waits in the scheduler's global run queue, which is
+// where a worker whose reply has come waits too (the network poller hands
+// ready goroutines to it), while a caller woken by its deadline's timer
+// jumps that queue: on a process whose CPUs are taken by other work, the
+// caller wakes in time and finds no reply, though one came and is unread.
+// A yield that takes a tenth of the budget or more (of up to three), or
+// another that did within starvedMemory, says the process is starved; on a
+// process that runs its goroutines promptly a yield takes microseconds.
+func (s *Store) starved(budget time.Duration) (bool, time.Duration) {
+	var took time.Duration
+	for range yields {
+		start := time.Now()
+		runtime.Gosched()
+		now := time.Now()
+		took = max(took, now.Sub(start))
+		if took >= budget/10 {
+			s.slowYield.Store(now.UnixNano())
+			return true, took
+		}
+	}
+	return time.Now().UnixNano()-s.slowYield.Load() < int64(starvedMemory), took
+}
+
+// yields is how many times starved yields before it calls the process
+// prompt: a goroutine that yields can, by luck, be picked at once on a
+// starved process (the scheduler takes one from its global queue every
+// 61 turns), and on a prompt one three yields cost a microsecond.
+const yields = 3
+
+// wait waits up to d for every op of w to be answered, and reports
+// whether they were.
+func (w *waiter) wait(d time.Duration) bool {
+	if d <= 0 {
+		return w.answered()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return true
+	case <-t.C:
+		return w.answered()
+	}
+}
+
+// answered reports, without blocking, whether every op of w was answered,
+// taking the token the last answer left.
+func (w *waiter) answered() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // timeoutError says why a call ran out of budget: a dial that failed since
@@ -404,11 +507,12 @@ func (s *Store) exec(batch []*op) {
 	}
 	ctx := context.WithoutCancel(batch[0].w.ctx)
 	if bounded {
-		// Half the budget again lets a reply that came in time be read by a
-		// process slow to schedule this goroutine; the waiters have their
-		// own deadlines.
+		// The waiters' patience with a starved process, and half the
+		// budget again, let a reply that came in time be read by a process
+		// slow to schedule this goroutine; the waiters have their own
+		// deadlines.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, now.Add(budget+budget/2))
+		ctx, cancel = context.WithDeadline(ctx, now.Add(budget+starvedPatience+budget/2))
 		defer cancel()
 	}
 	ctx = s.logContext(ctx)

@@ -49,6 +49,7 @@ type Store struct {
 	logs                *storeLog // nil: go-redis's lines are not routed
 	retries             int       // see WithRetries
 	ids                 atomic.Uint64
+	slowYield           atomic.Int64 // UnixNano of the last yield that showed a starved process
 }
 
 var (
@@ -222,14 +223,24 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 
 // DeadlineBound reports that Decide returns by its context's deadline
 // whatever Redis does (a frozen server, a lost reply), as
-// [backend.DeadlineBound] asks, with one refinement: the budget the deadline
-// leaves when Decide is entered is counted from when the decision is
-// written to Redis, so a process too busy to write it at once (a CPU
-// starved by other work) does not blame Redis for its own delay; Decide
-// then returns at most that budget after the write. A decision that runs
-// out of budget returns an error wrapping [context.DeadlineExceeded], or
-// [backend.ErrUnreachable] with the dial error when go-redis was still
-// failing to connect.
+// [backend.DeadlineBound] asks, with two refinements so that a process too
+// busy to run its own goroutines (a CPU starved by other work) does not
+// blame Redis for its own delays:
+//
+//   - The budget (the one [backend.WithBudget] put in the context, or else
+//     what the deadline leaves when Decide is entered) is counted from when
+//     the decision is written to Redis. Decide returns at most that budget
+//     after the write when this process runs its goroutines promptly.
+//   - When the budget runs out, Decide yields the CPU once and times how
+//     long it took to run again. A yield that takes a tenth of the budget
+//     or more (or one that did within the last second) says that the
+//     goroutine that reads Redis's replies may not have run yet, though a
+//     reply came: Decide waits longer, as long as each yield took, up to
+//     ten budgets (at most 2s) past the budget.
+//
+// A decision that runs out of budget returns an error wrapping
+// [context.DeadlineExceeded], or [backend.ErrUnreachable] with the dial
+// error when go-redis was still failing to connect.
 func (s *Store) DeadlineBound() bool { return true }
 
 // Reset forgets the state of the given keys (the Request.Key values, without
