@@ -7,11 +7,11 @@
 //
 //   - [backend.RollingWindow] (the default): never more than the limit in
 //     any rolling period, in 17 bucket counts per key whatever the limit.
-//     Counts are as wide as the key's limit needs: under a limit below 255
-//     a key takes about 100 bytes of heap (slot included), below 65,535
-//     about 130, and above, or for a period over about 19 hours, about 220.
+//     Counts are as wide as the key's limit needs: a key's slot (state and
+//     digest) takes 48 bytes under a limit below 255, 64 below 65,535, 104
+//     above or for a period over about 19 hours.
 //   - [backend.GCRA] (token bucket): a smooth rate with a burst, one 8-byte
-//     value per key (about 50 bytes of heap per idle key, slot included).
+//     value per key: a 24-byte slot.
 //     Pick it for APIs: "10 per second, burst 20". It is a
 //     rate, not a count: "30 per minute, burst 30" admits up to 59 in the
 //     first rolling minute.
@@ -28,6 +28,12 @@
 // A Store is one process's view: several instances behind a load balancer
 // each enforce their own limit (N instances admit up to N×L). Use the Redis
 // backend to share a limit.
+//
+// Tables are between 2/5 and 4/5 full, and 4/5 full once a Store nears its
+// key bound, so a key holds its slot's size to twice that in heap: a
+// million GCRA keys about 50 MB, rolling windows under small limits 100 MB
+// (BenchmarkMemoryIdleKeys); 900,000 keys in a Store of the default bound
+// about 35 and 70 MB.
 //
 // Memory is bounded: keys are stored as 128-bit digests under per-Store
 // random seeds (no key strings are kept; collisions cannot be aimed), keys

@@ -56,6 +56,15 @@ type shard struct {
 	_             [64]byte // keep neighbouring shards' locks off this cache line
 }
 
+// bound sets the shard's key bound, and stops its tables' growth at the
+// size that holds it.
+func (sh *shard) bound(maxKeys int) {
+	sh.maxKeys = maxKeys
+	most := slotsFor(maxKeys)
+	sh.gcra.most, sh.windows.most, sh.logs.most, sh.leases.most = most, most, most, most
+	sh.rolls.t8.most, sh.rolls.t16.most, sh.rolls.t32.most = most, most, most
+}
+
 func (sh *shard) keys() int {
 	return sh.gcra.n + sh.windows.n + sh.logs.n + sh.rolls.len() + sh.leases.n
 }
@@ -68,9 +77,9 @@ var (
 )
 
 // DefaultMaxKeys is the number of keys a Store holds unless [WithMaxKeys]
-// says otherwise: about 50 MB of idle GCRA state, enough for a million
-// clients per rule, and not enough for a flood of fresh keys to exhaust the
-// process.
+// says otherwise: at most about 32 MB of GCRA state, 64 MB of rolling
+// windows under limits below 255, enough for a million clients per rule,
+// and not enough for a flood of fresh keys to exhaust the process.
 const DefaultMaxKeys = 1 << 20
 
 // DefaultSweepInterval is how often the janitor deletes keys whose state
@@ -157,7 +166,7 @@ func New(opts ...Option) *Store {
 	s.baseMicro = s.base.UnixMicro()
 	perShard := (cfg.maxKeys + n - 1) / n
 	for i := range s.shards {
-		s.shards[i].maxKeys = perShard
+		s.shards[i].bound(perShard)
 	}
 	if cfg.sweep > 0 {
 		go s.janitor(cfg.sweep)

@@ -6,7 +6,7 @@ import "math"
 // store it instead of the key string: fixed size, no pointer for the
 // garbage collector to scan, and collisions cannot be aimed at because the
 // seeds are secret and per Store. a has its low bit set, so a zero a marks
-// an empty slot; b picks the shard (high bits) and the slot (low bits).
+// an empty slot; b picks the shard (high bits) and the slot (low 32 bits).
 type keyHash struct{ a, b uint64 }
 
 // slot is one entry of a table: the key's digest and its state.
@@ -18,12 +18,18 @@ type slot[V any] struct {
 // table is an open-addressing hash table with linear probing, keyed by
 // keyHash. Unlike a Go map it can be shrunk (rebuilt) when it empties, so
 // evicted keys really give their memory back, and it needs one probe
-// sequence per decision. Its capacity is a power of two; the load stays
-// at most maxLoadNum/maxLoadDen. The zero value is an empty table. It is
-// not safe for concurrent use: its shard's mutex guards it.
+// sequence per decision. It doubles when it would be more than
+// maxLoadNum/maxLoadDen full, but never past the slots its shard's key
+// bound needs at that load (most): a key's home slot is its digest scaled
+// to the table's size (a multiplication, not a mask), so that the last
+// growth can stop short of a power of two. A store near its bound then
+// holds 4/5 of its slots, not 2/5. The zero value is an empty table
+// without such a bound. It is not safe for concurrent use: its shard's
+// mutex guards it.
 type table[V any] struct {
 	slots []slot[V]
 	n     int
+	most  int // the most slots growth goes to (0: no bound); see slotsFor
 }
 
 const (
@@ -32,19 +38,28 @@ const (
 	maxLoadDen = 5
 )
 
+// slotsFor is the table size that holds n keys at the most load.
+func slotsFor(n int) int { return max(minSlots, (n*maxLoadDen+maxLoadNum-1)/maxLoadNum) }
+
+// home is the slot where a key whose digest's b is b starts its probe in a
+// table of size slots.
+func home(b uint64, size int) int { return int(uint64(uint32(b)) * uint64(size) >> 32) }
+
 // find returns the index of h's slot, or -1.
 func (t *table[V]) find(h keyHash) int {
 	if t.n == 0 {
 		return -1
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := h.b & mask; ; i = (i + 1) & mask {
+	for i := home(h.b, len(t.slots)); ; {
 		s := &t.slots[i]
 		if s.a == h.a && s.b == h.b {
-			return int(i)
+			return i
 		}
 		if s.a == 0 {
 			return -1
+		}
+		if i++; i == len(t.slots) {
+			i = 0
 		}
 	}
 }
@@ -53,7 +68,11 @@ func (t *table[V]) find(h keyHash) int {
 // it would be too full, and returns the new slot's index.
 func (t *table[V]) insert(h keyHash, v V) int {
 	if (t.n+1)*maxLoadDen > len(t.slots)*maxLoadNum {
-		t.resize(max(minSlots, 2*len(t.slots)))
+		size := max(minSlots, 2*len(t.slots))
+		if t.most > len(t.slots) && size > t.most {
+			size = t.most
+		}
+		t.resize(max(size, slotsFor(t.n+1)))
 	}
 	t.n++
 	return t.place(h, v)
@@ -61,17 +80,18 @@ func (t *table[V]) insert(h keyHash, v V) int {
 
 // place puts h in its first free slot; the caller accounts for t.n.
 func (t *table[V]) place(h keyHash, v V) int {
-	mask := uint64(len(t.slots) - 1)
-	i := h.b & mask
+	i := home(h.b, len(t.slots))
 	for t.slots[i].a != 0 {
-		i = (i + 1) & mask
+		if i++; i == len(t.slots) {
+			i = 0
+		}
 	}
 	t.slots[i] = slot[V]{a: h.a, b: h.b, v: v}
-	return int(i)
+	return i
 }
 
-// resize rebuilds the table with size slots (a power of two that holds n).
-// A size of zero releases the slots altogether.
+// resize rebuilds the table with size slots (enough to hold n). A size of
+// zero releases the slots altogether.
 func (t *table[V]) resize(size int) {
 	old := t.slots
 	if size == 0 {
@@ -89,12 +109,25 @@ func (t *table[V]) resize(size int) {
 // deleteAt empties slot i by shifting the following entries of its probe
 // run back (no tombstones, so lookups never slow down with churn).
 func (t *table[V]) deleteAt(i int) {
-	mask := uint64(len(t.slots) - 1)
-	gap := uint64(i)
-	for j := (gap + 1) & mask; t.slots[j].a != 0; j = (j + 1) & mask {
+	size := len(t.slots)
+	// dist is how far slot j is past slot from on a probe path.
+	dist := func(from, j int) int {
+		if d := j - from; d >= 0 {
+			return d
+		}
+		return j - from + size
+	}
+	gap := i
+	for j := gap + 1; ; j++ {
+		if j == size {
+			j = 0
+		}
+		if t.slots[j].a == 0 {
+			break
+		}
 		// The entry at j may fill the gap if its home slot is not after
 		// the gap on its probe path.
-		if (j-t.slots[j].b)&mask >= (j-gap)&mask {
+		if dist(home(t.slots[j].b, size), j) >= dist(gap, j) {
 			t.slots[gap] = t.slots[j]
 			gap = j
 		}
@@ -159,9 +192,11 @@ func (t *table[V]) sample(start uint64, n int, now int64, expiry func(*V) int64,
 	if t.n == 0 {
 		return best, 0, 0
 	}
-	mask := uint64(len(t.slots) - 1)
 	seen := 0
-	for k, i := 0, start&mask; k < len(t.slots) && seen < n; k, i = k+1, (i+1)&mask {
+	for k, i := 0, home(start, len(t.slots)); k < len(t.slots) && seen < n; k, i = k+1, i+1 {
+		if i == len(t.slots) {
+			i = 0
+		}
 		s := &t.slots[i]
 		if s.a == 0 {
 			continue

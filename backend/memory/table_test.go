@@ -1,8 +1,12 @@
 package memory
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
 )
 
 // TestTableMatchesMap drives a table and a Go map with the same random
@@ -10,13 +14,21 @@ import (
 // home slots so that probe runs are long and wrap around the end, and checks
 // after every operation that both hold the same entries.
 func TestTableMatchesMap(t *testing.T) {
+	for _, most := range []int{0, 101} { // powers of two; then 101, 202, 404 slots
+		t.Run(fmt.Sprint("most=", most), func(t *testing.T) { tableMatchesMap(t, most) })
+	}
+}
+
+func tableMatchesMap(t *testing.T, most int) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	var tb table[int64]
+	tb := table[int64]{most: most}
+	sizes := map[int]bool{}
 	ref := map[keyHash]int64{}
 	digest := func() keyHash {
 		k := rng.Uint64N(300)
-		// Home slots cluster on a few values, near the end of the table.
-		return keyHash{a: k<<1 | 1, b: ^uint64(0) - rng.Uint64N(4) - k<<40}
+		// Home slots cluster on a few values in the last eighth of the
+		// table, whatever its size.
+		return keyHash{a: k<<1 | 1, b: k<<40 | (1<<32 - 1 - rng.Uint64N(8)<<26)}
 	}
 	for op := range 8000 {
 		h := digest()
@@ -52,6 +64,7 @@ func TestTableMatchesMap(t *testing.T) {
 				t.Fatalf("op %d: sweep(%d) = %d, %d; want %d, %d", op, cut, removed, next, n, wantNext)
 			}
 		}
+		sizes[len(tb.slots)] = true
 		if tb.n != len(ref) {
 			t.Fatalf("op %d: table holds %d, map %d", op, tb.n, len(ref))
 		}
@@ -60,5 +73,21 @@ func TestTableMatchesMap(t *testing.T) {
 				t.Fatalf("op %d: %v lost or wrong (index %d)", op, k, j)
 			}
 		}
+	}
+	if most > 0 && (!sizes[101] || !sizes[202]) {
+		t.Errorf("table sizes %v: growth did not stop at %d, then double", sizes, most)
+	}
+}
+
+// A shard's tables stop growing at the size its key bound needs, 4/5 full
+// at the bound, short of the next power of two.
+func TestTablesStopGrowingAtTheBound(t *testing.T) {
+	s, _ := newTestStore(t, WithMaxKeys(100))
+	for i := range 100 {
+		decide(t, s, backend.Request{Key: fmt.Sprint("k", i), Algorithm: backend.GCRA, Limit: 10, Period: time.Hour, Cost: 1})
+	}
+	sh := &s.shards[0]
+	if got, want := len(sh.gcra.slots), 125; sh.gcra.n != 100 || got != want {
+		t.Errorf("%d keys in %d slots, want 100 in %d", sh.gcra.n, got, want)
 	}
 }
