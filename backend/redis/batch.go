@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -40,6 +42,16 @@ const workerIdle = 100 * time.Millisecond
 //
 // Batching changes no answer: each decision is still its own script, all
 // or nothing, one per hash slot, in the order the decisions were made.
+//
+// A decision written at once is handed to a worker goroutine of the store,
+// which keeps its budget whatever the client does. When the client keeps a
+// context's deadline itself (go-redis's ContextTimeoutEnabled option), a
+// lone decision on a node with a lane free and nothing queued is written
+// and read by its caller instead, sparing the hand-over (two goroutine
+// switches); it still returns by its budget, counted from the write, but
+// then notices a cancellation of its context only at that deadline, and
+// does not wait longer for a process too starved to read a reply in time
+// (while yields show the process starved, decisions go to the workers).
 func WithBatching(size, inFlight int) Option {
 	return func(c *config) { c.batchSize, c.inFlight = size, inFlight }
 }
@@ -68,7 +80,8 @@ type waiter struct {
 	written   atomic.Int64 // UnixNano of the latest write of one of its ops
 	gone      atomic.Bool  // the caller stopped waiting
 	done      chan struct{}
-	one       [1]op // the ops of a one-script decision
+	one       [1]op  // the ops of a one-script decision
+	self      [1]*op // the batch of a decision its caller sends itself
 }
 
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
@@ -91,7 +104,7 @@ func (w *waiter) release(answered bool) {
 	if !answered {
 		return
 	}
-	w.one[0] = op{}
+	w.one[0], w.self[0] = op{}, nil
 	w.ctx, w.budget, w.detached = nil, 0, false
 	w.gone.Store(false)
 	waiters.Put(w)
@@ -149,9 +162,13 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	w.pending.Store(int32(len(ops)))
 	w.unclaimed.Store(int32(len(ops)))
 	w.written.Store(0)
-	if err := s.enqueue(ctx, w, ops); err != nil {
+	b, err := s.enqueue(ctx, w, ops, s.inline && !detached && w.budget > 0 && !s.starvedLately())
+	if err != nil {
 		w.gone.Store(true)
 		return err
+	}
+	if b != nil {
+		return s.callInline(w, b, entry)
 	}
 	var out <-chan time.Time // the budget from entry, when ctx has no deadline
 	if byValue && (!byDeadline || dl.After(entry.Add(w.budget))) {
@@ -183,6 +200,47 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 		return nil
 	}
 	return s.timeoutError(w, entry)
+}
+
+// callInline sends the lone op of w, for which its batcher b gave the
+// caller a lane, on the caller's goroutine: a decision made while the
+// node's round trips are not all taken and none waits pays no hand-over to
+// a worker. The round trip's deadline is the budget counted from the
+// write, which the client keeps (Store.inline), so it returns by it as call
+// does, but a cancellation of the caller's context before that is not
+// noticed (call takes this path only with a budget), and a reply this
+// process is too starved to read in time is lost where call would wait for
+// it (call takes this path only when no yield showed the process starved
+// lately). Then the lane goes back, to a worker if decisions queued
+// meanwhile.
+func (s *Store) callInline(w *waiter, b *batcher, entry time.Time) error {
+	w.unclaimed.Store(0)
+	w.self[0] = &w.one[0]
+	s.exec(w.self[:], true)
+	<-w.done // exec's signal, for the waiter that is not there
+	b.release()
+	if err := w.one[0].cmd.Err(); err != nil && timedOut(err) &&
+		time.Now().UnixNano() >= w.written.Load()+int64(w.budget) {
+		if s.cluster != nil {
+			s.healCluster()
+		}
+		s.starved(w.budget) // if it was this process, the next calls wait for it
+		return s.timeoutError(w, entry)
+	}
+	return nil
+}
+
+// timedOut reports whether err is a round trip's deadline: the network's or
+// the context's.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// starvedLately reports whether a yield showed this process starved
+// within starvedMemory.
+func (s *Store) starvedLately() bool {
+	return time.Now().UnixNano()-s.slowYield.Load() < int64(starvedMemory)
 }
 
 // waitStarved waits, once the caller's deadline has passed, for as long as
@@ -321,45 +379,60 @@ func newBatcher(s *Store) *batcher {
 }
 
 // enqueue queues the ops of w on the batchers of their nodes, the ops
-// bound for one node together, so that they share its round trip.
-func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op) error {
+// bound for one node together, so that they share its round trip. When
+// mayInline and w has one op whose node has a lane free and nothing
+// queued, it queues nothing and returns that node's batcher, the lane
+// taken: the caller sends the op itself (see callInline).
+func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op, mayInline bool) (*batcher, error) {
 	for i := range ops {
 		ops[i].w = w
 	}
-	if s.cluster == nil {
-		s.batch.enqueue(ops, nil)
-		return nil
-	}
 	if len(ops) == 1 {
-		b, err := s.batcherFor(ctx, ops[0].key)
-		if err != nil {
-			return err
+		b := s.batch
+		if s.cluster != nil {
+			var err error
+			if b, err = s.batcherFor(ctx, ops[0].key); err != nil {
+				return nil, err
+			}
 		}
-		b.enqueue(ops, nil)
-		return nil
+		if b.enqueue(ops, nil, mayInline) {
+			return b, nil
+		}
+		return nil, nil
+	}
+	if s.cluster == nil {
+		s.batch.enqueue(ops, nil, false)
+		return nil, nil
 	}
 	bs := make([]*batcher, len(ops))
 	for i := range ops {
 		b, err := s.batcherFor(ctx, ops[i].key)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		bs[i] = b
 	}
 	for i, b := range bs {
 		if b != nil {
-			b.enqueue(ops[i:], bs[i:])
+			b.enqueue(ops[i:], bs[i:], false)
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // enqueue queues ops (those of them whose bs entry is b, clearing it, when
 // bs is not nil) and makes sure a worker will take them: an idle one, a new
 // one if fewer than inFlight run, or else the first that finishes its
-// round trip.
-func (b *batcher) enqueue(ops []op, bs []*batcher) {
+// round trip. When mayInline, nothing is queued and fewer than inFlight
+// lanes run, it queues nothing, takes a lane for the caller and reports
+// true: the caller sends ops itself, then calls release.
+func (b *batcher) enqueue(ops []op, bs []*batcher, mayInline bool) bool {
 	b.mu.Lock()
+	if mayInline && len(b.queue) == 0 && b.lanes < b.s.inFlight {
+		b.lanes++
+		b.mu.Unlock()
+		return true
+	}
 	for i := range ops {
 		if bs == nil || bs[i] == b {
 			b.queue = append(b.queue, &ops[i])
@@ -375,6 +448,20 @@ func (b *batcher) enqueue(ops []op, bs []*batcher) {
 	case b.lanes < b.s.inFlight:
 		b.lanes++
 		go b.work()
+	}
+	b.mu.Unlock()
+	return false
+}
+
+// release gives back the lane a caller took to send its own op: to a new
+// worker when decisions queued meanwhile (every lane was taken, so none
+// was started for them), otherwise for good.
+func (b *batcher) release() {
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		go b.work()
+	} else {
+		b.lanes--
 	}
 	b.mu.Unlock()
 }
@@ -393,7 +480,7 @@ func (b *batcher) work() {
 		batch = b.take(batch[:0])
 		if len(batch) > 0 {
 			b.mu.Unlock()
-			b.s.exec(batch)
+			b.s.exec(batch, false)
 			clear(batch)
 			worked = true
 			continue
@@ -484,8 +571,9 @@ func (noRetry) NoRetry() bool { return true }
 // exec sends one batch in one round trip (a pipeline of its scripts, or
 // the lone script) with a deadline of its own, counted from the write,
 // then re-sends with EVAL the scripts a node did not have cached, and
-// wakes every waiter whose ops are all answered.
-func (s *Store) exec(batch []*op) {
+// wakes every waiter whose ops are all answered. inline is a batch its
+// caller sends itself (callInline): its deadline is the caller's budget.
+func (s *Store) exec(batch []*op, inline bool) {
 	if beforeWrite != nil {
 		beforeWrite()
 	}
@@ -511,8 +599,12 @@ func (s *Store) exec(batch []*op) {
 		// budget again, let a reply that came in time be read by a process
 		// slow to schedule this goroutine; the waiters have their own
 		// deadlines.
+		// A caller sending its own op is its own waiter.
+		if !inline {
+			budget += starvedPatience + budget/2
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, now.Add(budget+starvedPatience+budget/2))
+		ctx, cancel = context.WithDeadline(ctx, now.Add(budget))
 		defer cancel()
 	}
 	ctx = s.logContext(ctx)

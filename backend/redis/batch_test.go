@@ -57,6 +57,35 @@ func (c *tripCounter) get() []int {
 	return append([]int(nil), c.trips...)
 }
 
+// clientKinds are the two ways a client treats a context's deadline: left
+// to the Store (go-redis's default), and kept by go-redis itself
+// (ContextTimeoutEnabled), under which a lone decision on an idle node is
+// sent by its caller.
+var clientKinds = []struct {
+	name string
+	new  func(t *testing.T, addr string) *redis.Client
+}{
+	{"default", defaultClient},
+	{"ContextTimeoutEnabled", func(t *testing.T, addr string) *redis.Client {
+		return defaultClientOpts(t, &redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	}},
+}
+
+// forEachClientKind runs test once per clientKinds entry.
+func forEachClientKind(t *testing.T, test func(t *testing.T, newClient func(t *testing.T, addr string) *redis.Client)) {
+	for _, k := range clientKinds {
+		t.Run(k.name, func(t *testing.T) { test(t, k.new) })
+	}
+}
+
+// lanes is how many of the store's lanes are taken: workers running and
+// callers sending their own decision.
+func lanes(s *Store) int {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.lanes
+}
+
 // queued is how many ops wait in the store's queue.
 func queued(s *Store) int {
 	s.batch.mu.Lock()
@@ -95,9 +124,15 @@ func holdTheLane(t *testing.T, s *Store, proxy *redistest.Proxy, written func() 
 // in flight (the proxy stalls its reply) while 20 decisions arrive: they
 // queue, and when the reply comes they go out together, in one pipelined
 // write, each still decided on its own.
+// The held round trip is sent by a worker, or, under ContextTimeoutEnabled,
+// by its caller, which hands the queue to a worker when the reply comes.
 func TestDecisionsWaitingForARoundTripShareTheNext(t *testing.T) {
+	forEachClientKind(t, testDecisionsWaitingForARoundTripShareTheNext)
+}
+
+func testDecisionsWaitingForARoundTripShareTheNext(t *testing.T, newClient func(t *testing.T, addr string) *redis.Client) {
 	proxy := redistest.NewProxy(t, redistest.Shared(t).Addr)
-	client := defaultClient(t, proxy.Addr)
+	client := newClient(t, proxy.Addr)
 	trips := &tripCounter{}
 	client.AddHook(trips)
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
@@ -181,9 +216,15 @@ func equalInts(a, b []int) bool {
 // process is starved for CPU), with an error wrapping
 // context.DeadlineExceeded, whatever the client's own timeouts (go-redis's
 // default read timeout is 3s and ignores the context).
+// Under ContextTimeoutEnabled the lone decision is sent by its caller and
+// held to the same deadline.
 func TestDecideReturnsByItsDeadline(t *testing.T) {
+	forEachClientKind(t, testDecideReturnsByItsDeadline)
+}
+
+func testDecideReturnsByItsDeadline(t *testing.T, newClient func(t *testing.T, addr string) *redis.Client) {
 	proxy := redistest.NewProxy(t, redistest.Shared(t).Addr)
-	s := New(defaultClient(t, proxy.Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	s := New(newClient(t, proxy.Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
 	decide(t, s, day("warm", 1))
 	proxy.Stall()
 	defer proxy.Resume()
@@ -220,8 +261,14 @@ func TestDecideReturnsByItsDeadline(t *testing.T) {
 // context's deadline, as a process too busy to run the store's worker
 // would: Redis answers at once after the write, and the answer is used,
 // because the budget the deadline left at entry is counted from the write.
+// Under ContextTimeoutEnabled the caller sends its decision itself, and
+// the budget counts from its write as well.
 func TestBudgetCountsFromTheWrite(t *testing.T) {
-	s := New(defaultClient(t, redistest.Shared(t).Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	forEachClientKind(t, testBudgetCountsFromTheWrite)
+}
+
+func testBudgetCountsFromTheWrite(t *testing.T, newClient func(t *testing.T, addr string) *redis.Client) {
+	s := New(newClient(t, redistest.Shared(t).Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
 	decide(t, s, day("warm", 1))
 	beforeWrite = func() { time.Sleep(150 * time.Millisecond) }
 	defer func() { beforeWrite = nil }()
@@ -281,5 +328,34 @@ func TestScriptCacheFlushedUnderABatch(t *testing.T) {
 	}
 	if got, want := stored(t, s, "k"), int64(n+1); got != want {
 		t.Errorf("units stored = %d, want %d: each decision once", got, want)
+	}
+}
+
+// TestLoneDecisionSentByItsCaller: on a client that keeps its context's
+// deadline (ContextTimeoutEnabled), decisions made one at a time are sent
+// by their callers, and no worker goroutine ever starts; on a default
+// client, whose deadline the Store keeps, workers send them.
+func TestLoneDecisionSentByItsCaller(t *testing.T) {
+	for _, k := range clientKinds {
+		t.Run(k.name, func(t *testing.T) {
+			s := New(k.new(t, redistest.Shared(t).Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+			for range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			switch got := lanes(s); {
+			case k.name == "ContextTimeoutEnabled" && got != 0:
+				t.Errorf("lanes taken after 3 decisions one at a time = %d, want 0 (no worker)", got)
+			case k.name == "default" && got == 0:
+				t.Errorf("lanes taken after 3 decisions one at a time = 0, want a worker (or two: the next decision can come before the first worker is idle again)")
+			}
+			if got, want := stored(t, s, "k"), int64(3); got != want {
+				t.Errorf("units stored = %d, want %d", got, want)
+			}
+		})
 	}
 }

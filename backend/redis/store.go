@@ -50,6 +50,10 @@ type Store struct {
 	retries             int       // see WithRetries
 	ids                 atomic.Uint64
 	slowYield           atomic.Int64 // UnixNano of the last yield that showed a starved process
+	// inline: the client bounds a command by its context's deadline
+	// (ContextTimeoutEnabled), so a lone decision on an idle node can be
+	// sent by its caller, which returns by its budget all the same.
+	inline bool
 }
 
 var (
@@ -141,9 +145,14 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	if s.inFlight < 1 {
 		s.inFlight = DefaultInFlight
 	}
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		s.cluster = cc
-	} else {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		s.cluster = c
+		s.inline = c.Options().ContextTimeoutEnabled
+	case *redis.Client:
+		s.inline = c.Options().ContextTimeoutEnabled
+	}
+	if s.cluster == nil {
 		s.batch = newBatcher(s)
 	}
 	if cfg.logger != nil {
