@@ -163,16 +163,19 @@ func anyPeer(string) bool { return true }
 func isStore(lib string) bool { return lib == "ceiling-store" }
 
 // publicAndStore compares each of ceiling's rows (the public path, under
-// the default algorithm and GCRA, the decision call without HTTP, the store
-// alone) with the best peer, and the default's public path and decision
-// call with the store, so that what the limiter adds is a number.
+// the default algorithm and GCRA, the decision calls without HTTP, the
+// store alone) with the best peer, and the default's public path and
+// decision calls with the store, so that what the limiter adds is a
+// number.
 var publicAndStore = []comparison{
 	{"ceiling", "best peer", anyPeer, false},
 	{"ceiling-gcra", "best peer", anyPeer, false},
 	{"ceiling-decide", "best peer", anyPeer, false},
+	{"ceiling-decideinto", "best peer", anyPeer, false},
 	{"ceiling-store", "best peer", anyPeer, false},
 	{"ceiling", "ceiling-store", isStore, true},
 	{"ceiling-decide", "ceiling-store", isStore, true},
+	{"ceiling-decideinto", "ceiling-store", isStore, true},
 }
 
 var families = []family{
