@@ -66,6 +66,16 @@ type op struct {
 	retry  bool // a recorded script, sent again after a lost reply (WithRetries)
 }
 
+// flight is one batch's round trip, cancelled once the caller of every op
+// in it has given up (and none is detached): go-redis re-dials a refused
+// connection and waits for a pooled one while its context lasts, and a
+// decision whose caller was told it failed must not reach a Redis that
+// comes back later.
+type flight struct {
+	cancel  context.CancelFunc
+	waiting atomic.Int32 // callers that have not given up
+}
+
 // waiter is a decision waiting for its ops' replies.
 type waiter struct {
 	ctx    context.Context // for values: the round trip runs on its own deadline
@@ -80,8 +90,10 @@ type waiter struct {
 	written   atomic.Int64 // UnixNano of the latest write of one of its ops
 	gone      atomic.Bool  // the caller stopped waiting
 	done      chan struct{}
-	one       [1]op  // the ops of a one-script decision
-	self      [1]*op // the batch of a decision its caller sends itself
+	mu        sync.Mutex // orders gone with flights
+	flights   []*flight  // the round trips that took its ops
+	one       [1]op      // the ops of a one-script decision
+	self      [1]*op     // the batch of a decision its caller sends itself
 }
 
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
@@ -107,6 +119,10 @@ func (w *waiter) release(answered bool) {
 	w.one[0], w.self[0] = op{}, nil
 	w.ctx, w.budget, w.detached = nil, 0, false
 	w.gone.Store(false)
+	w.mu.Lock()
+	clear(w.flights)
+	w.flights = w.flights[:0]
+	w.mu.Unlock()
 	waiters.Put(w)
 }
 
@@ -164,7 +180,7 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	w.written.Store(0)
 	b, err := s.enqueue(ctx, w, ops, s.inline && !detached && w.budget > 0 && !s.starvedLately())
 	if err != nil {
-		w.gone.Store(true)
+		w.giveUp()
 		return err
 	}
 	if b != nil {
@@ -186,7 +202,7 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 		return nil
 	}
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		w.gone.Store(true)
+		w.giveUp()
 		return err
 	}
 	if s.cluster != nil {
@@ -195,7 +211,7 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	if s.waitStarved(w, entry) {
 		return nil
 	}
-	w.gone.Store(true)
+	w.giveUp()
 	if w.answered() {
 		return nil
 	}
@@ -312,7 +328,7 @@ func (s *Store) starved(budget time.Duration) (bool, time.Duration) {
 			return true, took
 		}
 	}
-	return time.Now().UnixNano()-s.slowYield.Load() < int64(starvedMemory), took
+	return s.starvedLately(), took
 }
 
 // yields is how many times starved yields before it calls the process
@@ -335,6 +351,34 @@ func (w *waiter) wait(d time.Duration) bool {
 	case <-t.C:
 		return w.answered()
 	}
+}
+
+// giveUp records that the caller stopped waiting: its ops still queued are
+// never sent, and a round trip that took them and still waits to send them
+// gives up too once no other caller waits for it.
+func (w *waiter) giveUp() {
+	w.mu.Lock()
+	w.gone.Store(true)
+	fs := w.flights
+	w.flights = nil
+	w.mu.Unlock()
+	for _, f := range fs {
+		if f.waiting.Add(-1) == 0 {
+			f.cancel()
+		}
+	}
+}
+
+// board counts w as waiting for f, unless it has given up; exec calls it
+// for each waiter of the batch before sending.
+func (w *waiter) board(f *flight) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone.Load() || (len(w.flights) > 0 && w.flights[len(w.flights)-1] == f) {
+		return
+	}
+	w.flights = append(w.flights, f)
+	f.waiting.Add(1)
 }
 
 // answered reports, without blocking, whether every op of w was answered,
@@ -579,7 +623,7 @@ func (s *Store) exec(batch []*op, inline bool) {
 	}
 	now := time.Now()
 	var budget time.Duration
-	bounded := true
+	bounded, detached := true, false
 	for _, o := range batch {
 		w := o.w
 		for old := w.written.Load(); old < now.UnixNano() && !w.written.CompareAndSwap(old, now.UnixNano()); old = w.written.Load() {
@@ -587,6 +631,7 @@ func (s *Store) exec(batch []*op, inline bool) {
 		switch {
 		case w.detached:
 			budget = max(budget, w.budget, refundTimeout)
+			detached = true
 		case w.budget <= 0:
 			bounded = false
 		default:
@@ -598,14 +643,25 @@ func (s *Store) exec(batch []*op, inline bool) {
 		// The waiters' patience with a starved process, and half the
 		// budget again, let a reply that came in time be read by a process
 		// slow to schedule this goroutine; the waiters have their own
-		// deadlines.
-		// A caller sending its own op is its own waiter.
+		// deadlines. A caller sending its own op is its own waiter. A
+		// round trip for waiters is cancelled as soon as none of them waits
+		// any more (flight), so a decision whose caller gave up is not sent
+		// late, when a Redis that was down comes back.
 		if !inline {
 			budget += starvedPatience + budget/2
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, now.Add(budget))
 		defer cancel()
+		if !detached && !inline {
+			f := &flight{cancel: cancel}
+			for _, o := range batch {
+				o.w.board(f)
+			}
+			if f.waiting.Load() == 0 {
+				cancel() // every caller gave up since the batch was taken
+			}
+		}
 	}
 	ctx = s.logContext(ctx)
 	s.send(ctx, batch)

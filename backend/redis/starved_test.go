@@ -137,3 +137,33 @@ func TestStarvedProcessStillTimesOutAFrozenRedis(t *testing.T) {
 	}
 	t.Logf("returned after %v", took)
 }
+
+// TestDecisionOfACallerThatGaveUpIsNotSentLate kills Redis and sends
+// decisions that fail (the caller gives up at its budget), then starts
+// Redis again: none of them reaches it afterwards. The round trip that
+// took them waits long for a starved process's sake, and go-redis keeps
+// re-dialling a refused connection while it lasts; a decision the caller
+// was told had failed (and decided by its fail mode) must not also be
+// counted by a Redis that comes back.
+func TestDecisionOfACallerThatGaveUpIsNotSentLate(t *testing.T) {
+	inst := redistest.Server(t)
+	s := New(defaultClient(t, inst.Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	decide(t, s, day("warm", 1))
+	inst.Kill()
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(backend.WithBudget(context.Background(), 50*time.Millisecond), 50*time.Millisecond)
+			defer cancel()
+			if _, err := s.Decide(ctx, []backend.Request{day("k", 1)}); err == nil {
+				t.Error("decided on a killed Redis")
+			}
+		})
+	}
+	wg.Wait()
+	inst.Restart(t)
+	time.Sleep(time.Second) // go-redis's retries, had they not been cancelled
+	if got := stored(t, s, "k"); got != 0 {
+		t.Errorf("%d units stored by decisions whose callers gave up while Redis was down, want 0", got)
+	}
+}
