@@ -78,6 +78,9 @@ func (l *Limiter) modeOf(r *Rule) FailMode {
 // breaker, the in-process store of FailLocal, and the event reporting.
 type failover struct {
 	breaker *breaker // nil for in-process backends
+	// cached answers from the backend's cache in process (the Redis deny
+	// cache) when the backend cannot decide; nil if it keeps none.
+	cached backend.CachedDecider
 	// local is FailLocal's store, created on the first fallback that
 	// needs it, so that a healthy limiter runs no second store.
 	local     atomic.Pointer[localStore]
@@ -147,6 +150,7 @@ func (l *Limiter) initFailover() error {
 		f.limitLog[i].every = limitLogEvery
 	}
 	if l.remote {
+		f.cached, _ = l.backend.(backend.CachedDecider)
 		f.lag.tick(time.Now()) // the first baseline
 		f.breaker = newBreaker(l.cfg.breaker, now, l.emitDegraded, l.startProber)
 	}
@@ -231,9 +235,20 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // fallback decides the request by its rules' fail modes after the backend
 // failed with cause. It fills out like the backend would have, marking each
 // result's Fallback, or returns an *UnavailableError when a rule fails
-// closed.
+// closed. A request that the backend's cache in process rejects (a key the
+// Redis deny cache holds as spent) is rejected from it instead, by no fail
+// mode: a 429 until the key's RetryAfter, during an outage as before it.
 func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backend.Result, error) {
 	d := &st.decision
+	if c := l.fo.cached; c != nil && c.DecideCached(st.reqs, st.results[:len(st.reqs)]) {
+		// A key the backend refused until a time still to come: refused
+		// from its cache, whatever the fail modes, and no evidence either
+		// way about the backend.
+		if co, ok := l.cfg.observer.(CacheObserver); ok {
+			co.ObserveCached()
+		}
+		return st.results[:len(st.reqs)], nil
+	}
 	local := 0
 	for i := range d.Results {
 		rule := d.Results[i].Rule

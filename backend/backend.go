@@ -214,6 +214,23 @@ type DeadlineBound interface {
 	DeadlineBound() bool
 }
 
+// CachedDecider is implemented by a backend that remembers rejections in
+// process, as the Redis store's deny cache does. DecideCached decides reqs
+// from that memory alone, with no I/O, whether or not the server can be
+// reached: when the call would be rejected from it (a request on a key
+// rejected until a time still to come), it writes results as Decide would
+// have answered from the cache, every Result with Cached set, and returns
+// true; otherwise it returns false and leaves results alone. results must
+// have at least len(reqs) elements.
+//
+// The limiter asks it before it decides a call by a fail mode, so that a
+// key the backend refused stays refused while the backend cannot be asked
+// (a spent key is not admitted by FailOpen during an outage). Such an
+// answer is no evidence about the backend's health.
+type CachedDecider interface {
+	DecideCached(reqs []Request, results []Result) bool
+}
+
 // budgetKey is the context key of WithBudget.
 type budgetKey struct{}
 

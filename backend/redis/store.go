@@ -60,6 +60,7 @@ var (
 	_ backend.Backend       = (*Store)(nil)
 	_ backend.DecideInto    = (*Store)(nil)
 	_ backend.DeadlineBound = (*Store)(nil)
+	_ backend.CachedDecider = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -228,6 +229,19 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		s.deny.learn(reqs, res, rejected, now)
 	}
 	return nil
+}
+
+// DecideCached rejects reqs from the deny cache alone, with no round trip,
+// when one of them is on a key Redis rejected until a time still to come,
+// exactly as Decide would (see [WithDenyCache]), and reports whether it
+// did; see [backend.CachedDecider]. With the deny cache off it never does.
+// The limiter asks it while Redis cannot decide, so that a spent key stays
+// refused until its RetryAfter whatever the fail mode.
+func (s *Store) DecideCached(reqs []backend.Request, results []backend.Result) bool {
+	if s.deny == nil || len(reqs) == 0 || len(results) < len(reqs) {
+		return false
+	}
+	return s.deny.answer(reqs, results, micro(s.now()))
 }
 
 // DeadlineBound reports that Decide returns by its context's deadline
