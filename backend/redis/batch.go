@@ -40,8 +40,13 @@ const workerIdle = 100 * time.Millisecond
 // sends every decision on its own round trip; values below 1 mean the
 // default.
 //
-// Batching changes no answer: each decision is still its own script, all
-// or nothing, one per hash slot, in the order the decisions were made.
+// Batching changes no answer: each decision is still decided all or
+// nothing on its own, one script run per hash slot, in the order the
+// decisions were made. Consecutive decisions of a batch that are one
+// GCRA or one rolling-window request each, bound for one hash slot, share
+// a run of a script that decides them in turn (batch.lua), so that Redis
+// parses one command and reads its clock once for all of them; one of
+// them that fails (its key holds another type) fails alone.
 //
 // A decision written at once is handed to a worker goroutine of the store,
 // which keeps its budget whatever the client does. When the client keeps a
@@ -682,57 +687,6 @@ func (s *Store) exec(batch []*op, inline bool) {
 	}
 }
 
-// send sends ops in one round trip, then re-sends with EVAL, in one more,
-// the scripts a node did not have cached.
-func (s *Store) send(ctx context.Context, ops []*op) {
-	s.roundTrip(ctx, ops)
-	var again []*op
-	for _, o := range ops {
-		if o.script != nil && isNoScript(o.cmd.Err()) {
-			o.cmd = redis.NewCmd(ctx, evalArgs(o)...)
-			again = append(again, o)
-		}
-	}
-	if len(again) > 0 {
-		s.roundTrip(ctx, again)
-	}
-}
-
 // beforeWrite, when set by a test, runs before a worker writes a batch:
 // it stands for a process too busy to run the worker at once.
 var beforeWrite func()
-
-// roundTrip writes ops' commands at once and reads their replies.
-func (s *Store) roundTrip(ctx context.Context, ops []*op) {
-	if len(ops) == 1 {
-		s.client.Process(ctx, noRetry{ops[0].cmd}) // the error is the cmd's
-		return
-	}
-	pipe := s.client.Pipeline()
-	for _, o := range ops {
-		pipe.Process(ctx, noRetry{o.cmd})
-	}
-	pipe.Exec(ctx) // errors are read per command
-}
-
-// evalArgs are o's EVALSHA arguments as an EVAL of its script's source,
-// which also loads it into the node's script cache.
-func evalArgs(o *op) []any {
-	var src sourceOf
-	o.script.Eval(context.Background(), &src, nil)
-	args := append([]any(nil), o.cmd.Args()...)
-	args[0], args[1] = "eval", src.src
-	return args
-}
-
-// sourceOf is a redis.Scripter that runs nothing: handed to Script.Eval, it
-// learns the script's source.
-type sourceOf struct {
-	redis.Scripter
-	src string
-}
-
-func (s *sourceOf) Eval(_ context.Context, src string, _ []string, _ ...any) *redis.Cmd {
-	s.src = src
-	return nil
-}

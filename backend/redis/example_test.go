@@ -96,8 +96,8 @@ func ExampleStore_Decide() {
 
 // Decisions made at the same time share round trips: the ones that arrive
 // while the store's round trips are in flight go out together in the next
-// pipelined write. Each is still its own script, so a limit of 5 admits 5
-// of 20 concurrent requests, however they were batched.
+// pipelined write. Each is still decided on its own, so a limit of 5
+// admits 5 of 20 concurrent requests, however they were batched.
 func ExampleWithBatching() {
 	srv, err := miniredis.Run()
 	if err != nil {
