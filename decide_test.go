@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -390,4 +391,18 @@ func TestDecideIntoRefusesADecisionHoldingSlots(t *testing.T) {
 		t.Fatalf("after Release, the Decision is reused and the slot taken again: %+v, %v", d, err)
 	}
 	d.Release()
+}
+
+// reset clears a pooled state's Decision field by field: a field added to
+// Decision must be cleared there, and counted here.
+func TestResetClearsEveryDecisionField(t *testing.T) {
+	if n := reflect.TypeFor[Decision]().NumField(); n != 4 {
+		t.Fatalf("Decision has %d fields; state.reset clears 4: clear the new one there", n)
+	}
+	st := newState(1)
+	st.decision = Decision{Allowed: true, Results: make([]RuleResult, 1), RetryAfter: time.Second, leases: &held{}}
+	st.reset()
+	if d := st.decision; d.Allowed || len(d.Results) != 0 || d.RetryAfter != 0 || d.leases != nil {
+		t.Errorf("after reset: %+v", d)
+	}
 }
