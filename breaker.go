@@ -92,12 +92,13 @@ type breaker struct {
 	confirming atomic.Bool  // a confirmation of suspect failures runs
 	until      atomic.Int64 // Unix ns when the next probe goes
 
-	mu      sync.Mutex
-	since   time.Time  // when it opened
-	cause   error      // the latest failure while degraded
-	count   int64      // number of healthy → degraded transitions
-	emitMu  sync.Mutex // serialises events, in transition order
-	pending []DegradedEvent
+	mu        sync.Mutex
+	since     time.Time     // when it opened
+	firstWait time.Duration // from the opening to the first probe (jittered)
+	cause     error         // the latest failure while degraded
+	count     int64         // number of healthy → degraded transitions
+	emitMu    sync.Mutex    // serialises events, in transition order
+	pending   []DegradedEvent
 }
 
 func newBreaker(c BreakerConfig, now func() time.Time, emit func(DegradedEvent), opened func()) *breaker {
@@ -150,12 +151,21 @@ func (b *breaker) open(err error, failures int) {
 	now := b.now()
 	b.since, b.cause = now, err
 	b.count++
-	b.until.Store(now.Add(b.cfg.CoolDown).UnixNano())
+	b.firstWait = jittered(b.cfg.CoolDown)
+	b.until.Store(now.Add(b.firstWait).UnixNano())
 	b.state.Store(breakerOpen)
 	b.queue(DegradedEvent{Degraded: true, Cause: err, At: now, Failures: failures})
 	b.mu.Unlock()
 	b.flush()
 	b.opened()
+}
+
+// firstProbe is how long after the latest opening the first probe goes,
+// as the opening announced it (Retry-After, Health).
+func (b *breaker) firstProbe() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.firstWait
 }
 
 // probed records a failed probe: the latest cause, and when the next probe

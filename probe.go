@@ -69,9 +69,9 @@ func (l *Limiter) probeLoop() {
 	f, b := l.fo, l.fo.breaker
 	defer f.probeWG.Done()
 	interval := l.cfg.breaker.CoolDown
-	wait := jittered(interval)
-	b.probed(b.status().cause, wait)
-	t := time.NewTimer(wait)
+	// The opening set when the first probe goes (jittered), before this
+	// goroutine ran: the 503s' Retry-After already says so.
+	t := time.NewTimer(b.firstProbe())
 	defer t.Stop()
 	for {
 		select {
@@ -92,7 +92,7 @@ func (l *Limiter) probeLoop() {
 			return
 		}
 		interval = min(2*interval, l.cfg.breaker.MaxCoolDown)
-		wait = jittered(interval)
+		wait := jittered(interval)
 		b.probed(err, wait)
 		t.Reset(wait)
 	}
