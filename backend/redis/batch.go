@@ -131,15 +131,21 @@ func (w *waiter) release(answered bool) {
 	waiters.Put(w)
 }
 
-// starvedPatience is how much longer than its budget a caller waits, at
-// most, while this process is visibly too busy to run the worker that
-// reads its reply (see waitStarved); a slow yield of the CPU makes the
-// process count as starved for starvedMemory, since one yield can be quick
-// by luck.
+// starvedWait is how long after it was called a caller waits, at most,
+// while this process is visibly too busy to run the worker that reads its
+// reply (see waitStarved), or one and a half budgets if that is longer; a
+// slow yield of the CPU makes the process count as starved for
+// starvedMemory, since one yield can be quick by luck.
 const (
-	starvedPatience = 2 * time.Second
-	starvedMemory   = time.Second
+	starvedWait   = 2 * time.Second
+	starvedMemory = time.Second
 )
+
+// starvedLimit is how long after entry a caller with budget waits, at
+// most, on a starved process.
+func starvedLimit(budget time.Duration) time.Duration {
+	return max(starvedWait, budget+budget/2)
+}
 
 // errNotSent is the cause of a timeout when no round trip could take the
 // decision: every one to the node was in flight and none came back.
@@ -274,7 +280,7 @@ func (s *Store) starvedLately() bool {
 // that the worker has not been able to run to read, or the round trips
 // ahead of the ops may be held up the same way, so the caller waits as
 // long as its yield took (at least half the budget) and asks again, up to
-// starvedPatience past the budget. Ops a worker took but has not written
+// starvedLimit(budget) after the call began. Ops a worker took but has not written
 // yet are waited for the same way without asking, since only this
 // process's slowness stands in between. On a process that runs its
 // goroutines promptly, a call to a frozen or slow Redis fails at its
@@ -283,7 +289,7 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 	if w.wait(time.Until(entry.Add(w.budget))) {
 		return true // ctx's deadline came before the budget
 	}
-	limit := entry.Add(w.budget + starvedPatience)
+	limit := entry.Add(starvedLimit(w.budget))
 	for {
 		if wr := w.written.Load(); wr != 0 && w.wait(time.Until(time.Unix(0, wr).Add(w.budget))) {
 			return true
@@ -653,7 +659,7 @@ func (s *Store) exec(batch []*op, inline bool) {
 		// any more (flight), so a decision whose caller gave up is not sent
 		// late, when a Redis that was down comes back.
 		if !inline {
-			budget += starvedPatience + budget/2
+			budget = starvedLimit(budget) + budget/2
 		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, now.Add(budget))

@@ -254,12 +254,12 @@ func (s *Store) DecideCached(reqs []backend.Request, results []backend.Result) b
 //     what the deadline leaves when Decide is entered) is counted from when
 //     the decision is written to Redis. Decide returns at most that budget
 //     after the write when this process runs its goroutines promptly.
-//   - When the budget runs out, Decide yields the CPU once and times how
-//     long it took to run again. A yield that takes a tenth of the budget
-//     or more (or one that did within the last second) says that the
-//     goroutine that reads Redis's replies may not have run yet, though a
-//     reply came: Decide waits longer, as long as each yield took, up to
-//     ten budgets (at most 2s) past the budget.
+//   - When the budget runs out, Decide yields the CPU (up to three times)
+//     and times how long it took to run again. A yield that takes a tenth
+//     of the budget or more (or one that did within the last second) says
+//     that the goroutine that reads Redis's replies may not have run yet,
+//     though a reply came: Decide waits longer, as long as each yield took,
+//     until 2s after it was called (or one and a half budgets, if longer).
 //
 // A decision that runs out of budget returns an error wrapping
 // [context.DeadlineExceeded], or [backend.ErrUnreachable] with the dial
