@@ -9,10 +9,10 @@
 // with skewed clocks agree), decides with the arithmetic of
 // backend/ALGORITHMS.md, and writes all or nothing, setting each written
 // key's expiry in the same script so idle keys disappear by themselves. (A
-// call of one GCRA or one rolling-window request, the most common, runs
-// gcra.lua or rolling.lua, the same arithmetic without the general
-// script's bookkeeping, at about half its Redis CPU; every other call runs
-// decide.lua.) On
+// call of one GCRA, one rolling-window or one sliding-log request, the most
+// common, runs gcra.lua, rolling.lua or slidinglog.lua, the same arithmetic
+// without the general script's bookkeeping, at about half its Redis CPU;
+// every other call runs decide.lua.) On
 // Redis Cluster the keys of a request are grouped by hash slot, one script
 // per slot sent in parallel; if any slot rejects, the slots that consumed
 // are refunded, so no CROSSSLOT error ever reaches the caller.

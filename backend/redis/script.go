@@ -20,6 +20,9 @@ var gcraSource string
 //go:embed rolling.lua
 var rollingSource string
 
+//go:embed slidinglog.lua
+var slidingLogSource string
+
 //go:embed lone.lua
 var loneSource string
 
@@ -31,6 +34,10 @@ var gcraScript = redis.NewScript(gcraSource + loneSource)
 // algorithm's common call, without decideScript's bookkeeping (see
 // rolling.lua).
 var rollingScript = redis.NewScript(rollingSource + loneSource)
+
+// slidingLogScript decides a call of one sliding-log request without
+// decideScript's bookkeeping (see slidinglog.lua).
+var slidingLogScript = redis.NewScript(slidingLogSource + loneSource)
 
 // decideScript runs as EVALSHA first; go-redis falls back to EVAL (which
 // also reloads the script cache) on NOSCRIPT: after SCRIPT FLUSH, a
@@ -99,9 +106,9 @@ func (s *Store) run(ctx context.Context, keys []string, reqs []backend.Request, 
 	return decode(v, reqs, false)
 }
 
-// loneScript is the script that decides reqs: a call of one GCRA or one
-// rolling-window request (not a refund's undo) runs a script of its own,
-// every other call decideScript.
+// loneScript is the script that decides reqs: a call of one GCRA, one
+// rolling-window or one sliding-log request (not a refund's undo) runs a
+// script of its own, every other call decideScript.
 func loneScript(reqs []backend.Request, stamps []int64) *redis.Script {
 	if len(reqs) == 1 && stamps == nil {
 		switch reqs[0].Algorithm {
@@ -109,6 +116,8 @@ func loneScript(reqs []backend.Request, stamps []int64) *redis.Script {
 			return gcraScript
 		case backend.RollingWindow:
 			return rollingScript
+		case backend.SlidingLog:
+			return slidingLogScript
 		}
 	}
 	return decideScript

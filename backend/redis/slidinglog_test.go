@@ -30,98 +30,109 @@ func logRecord(t, n int64) string { return fmt.Sprintf("%016d %016d\n", t, n) }
 // with any layout; the differential test parses this one after every step.)
 func TestSlidingLogLayout(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
-		ctx := context.Background()
-		clock := newFakeClock()
-		s := New(client, WithPrefix(prefix), WithClock(clock.Now), WithDenyCache(0))
-		r := backend.Request{Key: "otp:to:x", Algorithm: backend.SlidingLog, Limit: 5, Period: time.Minute, Cost: 1}
-		key := prefix + ":" + r.Key
-		t0 := clock.Now().UnixMicro()
-		stored := func(label, want string) {
-			t.Helper()
-			got, err := client.Get(ctx, key).Result()
-			if err != nil {
-				t.Fatalf("%s: %v", label, err)
-			}
-			if got != want {
-				t.Errorf("%s: stored\n%q, want\n%q", label, got, want)
-			}
-		}
-		const H, R = 59, 34
+		for _, script := range []string{"slidinglog.lua", "decide.lua"} {
+			t.Run(script, func(t *testing.T) {
+				ctx := context.Background()
+				clock := newFakeClock()
+				s := New(client, WithPrefix(prefix+script), WithClock(clock.Now), WithDenyCache(0))
+				call := func(r backend.Request) []backend.Result {
+					t.Helper()
+					if script == "decide.lua" {
+						return decide(t, s, r, backend.Request{Key: "{x}other", Algorithm: backend.FixedWindow, Limit: 4, Period: time.Second})[:1]
+					}
+					return decide(t, s, r)
+				}
+				r := backend.Request{Key: "{x}otp:to:x", Algorithm: backend.SlidingLog, Limit: 5, Period: time.Minute, Cost: 1}
+				key := prefix + script + ":" + r.Key
+				t0 := clock.Now().UnixMicro()
+				stored := func(label, want string) {
+					t.Helper()
+					got, err := client.Get(ctx, key).Result()
+					if err != nil {
+						t.Fatalf("%s: %v", label, err)
+					}
+					if got != want {
+						t.Errorf("%s: stored\n%q, want\n%q", label, got, want)
+					}
+				}
+				const H, R = 59, 34
 
-		decide(t, s, r)
-		decide(t, s, r) // the same instant: one record of 2
-		clock.Advance(time.Second)
-		decide(t, s, r)
-		t1 := t0 + time.Second.Microseconds()
-		stored("three admissions", logHeader(3, t1, H, H+2*R)+logRecord(t0, 2)+logRecord(t1, 1))
+				call(r)
+				call(r) // the same instant: one record of 2
+				clock.Advance(time.Second)
+				call(r)
+				t1 := t0 + time.Second.Microseconds()
+				stored("three admissions", logHeader(3, t1, H, H+2*R)+logRecord(t0, 2)+logRecord(t1, 1))
 
-		// A refund takes the newest units back: fin moves back a record,
-		// then t0's record keeps 1 of its 2; the bytes after fin stay while
-		// they do not outweigh the live ones.
-		r.Cost = -1
-		decide(t, s, r)
-		stored("after a refund of 1", logHeader(2, t0, H, H+R)+logRecord(t0, 2)+logRecord(t1, 1))
-		decide(t, s, r)
-		stored("after a second refund of 1", logHeader(1, t0, H, H+R)+logRecord(t0, 1)+logRecord(t1, 1))
+				// A refund takes the newest units back: fin moves back a record,
+				// then t0's record keeps 1 of its 2; the bytes after fin stay while
+				// they do not outweigh the live ones.
+				r.Cost = -1
+				call(r)
+				stored("after a refund of 1", logHeader(2, t0, H, H+R)+logRecord(t0, 2)+logRecord(t1, 1))
+				call(r)
+				stored("after a second refund of 1", logHeader(1, t0, H, H+R)+logRecord(t0, 1)+logRecord(t1, 1))
 
-		// When they do, the log is rewritten: three records, two taken back.
-		other := r
-		other.Key += ":refund"
-		other.Cost = 1
-		for range 3 {
-			clock.Advance(time.Millisecond)
-			decide(t, s, other)
-		}
-		tb := clock.Now().UnixMicro() - 2000
-		other.Cost = -2
-		decide(t, s, other)
-		got, _ := client.Get(ctx, prefix+":"+other.Key).Result()
-		if want := logHeader(1, tb, H, H+R) + logRecord(tb, 1); got != want {
-			t.Errorf("three records, two taken back: stored\n%q, want\n%q", got, want)
-		}
+				// When they do, the log is rewritten: three records, two taken back.
+				other := r
+				other.Key += ":refund"
+				other.Cost = 1
+				for range 3 {
+					clock.Advance(time.Millisecond)
+					call(other)
+				}
+				tb := clock.Now().UnixMicro() - 2000
+				other.Cost = -2
+				call(other)
+				got, _ := client.Get(ctx, prefix+script+":"+other.Key).Result()
+				if want := logHeader(1, tb, H, H+R) + logRecord(tb, 1); got != want {
+					t.Errorf("three records, two taken back: stored\n%q, want\n%q", got, want)
+				}
 
-		// Past t0's expiry the next admission skips the expired record
-		// (head moves) and writes at fin.
-		r.Cost = 1
-		clock.Advance(time.Minute)
-		t2 := clock.Now().UnixMicro()
-		decide(t, s, r)
-		stored("t0 expired", logHeader(1, t2, H+R, H+2*R)+logRecord(t0, 1)+logRecord(t2, 1))
+				// Past t0's expiry the next admission skips the expired record
+				// (head moves) and writes at fin.
+				r.Cost = 1
+				clock.Advance(time.Minute)
+				t2 := clock.Now().UnixMicro()
+				call(r)
+				stored("t0 expired", logHeader(1, t2, H+R, H+2*R)+logRecord(t0, 1)+logRecord(t2, 1))
 
-		// Once the expired records outweigh the live ones, the log is
-		// rewritten without them.
-		clock.Advance(time.Minute)
-		t3 := clock.Now().UnixMicro()
-		decide(t, s, r)
-		stored("t2 expired: rewritten", logHeader(1, t3, H, H+R)+logRecord(t3, 1))
+				// Once the expired records outweigh the live ones, the log is
+				// rewritten without them.
+				clock.Advance(time.Minute)
+				t3 := clock.Now().UnixMicro()
+				call(r)
+				stored("t2 expired: rewritten", logHeader(1, t3, H, H+R)+logRecord(t3, 1))
 
-		// The previous layout is read: three live units, so a cost of 3 of 5
-		// is refused and 2 fit.
-		clock.Advance(time.Hour)
-		t5 := clock.Now().UnixMicro()
-		old := "L 3 " + itoa(t5) + " " + itoa(t5-1000) + " 1 " + itoa(t5) + " 2"
-		if err := client.Set(ctx, key, old, time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-		r.Cost = 3
-		if res := decide(t, s, r)[0]; res.Allowed || res.Remaining != 2 {
-			t.Errorf("cost 3 on a previous-layout log of 3 units: %+v, want rejected with 2 remaining", res)
-		}
-		r.Cost = 2
-		if res := decide(t, s, r)[0]; !res.Allowed || res.Remaining != 0 {
-			t.Errorf("cost 2 on a previous-layout log of 3 units: %+v, want admitted with 0 remaining", res)
-		}
-		stored("the previous layout rewritten", logHeader(5, t5, H, H+2*R)+logRecord(t5-1000, 1)+logRecord(t5, 4))
+				// The previous layout is read: three live units, so a cost of 3 of 5
+				// is refused and 2 fit.
+				clock.Advance(time.Hour)
+				t5 := clock.Now().UnixMicro()
+				old := "L 3 " + itoa(t5) + " " + itoa(t5-1000) + " 1 " + itoa(t5) + " 2"
+				if err := client.Set(ctx, key, old, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				r.Cost = 3
+				if res := call(r)[0]; res.Allowed || res.Remaining != 2 {
+					t.Errorf("cost 3 on a previous-layout log of 3 units: %+v, want rejected with 2 remaining", res)
+				}
+				r.Cost = 2
+				if res := call(r)[0]; !res.Allowed || res.Remaining != 0 {
+					t.Errorf("cost 2 on a previous-layout log of 3 units: %+v, want admitted with 0 remaining", res)
+				}
+				stored("the previous layout rewritten", logHeader(5, t5, H, H+2*R)+logRecord(t5-1000, 1)+logRecord(t5, 4))
 
-		// The oldest layout counts as absent.
-		if err := client.Set(ctx, key, "l "+itoa(t5)+" 5", time.Minute).Err(); err != nil {
-			t.Fatal(err)
+				// The oldest layout counts as absent.
+				if err := client.Set(ctx, key, "l "+itoa(t5)+" 5", time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				r.Cost = 1
+				if res := call(r)[0]; !res.Allowed || res.Remaining != 4 {
+					t.Errorf("after an oldest-layout value: %+v, want admitted with 4 remaining (absent state)", res)
+				}
+				stored("the oldest layout replaced", logHeader(1, t5, H, H+R)+logRecord(t5, 1))
+			})
 		}
-		r.Cost = 1
-		if res := decide(t, s, r)[0]; !res.Allowed || res.Remaining != 4 {
-			t.Errorf("after an oldest-layout value: %+v, want admitted with 4 remaining (absent state)", res)
-		}
-		stored("the oldest layout replaced", logHeader(1, t5, H, H+R)+logRecord(t5, 1))
 	})
 }
 

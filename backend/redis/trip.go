@@ -11,9 +11,10 @@ import (
 //go:embed batch.lua
 var batchSource string
 
-// batchScript decides several lone decisions (calls of one GCRA or one
-// rolling-window request) of a batch in one run: see batch.lua.
-var batchScript = redis.NewScript(gcraSource + rollingSource + batchSource)
+// batchScript decides several lone decisions (calls of one GCRA, one
+// rolling-window or one sliding-log request) of a batch in one run: see
+// batch.lua.
+var batchScript = redis.NewScript(gcraSource + rollingSource + slidingLogSource + batchSource)
 
 // trip is one command of a round trip: an op's own, or a run of
 // batchScript deciding several ops.
@@ -25,9 +26,10 @@ type trip struct {
 }
 
 // shareable reports whether o is a lone decision that may share a run of
-// batchScript: gcra.lua's or rolling.lua's, without a request id.
+// batchScript: gcra.lua's, rolling.lua's or slidinglog.lua's, without a
+// request id.
 func shareable(o *op) bool {
-	return !o.retry && (o.script == gcraScript || o.script == rollingScript)
+	return !o.retry && (o.script == gcraScript || o.script == rollingScript || o.script == slidingLogScript)
 }
 
 // trips groups ops into the commands of one round trip: each run of
