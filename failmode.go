@@ -81,6 +81,9 @@ type failover struct {
 	// cached answers from the backend's cache in process (the Redis deny
 	// cache) when the backend cannot decide; nil if it keeps none.
 	cached backend.CachedDecider
+	// spread spreads the probe's canary over every server of a backend
+	// made of several (Redis Cluster); nil for one server.
+	spread backend.Spread
 	// local is FailLocal's store, created on the first fallback that
 	// needs it, so that a healthy limiter runs no second store.
 	local     atomic.Pointer[localStore]
@@ -151,6 +154,7 @@ func (l *Limiter) initFailover() error {
 	}
 	if l.remote {
 		f.cached, _ = l.backend.(backend.CachedDecider)
+		f.spread, _ = l.backend.(backend.Spread)
 		f.lag.tick(time.Now()) // the first baseline
 		f.breaker = newBreaker(l.cfg.breaker, now, l.emitDegraded, l.startProber)
 	}

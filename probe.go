@@ -104,25 +104,56 @@ func jittered(d time.Duration) time.Duration {
 	return d - time.Duration(mrand.Int64N(int64(d)/4+1))
 }
 
-// probe asks the backend for one canary decision and, when it answers,
+// probe asks the backend for a canary decision and, when it answers,
 // charges it with what FailLocal admitted meanwhile. It reports why the
-// backend cannot be trusted yet, or nil.
+// backend cannot be trusted yet, or nil. On a backend of several servers
+// ([backend.Spread]: Redis Cluster) there is one canary on each, decided in
+// one call: every server must answer, or a cluster with a master down
+// would look healthy whenever the canary's own master answers.
 func (l *Limiter) probe() error {
-	out := make([]backend.Result, 1)
+	reqs, err := l.canaries()
+	if err != nil {
+		return err
+	}
+	out := make([]backend.Result, len(reqs))
 	start := time.Now()
-	_, err := l.bounded(context.Background(), op{reqs: []backend.Request{l.fo.canary}, out: out})
+	_, err = l.bounded(context.Background(), op{reqs: reqs, out: out})
 	if obs := l.cfg.observer; obs != nil {
 		observeCall(obs, time.Since(start), out, err)
 	}
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case out[0].Cached:
-		return errProbeCached
-	case !out[0].Allowed:
-		return fmt.Errorf("ceiling: probe: the backend rejected a canary far under its limit (retry after %v)", out[0].RetryAfter)
+	}
+	for i := range out {
+		switch {
+		case out[i].Cached:
+			return errProbeCached
+		case !out[i].Allowed:
+			return fmt.Errorf("ceiling: probe: the backend rejected a canary far under its limit (retry after %v)", out[i].RetryAfter)
+		}
 	}
 	return l.chargeLocal()
+}
+
+// canaries are the probe's requests: the canary, or one variant of it on
+// each server of a backend of several.
+func (l *Limiter) canaries() ([]backend.Request, error) {
+	c := l.fo.canary
+	if l.fo.spread == nil {
+		return []backend.Request{c}, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	defer cancel()
+	keys, err := l.fo.spread.SpreadKeys(ctx, c.Key)
+	if err != nil {
+		return nil, fmt.Errorf("ceiling: probe: %w", err)
+	}
+	reqs := make([]backend.Request, len(keys))
+	for i, k := range keys {
+		reqs[i] = c
+		reqs[i].Key = k
+	}
+	return reqs, nil
 }
 
 // trip opens the breaker at once, without waiting for consecutive

@@ -231,6 +231,18 @@ type CachedDecider interface {
 	DecideCached(reqs []Request, results []Result) bool
 }
 
+// Spread is implemented by a backend whose state lives on several servers
+// that fail independently (Redis Cluster: each master holds some of the
+// hash slots). SpreadKeys returns variants of key, one stored on each of
+// the servers as the backend routes keys now, so that one call deciding
+// all of them reaches every server. The limiter's background probe decides
+// a canary on each, so that its circuit breaker closes only once every
+// server can decide, not as soon as the one that holds a lone canary
+// answers while keys on another still fail.
+type Spread interface {
+	SpreadKeys(ctx context.Context, key string) ([]string, error)
+}
+
 // budgetKey is the context key of WithBudget.
 type budgetKey struct{}
 
