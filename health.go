@@ -325,6 +325,12 @@ func FailureKind(err error) string {
 	return kindError
 }
 
+// FailureKinds returns every kind [FailureKind] names, in that order, for
+// code that must cover each (a metric's label values, an alert's matcher).
+func FailureKinds() []string {
+	return []string{kindUnreachable, kindTimeout, kindAuth, kindReadOnly, kindOutOfMemory, kindError}
+}
+
 // refused reports a connection that could not be made or was lost, from a
 // backend that does not say so itself.
 func refused(err error) bool {

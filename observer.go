@@ -64,6 +64,8 @@ type Observer interface {
 	// and error (nil when it answered). Calls skipped by the open circuit
 	// breaker are not calls, and neither are answers from a cache in
 	// process (the Redis deny cache): a [CacheObserver] is told of those.
+	// Label a failure by [FailureKind](err) (one of [FailureKinds]), never
+	// by the error's text, which can name addresses and stored keys.
 	ObserveBackend(latency time.Duration, err error)
 	// ObserveDegraded is called once per transition between healthy and
 	// degraded.

@@ -9,7 +9,7 @@
 //
 //	ceiling_decisions_total{rule, outcome="allowed|rejected|shadow_rejected|not_charged"}
 //	ceiling_backend_duration_seconds              histogram of backend calls
-//	ceiling_backend_errors_total{kind="timeout|error"}
+//	ceiling_backend_errors_total{kind="unreachable|timeout|auth|read-only|out of memory|error"}
 //	ceiling_backend_timeout_seconds               the limiter's backend timeout (remote backends)
 //	ceiling_deny_cache_hits_total                 decisions the Redis deny cache answered in process
 //	ceiling_evicted_keys_total                    keys an in-process store evicted holding spent units
@@ -25,7 +25,6 @@
 package ceilingprom
 
 import (
-	"errors"
 	"sync"
 	"time"
 
@@ -103,7 +102,7 @@ func New(o Options) *Observer {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "backend_errors_total", ConstLabels: o.ConstLabels,
-			Help: "Backend calls that failed, by kind: timeout or error.",
+			Help: "Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.",
 		}, []string{"kind"}),
 		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "degraded", ConstLabels: o.ConstLabels,
@@ -131,7 +130,7 @@ func New(o Options) *Observer {
 	}
 	// Every series an alert watches exists from the start, at zero, so
 	// that its first increase is one that increase() and rate() can see.
-	for _, kind := range []string{"timeout", "error"} {
+	for _, kind := range ceiling.FailureKinds() {
 		obs.errors.WithLabelValues(kind)
 	}
 	return obs
@@ -165,15 +164,14 @@ func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 }
 
 // ObserveBackend records a backend call's latency and, if it failed, its
-// error's kind.
+// error's kind ([ceiling.FailureKind]): a refused connection, a timeout, a
+// refused password, a read-only replica, a full server or another error
+// call for different fixes, and the kind, unlike the error's text, names
+// no address or key.
 func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 	o.duration.Observe(latency.Seconds())
 	if err != nil {
-		kind := "error"
-		if errors.Is(err, ceiling.ErrTimeout) {
-			kind = "timeout"
-		}
-		o.errors.WithLabelValues(kind).Inc()
+		o.errors.WithLabelValues(ceiling.FailureKind(err)).Inc()
 	}
 }
 

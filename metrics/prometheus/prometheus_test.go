@@ -89,7 +89,7 @@ func (f *flaky) Decide(ctx context.Context, reqs []backend.Request) ([]backend.R
 		return nil, ctx.Err()
 	}
 	if down {
-		return nil, errors.New("connection refused")
+		return nil, fmt.Errorf("%w: dial tcp 127.0.0.1:6379: connect: connection refused", backend.ErrUnreachable)
 	}
 	out := make([]backend.Result, len(reqs))
 	f.mu.Lock()
@@ -138,10 +138,14 @@ ceiling_degraded{limiter="api"} 1
 		get(h)
 	}
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind: timeout or error.
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.
 # TYPE ceiling_backend_errors_total counter
-ceiling_backend_errors_total{kind="error",limiter="api"} 2
+ceiling_backend_errors_total{kind="auth",limiter="api"} 0
+ceiling_backend_errors_total{kind="error",limiter="api"} 0
+ceiling_backend_errors_total{kind="out of memory",limiter="api"} 0
+ceiling_backend_errors_total{kind="read-only",limiter="api"} 0
 ceiling_backend_errors_total{kind="timeout",limiter="api"} 1
+ceiling_backend_errors_total{kind="unreachable",limiter="api"} 2
 # HELP ceiling_failmode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
 # TYPE ceiling_failmode_admissions_total counter
 ceiling_failmode_admissions_total{limiter="api",mode="local",rule="chat"} 0
@@ -162,6 +166,39 @@ ceiling_degraded_transitions_total{limiter="api"} 1
 	}
 }
 
+// Each failed call is counted under its kind, as the health report names
+// it: a refused connection, the limiter's timeout, a refused password, a
+// read-only replica, a full server, or any other error; one that timed out
+// while go-redis was still failing to dial is unreachable, its root cause.
+func TestBackendErrorsByKind(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	for _, err := range []error{
+		fmt.Errorf("deciding: %w: dial tcp: connection refused", backend.ErrUnreachable),
+		fmt.Errorf("%w after 100ms: %w", ceiling.ErrTimeout, context.DeadlineExceeded),
+		fmt.Errorf("%w after 100ms: %w: dial tcp: connection refused", ceiling.ErrTimeout, backend.ErrUnreachable),
+		fmt.Errorf("%w: WRONGPASS invalid username-password pair", backend.ErrAuth),
+		fmt.Errorf("%w: READONLY You can't write against a read only replica", backend.ErrReadOnly),
+		fmt.Errorf("%w: OOM command not allowed when used memory > 'maxmemory'", backend.ErrOutOfMemory),
+		fmt.Errorf("%w: OOM command not allowed when used memory > 'maxmemory'", backend.ErrOutOfMemory),
+		errors.New("ERR unknown command"),
+	} {
+		obs.ObserveBackend(time.Millisecond, err)
+	}
+	want := `
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.
+# TYPE ceiling_backend_errors_total counter
+ceiling_backend_errors_total{kind="auth"} 1
+ceiling_backend_errors_total{kind="error"} 1
+ceiling_backend_errors_total{kind="out of memory"} 2
+ceiling_backend_errors_total{kind="read-only"} 1
+ceiling_backend_errors_total{kind="timeout"} 1
+ceiling_backend_errors_total{kind="unreachable"} 2
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_backend_errors_total"); err != nil {
+		t.Error(err)
+	}
+}
+
 // The series the alerts watch exist before anything happens, at zero:
 // increase() cannot see a counter's first value, so a fail-open burst that
 // created its series would never alert. The timeout is the limiter's own,
@@ -174,10 +211,14 @@ func TestAlertedSeriesStartAtZero(t *testing.T) {
 		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind: timeout or error.
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.
 # TYPE ceiling_backend_errors_total counter
+ceiling_backend_errors_total{kind="auth"} 0
 ceiling_backend_errors_total{kind="error"} 0
+ceiling_backend_errors_total{kind="out of memory"} 0
+ceiling_backend_errors_total{kind="read-only"} 0
 ceiling_backend_errors_total{kind="timeout"} 0
+ceiling_backend_errors_total{kind="unreachable"} 0
 # HELP ceiling_backend_timeout_seconds The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.
 # TYPE ceiling_backend_timeout_seconds gauge
 ceiling_backend_timeout_seconds 0.25
