@@ -424,15 +424,7 @@ func countHops(lines []string, forwarded bool, n int, peer netip.Addr) netip.Add
 		for v := lines[i]; v != ""; {
 			var a netip.Addr
 			var ok bool
-			if forwarded {
-				var e string
-				v, e = cutLastElement(v)
-				a, ok = forwardedFor(e)
-			} else {
-				j := strings.LastIndexByte(v, ',')
-				a, ok = parseHop(v[j+1:])
-				v = v[:max(j, 0)]
-			}
+			v, a, ok = cutLastHop(v, forwarded)
 			if seen++; ok {
 				hop = a
 			}
@@ -520,15 +512,7 @@ func (c *clientIP) walk(lines []string, forwarded bool, peer netip.Addr) netip.A
 		for v := lines[i]; v != ""; {
 			var a netip.Addr
 			var ok bool
-			if forwarded {
-				var e string
-				v, e = cutLastElement(v)
-				a, ok = forwardedFor(e)
-			} else {
-				j := strings.LastIndexByte(v, ',')
-				a, ok = parseHop(v[j+1:])
-				v = v[:max(j, 0)]
-			}
+			v, a, ok = cutLastHop(v, forwarded)
 			if !ok {
 				return hop
 			}
@@ -539,6 +523,20 @@ func (c *clientIP) walk(lines []string, forwarded bool, peer netip.Addr) netip.A
 		}
 	}
 	return hop
+}
+
+// cutLastHop cuts the last entry off a line of a list header (Forwarded
+// when forwarded, else X-Forwarded-For) and parses its address; ok is false
+// when the entry holds no usable address.
+func cutLastHop(line string, forwarded bool) (before string, a netip.Addr, ok bool) {
+	if forwarded {
+		before, e := cutLastElement(line)
+		a, ok = forwardedFor(e)
+		return before, a, ok
+	}
+	j := strings.LastIndexByte(line, ',')
+	a, ok = parseHop(line[j+1:])
+	return line[:max(j, 0)], a, ok
 }
 
 // cutLastElement cuts the last element off a Forwarded line, skipping
