@@ -165,7 +165,10 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 	if c.RedisPrefix != "" {
 		prefix = c.RedisPrefix
 	}
-	opts = append(opts, ceiling.WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))))
+	// The service's logger takes go-redis's own lines too ("failed to dial",
+	// one per dial while Redis is down), sampled, in the service's format.
+	store := ceilingredis.New(client, ceilingredis.WithPrefix(prefix), ceilingredis.WithLogger(logger))
+	opts = append(opts, ceiling.WithBackend(store))
 	return opts, client.Close, nil
 }
 
