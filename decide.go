@@ -65,6 +65,11 @@ var ErrEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule doe
 //
 // An admitted decision on a [Concurrency] rule holds its slot until
 // [Decision.Release]: defer it when the work starts.
+//
+// The Decision's Results are the caller's, never written again by the
+// limiter; to spare an allocation per call they are carved with other
+// calls' from shared blocks (of 1.3 KB), which a Decision kept for long
+// keeps alive. [Limiter.DecideInto] reuses a Decision instead.
 func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error) {
 	var d Decision
 	err := l.decideInputs(ctx, &d, inputs)
@@ -144,9 +149,41 @@ func (l *Limiter) decideInputs(ctx context.Context, d *Decision, inputs []Input)
 		return err
 	}
 	*d = st.decision
-	d.Results = append(results, st.decision.Results...)
+	if n := len(st.decision.Results); cap(results) < n {
+		results = st.slab.take(n)
+	} else {
+		results = results[:n]
+	}
+	copy(results, st.decision.Results)
+	d.Results = results
 	st.decision.leases = nil // d holds them now, not the pooled state
 	return nil
+}
+
+// resultSlab hands out the Results of the Decisions that
+// [Limiter.Decide] returns without an allocation per call: each
+// Decision's Results are carved from a block that is never carved again,
+// their capacity limited to their length, so they belong to that Decision
+// (an append copies). A full block is left to the Decisions holding parts
+// of it, which keep it alive, and a fresh one taken, as lineSlab does for
+// header values.
+type resultSlab []RuleResult
+
+// slabResults is the size of a block: a Decision kept for long keeps at
+// most this many RuleResults (1.3 KB) alive.
+const slabResults = 16
+
+// take returns n RuleResults of s's current block, or of a fresh one.
+func (s *resultSlab) take(n int) []RuleResult {
+	if n > slabResults/4 {
+		return make([]RuleResult, n)
+	}
+	if cap(*s)-len(*s) < n {
+		*s = make([]RuleResult, 0, slabResults)
+	}
+	start := len(*s)
+	*s = (*s)[:start+n]
+	return (*s)[start : start+n : start+n]
 }
 
 // reset empties st for a new decision.
