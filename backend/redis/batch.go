@@ -43,10 +43,11 @@ const workerIdle = 100 * time.Millisecond
 // Batching changes no answer: each decision is still decided all or
 // nothing on its own, one script run per hash slot, in the order the
 // decisions were made. Consecutive decisions of a batch that are one
-// GCRA or one rolling-window request each, bound for one hash slot, share
-// a run of a script that decides them in turn (batch.lua), so that Redis
-// parses one command and reads its clock once for all of them; one of
-// them that fails (its key holds another type) fails alone.
+// GCRA, one rolling-window or one sliding-log request each, bound for one
+// hash slot, share a run of a script that decides them in turn
+// (batch.lua), so that Redis parses one command and reads its clock once
+// for all of them; one of them that fails (its key holds another type, a
+// full or read-only Redis refuses it) fails alone.
 //
 // A decision written at once is handed to a worker goroutine of the store,
 // which keeps its budget whatever the client does. When the client keeps a
@@ -66,9 +67,11 @@ func WithBatching(size, inFlight int) Option {
 type op struct {
 	script *redis.Script // nil: not a script, never re-sent as EVAL
 	key    string        // its first key, which names its node
-	cmd    *redis.Cmd
+	cmd    *redis.Cmd    // nil until sent for a lone call (see loneCall)
 	w      *waiter
-	retry  bool // a recorded script, sent again after a lost reply (WithRetries)
+	retry  bool     // a recorded script, sent again after a lost reply (WithRetries)
+	lone   loneCall // a call of one request of a script of its own
+	at     int      // a lone call's answer starts at cmd's reply[at] (0: 1)
 }
 
 // flight is one batch's round trip, cancelled once the caller of every op

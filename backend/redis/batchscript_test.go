@@ -15,16 +15,22 @@ import (
 	"github.com/ceiling-go/ceiling/internal/redistest"
 )
 
-// loneRequests are n calls of one request each, alternating a rolling
-// window and GCRA, on keys k0..k(n-1) that never reach their limits.
+// loneRequests are n calls of one request each, on keys k0..k(n-1) that
+// never reach their limits: they cycle through a rolling window, GCRA and
+// a sliding log, and through two limits and two periods, so that a shared
+// script holds several rules and a decision read by another's rule
+// answers with the wrong remaining count.
 func loneRequests(n int) [][]backend.Request {
+	algs := []backend.Algorithm{backend.RollingWindow, backend.GCRA, backend.SlidingLog}
 	calls := make([][]backend.Request, n)
 	for i := range calls {
-		alg := backend.RollingWindow
-		if i%2 == 1 {
-			alg = backend.GCRA
-		}
-		calls[i] = []backend.Request{{Key: "k" + strconv.Itoa(i), Algorithm: alg, Limit: 1000, Period: time.Hour, Cost: 1}}
+		calls[i] = []backend.Request{{
+			Key:       "k" + strconv.Itoa(i),
+			Algorithm: algs[i%3],
+			Limit:     int64(1000 + 10*(i%4)),
+			Period:    time.Duration(1+i%2) * time.Hour,
+			Cost:      1,
+		}}
 	}
 	return calls
 }
@@ -60,9 +66,9 @@ func queueBehindHeldLane(t *testing.T, s *Store, proxy *redistest.Proxy, trips *
 }
 
 // TestLoneDecisionsShareOneScript queues 20 calls of one request each (a
-// rolling window or GCRA) behind a round trip in flight: they go out as
-// one command, batch.lua deciding all 20 in one script run, and each
-// answers as its own call would.
+// rolling window, GCRA or a sliding log, of twelve rules) behind a round
+// trip in flight: they go out as one command, batch.lua deciding all 20 in
+// one script run, and each answers as its own call would.
 func TestLoneDecisionsShareOneScript(t *testing.T) {
 	proxy := redistest.NewProxy(t, redistest.Shared(t).Addr)
 	client := defaultClient(t, proxy.Addr)
@@ -92,7 +98,8 @@ func TestLoneDecisionsShareOneScript(t *testing.T) {
 		t.Errorf("commands sent = %v, want %v (the held decision's, then one for the queued)", got, want)
 	}
 	for i, res := range results {
-		want := int64(999)
+		limit := res[0].Limit
+		want := limit - 1
 		if i < 2 || i >= n {
 			// Two calls on the key, in either order: one sees the other.
 			var j int
@@ -101,17 +108,17 @@ func TestLoneDecisionsShareOneScript(t *testing.T) {
 			} else {
 				j = i - n
 			}
-			want = 999 + 998 - results[j][0].Remaining
+			want = 2*limit - 3 - results[j][0].Remaining
 		}
-		if !res[0].Allowed || res[0].Remaining != want || (want != 999 && want != 998) {
+		if !res[0].Allowed || limit != calls[i][0].Limit || res[0].Remaining != want || (want != limit-1 && want != limit-2) {
 			t.Errorf("call %d (%v): %+v, want admitted with %d remaining", i, calls[i][0].Algorithm, res[0], want)
 		}
 	}
 	// Each key holds what its calls consumed.
 	for i := range n {
-		want := int64(999)
+		want := calls[i][0].Limit - 1
 		if i < 2 {
-			want = 998
+			want--
 		}
 		peek := calls[i][0]
 		peek.Cost = 0
@@ -134,7 +141,7 @@ func TestBatchedDecisionFailsAlone(t *testing.T) {
 	s := New(client, WithPrefix(prefix), WithDenyCache(0), WithBatching(64, 1))
 	decide(t, s, day("warm", 1))
 	calls := loneRequests(6)
-	for _, i := range []int{2, 3} { // a rolling window and a GCRA key
+	for _, i := range []int{2, 3, 4} { // a sliding log, a rolling window and a GCRA key
 		if err := srv.Client(t).LPush(context.Background(), prefix+":"+calls[i][0].Key, "x").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -142,14 +149,14 @@ func TestBatchedDecisionFailsAlone(t *testing.T) {
 	results, errs := queueBehindHeldLane(t, s, proxy, trips, calls)()
 	for i := range calls {
 		switch {
-		case i == 2 || i == 3:
+		case i >= 2 && i <= 4:
 			if errs[i] == nil || !strings.Contains(errs[i].Error(), "WRONGTYPE") {
 				t.Errorf("call %d on a list: err = %v, want WRONGTYPE", i, errs[i])
 			}
 		case errs[i] != nil:
 			t.Errorf("call %d: %v, want its own answer", i, errs[i])
-		case !results[i][0].Allowed || results[i][0].Remaining != 999:
-			t.Errorf("call %d: %+v, want admitted with 999 remaining", i, results[i][0])
+		case !results[i][0].Allowed || results[i][0].Remaining != calls[i][0].Limit-1:
+			t.Errorf("call %d: %+v, want admitted with %d remaining", i, results[i][0], calls[i][0].Limit-1)
 		}
 	}
 }
@@ -244,8 +251,8 @@ func TestScriptCacheFlushedUnderASharedScript(t *testing.T) {
 		t.Errorf("commands after the flush %v, want %v: the shared script, then its EVAL", got, want)
 	}
 	for i := range calls {
-		if errs[i] != nil || !results[i][0].Allowed || results[i][0].Remaining != 999 {
-			t.Errorf("call %d: %+v, %v: want admitted once, 999 remaining", i, results[i], errs[i])
+		if errs[i] != nil || !results[i][0].Allowed || results[i][0].Remaining != calls[i][0].Limit-1 {
+			t.Errorf("call %d: %+v, %v: want admitted once, %d remaining", i, results[i], errs[i], calls[i][0].Limit-1)
 		}
 	}
 }
@@ -257,9 +264,7 @@ func TestSharedScriptsKeepToASlot(t *testing.T) {
 	ctx := context.Background()
 	mk := func(s *Store, key string, alg backend.Algorithm) *op {
 		reqs := []backend.Request{{Key: key, Algorithm: alg, Limit: 10, Period: time.Second, Cost: 1}}
-		keys := s.keys(reqs)
-		o := scriptOp(ctx, loneScript(reqs, nil), keys, s.args(reqs, nil, false))
-		return &o
+		return &op{script: loneScript(reqs, nil), key: s.prefix + key, lone: loneCall{req: reqs[0], now: -1}}
 	}
 	shape := func(trips []trip) string {
 		var parts []string
@@ -273,27 +278,35 @@ func TestSharedScriptsKeepToASlot(t *testing.T) {
 		return strings.Join(parts, " ")
 	}
 	cluster := New(redistest.SharedCluster(t).Client(t))
-	x1, x2, y1 := mk(cluster, "{x}1", backend.RollingWindow), mk(cluster, "{x}2", backend.GCRA), mk(cluster, "{y}1", backend.GCRA)
-	multi := scriptOp(ctx, decideScript, []string{"{x}3", "{x}4"}, nil)
+	x1 := func() *op { return mk(cluster, "{x}1", backend.RollingWindow) }
+	x2 := func() *op { return mk(cluster, "{x}2", backend.GCRA) }
+	y1 := func() *op { return mk(cluster, "{y}1", backend.SlidingLog) }
+	multi := func() *op {
+		o := scriptOp(ctx, decideScript, []string{"{x}3", "{x}4"}, nil)
+		return &o
+	}
 	for _, c := range []struct {
 		ops  []*op
 		want string
 	}{
-		{[]*op{x1, x2, y1}, "shared(2) own"},
-		{[]*op{x1, y1, x2}, "own own own"},
-		{[]*op{x1, x2, &multi, x1, x2}, "shared(2) own shared(2)"},
+		{[]*op{x1(), x2(), y1()}, "shared(2) own"},
+		{[]*op{x1(), y1(), x2()}, "own own own"},
+		{[]*op{x1(), x2(), multi(), x1(), x2()}, "shared(2) own shared(2)"},
 	} {
 		if got := shape(cluster.trips(ctx, c.ops)); got != c.want {
 			t.Errorf("trips on Cluster = %s, want %s", got, c.want)
 		}
 	}
 	single := New(redistest.Shared(t).Client(t))
-	a, b, c := mk(single, "{x}1", backend.RollingWindow), mk(single, "{y}1", backend.GCRA), mk(single, "{z}1", backend.RollingWindow)
-	if got, want := shape(single.trips(ctx, []*op{a, b, c})), "shared(3)"; got != want {
+	three := func() []*op {
+		return []*op{mk(single, "{x}1", backend.RollingWindow), mk(single, "{y}1", backend.GCRA), mk(single, "{z}1", backend.SlidingLog)}
+	}
+	if got, want := shape(single.trips(ctx, three())), "shared(3)"; got != want {
 		t.Errorf("trips on one server = %s, want %s", got, want)
 	}
-	b.retry = true // a recorded script (WithRetries)
-	if got, want := shape(single.trips(ctx, []*op{a, b, c})), "own own own"; got != want {
+	ops := three()
+	ops[1].retry = true // a recorded script (WithRetries)
+	if got, want := shape(single.trips(ctx, ops)), "own own own"; got != want {
 		t.Errorf("trips with a recorded script = %s, want %s", got, want)
 	}
 }

@@ -89,6 +89,9 @@ func (s *Store) record(ctx context.Context, o *op, ttl time.Duration) bool {
 	if slot(idKey) != slot(o.key) {
 		return false
 	}
+	if o.cmd == nil {
+		o.cmd = s.loneCmd(ctx, o)
+	}
 	args := o.cmd.Args() // evalsha, sha, numkeys, keys..., argv...
 	n, _ := args[2].(int)
 	script := recordedScript(o.script)

@@ -96,10 +96,10 @@ func flag(b bool) int {
 	return 0
 }
 
-// run decides reqs, stored under keys, in one script.
+// run decides reqs, stored under keys, in one run of decideScript (a call
+// of one request with a script of its own runs runLone instead).
 func (s *Store) run(ctx context.Context, keys []string, reqs []backend.Request, stamps []int64) (reply, error) {
-	script := loneScript(reqs, stamps)
-	v, err := s.eval(ctx, script, keys, s.args(reqs, stamps, false))
+	v, err := s.eval(ctx, decideScript, keys, s.args(reqs, stamps, false))
 	if err != nil {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs), err)
 	}
@@ -121,6 +121,87 @@ func loneScript(reqs []backend.Request, stamps []int64) *redis.Script {
 		}
 	}
 	return decideScript
+}
+
+// loneCall is a call of one request that a script of its own decides
+// (loneScript): its command is built only when it is sent alone, and a
+// batch may decide it with other lone calls in one run of batchScript.
+type loneCall struct {
+	req backend.Request
+	now int64 // µs, under WithClock; -1: the server's TIME
+}
+
+// runLone decides req, a call of script's own, into res.
+func (s *Store) runLone(ctx context.Context, script *redis.Script, req backend.Request, res *backend.Result) (rejected bool, err error) {
+	w, ops := newWaiter(ctx, 1)
+	o := &ops[0]
+	*o = op{script: script, key: s.prefix + req.Key, lone: loneCall{req: req, now: -1}}
+	if s.clock != nil {
+		o.lone.now = s.clock().UnixMicro()
+	}
+	if err := s.call(ctx, w, ops, false); err != nil {
+		w.release(false)
+		return false, fmt.Errorf("ceiling/backend/redis: deciding key %q: %w", req.Key, s.classify(err))
+	}
+	rejected, err = o.decodeLone(res)
+	w.release(true)
+	if err != nil {
+		return false, fmt.Errorf("ceiling/backend/redis: deciding key %q: %w", req.Key, s.classify(err))
+	}
+	return rejected, nil
+}
+
+// loneCmd is the command of o, a lone call sent alone: its script with
+// decide.lua's ARGV for one request.
+func (s *Store) loneCmd(ctx context.Context, o *op) *redis.Cmd {
+	r := &o.lone.req
+	var now any = ""
+	minTTL := 0
+	if o.lone.now >= 0 {
+		now, minTTL = o.lone.now, fakeClockMinTTL
+	}
+	return redis.NewCmd(ctx, "evalsha", o.script.Hash(), 1, o.key, now, minTTL, 0,
+		int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst, r.Cost, flag(r.Force), flag(r.Shadow), 0)
+}
+
+// decodeLone reads o's answer, {rejected, allowed, remaining, reset µs,
+// retry µs, next µs} from o.at in its command's reply (from 1 in its own
+// script's {now, ...}), into res, checking its shape: a server or proxy
+// answering something else is an error naming what it sent.
+func (o *op) decodeLone(res *backend.Result) (rejected bool, err error) {
+	v, err := o.cmd.Result()
+	if err != nil {
+		return false, err
+	}
+	at := max(o.at, 1)
+	arr, ok := v.([]any)
+	// Its own script answers 7 values; a shared one 1 + 6 per decision.
+	if !ok || len(arr) < at+6 || (o.at == 0 && len(arr) != 7) || (len(arr)-1)%6 != 0 {
+		return false, fmt.Errorf("%w: %T of %d elements, want an array of %d", errReply, v, len(arr), max(at+6, 7))
+	}
+	if e, ok := arr[at].(error); ok {
+		return false, e // this decision failed alone, in a shared script
+	}
+	var f [6]int64
+	for i := range f {
+		n, ok := arr[at+i].(int64)
+		if !ok {
+			return false, fmt.Errorf("%w: element %d is %T, want an integer", errReply, at+i, arr[at+i])
+		}
+		f[i] = n
+	}
+	*res = backend.Result{
+		Allowed:    f[1] == 1,
+		Limit:      o.lone.req.Limit,
+		Remaining:  f[2],
+		ResetAfter: time.Duration(f[3]) * time.Microsecond,
+		RetryAfter: time.Duration(f[4]) * time.Microsecond,
+		NextAfter:  time.Duration(f[5]) * time.Microsecond,
+	}
+	if f[4] < 0 {
+		res.RetryAfter = backend.Never
+	}
+	return f[0] == 1, nil
 }
 
 // describe names a call's keys for an error message.
@@ -152,7 +233,12 @@ func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
 	if got := len(arr); got != want {
 		return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w: %d elements, want %d", describe(reqs), errReply, got, want)
 	}
-	ints := make([]int64, head)
+	var buf [16]int64
+	ints := buf[:0]
+	if head > len(buf) {
+		ints = make([]int64, 0, head)
+	}
+	ints = ints[:head]
 	for i, e := range arr[:head] {
 		n, ok := e.(int64)
 		if !ok {

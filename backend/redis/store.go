@@ -216,6 +216,9 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	)
 	if groups := s.slotGroups(reqs); len(groups) > 1 {
 		res, rejected, err = s.decideSlots(ctx, reqs, groups)
+	} else if script := loneScript(reqs, nil); script != decideScript {
+		rejected, err = s.runLone(ctx, script, reqs[0], &results[0])
+		res = results[:1]
 	} else {
 		var r reply
 		r, err = s.run(ctx, s.keys(reqs), reqs, nil)

@@ -3,8 +3,8 @@ package redis
 import (
 	"context"
 	_ "embed"
-	"fmt"
 
+	"github.com/ceiling-go/ceiling/backend"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,11 +25,10 @@ type trip struct {
 	shared bool          // cmd is batchScript's: its reply holds each op's
 }
 
-// shareable reports whether o is a lone decision that may share a run of
-// batchScript: gcra.lua's, rolling.lua's or slidinglog.lua's, without a
-// request id.
+// shareable reports whether o is a lone call (see loneCall) that may
+// share a run of batchScript: not yet built, without a request id.
 func shareable(o *op) bool {
-	return !o.retry && (o.script == gcraScript || o.script == rollingScript || o.script == slidingLogScript)
+	return o.cmd == nil && !o.retry && (o.script == gcraScript || o.script == rollingScript || o.script == slidingLogScript)
 }
 
 // trips groups ops into the commands of one round trip: each run of
@@ -46,57 +45,69 @@ func (s *Store) trips(ctx context.Context, ops []*op) []trip {
 			}
 		}
 		if j-i > 1 {
-			trips = append(trips, trip{cmd: batchCmd(ctx, ops[i:j]), script: batchScript, ops: ops[i:j], shared: true})
+			trips = append(trips, trip{cmd: s.batchCmd(ctx, ops[i:j]), script: batchScript, ops: ops[i:j], shared: true})
 		} else {
-			trips = append(trips, trip{cmd: ops[i].cmd, script: ops[i].script, ops: ops[i:j]})
+			o := ops[i]
+			if o.cmd == nil {
+				o.cmd = s.loneCmd(ctx, o)
+			}
+			trips = append(trips, trip{cmd: o.cmd, script: o.script, ops: ops[i:j]})
 		}
 		i = j
 	}
 	return trips
 }
 
-// batchCmd is the EVALSHA of batchScript deciding ops, lone decisions all,
-// from their own commands' arguments: evalsha, sha, 1, key, then the ARGV
-// of decide.lua for one request (now, minimum TTL, peeks, algorithm,
-// limit, period, burst, cost, force, shadow, stamp).
-func batchCmd(ctx context.Context, ops []*op) *redis.Cmd {
-	a := make([]any, 0, 4+8*len(ops))
+// batchCmd is the EVALSHA of batchScript deciding ops, lone calls all: the
+// rules they use, each once, then per call its rule, clock, cost and flags
+// (see batch.lua).
+func (s *Store) batchCmd(ctx context.Context, ops []*op) *redis.Cmd {
+	var rules [4]*backend.Request // the first ops of distinct rules, in order
+	distinct := rules[:0]
+	index := func(r *backend.Request) int {
+		for i, d := range distinct {
+			if d.Algorithm == r.Algorithm && d.Limit == r.Limit && d.Period == r.Period && d.Burst == r.Burst {
+				return i + 1
+			}
+		}
+		distinct = append(distinct, r)
+		return len(distinct)
+	}
+	idx := make([]int, len(ops))
+	for i, o := range ops {
+		idx[i] = index(&o.lone.req)
+	}
+	minTTL := 0
+	if s.clock != nil {
+		minTTL = fakeClockMinTTL
+	}
+	a := make([]any, 0, 5+len(ops)+4*len(distinct)+4*len(ops))
 	a = append(a, "evalsha", batchScript.Hash(), len(ops))
 	for _, o := range ops {
 		a = append(a, o.key)
 	}
-	a = append(a, ops[0].cmd.Args()[5])
-	for _, o := range ops {
-		x := o.cmd.Args()
-		force, _ := x[12].(int)
-		shadow, _ := x[13].(int)
-		a = append(a, x[4], x[7], x[8], x[9], x[10], x[11], force+2*shadow)
+	a = append(a, minTTL, len(distinct))
+	for _, r := range distinct {
+		a = append(a, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst)
+	}
+	for i, o := range ops {
+		var now any = ""
+		if o.lone.now >= 0 {
+			now = o.lone.now
+		}
+		r := &o.lone.req
+		a = append(a, idx[i], now, r.Cost, flag(r.Force)+2*flag(r.Shadow))
 	}
 	return redis.NewCmd(ctx, a...)
 }
 
-// answer gives each op of t its reply: a shared command's reply holds one
-// per op, in order.
+// answer gives each op of t its command, and a shared command's ops where
+// their answers start in its reply: {now, then 6 values per decision}.
 func (t *trip) answer() {
-	if !t.shared {
-		t.ops[0].cmd = t.cmd
-		return
-	}
-	v, err := t.cmd.Result()
-	replies, ok := v.([]any)
-	if err == nil && (!ok || len(replies) != len(t.ops)) {
-		err = fmt.Errorf("%w: a batch of %d decisions answered %T of %d", errReply, len(t.ops), v, len(replies))
-	}
 	for i, o := range t.ops {
-		switch {
-		case err != nil:
-			o.cmd.SetErr(err)
-		default:
-			if e, isErr := replies[i].(error); isErr {
-				o.cmd.SetErr(e)
-			} else {
-				o.cmd.SetVal(replies[i])
-			}
+		o.cmd = t.cmd
+		if t.shared {
+			o.at = 1 + 6*i
 		}
 	}
 }
