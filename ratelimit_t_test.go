@@ -40,51 +40,75 @@ func rateLimitField(t *testing.T, h http.Header) map[string][2]int64 {
 // until one more unit is available (draft-11), not until the quota is whole
 // again (draft-08), and the 429's Retry-After equals the rejecting rule's t.
 func TestRateLimitTIsDraft11(t *testing.T) {
-	// t after the second unit, in seconds, rounded up; the third request's
-	// Retry-After is the same. The working, per ALGORITHMS.md:
-	wants := map[backend.Algorithm]int64{
-		// T = 4 s, tau = 8 s: tat 8 s at 2 s, one more at tat + T - tau.
-		GCRA: 2,
-		// the unit of 0 s leaves at 8 s.
-		SlidingLog: 6,
-		// W = 0.5 s: bucket 0 counts until 17W = 8.5 s.
-		RollingWindow: 7,
-		// the window [0, 8 s) ends.
-		FixedWindow: 6,
-		// cur = 2 becomes prev = 2 at 8 s and must weigh at most 0.5:
-		// remm <= 4000 ms, at 9.999001 s.
-		SlidingWindow: 10,
-	}
 	for _, alg := range backend.Algorithms() {
-		want, ok := wants[alg]
-		if !ok {
-			t.Fatalf("no expectation for %v", alg)
-		}
 		t.Run(alg.String(), func(t *testing.T) {
 			store, clock := fakeMemory(t)
-			l := MustNew([]Rule{{Name: "r", Key: Static("k"), Limit: 2, Period: 8 * time.Second, Algorithm: alg}}, WithBackend(store))
-			h := l.Handler(okHandler)
-			get := func(at time.Duration) *httptest.ResponseRecorder {
-				clock.Set(backendtest.Epoch.Add(at))
-				return serve(t, h, httptest.NewRequest("GET", "/", nil))
-			}
-			w := get(0)
-			if got := rateLimitField(t, w.Header())["r"]; w.Code != 200 || got != [2]int64{1, 0} {
-				t.Errorf("first: %d r,t = %v, want 200 and 1,0 (a unit is available now)", w.Code, got)
-			}
-			w = get(2 * time.Second)
-			if got := rateLimitField(t, w.Header())["r"]; w.Code != 200 || got != [2]int64{0, want} {
-				t.Errorf("second: %d r,t = %v, want 200 and 0,%d", w.Code, got, want)
-			}
-			w = get(2 * time.Second)
-			retry, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
-			if w.Code != http.StatusTooManyRequests || err != nil || retry != want {
-				t.Errorf("third: %d Retry-After %q, want 429 and %d", w.Code, w.Header().Get("Retry-After"), want)
-			}
-			if got := rateLimitField(t, w.Header())["r"]; got != [2]int64{0, retry} {
-				t.Errorf("third: r,t = %v, want 0,%d: t equals Retry-After", got, retry)
-			}
+			checkDraft11(t, alg, clock, WithBackend(store))
 		})
+	}
+}
+
+// draft11T is issue 19's table: t after the second unit, in seconds,
+// rounded up; the third request's Retry-After is the same. The working,
+// per ALGORITHMS.md, is in the comments.
+var draft11T = map[backend.Algorithm]int64{
+	// T = 4 s, tau = 8 s: tat 8 s at 2 s, one more at tat + T - tau.
+	GCRA: 2,
+	// the unit of 0 s leaves at 8 s.
+	SlidingLog: 6,
+	// W = 0.5 s: bucket 0 counts until 17W = 8.5 s.
+	RollingWindow: 7,
+	// the window [0, 8 s) ends.
+	FixedWindow: 6,
+	// cur = 2 becomes prev = 2 at 8 s and must weigh at most 0.5:
+	// remm <= 4000 ms, at 9.999001 s.
+	SlidingWindow: 10,
+}
+
+// checkDraft11 runs issue 19's sequence through a limiter of one rule of
+// alg (limit 2 per 8 s) built with opts, whose backend reads clock:
+// requests at 0 s and 2 s are admitted with t = 0 then the table's t, and
+// a third at 2 s is a 429 whose Retry-After is that t and whose RateLimit
+// says the same. It returns the handler, for more requests at later
+// instants (see draft11Get).
+func checkDraft11(t *testing.T, alg backend.Algorithm, clock *backendtest.Clock, opts ...Option) http.Handler {
+	t.Helper()
+	want, ok := draft11T[alg]
+	if !ok {
+		t.Fatalf("no expectation for %v", alg)
+	}
+	l := MustNew([]Rule{{Name: "r", Key: Static("k"), Limit: 2, Period: 8 * time.Second, Algorithm: alg}}, opts...)
+	t.Cleanup(func() { l.Close() })
+	h := l.Handler(okHandler)
+	w := draft11Get(t, h, clock, 0)
+	if got := rateLimitField(t, w.Header())["r"]; w.Code != 200 || got != [2]int64{1, 0} {
+		t.Errorf("first: %d r,t = %v, want 200 and 1,0 (a unit is available now)", w.Code, got)
+	}
+	w = draft11Get(t, h, clock, 2*time.Second)
+	if got := rateLimitField(t, w.Header())["r"]; w.Code != 200 || got != [2]int64{0, want} {
+		t.Errorf("second: %d r,t = %v, want 200 and 0,%d", w.Code, got, want)
+	}
+	checkDraft11Refusal(t, "third", draft11Get(t, h, clock, 2*time.Second), want)
+	return h
+}
+
+// draft11Get sends one request to h at Epoch+at on clock.
+func draft11Get(t *testing.T, h http.Handler, clock *backendtest.Clock, at time.Duration) *httptest.ResponseRecorder {
+	t.Helper()
+	clock.Set(backendtest.Epoch.Add(at))
+	return serve(t, h, httptest.NewRequest("GET", "/", nil))
+}
+
+// checkDraft11Refusal checks that w is a 429 with Retry-After want and
+// rule r's RateLimit member at r=0, t=Retry-After.
+func checkDraft11Refusal(t *testing.T, which string, w *httptest.ResponseRecorder, want int64) {
+	t.Helper()
+	retry, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+	if w.Code != http.StatusTooManyRequests || err != nil || retry != want {
+		t.Errorf("%s: %d Retry-After %q, want 429 and %d", which, w.Code, w.Header().Get("Retry-After"), want)
+	}
+	if got := rateLimitField(t, w.Header())["r"]; got != [2]int64{0, retry} {
+		t.Errorf("%s: r,t = %v, want 0,%d: t equals Retry-After", which, got, retry)
 	}
 }
 
