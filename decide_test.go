@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
@@ -444,5 +445,54 @@ func TestResetClearsEveryDecisionField(t *testing.T) {
 	st.reset()
 	if d := st.decision; d.Allowed || len(d.Results) != 0 || d.RetryAfter != 0 || d.leases != nil {
 		t.Errorf("after reset: %+v", d)
+	}
+}
+
+// add fills the pooled request and result slots field by field: none may
+// keep what an earlier decision left there, whatever fields the structs
+// grow.
+func TestAddOverwritesEveryField(t *testing.T) {
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Second, Shadow: true}})
+	defer l.Close()
+	st := newState(1)
+	st.reqs = append(st.reqs[:0], backend.Request{})
+	st.decision.Results = append(st.decision.Results[:0], RuleResult{})
+	scribble(t, reflect.ValueOf(&st.reqs[0]).Elem())
+	scribble(t, reflect.ValueOf(&st.decision.Results[0]).Elem())
+	st.reset()
+	if err := l.add(st, &l.rules[0], "192.0.2.1", 3, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	want := backend.Request{Key: "ip\x00192.0.2.1", Algorithm: RollingWindow, Limit: 10, Period: time.Second, Cost: 3, Shadow: true}
+	if got := st.reqs[0]; !reflect.DeepEqual(got, want) {
+		t.Errorf("request %+v, want %+v", got, want)
+	}
+	if got, want := st.decision.Results[0], (RuleResult{Rule: &l.rules[0], limit: 10}); !reflect.DeepEqual(got, want) {
+		t.Errorf("result %+v, want %+v", got, want)
+	}
+}
+
+// scribble sets every field of v, exported or not, to a value that is not
+// its zero.
+func scribble(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			f := v.Field(i)
+			scribble(t, reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem())
+		}
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(7)
+	case reflect.String:
+		v.SetString("stale")
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+	default:
+		t.Fatalf("scribble: teach it %v fields", v.Kind())
 	}
 }
