@@ -223,6 +223,9 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l.observeConfig()
+	if dl, ok := l.backend.(backend.DefaultLogger); ok {
+		dl.UseDefaultLogger(l.cfg.logger) // go-redis's lines, with the limiter's
+	}
 	return l, nil
 }
 

@@ -152,7 +152,9 @@ func WithRejectHandler(h RejectHandler) Option {
 }
 
 // WithLogger sets where degradation events are logged (default
-// [slog.Default]).
+// [slog.Default]). A backend that logs on its own ([backend.DefaultLogger]:
+// the Redis store, go-redis's lines) logs there too, unless it was given a
+// logger of its own.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

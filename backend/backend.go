@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -241,6 +242,13 @@ type CachedDecider interface {
 // answers while keys on another still fail.
 type Spread interface {
 	SpreadKeys(ctx context.Context, key string) ([]string, error)
+}
+
+// DefaultLogger is implemented by a backend that logs on its own (the Redis
+// store: its client's lines): ceiling.New passes it the limiter's logger,
+// which the backend uses unless it was given a logger of its own.
+type DefaultLogger interface {
+	UseDefaultLogger(*slog.Logger)
 }
 
 // budgetKey is the context key of WithBudget.

@@ -121,7 +121,7 @@ func (s *Store) healCluster() {
 // about them goes to that logger (see WithLogger).
 type dialLog struct {
 	last atomic.Pointer[dialFailure]
-	logs *storeLog
+	logs *atomic.Pointer[storeLog] // the Store's
 }
 
 type dialFailure struct {
@@ -146,7 +146,9 @@ func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			d.last.Store(&dialFailure{at: time.Now(), err: err})
 			if d.logs != nil {
-				err = &dialError{err: err, logs: d.logs}
+				if l := d.logs.Load(); l != nil {
+					err = &dialError{err: err, logs: l}
+				}
 			}
 		}
 		return c, err

@@ -19,23 +19,41 @@ import (
 const logEvery = time.Minute
 
 // WithLogger sends go-redis's own log lines about this Store's calls and
-// its client's connections to logger at level Warn, sampled: the first of each kind at once, then at
-// most one a minute with the number of lines it stands for
-// ("occurrences"). Without it, go-redis writes a line to stderr, in its own
-// format, for every failed dial ("failed to dial after 5 attempts"): a flood
-// while Redis is down.
+// its client's connections to logger at level Warn, sampled: the first of
+// each kind at once, then at most one a minute with the number of lines it
+// stands for ("occurrences"). Without a logger, go-redis writes a line to
+// stderr, in its own format, for every failed dial ("failed to dial after
+// 5 attempts"): a flood while Redis is down.
+//
+// A Store built without WithLogger takes the logger of the first limiter
+// built on it (ceiling.WithLogger, or slog.Default), which ceiling.New
+// passes to [Store.UseDefaultLogger]; one built with WithLogger keeps its
+// own. WithLogger(nil) leaves go-redis's lines about the Store where
+// go-redis writes them, and installs nothing.
 //
 // go-redis has one logger per process (redis.SetLogger). The first Store
-// built with WithLogger installs a router as that logger: lines logged
-// while serving a call of a Store built with WithLogger, and lines about a
-// failed dial of its client (whoever's command the dial was for, when you
-// share the client), go to that Store's logger; every other line (your own
+// that gets a logger installs a router as that logger: lines logged while
+// serving a call of a Store with a logger, and lines about a failed dial
+// of its client (whoever's command the dial was for, when you share the
+// client), go to that Store's logger; every other line (your own
 // commands', go-redis's background work's) is written as go-redis writes
-// it by default, to stderr. A logger
-// you set with redis.SetLogger before that is replaced; one you set after
-// replaces the router, and the Stores' lines go to yours unsampled.
+// it by default, to stderr. A logger you set with redis.SetLogger before
+// that is replaced; one you set after replaces the router, and the Stores'
+// lines go to yours unsampled.
 func WithLogger(logger *slog.Logger) Option {
-	return func(c *config) { c.logger = logger }
+	return func(c *config) { c.logger, c.loggerSet = logger, true }
+}
+
+// UseDefaultLogger makes logger the Store's logger for go-redis's lines
+// (see [WithLogger]) unless the Store has one or was built with
+// WithLogger: a Store keeps the first logger it gets. ceiling.New calls it
+// with the limiter's logger, as [backend.DefaultLogger] asks, so that
+// limiter and store log to one place. A nil logger does nothing.
+func (s *Store) UseDefaultLogger(logger *slog.Logger) {
+	if logger == nil || s.ownLogs || s.logs.Load() != nil {
+		return
+	}
+	s.logs.CompareAndSwap(nil, newStoreLog(logger))
 }
 
 // logKey marks a context as a call of a Store with a logger.
@@ -43,10 +61,11 @@ type logKey struct{}
 
 // logContext marks ctx as a call of s, for go-redis's log lines.
 func (s *Store) logContext(ctx context.Context) context.Context {
-	if s.logs == nil {
+	l := s.logs.Load()
+	if l == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, logKey{}, s.logs)
+	return context.WithValue(ctx, logKey{}, l)
 }
 
 // storeLog is a Store's logger and its samplers, one per kind of line

@@ -46,14 +46,18 @@ type Store struct {
 	reloaded            atomic.Int64 // UnixNano of the last slot map reload asked for
 	authRefused         atomic.Int64 // UnixNano of the last ErrAuth
 	dials               dialLog
-	logs                *storeLog // nil: go-redis's lines are not routed
-	retries             int       // see WithRetries
+	retries             int // see WithRetries
 	ids                 atomic.Uint64
 	slowYield           atomic.Int64 // UnixNano of the last yield that showed a starved process
 	// inline: the client bounds a command by its context's deadline
 	// (ContextTimeoutEnabled), so a lone decision on an idle node can be
 	// sent by its caller, which returns by its budget all the same.
 	inline bool
+	// logs is where go-redis's lines about this Store go (nil: where
+	// go-redis writes them); ownLogs, that WithLogger chose it, so that a
+	// limiter's logger does not replace it (see UseDefaultLogger).
+	logs    atomic.Pointer[storeLog]
+	ownLogs bool
 }
 
 var (
@@ -61,6 +65,7 @@ var (
 	_ backend.DecideInto    = (*Store)(nil)
 	_ backend.DeadlineBound = (*Store)(nil)
 	_ backend.CachedDecider = (*Store)(nil)
+	_ backend.DefaultLogger = (*Store)(nil)
 )
 
 // Option configures a Store.
@@ -72,6 +77,7 @@ type config struct {
 	denySize            int
 	batchSize, inFlight int
 	logger              *slog.Logger
+	loggerSet           bool
 	retries             int
 }
 
@@ -156,10 +162,11 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	if s.cluster == nil {
 		s.batch = newBatcher(s)
 	}
+	s.ownLogs = cfg.loggerSet
 	if cfg.logger != nil {
-		s.logs = newStoreLog(cfg.logger)
-		s.dials.logs = s.logs
+		s.logs.Store(newStoreLog(cfg.logger))
 	}
+	s.dials.logs = &s.logs
 	s.dials.watch(client)
 	if cfg.denySize > 0 {
 		s.deny = newDenyCache(cfg.denySize)
