@@ -177,7 +177,8 @@ var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 // key limited to 1 per day, three times: the first must be admitted and a
 // later one rejected (a backend that admits everything fails with
 // [ErrNotEnforcing]). Canary keys are random and reset afterwards. Each
-// call is bounded by the limiter's timeout; ctx bounds the whole check.
+// call is bounded by the limiter's timeout (one that times out is given up
+// to 2s more to name its cause); ctx bounds the whole check.
 //
 // When the backend cannot decide, the error names the root cause and wraps
 // its kind (see [FailureKind]): wrong or missing credentials
@@ -218,7 +219,7 @@ func (l *Limiter) Check(ctx context.Context) error {
 			}
 			res, err := l.checkDecide(ctx, req)
 			if err != nil {
-				return l.checkFailed(ctx, err)
+				return l.checkFailed(ctx, err, req)
 			}
 			if attempt == 0 {
 				keys = append(keys, req.Key)
@@ -243,16 +244,25 @@ func (l *Limiter) Check(ctx context.Context) error {
 func (l *Limiter) lateCauseWait() time.Duration { return min(2*time.Second, 20*l.cfg.timeout) }
 
 // checkFailed makes the limiter degraded by err and returns Check's error.
-// A timeout may hide the root cause (go-redis retrying a refused dial or a
-// READONLY reply past the timeout): Check waits a little for the abandoned
-// call to return it, so the error names it.
-func (l *Limiter) checkFailed(ctx context.Context, err error) error {
+// A timeout may hide the root cause: go-redis retrying a refused dial or a
+// READONLY reply past the timeout, or a process too busy at start-up to
+// read a wrong password's reply in time. Check gives the backend a little
+// longer to say what went wrong: it waits for the abandoned call (a guarded
+// backend), or asks req again with that longer budget (a backend bound by
+// its deadline, whose call ended at the timeout), so the error names the
+// cause. The error stays a timeout when the longer call answers.
+func (l *Limiter) checkFailed(ctx context.Context, err error, req backend.Request) error {
 	if !l.remote {
 		return fmt.Errorf("ceiling: check: the backend did not decide: %w", err)
 	}
 	l.trip(err)
 	cause := err
-	if FailureKind(err) == kindTimeout && !l.inline {
+	if FailureKind(err) == kindTimeout && l.inline {
+		out := make([]backend.Result, 1)
+		if _, e := l.bounded(ctx, op{reqs: []backend.Request{req}, out: out, timeout: l.lateCauseWait()}); e != nil && FailureKind(e) != kindTimeout {
+			cause = fmt.Errorf("%w (%w)", e, err)
+		}
+	} else if FailureKind(err) == kindTimeout {
 		deadline := time.Now().Add(l.lateCauseWait())
 		for time.Now().Before(deadline) && ctx.Err() == nil {
 			if c := l.fo.breaker.status().cause; c != nil && FailureKind(c) != kindTimeout {

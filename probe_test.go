@@ -158,6 +158,45 @@ func TestCheckNamesTheCauseBehindATimeout(t *testing.T) {
 	}
 }
 
+// A backend bound by its deadline ends its call at the timeout, leaving no
+// late cause to wait for: a wrong password whose reply comes after the
+// timeout (a process busy at start-up) is found by asking again with a
+// longer budget, so Check still refuses the start naming it.
+func TestCheckNamesALateCauseOfADeadlineBoundBackend(t *testing.T) {
+	be := &lateFailing{delay: 60 * time.Millisecond, err: fmt.Errorf("%w: WRONGPASS invalid username-password pair", backend.ErrAuth)}
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+		WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
+	defer l.Close()
+	err := l.Check(context.Background())
+	if !errors.Is(err, backend.ErrAuth) || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("Check: %v, want the wrong password behind the timeout", err)
+	}
+	if got := l.Health().Reason; got != "timeout" && got != "auth" {
+		t.Errorf("reason %q, want the failure's kind", got)
+	}
+}
+
+// lateFailing fails with err after delay, or with its context's error when
+// its deadline comes first, as a Redis store on a client that keeps its
+// context's deadline does.
+type lateFailing struct {
+	delay time.Duration
+	err   error
+}
+
+func (*lateFailing) DeadlineBound() bool { return true }
+
+func (s *lateFailing) Decide(ctx context.Context, _ []backend.Request) ([]backend.Result, error) {
+	select {
+	case <-time.After(s.delay):
+		return nil, s.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *lateFailing) Reset(context.Context, ...string) error { return nil }
+
 // slowFailing fails with err after delay, ignoring its context.
 type slowFailing struct {
 	delay time.Duration
