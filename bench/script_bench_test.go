@@ -82,6 +82,29 @@ func BenchmarkScriptServerTime(b *testing.B) {
 			return step
 		}
 	}
+	// rollingMoved decides a rolling window (1000 per minute: buckets of
+	// 3.75 s) on 100 keys under a fake clock that advances buckets/100 of a
+	// bucket a call, so each key is back after that many buckets: its
+	// counts move on (12) or it is written afresh (20, past the 16 kept),
+	// as on many keys, where a key is rarely seen twice in one bucket.
+	rollingMoved := func(buckets int) func(b *testing.B) func(i int) error {
+		return func(b *testing.B) func(i int) error {
+			var mu sync.Mutex
+			now := time.Now()
+			step := time.Minute / 16 * time.Duration(buckets) / time.Duration(len(ks))
+			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+			s := credis.New(c, credis.WithPrefix(prefix(b)), credis.WithDenyCache(0), credis.WithClock(clock))
+			reqs := []backend.Request{{Algorithm: backend.RollingWindow, Limit: limit, Period: time.Minute, Cost: 1}}
+			return func(i int) error {
+				mu.Lock()
+				now = now.Add(step)
+				mu.Unlock()
+				reqs[0].Key = ks[i%len(ks)]
+				_, err := s.Decide(ctx, reqs)
+				return err
+			}
+		}
+	}
 	// script is the Store's script for a call of one request of alg, made
 	// of files as the Store makes it: an algorithm's function, then the
 	// lone call's driver (or decide.lua alone).
@@ -129,6 +152,8 @@ func BenchmarkScriptServerTime(b *testing.B) {
 		{"script-decide.lua-rolling", script(backend.RollingWindow, "decide.lua")},
 		{"ceiling-gcra", ceilingOne(backend.GCRA)},
 		{"ceiling-rolling", ceilingOne(backend.RollingWindow)},
+		{"ceiling-rolling-moved12", rollingMoved(12)},
+		{"ceiling-rolling-moved20", rollingMoved(20)},
 		{"ceiling-slidinglog-10", slidingLog(10)},
 		{"ceiling-slidinglog-1000", slidingLog(1000)},
 	}

@@ -296,7 +296,12 @@ if need['0'] then
     local d = b - last
     if d > K then raw, S = nil, 0 end
     local set = {} -- the counts this request changes, by index
-    if raw then
+    if raw and d + d > K + 1 then
+      -- S is the sum of the counts (ALGORITHMS.md): of the d that left and
+      -- the K+1-d kept, the fewer are read.
+      S = 0
+      for i = 0, K - d do S = S + rcount(raw, d, set, i) end
+    elseif raw then
       for i = -d, -1 do S = S - rcount(raw, d, set, i) end
     end
     if c > 0 and not force and S + c > L then

@@ -33,7 +33,10 @@ end
 
 -- K, a count's saturation, header bytes, bytes per count.
 local RK, RNMAX, RH, RW = 16, 4294967295, 51, 11
-local RZERO = '0000000000 '
+-- RZEROS is K zero counts; RFRESH formats a value whose older counts are
+-- all 0 (a literal costs no string building).
+local RZEROS = '0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
+local RFRESH = 'R2 %015d %015d %015d %010d 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
 
 -- rollCounts is the counts of raw (a value of this layout, or nil) after a
 -- shift of d buckets, oldest first: n[0] .. n[K].
@@ -112,10 +115,16 @@ local function rolling(key, now, minTTL, L, P, _, c, force, shadow)
   local d = b - last
   if d > RK then raw, S = nil, 0 end
   if raw and d > 0 then
-    for p = RK - d + 1, RK do -- the d oldest buckets left
+    -- S is the sum of the counts (ALGORITHMS.md): of the d oldest buckets
+    -- left and the K+1-d kept, the fewer are read.
+    local kept = d + d > RK + 1
+    local from, to, x = RK - d + 1, RK, 0
+    if kept then from, to = 0, RK - d end
+    for p = from, to do
       local o = RH + p * RW
-      S = S - tonumber(rollSub(raw, o + 1, o + 10))
+      x = x + tonumber(rollSub(raw, o + 1, o + 10))
     end
+    if kept then S = x else S = S - x end
   end
   local top = 0 -- the current bucket's count
   if raw and d == 0 then top = tonumber(rollSub(raw, RH + 1, RH + 10)) end
@@ -144,16 +153,18 @@ local function rolling(key, now, minTTL, L, P, _, c, force, shadow)
       redis.call('SETRANGE', key, RH - 16, rollFmt('%015d %010d', S, nt))
       if minTTL > 0 then redis.call('PEXPIRE', key, ttl) end -- WithClock's
     else
-      -- The older counts are the read ones, shifted by d.
-      local rest
+      -- The older counts are the read ones, shifted by d; zero counts are
+      -- cut from literals (every string Lua builds is hashed and collected).
+      local v
       if raw == nil then
-        rest = string.rep(RZERO, RK)
+        v = rollFmt(RFRESH, W, b, S, nt)
       elseif d == 0 then
-        rest = rollSub(raw, RH + RW + 1, RH + (RK + 1) * RW)
+        v = rollFmt('R2 %015d %015d %015d %010d ', W, b, S, nt) .. rollSub(raw, RH + RW + 1, RH + (RK + 1) * RW)
       else
-        rest = string.rep(RZERO, d - 1) .. rollSub(raw, RH + 1, RH + (RK - d + 1) * RW)
+        v = rollFmt('R2 %015d %015d %015d %010d ', W, b, S, nt) .. rollSub(RZEROS, 1, (d - 1) * RW)
+          .. rollSub(raw, RH + 1, RH + (RK - d + 1) * RW)
       end
-      redis.call('SET', key, rollFmt('R2 %015d %015d %015d %010d ', W, b, S, nt) .. rest, 'PX', ttl)
+      redis.call('SET', key, v, 'PX', ttl)
     end
     return 0, 1, rollMax(0, L - S), reset, 0, nx
   end
