@@ -225,8 +225,14 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	if s.waitStarved(w, entry) {
 		return nil
 	}
-	w.giveUp()
-	if w.answered() {
+	// An answer that comes once the caller gave up may be the round trip's
+	// cancellation, which giving up caused: only one from a round trip
+	// that others still wait for is the reply.
+	cancelled := w.giveUp()
+	if afterGiveUp != nil {
+		afterGiveUp()
+	}
+	if !cancelled && w.answered() {
 		return nil
 	}
 	return s.timeoutError(w, entry)
@@ -369,8 +375,9 @@ func (w *waiter) wait(d time.Duration) bool {
 
 // giveUp records that the caller stopped waiting: its ops still queued are
 // never sent, and a round trip that took them and still waits to send them
-// gives up too once no other caller waits for it.
-func (w *waiter) giveUp() {
+// gives up too once no other caller waits for it. It reports whether it
+// cancelled a round trip.
+func (w *waiter) giveUp() (cancelled bool) {
 	w.mu.Lock()
 	w.gone.Store(true)
 	fs := w.flights
@@ -379,8 +386,10 @@ func (w *waiter) giveUp() {
 	for _, f := range fs {
 		if f.waiting.Add(-1) == 0 {
 			f.cancel()
+			cancelled = true
 		}
 	}
+	return cancelled
 }
 
 // board counts w as waiting for f, unless it has given up; exec calls it
@@ -695,6 +704,10 @@ func (s *Store) exec(batch []*op, inline bool) {
 		s.healCluster()
 	}
 }
+
+// afterGiveUp, when set by a test, runs once a caller gave up: it stands
+// for a cancelled round trip answering before the caller looks.
+var afterGiveUp func()
 
 // beforeWrite, when set by a test, runs before a worker writes a batch:
 // it stands for a process too busy to run the worker at once.

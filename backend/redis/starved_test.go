@@ -167,3 +167,23 @@ func TestDecisionOfACallerThatGaveUpIsNotSentLate(t *testing.T) {
 		t.Errorf("%d units stored by decisions whose callers gave up while Redis was down, want 0", got)
 	}
 }
+
+// A caller that gives up cancels the round trip only it waited for; the
+// cancellation answers the round trip, and the caller must not take it for
+// the reply: it says why it gave up (here the refused dials, as
+// TestErrorsNameTheirKind expects), never "context canceled".
+func TestACancelledRoundTripIsNotTheAnswer(t *testing.T) {
+	inst := redistest.Server(t)
+	inst.Kill()
+	s := New(defaultClient(t, inst.Addr), WithDenyCache(0))
+	afterGiveUp = func() { time.Sleep(100 * time.Millisecond) } // the cancellation's answer is in
+	defer func() { afterGiveUp = nil }()
+	for _, reqs := range [][]backend.Request{{day("one", 1)}, {day("a", 1), day("b", 1)}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := s.Decide(ctx, reqs)
+		cancel()
+		if errors.Is(err, context.Canceled) || !errors.Is(err, backend.ErrUnreachable) {
+			t.Errorf("%d requests: err = %v, want the refused dial, not the cancellation", len(reqs), err)
+		}
+	}
+}
