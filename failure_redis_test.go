@@ -186,14 +186,21 @@ func TestRedisFrozenTimeoutsThenBreaker(t *testing.T) {
 		t.Fatalf("after 3 timeouts: %q, want degraded", got)
 	}
 	calls := obs.calls.Load()
+	// A request that waited for the backend takes the timeout; one of a
+	// few may take as long from a pause of this process on a loaded
+	// machine (CI saw one of 97ms), never many.
+	var slow []time.Duration
 	for i := range 200 {
 		start := time.Now()
 		if w := get(t, h); w.Code != 200 {
 			t.Fatalf("request %d with the breaker open: %d", i, w.Code)
 		}
 		if d := time.Since(start); d > timeout {
-			t.Errorf("request %d with the breaker open took %v: it waited for the backend", i, d)
+			slow = append(slow, d)
 		}
+	}
+	if len(slow) > 5 {
+		t.Errorf("%d of 200 requests with the breaker open took over the timeout %v (%v): they waited for the backend", len(slow), timeout, slow)
 	}
 	if got := obs.calls.Load() - calls; got != 0 {
 		t.Errorf("the backend saw %d calls while the breaker was open, want 0", got)
