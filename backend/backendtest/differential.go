@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +27,25 @@ const (
 	// SeedEnv sets the seed of the first sequence (the default is fixed, so
 	// that CI runs the same sequences every time); "random" picks one.
 	SeedEnv = "CEILING_MODEL_SEED"
+	// ShrinkEnv sets how long shrinking one failing sequence may take (a
+	// Go duration, such as "10m"), instead of [DefaultShrinkFor]; the
+	// process's budget for all shrinking is twice that.
+	ShrinkEnv = "CEILING_MODEL_SHRINK"
 )
+
+// DefaultShrinkFor is how long Run shrinks a failing sequence at most,
+// unless [Differential.ShrinkFor] or [ShrinkEnv] says otherwise. The
+// shrinking of all Runs of a test process together takes at most twice
+// that, and none outlives the test binary's -timeout: a backend broken for
+// every target of a package fails the run within a few minutes, its later
+// targets printing their sequences unshrunk. A shrink cut short says so.
+const DefaultShrinkFor = time.Minute
+
+// DefaultCallTimeout is how long a Decide, Reset or Inspect of a
+// differential step may take before the step fails as one that does not
+// return (a script in an endless loop), unless [Differential.CallTimeout]
+// says otherwise.
+const DefaultCallTimeout = 10 * time.Second
 
 // DefaultSequences is how many sequences Run drives when neither
 // [Differential.Sequences] nor [SequencesEnv] says otherwise.
@@ -76,6 +96,16 @@ type Differential struct {
 	// Paste is the Go expression a printed regression test calls Replay on
 	// (for example "clusterDifferential(t)").
 	Paste string
+	// ShrinkFor bounds the shrinking of a failing sequence; zero means
+	// [DefaultShrinkFor], unless [ShrinkEnv] is set, which wins.
+	ShrinkFor time.Duration
+	// CallTimeout bounds each call a step makes on the backend; zero means
+	// [DefaultCallTimeout]. A call still running then fails the sequence
+	// (the backend gets a context with that deadline; one that ignores it
+	// is abandoned, still running), and the sequence is printed up to that
+	// step, not shrunk: a backend that hung may stay hung (miniredis holds
+	// its lock through an endless script), so later replays prove nothing.
+	CallTimeout time.Duration
 }
 
 // Run drives the sequences and fails at the first disagreement, printing
@@ -107,15 +137,34 @@ func (d Differential) Run(t *testing.T) {
 		}
 		seed = k
 	}
+	shrinkFor := d.ShrinkFor
+	if shrinkFor == 0 {
+		shrinkFor = DefaultShrinkFor
+	}
+	if v := os.Getenv(ShrinkEnv); v != "" {
+		k, err := time.ParseDuration(v)
+		if err != nil || k < 0 {
+			t.Fatalf("%s=%q: want a duration such as 10m", ShrinkEnv, v)
+		}
+		shrinkFor = k
+	}
+	testEnd, _ := t.Deadline()
+	if msg := d.run(t, n, seed, shrinkFor, testEnd); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+// run is Run after its knobs: it returns the failure message, or "" when
+// every sequence agrees. testEnd, when not zero, is when the test binary
+// times out; shrinking stops well before it.
+func (d Differential) run(t testing.TB, n int, seed uint64, shrinkFor time.Duration, testEnd time.Time) string {
 	keys := d.keys()
 	steps, calls := 0, 0
 	for i := range uint64(n) {
 		seq := generate(rand.New(rand.NewPCG(seed+i, 0x5eed)), keys)
-		if err := d.check(t, seq); err != nil {
-			small, serr := d.shrink(t, seq)
-			t.Fatalf("the backend disagrees with the model on sequence %d (seed %d):\n%v\n\n"+
-				"Shrunk from %d to %d steps, it fails with:\n%v\n\nPaste it as a regression test:\n\n%s",
-				i, seed+i, err, len(seq), len(small), serr, d.goTest(small))
+		if err := d.check(t, seq, time.Time{}); err != nil {
+			return fmt.Sprintf("the backend disagrees with the model on sequence %d (seed %d):\n%v\n\n%s",
+				i, seed+i, err, d.report(t, seq, err, shrinkFor, testEnd))
 		}
 		steps += len(seq)
 		for _, st := range seq {
@@ -123,13 +172,87 @@ func (d Differential) Run(t *testing.T) {
 		}
 	}
 	t.Logf("%d sequences from seed %d, %d steps, %d requests: no disagreement", n, seed, steps, calls)
+	return ""
+}
+
+// report shrinks seq, which failed with err, within the time it may take
+// and describes the outcome: how far it got, whether it was cut short (so
+// that nobody takes a case for minimal that may not be), the failure, and
+// the case as a test to paste.
+func (d Differential) report(t testing.TB, seq []Step, err error, shrinkFor time.Duration, testEnd time.Time) string {
+	var b strings.Builder
+	var small []Step
+	var serr error
+	if h, ok := errors.AsType[*hangError](err); ok {
+		small, serr = seq[:h.step+1], err
+		fmt.Fprintf(&b, "Not shrunk: step %d hung or timed out, and a backend that hung may stay hung (miniredis keeps its lock through "+
+			"an endless script, Redis answers BUSY), so replays would prove nothing. The sequence up to it, %d of %d steps, fails with:\n%v",
+			h.step, len(small), len(seq), serr)
+	} else {
+		deadline, why := shrinkBudget.take(shrinkFor, testEnd)
+		start := time.Now()
+		res := d.shrink(t, seq, err, deadline)
+		shrinkBudget.spent(time.Since(start))
+		small, serr = res.steps, res.err
+		took := time.Since(start).Round(time.Millisecond)
+		switch {
+		case res.hung:
+			fmt.Fprintf(&b, "Shrunk from %d to %d steps in %d replays (%v), then stopped: the last replay hung or timed out at its step %d, "+
+				"and a backend that hung may stay hung. It may not be minimal. It fails with:\n%v", len(seq), len(small), res.replays, took, len(small)-1, serr)
+		case res.cut:
+			fmt.Fprintf(&b, "Shrunk from %d to %d steps in %d replays, then cut short by %s (%v): it may not be minimal. It fails with:\n%v",
+				len(seq), len(small), res.replays, why, took, serr)
+		default:
+			fmt.Fprintf(&b, "Shrunk from %d to %d steps in %d replays (%v), it fails with:\n%v", len(seq), len(small), res.replays, took, serr)
+		}
+	}
+	fmt.Fprintf(&b, "\n\nPaste it as a regression test:\n\n%s", d.goTest(small))
+	return b.String()
+}
+
+// shrinkBudget is the time the shrinking of all Runs of this process may
+// still take: a backend broken for every target (five Redis deployments)
+// must not shrink for five times its deadline.
+var shrinkBudget budget
+
+type budget struct {
+	mu   sync.Mutex
+	used time.Duration
+}
+
+// take returns when a shrink starting now must stop, and why then: after
+// shrinkFor, within the process's budget of twice [DefaultShrinkFor] or
+// of shrinkFor, whichever is more, and a minute (or a tenth of the time
+// left, if less) before testEnd.
+func (b *budget) take(shrinkFor time.Duration, testEnd time.Time) (time.Time, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	end, why := now.Add(shrinkFor), fmt.Sprintf("the %v shrink deadline", shrinkFor)
+	total := 2 * max(shrinkFor, DefaultShrinkFor)
+	if left := total - b.used; left < shrinkFor {
+		end, why = now.Add(max(0, left)), fmt.Sprintf("this process's %v budget for shrinking (spent on earlier failures)", total)
+	}
+	if !testEnd.IsZero() {
+		stop := testEnd.Add(-min(time.Minute, testEnd.Sub(now)/10))
+		if stop.Before(end) {
+			end, why = stop, "the test binary's -timeout"
+		}
+	}
+	return end, why
+}
+
+func (b *budget) spent(d time.Duration) {
+	b.mu.Lock()
+	b.used += d
+	b.mu.Unlock()
 }
 
 // Replay runs one sequence, as printed by Run, and fails on a
 // disagreement.
 func (d Differential) Replay(t *testing.T, steps []Step) {
 	t.Helper()
-	if err := d.check(t, steps); err != nil {
+	if err := d.check(t, steps, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -141,9 +264,59 @@ func (d Differential) keys() []string {
 	return []string{"a", "b", "c", "d"}
 }
 
+// hangError is a step whose call on the backend did not return within
+// the call timeout, or failed with a timeout or Redis's BUSY (a script
+// that runs on): a backend that may stay hung.
+type hangError struct {
+	step int
+	err  error
+}
+
+func (e *hangError) Error() string { return fmt.Sprintf("step %d: %v", e.step, e.err) }
+
+// hangGrace is how long a call whose context ended may take to return
+// before it is abandoned.
+const hangGrace = 500 * time.Millisecond
+
+// bounded runs call with a context that ends after the call timeout, or
+// at stop if that is sooner (and not zero). A call that has not returned
+// then fails as a *hangError (one that ignores its context is abandoned
+// after hangGrace, still running), and so does one that failed with a
+// timeout (its own, or its context's), or with Redis's BUSY, the reply of
+// a server running a script past its time limit.
+func (d Differential) bounded(step int, stop time.Time, what string, call func(context.Context) error) error {
+	timeout := d.CallTimeout
+	if timeout == 0 {
+		timeout = DefaultCallTimeout
+	}
+	start := time.Now()
+	end := start.Add(timeout)
+	if !stop.IsZero() && stop.Before(end) {
+		end = stop
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	timer := time.NewTimer(time.Until(end) + hangGrace)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		var ne net.Error
+		if err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+			(errors.As(err, &ne) && ne.Timeout()) || strings.Contains(err.Error(), "BUSY ")) {
+			return &hangError{step: step, err: fmt.Errorf("%s: %w", what, err)}
+		}
+		return err
+	case <-timer.C:
+		return &hangError{step: step, err: fmt.Errorf("%s did not return within %v", what, end.Sub(start).Round(time.Millisecond))}
+	}
+}
+
 // check runs steps on a fresh target and a fresh model and returns the
-// first disagreement.
-func (d Differential) check(t testing.TB, steps []Step) (err error) {
+// first disagreement. Each call on the backend is bounded (see bounded);
+// stop, when not zero, ends them all.
+func (d Differential) check(t testing.TB, steps []Step, stop time.Time) (err error) {
 	clock := NewClock(Epoch)
 	target := d.New(t, clock.Now)
 	var opts []model.Option
@@ -156,7 +329,6 @@ func (d Differential) check(t testing.TB, steps []Step) (err error) {
 			err = fmt.Errorf("the model panicked (a sequence outside ALGORITHMS.md's bounds): %v", p)
 		}
 	}()
-	ctx := context.Background()
 	for i, st := range steps {
 		at := Epoch.Add(st.At)
 		clock.Set(at)
@@ -167,12 +339,24 @@ func (d Differential) check(t testing.TB, steps []Step) (err error) {
 		}
 		if st.Reset != nil {
 			m.Reset(st.Reset...)
-			if err := target.Backend.Reset(ctx, st.Reset...); err != nil {
-				return fmt.Errorf("step %d: Reset(%q): %v", i, st.Reset, err)
+			what := fmt.Sprintf("Reset(%q)", st.Reset)
+			if err := d.bounded(i, stop, what, func(ctx context.Context) error { return target.Backend.Reset(ctx, st.Reset...) }); err != nil {
+				if _, ok := errors.AsType[*hangError](err); ok {
+					return err
+				}
+				return fmt.Errorf("step %d: %s: %v", i, what, err)
 			}
 		} else {
 			want, werr := m.Decide(now, st.Decide)
-			got, gerr := target.Backend.Decide(ctx, slices.Clone(st.Decide))
+			var got []backend.Result
+			reqs := slices.Clone(st.Decide)
+			gerr := d.bounded(i, stop, "Decide("+goRequests(st.Decide, "")+")", func(ctx context.Context) (err error) {
+				got, err = target.Backend.Decide(ctx, reqs)
+				return err
+			})
+			if _, ok := errors.AsType[*hangError](gerr); ok {
+				return gerr
+			}
 			switch {
 			case werr != nil && !errors.Is(gerr, backend.ErrInvalidRequest):
 				return fmt.Errorf("step %d: Decide(%s): error %v, want one wrapping backend.ErrInvalidRequest (%v)", i, goRequests(st.Decide, ""), gerr, werr)
@@ -203,7 +387,11 @@ func (d Differential) check(t testing.TB, steps []Step) (err error) {
 		for _, k := range stepKeys(st) {
 			s, ok := m.Stored(k)
 			written := ok && s.Written == now && !reflect.DeepEqual(s, before[k])
-			if err := target.Inspect(k, s, ok, written); err != nil {
+			what := fmt.Sprintf("Inspect(%q)", k)
+			if err := d.bounded(i, stop, what, func(context.Context) error { return target.Inspect(k, s, ok, written) }); err != nil {
+				if _, ok := errors.AsType[*hangError](err); ok {
+					return err
+				}
 				return fmt.Errorf("step %d (at %v), key %q after %s: %v", i, st.At, k, describeStep(st), err)
 			}
 		}
@@ -243,27 +431,67 @@ func describeStep(st Step) string {
 	return goRequests(st.Decide, "")
 }
 
+// shrunk is the outcome of shrink: the smallest failing sequence found,
+// its failure, how many replays it took, and whether shrinking stopped
+// before it was done: cut at its deadline, or after a replay that hung.
+type shrunk struct {
+	steps   []Step
+	err     error
+	replays int
+	cut     bool
+	hung    bool
+}
+
 // shrink reduces a failing sequence while it still fails: fewer steps,
-// fewer requests, then simpler requests and instants. It returns the
-// smallest failing sequence and its failure.
-func (d Differential) shrink(t testing.TB, steps []Step) ([]Step, error) {
-	fails := func(s []Step) error { return d.check(t, s) }
-	best, bestErr := steps, fails(steps)
-	if bestErr == nil {
-		return steps, errors.New("the failure did not reproduce on a fresh backend")
+// fewer requests, then simpler requests and instants, until nothing
+// simpler fails or deadline passes (a replay running then is cut off and
+// proves nothing). A replay that hangs ends it: the backend may stay hung.
+// failed is the failure steps had when Run ran them.
+func (d Differential) shrink(t testing.TB, steps []Step, failed error, deadline time.Time) shrunk {
+	res := shrunk{steps: steps}
+	stopped := func() bool {
+		if !res.hung && !time.Now().Before(deadline) {
+			res.cut = true
+		}
+		return res.cut || res.hung
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	// fails replays s; a replay cut off by the deadline is no failure.
+	fails := func(s []Step) error {
+		res.replays++
+		err := d.check(t, s, deadline)
+		if err == nil || stopped() {
+			return nil
+		}
+		if h, ok := errors.AsType[*hangError](err); ok {
+			res.hung = true
+			s = s[:h.step+1]
+			res.steps, res.err = s, err
+			return nil
+		}
+		return err
+	}
+	switch err := fails(steps); {
+	case err != nil:
+		res.err = err
+	case res.cut:
+		res.err = failed // not replayed in time: the failure Run saw
+		return res
+	case !res.hung:
+		res.err = fmt.Errorf("the failure did not reproduce on a fresh backend: %w", failed)
+		return res
+	}
+	best := res.steps
 	try := func(s []Step) bool {
-		if time.Now().After(deadline) {
+		if stopped() {
 			return false
 		}
 		if err := fails(s); err != nil {
-			best, bestErr = s, err
+			best, res.steps, res.err = s, s, err
 			return true
 		}
 		return false
 	}
-	for progress := true; progress && time.Now().Before(deadline); {
+	for progress := true; progress && !stopped(); {
 		progress = false
 		// Drop runs of steps, halving the run length.
 		for size := len(best) / 2; size >= 1; size /= 2 {
@@ -315,7 +543,8 @@ func (d Differential) shrink(t testing.TB, steps []Step) ([]Step, error) {
 			}
 		}
 	}
-	return best, bestErr
+	stopped()
+	return res
 }
 
 // simplifications are r made simpler in one respect each: each one moves a

@@ -79,7 +79,7 @@ func TestShrunkCaseIsMinimalAndPasteable(t *testing.T) {
 	}
 	report := string(out)
 
-	m := regexp.MustCompile(`Shrunk from (\d+) to (\d+) steps, it fails with:\n\s*(.*)\n`).FindStringSubmatch(report)
+	m := regexp.MustCompile(`Shrunk from (\d+) to (\d+) steps in \d+ replays \([^)]*\), it fails with:\n\s*(.*)\n`).FindStringSubmatch(report)
 	if m == nil {
 		t.Fatalf("no shrink summary in:\n%s", report)
 	}
