@@ -250,6 +250,8 @@ func TestRedisRestartRecovers(t *testing.T) {
 	if want := []int{200, 200, 200, 429, 429}; !sameInts(got, want) {
 		t.Errorf("after the restart: %v, want %v (enforced by Redis again)", got, want)
 	}
+	// Health can say healthy a moment before the prober delivers the event.
+	eventually(func() bool { mu.Lock(); defer mu.Unlock(); return len(events) >= 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(events) != 2 || !events[0].Degraded || events[1].Degraded {
