@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,10 +102,10 @@ type Differential struct {
 	ShrinkFor time.Duration
 	// CallTimeout bounds each call a step makes on the backend; zero means
 	// [DefaultCallTimeout]. A call still running then fails the sequence
-	// (the backend gets a context with that deadline; one that ignores it
-	// is abandoned, still running), and the sequence is printed up to that
-	// step, not shrunk: a backend that hung may stay hung (miniredis holds
-	// its lock through an endless script), so later replays prove nothing.
+	// (its context is cancelled; a backend that ignores that is abandoned,
+	// still running), and the sequence is printed up to that step, not
+	// shrunk: a backend that hung may stay hung (miniredis holds its lock
+	// through an endless script), so later replays prove nothing.
 	CallTimeout time.Duration
 }
 
@@ -184,7 +185,7 @@ func (d Differential) report(t testing.TB, seq []Step, err error, shrinkFor time
 	var small []Step
 	var serr error
 	if h, ok := errors.AsType[*hangError](err); ok {
-		small, serr = seq[:h.step+1], err
+		small, serr = h.upTo(seq), err
 		fmt.Fprintf(&b, "Not shrunk: step %d hung or timed out, and a backend that hung may stay hung (miniredis keeps its lock through "+
 			"an endless script, Redis answers BUSY), so replays would prove nothing. The sequence up to it, %d of %d steps, fails with:\n%v",
 			h.step, len(small), len(seq), serr)
@@ -274,51 +275,101 @@ type hangError struct {
 
 func (e *hangError) Error() string { return fmt.Sprintf("step %d: %v", e.step, e.err) }
 
+// upTo is steps up to the one that hung (all of them if none did: a
+// replay that ran out of time between calls).
+func (e *hangError) upTo(steps []Step) []Step {
+	if e.step < 0 || e.step >= len(steps) {
+		return steps
+	}
+	return steps[:e.step+1]
+}
+
 // hangGrace is how long a call whose context ended may take to return
 // before it is abandoned.
 const hangGrace = 500 * time.Millisecond
 
-// bounded runs call with a context that ends after the call timeout, or
-// at stop if that is sooner (and not zero). A call that has not returned
-// then fails as a *hangError (one that ignores its context is abandoned
-// after hangGrace, still running), and so does one that failed with a
-// timeout (its own, or its context's), or with Redis's BUSY, the reply of
-// a server running a script past its time limit.
-func (d Differential) bounded(step int, stop time.Time, what string, call func(context.Context) error) error {
+// inflight is the call of a replay on the backend that is running: its
+// step, what it is (built only for a report) and when it started.
+type inflight struct {
+	step  int
+	what  func() string
+	start time.Time
+}
+
+// calls makes a replay's calls on the backend, with the replay's context,
+// and keeps the one running where check's watchdog sees it.
+type calls struct {
+	ctx context.Context
+	cur atomic.Pointer[inflight]
+}
+
+// do makes one call. One that fails with a timeout (its own, or its
+// context's, which check cancels when the call outlives the call timeout
+// or the replay its stop) or with Redis's BUSY, the reply of a server
+// running a script past its time limit, fails as a *hangError.
+func (c *calls) do(step int, what func() string, call func(ctx context.Context) error) error {
+	c.cur.Store(&inflight{step: step, what: what, start: time.Now()})
+	err := call(c.ctx)
+	c.cur.Store(nil)
+	var ne net.Error
+	if err != nil && (c.ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout()) || strings.Contains(err.Error(), "BUSY ")) {
+		return &hangError{step: step, err: fmt.Errorf("%s: %w", what(), err)}
+	}
+	return err
+}
+
+// check runs steps on a fresh target and a fresh model and returns the
+// first disagreement. The steps run on a goroutine of their own, watched:
+// a call on the backend that outlives the call timeout, or runs at stop
+// (when not zero), has its context cancelled and, if it still has not
+// returned hangGrace later, is abandoned (still running); either way the
+// replay fails with a *hangError.
+func (d Differential) check(t testing.TB, steps []Step, stop time.Time) error {
 	timeout := d.CallTimeout
 	if timeout == 0 {
 		timeout = DefaultCallTimeout
 	}
-	start := time.Now()
-	end := start.Add(timeout)
-	if !stop.IsZero() && stop.Before(end) {
-		end = stop
+	clock := NewClock(Epoch)
+	target := d.New(t, clock.Now) // here: New may call t.Fatal
+	ctx, cancel := context.WithCancel(context.Background())
+	if !stop.IsZero() {
+		ctx, cancel = context.WithDeadline(context.Background(), stop)
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
+	c := &calls{ctx: ctx}
 	done := make(chan error, 1)
-	go func() { done <- call(ctx) }()
-	timer := time.NewTimer(time.Until(end) + hangGrace)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		var ne net.Error
-		if err != nil && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
-			(errors.As(err, &ne) && ne.Timeout()) || strings.Contains(err.Error(), "BUSY ")) {
-			return &hangError{step: step, err: fmt.Errorf("%s: %w", what, err)}
+	go func() { done <- d.replay(c, clock, target, steps) }()
+	tick := time.NewTicker(max(timeout/20, time.Millisecond))
+	defer tick.Stop()
+	bound := fmt.Sprintf("within %v", timeout)
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+			if f := c.cur.Load(); f == nil || time.Since(f.start) < timeout {
+				continue
+			}
+		case <-ctx.Done():
+			bound = "by the replay's stop"
 		}
-		return err
-	case <-timer.C:
-		return &hangError{step: step, err: fmt.Errorf("%s did not return within %v", what, end.Sub(start).Round(time.Millisecond))}
+		f := c.cur.Load()
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(hangGrace):
+		}
+		if f == nil {
+			return &hangError{step: -1, err: errors.New("the replay did not end by its stop")}
+		}
+		return &hangError{step: f.step, err: fmt.Errorf("%s did not return %s (abandoned after %v)", f.what(), bound, time.Since(f.start).Round(time.Millisecond))}
 	}
 }
 
-// check runs steps on a fresh target and a fresh model and returns the
-// first disagreement. Each call on the backend is bounded (see bounded);
-// stop, when not zero, ends them all.
-func (d Differential) check(t testing.TB, steps []Step, stop time.Time) (err error) {
-	clock := NewClock(Epoch)
-	target := d.New(t, clock.Now)
+// replay is check's steps, on a goroutine of their own.
+func (d Differential) replay(c *calls, clock *Clock, target Target, steps []Step) (err error) {
 	var opts []model.Option
 	if d.DenyCache {
 		opts = append(opts, model.WithDenyCache())
@@ -339,19 +390,18 @@ func (d Differential) check(t testing.TB, steps []Step, stop time.Time) (err err
 		}
 		if st.Reset != nil {
 			m.Reset(st.Reset...)
-			what := fmt.Sprintf("Reset(%q)", st.Reset)
-			if err := d.bounded(i, stop, what, func(ctx context.Context) error { return target.Backend.Reset(ctx, st.Reset...) }); err != nil {
+			what := func() string { return fmt.Sprintf("Reset(%q)", st.Reset) }
+			if err := c.do(i, what, func(ctx context.Context) error { return target.Backend.Reset(ctx, st.Reset...) }); err != nil {
 				if _, ok := errors.AsType[*hangError](err); ok {
 					return err
 				}
-				return fmt.Errorf("step %d: %s: %v", i, what, err)
+				return fmt.Errorf("step %d: %s: %v", i, what(), err)
 			}
 		} else {
 			want, werr := m.Decide(now, st.Decide)
 			var got []backend.Result
-			reqs := slices.Clone(st.Decide)
-			gerr := d.bounded(i, stop, "Decide("+goRequests(st.Decide, "")+")", func(ctx context.Context) (err error) {
-				got, err = target.Backend.Decide(ctx, reqs)
+			gerr := c.do(i, func() string { return "Decide(" + goRequests(st.Decide, "") + ")" }, func(ctx context.Context) (err error) {
+				got, err = target.Backend.Decide(ctx, slices.Clone(st.Decide))
 				return err
 			})
 			if _, ok := errors.AsType[*hangError](gerr); ok {
@@ -387,8 +437,8 @@ func (d Differential) check(t testing.TB, steps []Step, stop time.Time) (err err
 		for _, k := range stepKeys(st) {
 			s, ok := m.Stored(k)
 			written := ok && s.Written == now && !reflect.DeepEqual(s, before[k])
-			what := fmt.Sprintf("Inspect(%q)", k)
-			if err := d.bounded(i, stop, what, func(context.Context) error { return target.Inspect(k, s, ok, written) }); err != nil {
+			what := func() string { return fmt.Sprintf("Inspect(%q)", k) }
+			if err := c.do(i, what, func(context.Context) error { return target.Inspect(k, s, ok, written) }); err != nil {
 				if _, ok := errors.AsType[*hangError](err); ok {
 					return err
 				}
@@ -464,7 +514,7 @@ func (d Differential) shrink(t testing.TB, steps []Step, failed error, deadline 
 		}
 		if h, ok := errors.AsType[*hangError](err); ok {
 			res.hung = true
-			s = s[:h.step+1]
+			s = h.upTo(s)
 			res.steps, res.err = s, err
 			return nil
 		}

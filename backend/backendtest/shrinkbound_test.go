@@ -99,7 +99,7 @@ func TestHangingBackendFailsWithinItsBound(t *testing.T) {
 	d := plantedDifferential(planted{hang: hang})
 	d.CallTimeout = 200 * time.Millisecond
 	msg, took := runWithin(t, d, time.Minute, 10*time.Second)
-	m := regexp.MustCompile(`(?s)step (\d+): Decide\(.*\) did not return within 200ms\n.*` +
+	m := regexp.MustCompile(`(?s)step (\d+): Decide\(.*\) did not return within 200ms \(abandoned after [^)]*\)\n.*` +
 		`Not shrunk: step (\d+) hung or timed out, and a backend that hung may stay hung [^\n]*, so replays would prove nothing\. ` +
 		`The sequence up to it, (\d+) of (\d+) steps, fails with:\n`).FindStringSubmatch(msg)
 	if m == nil {
