@@ -60,6 +60,7 @@ func TestEveryKeyExpires(t *testing.T) {
 			backend.SlidingWindow: 2 * period, // the current window weighs into the next
 			backend.FixedWindow:   period,
 		}
+		start := time.Now()
 		for alg := range bound {
 			for _, user := range []string{"a", "b", "c"} {
 				r := backend.Request{Key: alg.String() + ":" + user, Algorithm: alg, Limit: 5, Period: period, Cost: 1}
@@ -69,8 +70,18 @@ func TestEveryKeyExpires(t *testing.T) {
 			}
 		}
 		keys := storedKeys(t, client, prefix)
-		if got, want := len(keys), 3*len(bound); got != want {
-			t.Fatalf("%d keys stored, want %d", got, want)
+		// A fixed window ends at a multiple of the period, and its key with
+		// it: when the burst ran across that instant, a fixed-window key
+		// written just before it has rightly expired by the scan.
+		crossed := start.UnixNano()/int64(period) != time.Now().UnixNano()/int64(period)
+		byAlg := map[backend.Algorithm]int{}
+		for k := range keys {
+			byAlg[algorithmOf(t, k, prefix)]++
+		}
+		for alg := range bound {
+			if got := byAlg[alg]; got != 3 && !(alg == backend.FixedWindow && crossed) {
+				t.Fatalf("%d %s keys stored, want 3 (%d keys in all)", got, alg, len(keys))
+			}
 		}
 		ctx := context.Background()
 		for k, node := range keys {
