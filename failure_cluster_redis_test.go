@@ -89,8 +89,24 @@ func TestClusterProbeWaitsForEveryMaster(t *testing.T) {
 	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
 		t.Fatal("still degraded 10s after the master came back")
 	}
-	if rr := decide(onVictim[1]); rr.Fallback != inherit {
-		t.Errorf("a key on the restarted master: %+v, want decided by Redis", rr)
+	// Redis decides again: a first decision may still fail on a loaded
+	// machine (a 100ms timeout, a pooled connection to the old process),
+	// not one after Redis decided once.
+	first := -1
+	for i := range 5 {
+		if rr := decide(onVictim[1]); rr.Fallback == inherit {
+			first = i
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if first < 0 {
+		t.Fatal("none of 5 decisions on the restarted master's keys was decided by Redis")
+	}
+	for i := range 10 {
+		if rr := decide(onVictim[i%len(onVictim)]); rr.Fallback != inherit {
+			t.Errorf("a key on the restarted master, after Redis decided again: %+v, want decided by Redis", rr)
+		}
 	}
 	if got := events.Load(); got != 2 {
 		t.Errorf("%d transitions, want 2 (degraded, then healthy)", got)

@@ -64,10 +64,20 @@ func Sentinel(tb testing.TB) *SentinelInstance {
 // waitFor polls ok until it holds or startTimeout passes.
 func (s *SentinelInstance) waitFor(tb testing.TB, what string, ok func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(startTimeout)
+	s.waitForWithin(tb, what, startTimeout, ok)
+}
+
+// promoteTimeout bounds a failover: a Sentinel whose first attempt fails
+// (the replica not yet ready on a loaded machine) tries again only after
+// twice its failover-timeout (3s), so 10s was too short for a second try.
+const promoteTimeout = 30 * time.Second
+
+func (s *SentinelInstance) waitForWithin(tb testing.TB, what string, within time.Duration, ok func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
 	for !ok() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("redistest: no %s within %v", what, startTimeout)
+			tb.Fatalf("redistest: no %s within %v", what, within)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -95,7 +105,7 @@ func (s *SentinelInstance) Failover(tb testing.TB) {
 	s.Master.Kill()
 	sentinel := redis.NewSentinelClient(&redis.Options{Addr: s.Sentinel.Addr})
 	defer sentinel.Close()
-	s.waitFor(tb, "promotion of the replica", func() bool {
+	s.waitForWithin(tb, "promotion of the replica", promoteTimeout, func() bool {
 		addr, err := sentinel.GetMasterAddrByName(context.Background(), SentinelMaster).Result()
 		return err == nil && len(addr) == 2 && addr[1] == strconv.Itoa(s.Replica.port)
 	})
