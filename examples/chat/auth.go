@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ceiling-go/ceiling"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -25,12 +26,17 @@ type claimsKey struct{}
 // the per-address rule still counts it, while the per-shop rules, which key
 // on the verified claims only, leave it out, and the handler answers 401.
 // So a forged token naming a shop spends none of that shop's budget.
+//
+// A token over maxToken bytes is refused unread, as an invalid one is: a
+// real session token is a few hundred bytes, and a flood of megabyte
+// tokens would otherwise cost milliseconds of base64 and JSON work each
+// before the signature fails, starving the limiter's calls to Redis.
 func authenticate(secret []byte, next http.Handler) http.Handler {
 	parser := jwt.NewParser(jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired())
 	keyfunc := func(*jwt.Token) (any, error) { return secret, nil }
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, ok := bearerToken(r)
-		if ok {
+		if ok && len(raw) <= maxToken {
 			var c claims
 			if _, err := parser.ParseWithClaims(raw, &c, keyfunc); err == nil && c.Shop != "" && c.Subject != "" {
 				r = r.WithContext(context.WithValue(r.Context(), claimsKey{}, &c))
@@ -39,6 +45,10 @@ func authenticate(secret []byte, next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
+
+// maxToken is the longest bearer token authenticate parses: the size cap
+// of the library's own JWT key functions.
+const maxToken = ceiling.DefaultJWTMaxSize
 
 // bearerToken returns the token of "Authorization: Bearer <token>".
 func bearerToken(r *http.Request) (string, bool) {

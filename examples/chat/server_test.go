@@ -275,6 +275,37 @@ func TestUnauthenticatedRequestsSpendNoShopBudget(t *testing.T) {
 	}
 }
 
+// A bearer token over maxToken bytes is refused unread, even when it is
+// validly signed: a 401, and none of its shop's budget spent; one at the
+// cap is verified and answered.
+func TestOversizedTokenRefusedUnread(t *testing.T) {
+	cfg, _ := testConfig(t)
+	ts := start(t, cfg)
+	shop := "https://padded.myshopify.com"
+	// The longest signed token within the cap, and the shortest over it:
+	// base64 makes 3 bytes of padding 4 of token.
+	padded := func(n int) string {
+		return servicetest.Token(t, testSecret, jwt.MapClaims{"dest": shop, "sub": "x", "pad": strings.Repeat("x", n)})
+	}
+	var atCap, overCap string
+	for n, tries := max((maxToken-len(padded(0)))*3/4-8, 0), 0; overCap == "" && tries < 32; n, tries = n+1, tries+1 {
+		if tok := padded(n); len(tok) <= maxToken {
+			atCap = tok
+		} else {
+			overCap = tok
+		}
+	}
+	if atCap == "" || overCap == "" {
+		t.Fatalf("no padded token brackets the cap of %d bytes", maxToken)
+	}
+	if r := chat(t, ts.URL, overCap, question); r.Status != http.StatusUnauthorized {
+		t.Errorf("a signed token of %d bytes (cap %d): %d, want 401", len(overCap), maxToken, r.Status)
+	}
+	if r := chat(t, ts.URL, atCap, question); r.Status != 200 || !strings.Contains(r.Header.Get("RateLimit"), `"chat:shop:minute";r=29`) {
+		t.Errorf("a signed token of %d bytes (cap %d): %d %q, want 200, the shop's first request", len(atCap), maxToken, r.Status, r.Header.Get("RateLimit"))
+	}
+}
+
 // The per-address rule counts every request, authenticated or not, and
 // with trusted proxies keys by the client their X-Forwarded-For names.
 func TestClientAddressRuleBehindTrustedProxies(t *testing.T) {
