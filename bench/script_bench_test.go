@@ -147,8 +147,8 @@ func BenchmarkScriptServerTime(b *testing.B) {
 		// comparison of script with script. Through the Store (above and
 		// below) the server time per call also moves with the client's
 		// scheduling on a busy machine.
-		{"script-gcra.lua", script(backend.GCRA, "gcra.lua", "lone.lua")},
-		{"script-rolling.lua", script(backend.RollingWindow, "rolling.lua", "lone.lua")},
+		{"script-gcra.lua", script(backend.GCRA, "div.lua", "gcra.lua", "lone.lua")},
+		{"script-rolling.lua", script(backend.RollingWindow, "div.lua", "rolling.lua", "lone.lua")},
 		{"script-decide.lua-rolling", script(backend.RollingWindow, "decide.lua")},
 		{"ceiling-gcra", ceilingOne(backend.GCRA)},
 		{"ceiling-rolling", ceilingOne(backend.RollingWindow)},

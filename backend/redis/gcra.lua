@@ -10,22 +10,11 @@
 -- shadow) returns rejected, allowed, remaining, reset µs, retry µs (-1
 -- never), next µs.
 
-local gcraFloor, gcraMax, gcraMin = math.floor, math.max, math.min
-
--- fdiv is floor(a / b) for integers a >= 0, b > 0, exact (see decide.lua).
-local function gcraDiv(a, b)
-  local q = gcraFloor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+local gcraMax, gcraMin = math.max, math.min
 
 local function gcra(key, now, minTTL, L, P, B, c, force, shadow)
   if B == 0 then B = L end
-  local T = gcraDiv(P + L - 1, L)
+  local T = exactDiv(P + L - 1, L)
   local tau = T * B
 
   local t0 = now
@@ -39,7 +28,7 @@ local function gcra(key, now, minTTL, L, P, B, c, force, shadow)
     if c <= B then retry = t0 + c * T - now - tau end
     local rejected = 1
     if shadow then rejected = 0 end -- a shadow request blocks nothing
-    local remaining, nx = gcraDiv(gcraMax(0, tau - (t0 - now)), T), 0
+    local remaining, nx = exactDiv(gcraMax(0, tau - (t0 - now)), T), 0
     if remaining == 0 then nx = t0 + T - now - tau end
     return rejected, 0, remaining, t0 - now, retry, nx
   end
@@ -56,11 +45,11 @@ local function gcra(key, now, minTTL, L, P, B, c, force, shadow)
     else
       -- Numbers as arguments: Redis writes an integer's digits exactly, and
       -- formatting them in Lua costs more than the rest of the script.
-      local ttl = gcraMax(1, gcraDiv(nt - now + 999, 1000), minTTL)
+      local ttl = gcraMax(1, exactDiv(nt - now + 999, 1000), minTTL)
       redis.call('SET', key, nt, 'PX', ttl)
     end
   end
-  local remaining, nx = gcraDiv(gcraMax(0, tau - (nt - now)), T), 0
+  local remaining, nx = exactDiv(gcraMax(0, tau - (nt - now)), T), 0
   if remaining == 0 then nx = nt + T - now - tau end
   return 0, 1, remaining, nt - now, 0, nx
 end

@@ -18,18 +18,7 @@
 -- previous layout ("R ", the counts oldest first) is read and rewritten in
 -- this one.
 
-local rollFloor, rollMax, rollMin, rollSub, rollFmt = math.floor, math.max, math.min, string.sub, string.format
-
--- rollDiv is floor(a / b) for integers a >= 0, b > 0, exact (see decide.lua).
-local function rollDiv(a, b)
-  local q = rollFloor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
+local rollMax, rollMin, rollSub, rollFmt = math.max, math.min, string.sub, string.format
 
 -- K, a count's saturation, header bytes, bytes per count.
 local RK, RNMAX, RH, RW = 16, 4294967295, 51, 11
@@ -93,7 +82,7 @@ local function rollUpgrade(raw)
 end
 
 local function rolling(key, now, minTTL, L, P, _, c, force, shadow)
-  local W = rollDiv(P + RK - 1, RK)
+  local W = exactDiv(P + RK - 1, RK)
   local raw = redis.call('GET', key)
   local stored = false -- raw is a value of this layout, as stored
   if raw then
@@ -111,7 +100,7 @@ local function rolling(key, now, minTTL, L, P, _, c, force, shadow)
   else
     raw = nil
   end
-  local b = rollMax(rollDiv(now, W), last) -- a clock that went back stays in bucket last
+  local b = rollMax(exactDiv(now, W), last) -- a clock that went back stays in bucket last
   local d = b - last
   if d > RK then raw, S = nil, 0 end
   if raw and d > 0 then
@@ -148,7 +137,7 @@ local function rolling(key, now, minTTL, L, P, _, c, force, shadow)
       n[RK] = nt
       nx = rollWait(n, S, b, W, now, L - 1)
     end
-    local ttl = rollMax(1, rollDiv(reset + 999, 1000), minTTL)
+    local ttl = rollMax(1, exactDiv(reset + 999, 1000), minTTL)
     if stored and top > 0 then
       redis.call('SETRANGE', key, RH - 16, rollFmt('%015d %010d', S, nt))
       if minTTL > 0 then redis.call('PEXPIRE', key, ttl) end -- WithClock's
@@ -182,7 +171,7 @@ local function rolling(key, now, minTTL, L, P, _, c, force, shadow)
   if c < 0 and S == 0 then
     redis.call('DEL', key)
   elseif c < 0 then
-    redis.call('SET', key, rollValue(W, b, S, n), 'PX', rollMax(1, rollDiv(reset + 999, 1000), minTTL))
+    redis.call('SET', key, rollValue(W, b, S, n), 'PX', rollMax(1, exactDiv(reset + 999, 1000), minTTL))
   end
   return 0, 1, remaining, reset, 0, nx
 end

@@ -14,6 +14,9 @@ import (
 //go:embed decide.lua
 var decideSource string
 
+//go:embed div.lua
+var divSource string
+
 //go:embed gcra.lua
 var gcraSource string
 
@@ -28,12 +31,12 @@ var loneSource string
 
 // gcraScript decides a call of one GCRA request, the most common one, at
 // about half the Redis CPU of decideScript (see gcra.lua).
-var gcraScript = redis.NewScript(gcraSource + loneSource)
+var gcraScript = redis.NewScript(divSource + gcraSource + loneSource)
 
 // rollingScript decides a call of one rolling-window request, the default
 // algorithm's common call, without decideScript's bookkeeping (see
 // rolling.lua).
-var rollingScript = redis.NewScript(rollingSource + loneSource)
+var rollingScript = redis.NewScript(divSource + rollingSource + loneSource)
 
 // slidingLogScript decides a call of one sliding-log request without
 // decideScript's bookkeeping (see slidinglog.lua).

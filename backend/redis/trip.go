@@ -14,7 +14,7 @@ var batchSource string
 // batchScript decides several lone decisions (calls of one GCRA, one
 // rolling-window or one sliding-log request) of a batch in one run: see
 // batch.lua.
-var batchScript = redis.NewScript(gcraSource + rollingSource + slidingLogSource + batchSource)
+var batchScript = redis.NewScript(divSource + gcraSource + rollingSource + slidingLogSource + batchSource)
 
 // trip is one command of a round trip: an op's own, or a run of
 // batchScript deciding several ops.
