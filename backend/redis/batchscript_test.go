@@ -164,33 +164,13 @@ func TestBatchedDecisionFailsAlone(t *testing.T) {
 // TestBatchedDecisionsNameTheirKind: the decisions of a shared script on a
 // full Redis and on a replica each fail with the kind of the failure.
 func TestBatchedDecisionsNameTheirKind(t *testing.T) {
-	full := func(t *testing.T) *redistest.Instance {
-		srv := redistest.ServerWith(t, "maxmemory-policy noeviction")
-		c := srv.Client(t)
-		ctx := context.Background()
-		value := strings.Repeat("x", 64<<10)
-		for i := range 64 {
-			if err := c.Set(ctx, "fill:"+strconv.Itoa(i), value, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := c.ConfigSet(ctx, "maxmemory", "1mb").Err(); err != nil {
-			t.Fatal(err)
-		}
-		return srv
-	}
-	replica := func(t *testing.T) *redistest.Instance {
-		master := redistest.Server(t)
-		_, port, _ := strings.Cut(master.Addr, ":")
-		return redistest.ServerWith(t, "replicaof 127.0.0.1 "+port)
-	}
 	for _, tt := range []struct {
 		name   string
 		server func(t *testing.T) *redistest.Instance
 		kind   error
 	}{
-		{"out of memory", full, backend.ErrOutOfMemory},
-		{"read-only replica", replica, backend.ErrReadOnly},
+		{"out of memory", fullServer, backend.ErrOutOfMemory},
+		{"read-only replica", replicaServer, backend.ErrReadOnly},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			proxy := redistest.NewProxy(t, tt.server(t).Addr)

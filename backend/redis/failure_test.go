@@ -31,26 +31,10 @@ func TestErrorsNameTheirKind(t *testing.T) {
 		return defaultClientOpts(t, &redis.Options{Addr: srv.Addr})
 	}
 	replica := func(t *testing.T) *redis.Client {
-		master := redistest.Server(t)
-		_, port, _ := strings.Cut(master.Addr, ":")
-		srv := redistest.ServerWith(t, "replicaof 127.0.0.1 "+port)
-		return defaultClientOpts(t, &redis.Options{Addr: srv.Addr})
+		return defaultClientOpts(t, &redis.Options{Addr: replicaServer(t).Addr})
 	}
 	full := func(t *testing.T) *redis.Client {
-		srv := redistest.ServerWith(t, "maxmemory-policy noeviction")
-		c := defaultClientOpts(t, &redis.Options{Addr: srv.Addr})
-		ctx := context.Background()
-		// 4mb of data, then a limit of 1mb: far over it, as a full Redis is.
-		value := strings.Repeat("x", 64<<10)
-		for i := range 64 {
-			if err := c.Set(ctx, "fill:"+strconv.Itoa(i), value, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := c.ConfigSet(ctx, "maxmemory", "1mb").Err(); err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return defaultClientOpts(t, &redis.Options{Addr: fullServer(t).Addr})
 	}
 	locked := func(password string) func(t *testing.T) *redis.Client {
 		return func(t *testing.T) *redis.Client {
@@ -168,4 +152,30 @@ func TestClassifyNamesTheKind(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fullServer is a Redis over its maxmemory with noeviction, as a full Redis
+// is: 4mb of data, then a limit of 1mb. Every write is refused with OOM.
+func fullServer(t *testing.T) *redistest.Instance {
+	srv := redistest.ServerWith(t, "maxmemory-policy noeviction")
+	c := srv.Client(t)
+	ctx := context.Background()
+	value := strings.Repeat("x", 64<<10)
+	for i := range 64 {
+		if err := c.Set(ctx, "fill:"+strconv.Itoa(i), value, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// replicaServer is a read-only replica of a master of its own: every write
+// is refused with READONLY.
+func replicaServer(t *testing.T) *redistest.Instance {
+	master := redistest.Server(t)
+	_, port, _ := strings.Cut(master.Addr, ":")
+	return redistest.ServerWith(t, "replicaof 127.0.0.1 "+port)
 }
