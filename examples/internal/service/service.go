@@ -165,10 +165,10 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 	if c.RedisPrefix != "" {
 		prefix = c.RedisPrefix
 	}
-	// The service's logger takes go-redis's own lines too ("failed to dial",
-	// one per dial while Redis is down), sampled, in the service's format.
-	store := ceilingredis.New(client, ceilingredis.WithPrefix(prefix), ceilingredis.WithLogger(logger))
-	opts = append(opts, ceiling.WithBackend(store))
+	// go-redis's own lines ("failed to dial", one per dial while Redis is
+	// down) go to the limiter's logger, the service's, sampled: ceiling.New
+	// hands it to the store.
+	opts = append(opts, ceiling.WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))))
 	return opts, client.Close, nil
 }
 
