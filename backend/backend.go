@@ -126,6 +126,12 @@ type Request struct {
 	// Cost): 1..[MaxLease], unique per acquisition. Required when Cost is
 	// not zero; other algorithms ignore it.
 	Lease int64
+	// Stamp ties a refund (a negative Cost) to the admission it undoes: the
+	// [Result.Stamp] that admission returned. The refund then gives back only
+	// units that admission placed and that still count, never units another
+	// request took since. Zero gives back the newest units (a refund tied to
+	// no admission). Other costs ignore it.
+	Stamp int64
 	// Shadow evaluates the request and reports whether it fits, but its
 	// rejection never blocks the other requests of the call: a shadow rule
 	// is being rolled out and must not refuse traffic yet. It consumes only
@@ -155,6 +161,11 @@ type Result struct {
 	// IETF RateLimit field's "t" advertises; a rejected request of cost 1
 	// has NextAfter == RetryAfter. Never negative, never [Never].
 	NextAfter time.Duration
+	// Stamp says where an admitted request with a positive Cost placed its
+	// units, in the backend's microseconds (ALGORITHMS.md gives it for each
+	// algorithm): a later refund of those units passes it as
+	// [Request.Stamp]. Zero when nothing was placed.
+	Stamp int64
 	// Unread reports that the backend answered without reading this key's
 	// state, because another request of the call was refused from a cache
 	// (the Redis deny cache). Allowed is true and Remaining and ResetAfter
