@@ -152,7 +152,9 @@ func MustNew(l *ceiling.Limiter, rules []Rule, opts ...Option) *Limiter {
 }
 
 // UnaryServerInterceptor decides each call before its handler runs; a
-// refused call never reaches the handler.
+// refused call never reaches the handler. The slots of
+// [ceiling.Concurrency] rules come back when the handler returns, before
+// the client has its answer.
 func (g *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		d, err := g.decide(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
@@ -188,9 +190,14 @@ func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // this package's own interceptors where clients read them.
 //
 // The slots of [ceiling.Concurrency] rules taken by Limit are given back
-// when ctx ends, which for a server call is when its handler returns. The
-// rate-limit metadata is set on ctx's call (grpc.SetHeader), as the
-// interceptors set it.
+// when ctx ends. Limit cannot see the handler return (those interceptors
+// run nothing after it), and grpc-go ends a server call's context as it
+// sends the status, so the release races the client: a client's next
+// call can arrive while the slot of its previous one is still held, and
+// be refused. This package's interceptors give slots back when the
+// handler returns, before the status is sent; use them for Concurrency
+// rules. The rate-limit metadata is set on ctx's call (grpc.SetHeader),
+// as the interceptors set it.
 func (g *Limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
 	d, err := g.decide(ctx, method, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
