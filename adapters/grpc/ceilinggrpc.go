@@ -62,9 +62,12 @@ type Rule struct {
 	Cost func(ctx context.Context, method string) (int64, error)
 	// Limits, when set, gives the limit and burst that apply to a call (a
 	// limit per plan or tenant), as [ceiling.Rule.Limits] does for HTTP: a
-	// zero means the rule's own, [ceiling.ErrNoKey] leaves the rule out,
-	// and any other error, or a value out of range, refuses the call as
-	// codes.Internal, logged once a minute per rule.
+	// zero means the rule's own, and so does [ceiling.ErrNoKey] (a call
+	// without a plan): what the lookup does not know is limited as the rule
+	// says, never unlimited. To leave the rule out for some calls (an
+	// unlimited plan), say so in its Key. Any other error, or a value out
+	// of range, refuses the call as codes.Internal, logged once a minute
+	// per rule.
 	Limits func(ctx context.Context, method string) (limit, burst int64, err error)
 }
 
@@ -288,11 +291,11 @@ func (g *Limiter) input(ctx context.Context, method string, i int, r *Rule) (in 
 	}
 	if r.Limits != nil {
 		if in.Limit, in.Burst, err = r.Limits(ctx, method); err != nil {
-			if errors.Is(err, ceiling.ErrNoKey) {
-				return in, false, nil
+			if !errors.Is(err, ceiling.ErrNoKey) {
+				g.limitFailed(ctx, i, &ceiling.LimitError{Rule: r.Name, Err: err})
+				return in, false, limitStatus(r.Name)
 			}
-			g.limitFailed(ctx, i, &ceiling.LimitError{Rule: r.Name, Err: err})
-			return in, false, limitStatus(r.Name)
+			in.Limit, in.Burst = 0, 0 // no plan: the rule's own limit
 		}
 	}
 	return in, true, nil
