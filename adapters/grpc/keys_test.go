@@ -45,6 +45,9 @@ func TestKeyFunctions(t *testing.T) {
 	sub := ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}))
 	token, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
 	forged, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory"}).SignedString([]byte("not the secret, but long enough!!"))
+	namedSub := ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}), "Authorization")
+	hostKey := func(r *http.Request) (string, error) { return r.Host, nil }
+	host, namedHost := ceilinggrpc.FromHTTP(hostKey), ceilinggrpc.FromHTTP(hostKey, "x-tenant")
 	const m = "/shop.Orders/Create"
 	for _, tc := range []struct {
 		name string
@@ -66,6 +69,10 @@ func TestKeyFunctions(t *testing.T) {
 		{"peer v6 by /64", ceilinggrpc.PeerAddr, callCtx("[2001:db8:1:2:aaaa::1]:4711"), "2001:db8:1:2::/64"},
 		{"no peer", ceilinggrpc.PeerAddr, callCtx(""), "<none>"},
 		{"verified JWT", sub, callCtx("", "authorization", "Bearer "+token), "alice"},
+		{"verified JWT, the entry named", namedSub, callCtx("", "authorization", "Bearer "+token), "alice"},
+		{"an entry not named", ceilinggrpc.FromHTTP(ceiling.Header("X-Tenant"), "authorization"), callCtx("", "x-tenant", "acme"), "<none>"},
+		{"host from :authority", host, callCtx("", ":authority", "api.example"), "api.example"},
+		{"host from :authority, entries named", namedHost, callCtx("", ":authority", "api.example"), "api.example"},
 		{"forged JWT", sub, callCtx("", "authorization", "Bearer "+forged), "<none>"},
 	} {
 		if got := key(t, tc.fn, tc.ctx, m); got != tc.want {
@@ -107,12 +114,15 @@ func TestPeerKeysTrustNoMetadataByDefault(t *testing.T) {
 
 func TestKeyHelpersPanicOnMisuse(t *testing.T) {
 	for name, f := range map[string]func(){
-		"Metadata(\"\")":  func() { ceilinggrpc.Metadata("") },
-		"ForMethods()":    func() { ceilinggrpc.ForMethods(ceilinggrpc.FullMethod) },
-		"Join()":          func() { ceilinggrpc.Join() },
-		"Join(nil)":       func() { ceilinggrpc.Join(nil) },
-		"FromHTTP(nil)":   func() { ceilinggrpc.FromHTTP(nil) },
-		"MustClientIP(/)": func() { ceilinggrpc.MustClientIP(ceiling.TrustXForwardedFor("not a range")) },
+		"Metadata(\"\")":      func() { ceilinggrpc.Metadata("") },
+		"ForMethods()":        func() { ceilinggrpc.ForMethods(ceilinggrpc.FullMethod) },
+		"Join()":              func() { ceilinggrpc.Join() },
+		"Join(nil)":           func() { ceilinggrpc.Join(nil) },
+		"FromHTTP(nil)":       func() { ceilinggrpc.FromHTTP(nil) },
+		"FromHTTP(fn, \"\")":  func() { ceilinggrpc.FromHTTP(ceiling.RemoteAddr, "") },
+		"FromHTTP(fn, x-bin)": func() { ceilinggrpc.FromHTTP(ceiling.RemoteAddr, "x-key-Bin") },
+		"FromHTTP(fn, :path)": func() { ceilinggrpc.FromHTTP(ceiling.RemoteAddr, ":path") },
+		"MustClientIP(/)":     func() { ceilinggrpc.MustClientIP(ceiling.TrustXForwardedFor("not a range")) },
 	} {
 		func() {
 			defer func() {
