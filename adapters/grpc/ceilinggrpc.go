@@ -62,9 +62,12 @@ type Rule struct {
 	Cost func(ctx context.Context, method string) (int64, error)
 	// Limits, when set, gives the limit and burst that apply to a call (a
 	// limit per plan or tenant), as [ceiling.Rule.Limits] does for HTTP: a
-	// zero means the rule's own, [ceiling.ErrNoKey] leaves the rule out,
-	// and any other error, or a value out of range, refuses the call as
-	// codes.Internal, logged once a minute per rule.
+	// zero means the rule's own, and so does [ceiling.ErrNoKey] (a call
+	// without a plan): what the lookup does not know is limited as the rule
+	// says, never unlimited. To leave the rule out for some calls (an
+	// unlimited plan), say so in its Key. Any other error, or a value out
+	// of range, refuses the call as codes.Internal, logged once a minute
+	// per rule.
 	Limits func(ctx context.Context, method string) (limit, burst int64, err error)
 }
 
@@ -152,7 +155,9 @@ func MustNew(l *ceiling.Limiter, rules []Rule, opts ...Option) *Limiter {
 }
 
 // UnaryServerInterceptor decides each call before its handler runs; a
-// refused call never reaches the handler.
+// refused call never reaches the handler. The slots of
+// [ceiling.Concurrency] rules come back when the handler returns, before
+// the client has its answer.
 func (g *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		d, err := g.decide(ctx, info.FullMethod, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
@@ -188,9 +193,14 @@ func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // this package's own interceptors where clients read them.
 //
 // The slots of [ceiling.Concurrency] rules taken by Limit are given back
-// when ctx ends, which for a server call is when its handler returns. The
-// rate-limit metadata is set on ctx's call (grpc.SetHeader), as the
-// interceptors set it.
+// when ctx ends. Limit cannot see the handler return (those interceptors
+// run nothing after it), and grpc-go ends a server call's context as it
+// sends the status, so the release races the client: a client's next
+// call can arrive while the slot of its previous one is still held, and
+// be refused. This package's interceptors give slots back when the
+// handler returns, before the status is sent; use them for Concurrency
+// rules. The rate-limit metadata is set on ctx's call (grpc.SetHeader),
+// as the interceptors set it.
 func (g *Limiter) Limit(ctx context.Context) error {
 	method, _ := grpc.Method(ctx)
 	d, err := g.decide(ctx, method, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
@@ -281,11 +291,11 @@ func (g *Limiter) input(ctx context.Context, method string, i int, r *Rule) (in 
 	}
 	if r.Limits != nil {
 		if in.Limit, in.Burst, err = r.Limits(ctx, method); err != nil {
-			if errors.Is(err, ceiling.ErrNoKey) {
-				return in, false, nil
+			if !errors.Is(err, ceiling.ErrNoKey) {
+				g.limitFailed(ctx, i, &ceiling.LimitError{Rule: r.Name, Err: err})
+				return in, false, limitStatus(r.Name)
 			}
-			g.limitFailed(ctx, i, &ceiling.LimitError{Rule: r.Name, Err: err})
-			return in, false, limitStatus(r.Name)
+			in.Limit, in.Burst = 0, 0 // no plan: the rule's own limit
 		}
 	}
 	return in, true, nil

@@ -2,11 +2,14 @@ package ceilinggrpc_test
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
 	ceilinggrpc "github.com/ceiling-go/ceiling/adapters/grpc"
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -74,4 +77,77 @@ func TestConcurrencyLimitsOpenStreams(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The package's interceptor gives a call's slot back when its handler
+// returns, before grpc-go sends the status: a client that waits for each
+// answer before its next call never finds its own slot still taken. 50
+// strictly sequential calls on a limit of 1, over a loopback TCP
+// connection, are all admitted.
+func TestSequentialCallsGetTheSlotBack(t *testing.T) {
+	// A release that took 20 ms must still land before the answer.
+	slow := ceiling.WithBackend(slowRelease{memory.New()})
+	onBackends(t, sequentialCalls)
+	t.Run("slow release", func(t *testing.T) { sequentialCalls(t, slow, ceiling.WithLogger(slog.New(slog.DiscardHandler))) })
+}
+
+// sequentialCalls makes 50 calls one after the other on a limit of 1.
+func sequentialCalls(t *testing.T, opts ...ceiling.Option) {
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "calls", Limit: 1, Period: time.Minute, Algorithm: ceiling.Concurrency}}, opts...)
+	t.Cleanup(func() { l.Close() })
+	g := ceilinggrpc.MustNew(l, []ceilinggrpc.Rule{{Name: "calls", Key: ceilinggrpc.Metadata("x-api-key")}})
+	s := serveTCP(t, []grpc.UnaryServerInterceptor{g.UnaryServerInterceptor()}, nil)
+	var refused []error
+	for range 50 {
+		if err := s.check(t, "x-api-key", "k"); err != nil {
+			refused = append(refused, err)
+		}
+	}
+	if len(refused) > 0 {
+		t.Errorf("%d of 50 sequential calls refused on a limit of 1, want none; first: %v", len(refused), refused[0])
+	}
+}
+
+// slowRelease is a backend whose releases of concurrency slots take 20 ms
+// to arrive, as a slow round trip would: a release sent after the answer
+// loses the race with the client's next call.
+type slowRelease struct{ backend.Backend }
+
+func (b slowRelease) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	for _, r := range reqs {
+		if r.Algorithm == backend.Concurrency && r.Cost < 0 {
+			time.Sleep(20 * time.Millisecond)
+			break
+		}
+	}
+	return b.Backend.Decide(ctx, reqs)
+}
+
+// Through go-grpc-middleware's ratelimit interceptors, Limit cannot see
+// the handler return: the slot comes back when the call's context ends,
+// which grpc-go does as it sends the status, so the client's next call may
+// find it still taken. It does come back, call after call.
+func TestRatelimitChainGivesTheSlotBackWhenTheCallEnds(t *testing.T) {
+	onBackends(t, func(t *testing.T, opts ...ceiling.Option) {
+		l := ceiling.MustNew([]ceiling.Rule{{Name: "calls", Limit: 1, Period: time.Minute, Algorithm: ceiling.Concurrency}}, opts...)
+		t.Cleanup(func() { l.Close() })
+		g := ceilinggrpc.MustNew(l, []ceilinggrpc.Rule{{Name: "calls", Key: ceilinggrpc.Metadata("x-api-key")}})
+		s := serve(t, []grpc.UnaryServerInterceptor{ratelimit.UnaryServerInterceptor(g)}, nil)
+		for i := range 10 {
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				err := s.check(t, "x-api-key", "k")
+				if err == nil {
+					break
+				}
+				if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+					t.Fatalf("call %d: %v, want the slot back within 10 s of the previous call's end", i, err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if got, want := s.handled.Load(), int64(10); got != want {
+			t.Errorf("%d calls reached the handler, want %d", got, want)
+		}
+	})
 }

@@ -68,6 +68,22 @@ type server struct {
 func serve(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *server {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
+	return serveOn(t, lis, "passthrough:///bufnet", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }), unary, stream)
+}
+
+// serveTCP is serve on a loopback TCP port, where the client reads the
+// server's answers from a real socket as soon as they are written.
+func serveTCP(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *server {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serveOn(t, lis, lis.Addr().String(), nil, unary, stream)
+}
+
+func serveOn(t *testing.T, lis net.Listener, target string, dial grpc.DialOption, unary []grpc.UnaryServerInterceptor, stream []grpc.StreamServerInterceptor) *server {
+	t.Helper()
 	s := &server{}
 	count := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		s.handled.Add(1)
@@ -83,9 +99,11 @@ func serve(t *testing.T, unary []grpc.UnaryServerInterceptor, stream []grpc.Stre
 	)
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	go gs.Serve(lis)
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if dial != nil {
+		opts = append(opts, dial)
+	}
+	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,24 +89,44 @@ func Metadata(name string) KeyFunc {
 	}
 }
 
-// PeerAddr keys by the IP address of the call's peer, ignoring every
-// metadata entry: behind a proxy it is the proxy's address. It is the
-// gRPC form of [ceiling.RemoteAddr] (IPv6 grouped by /64, IPv4-mapped
-// addresses as IPv4), the only address key that cannot be spoofed without
-// trusting anybody.
-var PeerAddr = FromHTTP(ceiling.RemoteAddr)
+// PeerAddr keys by the IP address of the call's peer and reads no metadata
+// entry: behind a proxy it is the proxy's address. It is the gRPC form of
+// [ceiling.RemoteAddr] (IPv6 grouped by /64, IPv4-mapped addresses as
+// IPv4), the only address key that cannot be spoofed without trusting
+// anybody, and its cost does not grow with the call's metadata.
+func PeerAddr(ctx context.Context, _ string) (string, error) {
+	r := http.Request{RemoteAddr: peerAddr(ctx)}
+	return ceiling.RemoteAddr(&r)
+}
+
+// peerAddr is the address of ctx's peer, "" when it has none.
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
 
 // ClientIP keys by the client's IP address with exactly the trust model of
 // [ceiling.ClientIP], whose options it takes: with none, the peer's
-// address, and no metadata is believed. Behind your own proxies, say which
-// entry they write and the ranges they connect from
-// (ceiling.TrustXForwardedFor("10.0.0.0/8") reads the "x-forwarded-for"
-// entry only on calls whose peer is in 10.0.0.0/8). ClientIP returns an
-// error naming a bad option.
+// address, and no metadata is believed or read (it is [PeerAddr]). Behind
+// your own proxies, say which entry they write and the ranges they connect
+// from (ceiling.TrustXForwardedFor("10.0.0.0/8") reads the
+// "x-forwarded-for" entry only on calls whose peer is in 10.0.0.0/8).
+// ClientIP returns an error naming a bad option.
+//
+// With options, the key is handed every text entry, as by [FromHTTP]
+// without names, because the options do not say which header they read.
+// Pass the key through FromHTTP with the entry your proxies write,
+// FromHTTP(ceiling.MustClientIP(opts...), "x-forwarded-for"), and it
+// reads that entry alone: a call padded with entries costs it no more.
 func ClientIP(opts ...ceiling.IPOption) (KeyFunc, error) {
 	k, err := ceiling.ClientIP(opts...)
 	if err != nil {
 		return nil, err
+	}
+	if len(opts) == 0 {
+		return PeerAddr, nil
 	}
 	return FromHTTP(k), nil
 }
@@ -125,32 +145,59 @@ func MustClientIP(opts ...ceiling.IPOption) KeyFunc {
 // read the "authorization" entry), the address keys and their trust
 // model, and your own key functions serve both protocols. fn sees a
 // request that stands for the call: method POST, URL path the full method,
-// RemoteAddr the peer's address, each text metadata entry as a header of
-// the same name (binary "-bin" entries are left out), the ":authority" as
-// Host, an empty body and ctx as its context. Key functions that read the
-// body (ceiling.BodyField) find it empty: key on metadata instead.
-func FromHTTP(fn ceiling.KeyFunc) KeyFunc {
+// RemoteAddr the peer's address, the ":authority" as Host, an empty body
+// and ctx as its context, and as its headers the text metadata entries
+// named in headers ("authorization", "x-forwarded-for"), each under the
+// header of the same name. Name the entries fn reads: then no other entry
+// is copied, however many a caller adds to the call (looking up an entry
+// that is missing scans the entries' names, copying nothing). Without
+// names fn sees every text entry (binary "-bin" entries are left out),
+// each copied on every call. Key functions that read the body
+// (ceiling.BodyField) find it empty: key on metadata instead. FromHTTP
+// panics with a nil fn or an empty or binary name.
+func FromHTTP(fn ceiling.KeyFunc, headers ...string) KeyFunc {
 	if fn == nil {
 		panic("ceilinggrpc: FromHTTP(nil)")
 	}
+	var names []string // nil: every entry
+	for _, h := range headers {
+		if h == "" || strings.HasPrefix(h, ":") || strings.HasSuffix(strings.ToLower(h), "-bin") {
+			panic(fmt.Sprintf("ceilinggrpc: FromHTTP: %q is not a text metadata entry", h))
+		}
+		names = append(names, strings.ToLower(h))
+	}
 	return func(ctx context.Context, method string) (string, error) {
-		return fn(callRequest(ctx, method))
+		return fn(callRequest(ctx, method, names))
 	}
 }
 
-// callRequest is the *http.Request that stands for a call in FromHTTP.
-func callRequest(ctx context.Context, method string) *http.Request {
+// callRequest is the *http.Request that stands for a call in FromHTTP:
+// with names, its headers are those entries alone, each looked up in the
+// metadata; without, every text entry.
+func callRequest(ctx context.Context, method string, names []string) *http.Request {
 	r := &http.Request{
 		Method:     http.MethodPost,
 		URL:        &url.URL{Path: method},
 		RequestURI: method,
 		Proto:      "HTTP/2.0",
 		ProtoMajor: 2,
-		Header:     http.Header{},
+		Header:     make(http.Header, len(names)),
 		Body:       http.NoBody,
+		RemoteAddr: peerAddr(ctx),
 	}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		r.RemoteAddr = p.Addr.String()
+	if names != nil {
+		// grpc-go stores incoming keys in lower case, as HTTP/2 sends
+		// them: a present entry is one map access, and a missing one a
+		// scan of the keys that copies nothing.
+		if vs := metadata.ValueFromIncomingContext(ctx, ":authority"); len(vs) > 0 {
+			r.Host = vs[0]
+		}
+		for _, k := range names {
+			if vs := metadata.ValueFromIncomingContext(ctx, k); len(vs) > 0 {
+				r.Header[textproto.CanonicalMIMEHeaderKey(k)] = vs
+			}
+		}
+		return r.WithContext(ctx)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for k, vs := range md {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -43,6 +45,9 @@ func TestKeyFunctions(t *testing.T) {
 	sub := ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}))
 	token, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
 	forged, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory"}).SignedString([]byte("not the secret, but long enough!!"))
+	namedSub := ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}), "Authorization")
+	hostKey := func(r *http.Request) (string, error) { return r.Host, nil }
+	host, namedHost := ceilinggrpc.FromHTTP(hostKey), ceilinggrpc.FromHTTP(hostKey, "x-tenant")
 	const m = "/shop.Orders/Create"
 	for _, tc := range []struct {
 		name string
@@ -64,6 +69,10 @@ func TestKeyFunctions(t *testing.T) {
 		{"peer v6 by /64", ceilinggrpc.PeerAddr, callCtx("[2001:db8:1:2:aaaa::1]:4711"), "2001:db8:1:2::/64"},
 		{"no peer", ceilinggrpc.PeerAddr, callCtx(""), "<none>"},
 		{"verified JWT", sub, callCtx("", "authorization", "Bearer "+token), "alice"},
+		{"verified JWT, the entry named", namedSub, callCtx("", "authorization", "Bearer "+token), "alice"},
+		{"an entry not named", ceilinggrpc.FromHTTP(ceiling.Header("X-Tenant"), "authorization"), callCtx("", "x-tenant", "acme"), "<none>"},
+		{"host from :authority", host, callCtx("", ":authority", "api.example"), "api.example"},
+		{"host from :authority, entries named", namedHost, callCtx("", ":authority", "api.example"), "api.example"},
 		{"forged JWT", sub, callCtx("", "authorization", "Bearer "+forged), "<none>"},
 	} {
 		if got := key(t, tc.fn, tc.ctx, m); got != tc.want {
@@ -105,12 +114,15 @@ func TestPeerKeysTrustNoMetadataByDefault(t *testing.T) {
 
 func TestKeyHelpersPanicOnMisuse(t *testing.T) {
 	for name, f := range map[string]func(){
-		"Metadata(\"\")":  func() { ceilinggrpc.Metadata("") },
-		"ForMethods()":    func() { ceilinggrpc.ForMethods(ceilinggrpc.FullMethod) },
-		"Join()":          func() { ceilinggrpc.Join() },
-		"Join(nil)":       func() { ceilinggrpc.Join(nil) },
-		"FromHTTP(nil)":   func() { ceilinggrpc.FromHTTP(nil) },
-		"MustClientIP(/)": func() { ceilinggrpc.MustClientIP(ceiling.TrustXForwardedFor("not a range")) },
+		"Metadata(\"\")":      func() { ceilinggrpc.Metadata("") },
+		"ForMethods()":        func() { ceilinggrpc.ForMethods(ceilinggrpc.FullMethod) },
+		"Join()":              func() { ceilinggrpc.Join() },
+		"Join(nil)":           func() { ceilinggrpc.Join(nil) },
+		"FromHTTP(nil)":       func() { ceilinggrpc.FromHTTP(nil) },
+		"FromHTTP(fn, \"\")":  func() { ceilinggrpc.FromHTTP(ceiling.RemoteAddr, "") },
+		"FromHTTP(fn, x-bin)": func() { ceilinggrpc.FromHTTP(ceiling.RemoteAddr, "x-key-Bin") },
+		"FromHTTP(fn, :path)": func() { ceilinggrpc.FromHTTP(ceiling.RemoteAddr, ":path") },
+		"MustClientIP(/)":     func() { ceilinggrpc.MustClientIP(ceiling.TrustXForwardedFor("not a range")) },
 	} {
 		func() {
 			defer func() {
@@ -121,4 +133,101 @@ func TestKeyHelpersPanicOnMisuse(t *testing.T) {
 			f()
 		}()
 	}
+}
+
+// padded is the context of a call from addr with metadata md and n more
+// entries that no key reads, as a caller padding its calls sends them.
+func padded(addr string, n int, md ...string) context.Context {
+	for i := range n {
+		md = append(md, fmt.Sprintf("x-pad-%d", i), "v")
+	}
+	return callCtx(addr, md...)
+}
+
+// A key reads the entries it needs and no other, so a caller who pads a
+// call with entries makes it cost no more: the allocations of a key on a
+// call with 10,000 more entries are those on a call with none.
+func TestKeysReadOnlyWhatTheyNeed(t *testing.T) {
+	secret := []byte("a test secret of at least thirty-two bytes")
+	token, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice"}).SignedString(secret)
+	md := []string{"x-forwarded-for", "198.51.100.7", "authorization", "Bearer " + token, "x-api-key", "k"}
+	for _, tc := range []struct {
+		name string
+		fn   ceilinggrpc.KeyFunc
+	}{
+		{"PeerAddr", ceilinggrpc.PeerAddr},
+		{"ClientIP()", ceilinggrpc.MustClientIP()},
+		{"Metadata", ceilinggrpc.Metadata("x-api-key")},
+		{"FromHTTP(ClientIP, x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.MustClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8")), "x-forwarded-for")},
+		{"FromHTTP(JWTSubject, authorization)", ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}), "Authorization")},
+	} {
+		allocs := func(ctx context.Context) float64 {
+			return testing.AllocsPerRun(20, func() {
+				if _, err := tc.fn(ctx, checkMethod); err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+			})
+		}
+		bare, pad := allocs(padded("10.1.2.3:4711", 0, md...)), allocs(padded("10.1.2.3:4711", 10000, md...))
+		if pad != bare {
+			t.Errorf("%s: %v allocations on a call padded with 10,000 entries, %v without", tc.name, pad, bare)
+		}
+	}
+}
+
+// The gRPC address keys give the HTTP keys' answers for the same peer and
+// entries: the trust model is ceiling's, whichever entries a key reads.
+func TestAddressKeysAgreeWithHTTP(t *testing.T) {
+	xff := []ceiling.IPOption{ceiling.TrustXForwardedFor("10.0.0.0/8")}
+	fwd := []ceiling.IPOption{ceiling.TrustForwarded("10.0.0.0/8")}
+	for _, tc := range []struct {
+		name string
+		grpc ceilinggrpc.KeyFunc
+		http ceiling.KeyFunc
+	}{
+		{"PeerAddr", ceilinggrpc.PeerAddr, ceiling.RemoteAddr},
+		{"ClientIP()", ceilinggrpc.MustClientIP(), ceiling.MustClientIP()},
+		{"ClientIP(xff)", ceilinggrpc.MustClientIP(xff...), ceiling.MustClientIP(xff...)},
+		{"FromHTTP(ClientIP(xff), x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.MustClientIP(xff...), "x-forwarded-for"), ceiling.MustClientIP(xff...)},
+		{"ClientIP(forwarded)", ceilinggrpc.MustClientIP(fwd...), ceiling.MustClientIP(fwd...)},
+		{"FromHTTP(ClientIP(forwarded), forwarded)", ceilinggrpc.FromHTTP(ceiling.MustClientIP(fwd...), "forwarded"), ceiling.MustClientIP(fwd...)},
+		{"ClientIP(x-real-ip)", ceilinggrpc.MustClientIP(ceiling.TrustXRealIP("10.0.0.0/8")), ceiling.MustClientIP(ceiling.TrustXRealIP("10.0.0.0/8"))},
+		{"ClientIP(hops)", ceilinggrpc.MustClientIP(ceiling.TrustXForwardedForHops(2)), ceiling.MustClientIP(ceiling.TrustXForwardedForHops(2))},
+	} {
+		for _, peerAddr := range []string{"10.1.2.3:1", "203.0.113.5:1", "[2001:db8:1:2::9]:1"} {
+			for _, md := range [][]string{
+				nil,
+				{"x-forwarded-for", "198.51.100.1"},
+				{"x-forwarded-for", "6.6.6.6, 198.51.100.1"},                                // a spoofed left-most entry
+				{"x-forwarded-for", "6.6.6.6", "x-forwarded-for", "198.51.100.1, 10.9.9.9"}, // two lines, a trusted hop
+				{"x-forwarded-for", "not an address, 198.51.100.1"},
+				{"forwarded", `for=6.6.6.6, for="[2001:db8:cafe::1]:4711"`},
+				{"x-real-ip", "198.51.100.3"},
+				{"x-forwarded-for", "198.51.100.1", "forwarded", "for=198.51.100.2", "x-real-ip", "198.51.100.3"},
+			} {
+				r := httptest.NewRequest("POST", checkMethod, nil)
+				r.RemoteAddr = peerAddr
+				for i := 0; i < len(md); i += 2 {
+					r.Header.Add(md[i], md[i+1])
+				}
+				want := httpKey(tc.http, r)
+				for _, n := range []int{0, 100} {
+					if got := key(t, tc.grpc, padded(peerAddr, n, md...), checkMethod); got != want {
+						t.Errorf("%s from %s with %q (%d more entries): %q, the HTTP key says %q", tc.name, peerAddr, md, n, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+func httpKey(fn ceiling.KeyFunc, r *http.Request) string {
+	v, err := fn(r)
+	if errors.Is(err, ceiling.ErrNoKey) {
+		return "<none>"
+	}
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return v
 }

@@ -34,7 +34,7 @@ func BenchmarkChat(b *testing.B) {
 			r.Header.Set("Authorization", "Bearer "+toks[i%len(toks)])
 			r.RemoteAddr = addrs[i%len(addrs)]
 			w := httptest.NewRecorder()
-			h.ServeHTTP(w, r)
+			h.Public.ServeHTTP(w, r)
 			if w.Code != http.StatusOK {
 				b.Fatalf("status %d: %s", w.Code, w.Body)
 			}

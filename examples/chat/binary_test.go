@@ -11,6 +11,14 @@ import (
 	"github.com/ceiling-go/ceiling/internal/redistest"
 )
 
+// GET /healthz and GET /metrics are served on the admin listener, and
+// the public one answers them 404 (issue 23.13).
+func TestAdminEndpointsStayOffThePublicListener(t *testing.T) {
+	p := servicetest.Start(t, chatBinary.Path(t), nil)
+	servicetest.AdminOnly(t, p)
+	p.Stop(t)
+}
+
 // The real binary as `go run ./examples/chat` starts it on a fresh machine:
 // no Redis, no secret. It warns loudly about both, answers a token it
 // minted itself, and shuts down cleanly on SIGTERM.
@@ -34,7 +42,7 @@ func TestBinaryStartsAnswersAndStops(t *testing.T) {
 	if resp.Status != 200 || json.Unmarshal([]byte(resp.Body), &reply) != nil || reply.Reply == "" || reply.Order.ID == "" {
 		t.Errorf("chat: %d %s, want 200 with a reply and an order", resp.Status, resp.Body)
 	}
-	if resp, err := servicetest.Get(http.DefaultClient, p.URL+"/healthz"); err != nil || resp.Status != 200 {
+	if resp, err := servicetest.Get(http.DefaultClient, p.Admin+"/healthz"); err != nil || resp.Status != 200 {
 		t.Errorf("/healthz: %d %v, want 200", resp.Status, err)
 	}
 	p.Stop(t)

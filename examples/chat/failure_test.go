@@ -27,7 +27,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if got := chat(t, ts.URL, tok, question).Status; got != 200 {
 		t.Fatalf("before the outage: %d, want 200", got)
 	}
-	if m := metrics(t, ts.URL); !strings.Contains(m, `ceiling_decisions_total{outcome="allowed",rule="chat:shop:minute"} 1`) || !strings.Contains(m, "ceiling_degraded 0") {
+	if m := metrics(t, ts.Admin); !strings.Contains(m, `ceiling_decisions_total{outcome="allowed",rule="chat:shop:minute"} 1`) || !strings.Contains(m, "ceiling_degraded 0") {
 		t.Errorf("/metrics before the outage lacks the admission or says degraded:\n%s", m)
 	}
 
@@ -36,7 +36,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if want := repeat(10, 200); !slices.Equal(got, want) {
 		t.Errorf("during the outage: %v, want %v (failing open, over the limit of 3)", got, want)
 	}
-	status, h := health(t, ts.URL)
+	status, h := health(t, ts.Admin)
 	if status != http.StatusServiceUnavailable || h.Status != "degraded" || h.Reason == "" {
 		t.Errorf("/healthz during the outage: %d %+v, want 503, degraded, with a reason", status, h)
 	}
@@ -46,7 +46,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if got := count(logs, "backend degraded"); got != 1 {
 		t.Errorf("the degradation was logged %d times, want once", got)
 	}
-	m := metrics(t, ts.URL)
+	m := metrics(t, ts.Admin)
 	for _, want := range []string{"ceiling_degraded 1", "ceiling_degraded_transitions_total 1", `ceiling_failmode_admissions_total{mode="open",rule="chat:shop:minute"}`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics during the outage lacks %q", want)
@@ -57,7 +57,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	probe := token(t, "https://probe.myshopify.com")
 	if !servicetest.Eventually(5*time.Second, func() bool {
 		chat(t, ts.URL, probe, question)
-		status, _ := health(t, ts.URL)
+		status, _ := health(t, ts.Admin)
 		return status == http.StatusOK
 	}) {
 		t.Fatal("/healthz still degraded 5s after Redis came back")
@@ -65,7 +65,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if got, want := statuses(t, 4, func() servicetest.Response { return chat(t, ts.URL, tok, question) }), []int{200, 200, 200, 429}; !slices.Equal(got, want) {
 		t.Errorf("after recovery: %v, want %v (enforced again; the restarted Redis is empty)", got, want)
 	}
-	if m := metrics(t, ts.URL); !strings.Contains(m, "ceiling_degraded 0") {
+	if m := metrics(t, ts.Admin); !strings.Contains(m, "ceiling_degraded 0") {
 		t.Error("/metrics still says degraded after recovery")
 	}
 }

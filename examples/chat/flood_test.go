@@ -130,7 +130,7 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 	go func() { // the breaker, as a readiness probe sees it
 		defer wg.Done()
 		for time.Now().Before(deadline) {
-			r, err := servicetest.Get(client, p.URL+"/healthz")
+			r, err := servicetest.Get(client, p.Admin+"/healthz")
 			healthPolls.Add(1)
 			if err != nil || r.Status != 200 {
 				mu.Lock()
@@ -142,7 +142,7 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 	}()
 	wg.Wait()
 
-	m, err := servicetest.Get(client, p.URL+"/metrics")
+	m, err := servicetest.Get(client, p.Admin+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

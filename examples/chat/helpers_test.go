@@ -76,19 +76,25 @@ func backends(t *testing.T, parallel bool, fn func(t *testing.T, cfg config)) {
 	})
 }
 
-// start serves newServer(cfg) on a loopback port until the test ends.
-func start(t *testing.T, cfg config) *httptest.Server {
+// A site is a service that start serves: the base URLs of its public
+// and its admin listener.
+type site struct{ URL, Admin string }
+
+// start serves newServer(cfg) on two loopback ports, public and admin,
+// until the test ends.
+func start(t *testing.T, cfg config) *site {
 	t.Helper()
 	h, cleanup, err := newServer(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(h)
+	public, admin := httptest.NewServer(h.Public), httptest.NewServer(h.Admin)
 	t.Cleanup(func() {
-		ts.Close()
+		public.Close()
+		admin.Close()
 		cleanup()
 	})
-	return ts
+	return &site{URL: public.URL, Admin: admin.URL}
 }
 
 // token is a valid session token of shop.

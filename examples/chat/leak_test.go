@@ -18,7 +18,7 @@ func TestCleanupLeavesNoGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts := httptest.NewServer(h)
+		ts, admin := httptest.NewServer(h.Public), httptest.NewServer(h.Admin)
 		client := ts.Client()
 		tok := token(t, "https://shop-1.myshopify.com")
 		for range 3 {
@@ -26,11 +26,12 @@ func TestCleanupLeavesNoGoroutines(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := servicetest.Get(client, ts.URL+"/healthz"); err != nil {
+		if _, err := servicetest.Get(client, admin.URL+"/healthz"); err != nil {
 			t.Fatal(err)
 		}
 		client.CloseIdleConnections()
 		ts.Close()
+		admin.Close()
 		cleanup()
 		http.DefaultClient.CloseIdleConnections()
 	})

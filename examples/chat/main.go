@@ -6,14 +6,16 @@
 //
 // The limiter fails open: when Redis is unreachable a customer still gets an
 // answer, and the degradation is logged once, counted, and reported by
-// GET /healthz (503 with a JSON reason) and GET /metrics.
+// GET /healthz (503 with a JSON reason) and GET /metrics, which are served
+// on the admin address only (-admin, loopback by default): they tell
+// whoever reads them when the limits are off.
 //
 // Usage:
 //
-//	go run ./examples/chat [-addr 127.0.0.1:8080]
+//	go run ./examples/chat [-addr 127.0.0.1:8080] [-admin 127.0.0.1:9090]
 //	go run ./examples/chat -mint-token https://shop-1.myshopify.com [-sub user-1]
 //
-// Environment: ADDR, REDIS_URL (redis://host:6379/0, redis+cluster://h1:6379,h2:6379
+// Environment: ADDR, ADMIN_ADDR, REDIS_URL (redis://host:6379/0, redis+cluster://h1:6379,h2:6379
 // or redis+sentinel://h1:26379,h2:26379/master; without it limits are
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), IPV6_PREFIX (how many
@@ -87,5 +89,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer cleanup()
-	return service.Serve(ctx, svc.Addr, h, logger)
+	return service.Serve(ctx, svc, h, logger)
 }

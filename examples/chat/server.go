@@ -80,16 +80,17 @@ type server struct {
 	orders *ceiling.Prefetched[Order]
 }
 
-// newServer builds the service's handler: POST /api/chat behind the limiter,
-// GET /healthz and GET /metrics. cleanup releases the Redis client and the
-// limiter; call it after the HTTP server has stopped.
-func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
+// newServer builds the service's handlers: POST /api/chat behind the limiter
+// on the public one, GET /healthz and GET /metrics on the admin one.
+// cleanup releases the Redis client and the limiter; call it after the
+// HTTP servers have stopped.
+func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 	if len(cfg.JWTSecret) == 0 {
-		return nil, nil, errors.New("chat: no JWT secret")
+		return h, nil, errors.New("chat: no JWT secret")
 	}
 	ip, err := cfg.ClientIP()
 	if err != nil {
-		return nil, nil, err
+		return h, nil, err
 	}
 	s := &server{cfg: cfg}
 	// The lookup starts as soon as the limiter knows the keys, while it
@@ -131,7 +132,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	obs, metrics := service.Metrics()
 	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:chat")
 	if err != nil {
-		return nil, nil, err
+		return h, nil, err
 	}
 	opts = append(opts,
 		ceiling.WithFailMode(ceiling.FailOpen),
@@ -144,23 +145,26 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	limiter, err := ceiling.New(rules, opts...)
 	if err != nil {
 		closeBackend()
-		return nil, nil, err
+		return h, nil, err
 	}
 	if err := service.Check(limiter, cfg.Logger, true); err != nil {
 		limiter.Close()
 		closeBackend()
-		return nil, nil, err
+		return h, nil, err
 	}
 
 	mux := http.NewServeMux()
 	mux.Handle("POST /api/chat", authenticate(cfg.JWTSecret, limiter.Handler(http.HandlerFunc(s.chat))))
-	mux.Handle("GET /healthz", limiter.HealthHandler())
-	mux.Handle("GET /metrics", metrics)
+	// The health report says when the limits are off and the metrics
+	// count each rule's traffic: the operator's, on the admin listener.
+	admin := http.NewServeMux()
+	admin.Handle("GET /healthz", limiter.HealthHandler())
+	admin.Handle("GET /metrics", metrics)
 	cleanup = func() {
 		limiter.Close()
 		closeBackend()
 	}
-	return mux, cleanup, nil
+	return service.Handlers{Public: mux, Admin: admin}, cleanup, nil
 }
 
 var errUnauthenticated = errors.New("no valid bearer token")

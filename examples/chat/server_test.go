@@ -354,7 +354,7 @@ func TestHealthWarnsOfPerInstanceLimits(t *testing.T) {
 	cfg, _ := testConfig(t)
 	cfg.Instances = 3
 	ts := start(t, cfg)
-	status, h := health(t, ts.URL)
+	status, h := health(t, ts.Admin)
 	if status != http.StatusOK || len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], "every instance enforces the full limit") {
 		t.Errorf("/healthz: %d %+v, want 200 with the per-instance warning", status, h)
 	}

@@ -36,7 +36,7 @@ func TestBinaryStartsDegradedOnAnUnreachableRedis(t *testing.T) {
 	srv := redistest.Server(t)
 	srv.Kill()
 	p := servicetest.Start(t, chatBinary.Path(t), []string{"REDIS_URL=redis://" + srv.Addr + "/0", "CHAT_JWT_SECRET=" + testSecret})
-	resp, err := servicetest.Get(http.DefaultClient, p.URL+"/healthz")
+	resp, err := servicetest.Get(http.DefaultClient, p.Admin+"/healthz")
 	var h struct{ Status, Reason string }
 	if err != nil || resp.Status != http.StatusServiceUnavailable || json.Unmarshal([]byte(resp.Body), &h) != nil || h.Reason != "unreachable" {
 		t.Errorf("/healthz at start: %d %s %v, want 503, degraded, unreachable", resp.Status, resp.Body, err)
@@ -55,7 +55,7 @@ func TestBinaryStartsDegradedOnAnUnreachableRedis(t *testing.T) {
 	}
 	srv.Restart(t)
 	if !servicetest.Eventually(5*time.Second, func() bool {
-		r, err := servicetest.Get(http.DefaultClient, p.URL+"/healthz")
+		r, err := servicetest.Get(http.DefaultClient, p.Admin+"/healthz")
 		return err == nil && r.Status == http.StatusOK
 	}) {
 		t.Errorf("still degraded 5 s after Redis came back")

@@ -9,6 +9,14 @@ import (
 	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
 )
 
+// GET /healthz and GET /metrics are served on the admin listener, and
+// the public one answers them 404 (issue 23.13).
+func TestAdminEndpointsStayOffThePublicListener(t *testing.T) {
+	p := servicetest.Start(t, otpBinary.Path(t), nil)
+	servicetest.AdminOnly(t, p)
+	p.Stop(t)
+}
+
 // The real binary as `go run ./examples/otp` starts it on a fresh machine:
 // it warns that limits are per process, sends (fakes) a code, limits the
 // number, and shuts down cleanly on SIGTERM.
@@ -31,7 +39,7 @@ func TestBinaryStartsLimitsAndStops(t *testing.T) {
 	if !strings.Contains(p.Log(), "to=+254*******00") {
 		t.Errorf("the fake sender did not log the masked number:\n%s", p.Log())
 	}
-	resp, err := servicetest.Get(http.DefaultClient, p.URL+"/metrics")
+	resp, err := servicetest.Get(http.DefaultClient, p.Admin+"/metrics")
 	if err != nil || !strings.Contains(resp.Body, `ceiling_decisions_total{outcome="rejected",rule="otp:phone"} 1`) {
 		t.Errorf("/metrics does not count the rejection: %v\n%s", err, resp.Body)
 	}

@@ -39,10 +39,10 @@ func TestRedisKilledFailsClosedThenRecovers(t *testing.T) {
 	if got := sms.count(); got != 1 {
 		t.Errorf("%d SMS sent in all, want 1 (none during the outage)", got)
 	}
-	if resp, err := servicetest.Get(http.DefaultClient, ts.URL+"/healthz"); err != nil || resp.Status != http.StatusServiceUnavailable {
+	if resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/healthz"); err != nil || resp.Status != http.StatusServiceUnavailable {
 		t.Errorf("/healthz during the outage: %d %v, want 503", resp.Status, err)
 	}
-	if resp, err := servicetest.Get(http.DefaultClient, ts.URL+"/metrics"); err != nil || !strings.Contains(resp.Body, "ceiling_degraded 1") {
+	if resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/metrics"); err != nil || !strings.Contains(resp.Body, "ceiling_degraded 1") {
 		t.Errorf("/metrics during the outage does not say degraded: %v\n%s", err, resp.Body)
 	}
 
@@ -52,7 +52,7 @@ func TestRedisKilledFailsClosedThenRecovers(t *testing.T) {
 	}) {
 		t.Fatal("no SMS sent 5s after Redis came back")
 	}
-	if resp, err := servicetest.Get(http.DefaultClient, ts.URL+"/healthz"); err != nil || resp.Status != http.StatusOK {
+	if resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/healthz"); err != nil || resp.Status != http.StatusOK {
 		t.Errorf("/healthz after recovery: %d %v, want 200", resp.Status, err)
 	}
 }

@@ -17,7 +17,7 @@ func TestCleanupLeavesNoGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts := httptest.NewServer(h)
+		ts := httptest.NewServer(h.Public)
 		client := ts.Client()
 		for range 4 {
 			if _, err := servicetest.Post(client, ts.URL+"/api/otp", "", phone(kenya)); err != nil {

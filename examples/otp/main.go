@@ -6,14 +6,15 @@
 // (a valid HS256 bearer token) 5 per rolling hour, all or nothing.
 //
 // The limiter fails closed: when Redis is unreachable the answer is 503
-// with Retry-After and no SMS is sent.
+// with Retry-After and no SMS is sent. GET /healthz and GET /metrics are
+// served on the admin address only (-admin, loopback by default).
 //
 // Usage:
 //
-//	go run ./examples/otp [-addr 127.0.0.1:8080]
+//	go run ./examples/otp [-addr 127.0.0.1:8080] [-admin 127.0.0.1:9090]
 //	go run ./examples/otp -mint-token user-1
 //
-// Environment: ADDR, REDIS_URL (redis://host:6379/0, redis+cluster://h1:6379,h2:6379
+// Environment: ADDR, ADMIN_ADDR, REDIS_URL (redis://host:6379/0, redis+cluster://h1:6379,h2:6379
 // or redis+sentinel://h1:26379,h2:26379/master; without it limits are
 // per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), IPV6_PREFIX (how many
@@ -91,5 +92,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer cleanup()
-	return service.Serve(ctx, svc.Addr, h, logger)
+	return service.Serve(ctx, svc, h, logger)
 }

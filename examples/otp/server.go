@@ -65,22 +65,23 @@ func defaultConfig() config {
 	}
 }
 
-// newServer builds the service's handler: POST /api/otp behind the limiter,
-// GET /healthz and GET /metrics. cleanup releases the Redis client and the
-// limiter; call it after the HTTP server has stopped.
-func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
+// newServer builds the service's handlers: POST /api/otp behind the limiter
+// on the public one, GET /healthz and GET /metrics on the admin one.
+// cleanup releases the Redis client and the limiter; call it after the
+// HTTP servers have stopped.
+func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 	if len(cfg.JWTSecret) == 0 {
-		return nil, nil, errors.New("otp: no JWT secret")
+		return h, nil, errors.New("otp: no JWT secret")
 	}
 	if cfg.Sender == nil {
 		cfg.Sender = logSender{cfg.Logger}
 	}
 	ip, err := cfg.ClientIP()
 	if err != nil {
-		return nil, nil, err
+		return h, nil, err
 	}
 	if err := checkRegion(cfg.Region); err != nil {
-		return nil, nil, err
+		return h, nil, err
 	}
 	phone := phoneKey(cfg.Region)
 	// Only a token that verifies (HS256 only, not expired) names a user;
@@ -88,7 +89,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	// no fresh budget.
 	user, err := ceiling.JWTSubject(func(*jwt.Token) (any, error) { return cfg.JWTSecret, nil }, []string{"HS256"})
 	if err != nil {
-		return nil, nil, err
+		return h, nil, err
 	}
 	lim := cfg.Limits
 	rules := []ceiling.Rule{
@@ -103,7 +104,7 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	obs, metrics := service.Metrics()
 	opts, closeBackend, err := cfg.Backend(cfg.Logger, "ceiling:otp")
 	if err != nil {
-		return nil, nil, err
+		return h, nil, err
 	}
 	opts = append(opts,
 		// Every SMS costs money and an uncounted one is what an attacker
@@ -117,22 +118,25 @@ func newServer(cfg config) (h http.Handler, cleanup func(), err error) {
 	limiter, err := ceiling.New(rules, opts...)
 	if err != nil {
 		closeBackend()
-		return nil, nil, err
+		return h, nil, err
 	}
 	if err := service.Check(limiter, cfg.Logger, false); err != nil {
 		limiter.Close()
 		closeBackend()
-		return nil, nil, err
+		return h, nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /api/otp", limiter.Handler(sendOTP(phone, cfg.Sender, cfg.Logger)))
-	mux.Handle("GET /healthz", limiter.HealthHandler())
-	mux.Handle("GET /metrics", metrics)
+	// The health report says when the limits are off and the metrics
+	// count each rule's traffic: the operator's, on the admin listener.
+	admin := http.NewServeMux()
+	admin.Handle("GET /healthz", limiter.HealthHandler())
+	admin.Handle("GET /metrics", metrics)
 	cleanup = func() {
 		limiter.Close()
 		closeBackend()
 	}
-	return mux, cleanup, nil
+	return service.Handlers{Public: mux, Admin: admin}, cleanup, nil
 }
 
 // sendOTP sends a fresh code to the body's number. It reads the number with

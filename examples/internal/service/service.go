@@ -21,11 +21,22 @@ import (
 // only, so that a service started by hand is not exposed.
 const DefaultAddr = "127.0.0.1:8080"
 
+// DefaultAdminAddr is where the services serve GET /healthz and GET
+// /metrics without -admin or ADMIN_ADDR: loopback, whatever -addr says. The
+// health report tells whoever reads it when the limits are off ("degraded",
+// "fail_mode": "open") and the metrics count each rule's traffic, so they
+// are for the operator's probes and scrapers, never the public listener.
+const DefaultAdminAddr = "127.0.0.1:9090"
+
 // Config holds the settings both services take. The zero value means the
 // memory backend, no trusted proxies and plain SHA-256 stored keys.
 type Config struct {
 	// Addr is the listen address (-addr, else ADDR, else [DefaultAddr]).
 	Addr string
+	// AdminAddr is where GET /healthz and GET /metrics are served (-admin,
+	// else ADMIN_ADDR, else [DefaultAdminAddr]); the public listener
+	// answers them 404.
+	AdminAddr string
 	// RedisURL names the Redis deployment (REDIS_URL): one server, a
 	// Cluster or Sentinels, in a form of [RedisURLForms]. Empty means the
 	// in-process memory backend: limits per process.
@@ -56,8 +67,9 @@ type Config struct {
 	prefixErr    error // a bad IPV6_PREFIX, reported by ClientIP
 }
 
-// Register adds -addr to fs and reads the rest of Config from getenv
-// (os.Getenv, or a map in tests). Parse fs before using Addr.
+// Register adds -addr and -admin to fs and reads the rest of Config from
+// getenv (os.Getenv, or a map in tests). Parse fs before using Addr and
+// AdminAddr.
 func Register(fs *flag.FlagSet, getenv func(string) string) *Config {
 	c := &Config{
 		RedisURL:  strings.TrimSpace(getenv("REDIS_URL")),
@@ -82,6 +94,11 @@ func Register(fs *flag.FlagSet, getenv func(string) string) *Config {
 		addr = DefaultAddr
 	}
 	fs.StringVar(&c.Addr, "addr", addr, "listen address (env ADDR)")
+	admin := getenv("ADMIN_ADDR")
+	if admin == "" {
+		admin = DefaultAdminAddr
+	}
+	fs.StringVar(&c.AdminAddr, "admin", admin, "listen address of GET /healthz and GET /metrics, kept off the public one (env ADMIN_ADDR)")
 	for _, p := range strings.Split(getenv("TRUSTED_PROXIES"), ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			c.TrustedProxies = append(c.TrustedProxies, p)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -26,14 +27,17 @@ func TestRegister(t *testing.T) {
 		env      map[string]string
 		args     []string
 		addr     string
+		admin    string
 		proxies  []string
 		redisURL string
 	}{
-		{name: "defaults", addr: DefaultAddr},
-		{name: "ADDR", env: map[string]string{"ADDR": "127.0.0.1:9000"}, addr: "127.0.0.1:9000"},
-		{name: "-addr wins", env: map[string]string{"ADDR": "127.0.0.1:9000"}, args: []string{"-addr", "127.0.0.1:9001"}, addr: "127.0.0.1:9001"},
+		{name: "defaults", addr: DefaultAddr, admin: DefaultAdminAddr},
+		{name: "ADDR", env: map[string]string{"ADDR": "0.0.0.0:9000"}, addr: "0.0.0.0:9000", admin: DefaultAdminAddr},
+		{name: "-addr wins", env: map[string]string{"ADDR": "127.0.0.1:9000"}, args: []string{"-addr", "127.0.0.1:9001"}, addr: "127.0.0.1:9001", admin: DefaultAdminAddr},
+		{name: "ADMIN_ADDR", env: map[string]string{"ADMIN_ADDR": "10.0.0.5:9100"}, addr: DefaultAddr, admin: "10.0.0.5:9100"},
+		{name: "-admin wins", env: map[string]string{"ADMIN_ADDR": "10.0.0.5:9100"}, args: []string{"-admin", "127.0.0.1:9101"}, addr: DefaultAddr, admin: "127.0.0.1:9101"},
 		{name: "proxies and Redis", env: map[string]string{"TRUSTED_PROXIES": " 10.0.0.0/8, ,192.168.1.1 ", "REDIS_URL": " redis://r:6379/2 "},
-			addr: DefaultAddr, proxies: []string{"10.0.0.0/8", "192.168.1.1"}, redisURL: "redis://r:6379/2"},
+			addr: DefaultAddr, admin: DefaultAdminAddr, proxies: []string{"10.0.0.0/8", "192.168.1.1"}, redisURL: "redis://r:6379/2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("x", flag.ContinueOnError)
@@ -41,10 +45,20 @@ func TestRegister(t *testing.T) {
 			if err := fs.Parse(tc.args); err != nil {
 				t.Fatal(err)
 			}
-			if c.Addr != tc.addr || !slices.Equal(c.TrustedProxies, tc.proxies) || c.RedisURL != tc.redisURL {
-				t.Errorf("got addr %q, proxies %q, redis %q; want %q, %q, %q", c.Addr, c.TrustedProxies, c.RedisURL, tc.addr, tc.proxies, tc.redisURL)
+			if c.Addr != tc.addr || c.AdminAddr != tc.admin || !slices.Equal(c.TrustedProxies, tc.proxies) || c.RedisURL != tc.redisURL {
+				t.Errorf("got addr %q, admin %q, proxies %q, redis %q; want %q, %q, %q, %q", c.Addr, c.AdminAddr, c.TrustedProxies, c.RedisURL, tc.addr, tc.admin, tc.proxies, tc.redisURL)
 			}
 		})
+	}
+}
+
+// The admin listener, whose health report says when the limits are off,
+// is on loopback unless the operator says otherwise.
+func TestAdminAddrIsLoopbackByDefault(t *testing.T) {
+	c := Register(flag.NewFlagSet("x", flag.ContinueOnError), env(nil))
+	host, _, err := net.SplitHostPort(c.AdminAddr)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		t.Errorf("default admin address %q, want a loopback one", c.AdminAddr)
 	}
 }
 
@@ -165,11 +179,14 @@ func TestServeFinishesRequestsInFlight(t *testing.T) {
 	})
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, "127.0.0.1:0", h, slog.New(slog.NewTextHandler(logs, nil))) }()
+	c := &Config{Addr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0"}
+	go func() {
+		served <- Serve(ctx, c, Handlers{Public: h, Admin: http.NotFoundHandler()}, slog.New(slog.NewTextHandler(logs, nil)))
+	}()
 	var addr string
 	deadline := time.Now().Add(5 * time.Second)
 	for addr == "" && time.Now().Before(deadline) {
-		if m := regexp.MustCompile(`msg=listening addr=(\S+)`).FindStringSubmatch(logs.String()); m != nil {
+		if m := regexp.MustCompile(`msg=listening addr=(\S+) admin=`).FindStringSubmatch(logs.String()); m != nil {
 			addr = m[1]
 		}
 		time.Sleep(5 * time.Millisecond)

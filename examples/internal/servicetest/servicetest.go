@@ -82,6 +82,9 @@ const (
 type Process struct {
 	// URL is the service's base URL, "http://127.0.0.1:port".
 	URL string
+	// Admin is the base URL of its admin listener (GET /healthz, GET
+	// /metrics).
+	Admin string
 
 	cmd    *exec.Cmd
 	log    *syncBuffer
@@ -89,17 +92,17 @@ type Process struct {
 	err    error // cmd.Wait's, valid once exited is closed
 }
 
-var listening = regexp.MustCompile(`msg=listening addr=(\S+)`)
+var listening = regexp.MustCompile(`msg=listening addr=(\S+) admin=(\S+)`)
 
-// Start runs bin with "-addr 127.0.0.1:0" (a free port that the service
-// logs), args and an environment of only PATH plus env, so that nothing of
-// the test's own environment (a REDIS_URL) leaks in. It returns once the
-// service answers GET /healthz with any status, and kills it when the test
-// ends if it still runs.
+// Start runs bin with "-addr 127.0.0.1:0 -admin 127.0.0.1:0" (free ports
+// that the service logs), args and an environment of only PATH plus env,
+// so that nothing of the test's own environment (a REDIS_URL) leaks in. It
+// returns once the service answers GET /healthz on its admin listener with
+// any status, and kills it when the test ends if it still runs.
 func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 	t.Helper()
 	p := &Process{log: &syncBuffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
+	p.cmd = exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
@@ -108,7 +111,7 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}
-	addr := make(chan string, 1)
+	addr := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -116,7 +119,7 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 			p.log.WriteString(line + "\n")
 			if m := listening.FindStringSubmatch(line); m != nil {
 				select {
-				case addr <- m[1]:
+				case addr <- m[1:]:
 				default:
 				}
 			}
@@ -130,14 +133,14 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 	})
 	select {
 	case a := <-addr:
-		p.URL = "http://" + a
+		p.URL, p.Admin = "http://"+a[0], "http://"+a[1]
 	case <-p.exited:
 		t.Fatalf("%s exited before listening: %v\n%s", bin, p.err, p.Log())
 	case <-time.After(startTimeout):
 		t.Fatalf("%s did not log its address within %v\n%s", bin, startTimeout, p.Log())
 	}
 	if !Eventually(startTimeout, func() bool {
-		resp, err := http.Get(p.URL + "/healthz")
+		resp, err := http.Get(p.Admin + "/healthz")
 		if err != nil {
 			return false
 		}
@@ -306,5 +309,21 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// AdminOnly fails t unless p serves GET /healthz and GET /metrics on its
+// admin listener and answers 404 for them on its public one: the health
+// report says when the limits are off, and the metrics count each rule's
+// traffic, which is nobody's business but the operator's.
+func AdminOnly(t testing.TB, p *Process) {
+	t.Helper()
+	for path, want := range map[string]string{"/healthz": `"status":`, "/metrics": "ceiling_degraded "} {
+		if resp, err := Get(http.DefaultClient, p.URL+path); err != nil || resp.Status != http.StatusNotFound {
+			t.Errorf("public %s: %d %v, want 404", path, resp.Status, err)
+		}
+		if resp, err := Get(http.DefaultClient, p.Admin+path); err != nil || resp.Status != http.StatusOK || !strings.Contains(resp.Body, want) {
+			t.Errorf("admin %s: %d %v, want 200 with %q:\n%.300s", path, resp.Status, err, want, resp.Body)
+		}
 	}
 }

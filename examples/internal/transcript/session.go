@@ -77,6 +77,7 @@ func Test(t *testing.T, path string, cfg Config) {
 		"HOME=" + t.TempDir(),
 		"ADDR=127.0.0.1:" + rw.ports["8080"],
 		"PORT=" + rw.ports["8080"],
+		"ADMIN_ADDR=127.0.0.1:" + rw.ports["9090"],
 	}, cfg.Env...))
 	for _, c := range cmds {
 		where := fmt.Sprintf("%s:%d: $ %s", path, c.Line, c.Text)
@@ -115,8 +116,10 @@ type rewriter struct {
 	redis    string            // "redis://addr", once started
 }
 
-// sessionPorts are the ports a README may use for the services it starts.
-var sessionPorts = regexp.MustCompile(`\b80[89][0-9]\b`)
+// sessionPorts are the ports a README may use for the services it starts:
+// 8080 to 8099 for their public listeners, 9090 to 9099 for their admin
+// ones.
+var sessionPorts = regexp.MustCompile(`\b(80[89][0-9]|909[0-9])\b`)
 
 // readmeRedis are the Redis URLs a README may use for a local server.
 var readmeRedis = regexp.MustCompile(`redis://(127\.0\.0\.1|localhost):6379\b`)
@@ -129,7 +132,7 @@ func newRewriter(t *testing.T, cmds []Command, cfg Config) (*rewriter, error) {
 	}
 	// "go run ./examples/otp" must not be rewritten as a prefix of a longer key.
 	sort.Slice(rw.order, func(i, j int) bool { return len(rw.order[i]) > len(rw.order[j]) })
-	want := []string{"8080"}
+	want := []string{"8080", "9090"}
 	for _, c := range cmds {
 		want = append(want, sessionPorts.FindAllString(c.Text, -1)...)
 	}
@@ -174,7 +177,8 @@ func (rw *rewriter) rewrite(t *testing.T, cmd string) string {
 
 // waitListening waits until the services a background command started
 // listen: on each free port the command names, else on the one that
-// stands for 8080 (ADDR).
+// stands for 8080 (ADDR). A service binds its admin port before its public
+// one, so the public one listening means both do.
 func (rw *rewriter) waitListening(t *testing.T, cmd string, sh *shell) {
 	t.Helper()
 	var ports []string

@@ -28,9 +28,10 @@
 //
 // Before a command runs, the test points it at what it started:
 // "go run ./examples/otp" (any key of [Config.Binaries]) becomes the binary
-// the test built; the ports 8080 to 8099 become free loopback ports (ADDR
-// and PORT name the one that stands for 8080, so that a service started
-// without -addr listens there); redis://127.0.0.1:6379 and
+// the test built; the ports 8080 to 8099 and 9090 to 9099 become free
+// loopback ports (ADDR and PORT name the one that stands for 8080, and
+// ADMIN_ADDR the one for 9090, so that a service started without -addr and
+// -admin listens there); redis://127.0.0.1:6379 and
 // redis://localhost:6379 become a redis-server of the test's own, started
 // when a command first names it (so a session's commands before that run
 // without redis-server, and the rest skips). curl is a stand-in (package

@@ -1,0 +1,25 @@
+package ceilinggrpc_test
+
+import (
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/ceiling-go/ceiling"
+	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
+
+// onBackends runs fn on the memory backend and on a real redis-server,
+// each with its own keys; opts are the limiter options fn is to use.
+func onBackends(t *testing.T, fn func(t *testing.T, opts ...ceiling.Option)) {
+	quiet := ceiling.WithLogger(slog.New(slog.DiscardHandler))
+	t.Run("memory", func(t *testing.T) { fn(t, quiet) })
+	t.Run("redis", func(t *testing.T) {
+		rdb := redistest.Shared(t).Client(t)
+		fn(t, quiet, ceiling.WithKeySecret([]byte("a test key secret of thirty-two bytes")),
+			ceiling.WithBackend(ceilingredis.New(rdb, ceilingredis.WithPrefix(redistest.KeyPrefix(t)))))
+	})
+}
