@@ -83,6 +83,9 @@ func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backen
 func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, v verdict, err error) {
 	b := l.fo.breaker
 	switch {
+	case err != nil && errors.Is(err, backend.ErrInvalidRequest):
+		// What the caller sent, not the backend's health.
+		return
 	case err == nil:
 		if len(out) > 0 && out[0].Cached {
 			return // the deny cache answered: no evidence either way

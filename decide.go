@@ -268,6 +268,59 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 	return nil
 }
 
+// neverFits finds the requests of st whose cost exceeds what their limit
+// can ever hold (a cost or an estimate the client chose, past
+// [backend.MaxLimit] or past a plan's limit): each is a rejection that no
+// wait cures, decided here, before any backend call, so that it can never
+// reach the backend as an invalid request, move the circuit breaker or be
+// admitted by a fail mode. When an enforced request cannot fit, the whole
+// call is refused without the backend (decided is true; the other results
+// are Unread, as the deny cache answers them). When only shadow requests
+// cannot fit, they are sent as peeks and refused after the call (unfit is
+// true; st.unfit marks them).
+func (l *Limiter) neverFits(st *state, results []backend.Result) (decided, unfit bool) {
+	st.unfit = st.unfit[:0]
+	blocked := false
+	for i := range st.reqs {
+		q := &st.reqs[i]
+		if q.Cost <= capacityOf(*q) {
+			continue
+		}
+		if !unfit {
+			st.unfit = append(st.unfit, make([]bool, len(st.reqs))...)
+			unfit = true
+		}
+		st.unfit[i] = true
+		blocked = blocked || !q.Shadow
+	}
+	if !unfit {
+		return false, false
+	}
+	if blocked {
+		for i := range st.reqs {
+			results[i] = backend.Result{Allowed: true, Limit: st.reqs[i].Limit, Unread: true}
+		}
+		refuseUnfit(st.reqs, st.unfit, results)
+		return true, false
+	}
+	for i := range st.reqs {
+		if st.unfit[i] {
+			st.reqs[i].Cost = 0 // a peek: the state, for the shadow report
+		}
+	}
+	return false, true
+}
+
+// refuseUnfit writes the rejection of every request marked in unfit: it
+// can never be admitted, and consumed nothing.
+func refuseUnfit(reqs []backend.Request, unfit []bool, results []backend.Result) {
+	for i := range reqs {
+		if unfit[i] {
+			results[i] = backend.Result{Limit: reqs[i].Limit, RetryAfter: backend.Never}
+		}
+	}
+}
+
 // grow extends s by one element, which holds whatever it held before when
 // s's array has room.
 func grow[T any](s []T) []T {
@@ -301,18 +354,28 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 		return nil
 	}
 	results := st.results[:len(st.reqs)]
-	decided, err := false, error(nil)
-	if l.fo.usesLocal && l.fo.handingOver(l.cfg.clock()) {
+	decided, unfit := l.neverFits(st, results)
+	var err error
+	if !decided && l.fo.usesLocal && l.fo.handingOver(l.cfg.clock()) {
 		decided, err = l.handover(ctx, st)
 	}
 	if !decided {
 		err = l.call(ctx, st.reqs, results)
+	}
+	if err != nil && errors.Is(err, backend.ErrInvalidRequest) {
+		// The backend refused what it was sent: no fail mode can make
+		// that right, and admitting it open would let a client choose.
+		d.Allowed = false
+		return &LimitError{Rule: d.Results[0].Rule.Name, Err: err}
 	}
 	if err != nil {
 		if results, err = l.fallback(ctx, st, err); err != nil {
 			d.Allowed = false
 			return err
 		}
+	}
+	if unfit {
+		refuseUnfit(st.reqs, st.unfit, results)
 	}
 	for i := range results {
 		rr := &d.Results[i]

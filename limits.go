@@ -12,7 +12,9 @@ import (
 
 // LimitError is the error of a request whose limit for a rule could not be
 // had: the rule's [Rule.Limits] failed, or it (or an [Input]) gave a limit
-// or burst outside what the backend accepts. It is a fault of the server's
+// or burst outside what the backend accepts, or the backend refused the
+// call as invalid ([backend.ErrInvalidRequest], which no fail mode
+// answers and which never counts against the backend's health). It is a fault of the server's
 // configuration for that tenant or plan, not of the client: the middleware
 // answers 500 with a problem body naming the rule (never the error's text)
 // and logs the error, and [Limiter.Decide] returns it. Nothing is decided

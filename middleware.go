@@ -357,6 +357,7 @@ type state struct {
 	x        *extras    // nil unless the limiter has prefetches or estimates
 	guard    bodyGuard  // r.Body while the key functions run (body.go)
 	slab     resultSlab // Results handed to Decide's callers (decide.go)
+	unfit    []bool     // per request: its cost can never fit (decide.go)
 }
 
 func newState(n int) *state {
