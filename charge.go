@@ -193,6 +193,9 @@ func (x *extras) settle(ctx context.Context) {
 	}
 }
 
+// errChargeConcurrency refuses a Charge on a Concurrency rule.
+var errChargeConcurrency = errors.New("a concurrency rule holds slots by lease: take them with Decide and give them back with Decision.Release, not Charge")
+
 // rule returns the rule named name.
 func (l *Limiter) rule(name string) (*Rule, error) {
 	for i := range l.rules {
@@ -254,6 +257,10 @@ func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 // input names its rule and key value as for [Limiter.Decide] (a Limit or
 // Burst in an input applies as there); a zero Cost is an error.
 //
+// A [Concurrency] rule cannot be charged: its units are slots held by
+// lease, taken by a decision and given back by [Decision.Release], and a
+// charge would take a slot nothing could give back.
+//
 // Like every backend call, Charge is bounded by the limiter's timeout and
 // ignores ctx's cancellation; while the backend is degraded it fails at
 // once with an error wrapping [ErrDegraded], and the caller decides whether
@@ -270,6 +277,9 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 		rule, err := l.rule(in.Rule)
 		if err != nil {
 			return err
+		}
+		if rule.Algorithm == Concurrency {
+			return fmt.Errorf("ceiling: rule %q: charge: %w", rule.Name, errChargeConcurrency)
 		}
 		if in.Cost == 0 || in.Cost > backend.MaxLimit || in.Cost < -backend.MaxLimit {
 			return fmt.Errorf("ceiling: rule %q: charge: cost %d outside ±1..%d", rule.Name, in.Cost, backend.MaxLimit)

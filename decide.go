@@ -227,6 +227,9 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 		Cost:      cost,
 		Shadow:    rule.Shadow,
 	}
+	if req.Algorithm == Concurrency {
+		req.Lease = newLease() // before Validate, which wants one for a cost
+	}
 	if limit != 0 || burst != 0 {
 		if limit != 0 {
 			req.Limit = limit
@@ -245,9 +248,6 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 		if err := slidingLogBound(req.Algorithm, req.Limit); err != nil {
 			return &LimitError{Rule: rule.Name, Limit: limit, Burst: burst, Err: err}
 		}
-	}
-	if req.Algorithm == Concurrency {
-		req.Lease = newLease()
 	}
 	// Field by field into the pooled arrays: appending a struct literal
 	// builds it on the stack and copies it in wide words, and reading back
