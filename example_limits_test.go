@@ -11,9 +11,11 @@ import (
 )
 
 // A limit per plan: the verified "plan" claim of the caller's token picks
-// the limit, free 2 a minute and pro 5, decided in the same backend call as
-// every other rule. RateLimit-Policy and the 429's problem body show the
-// limit that applied to each request.
+// the limit, pro 5 a minute and every other plan the rule's 2, decided in
+// the same backend call as every other rule. A token without a plan (the
+// claim lookup's ErrNoKey, passed on) gets the rule's own limit too, never
+// none. RateLimit-Policy and the 429's problem body show the limit that
+// applied to each request.
 func ExampleRule_limits() {
 	secret := []byte("an example secret of at least 32 bytes")
 	keyfunc := func(*jwt.Token) (any, error) { return secret, nil }
@@ -29,7 +31,7 @@ func ExampleRule_limits() {
 		Limits: func(r *http.Request) (limit, burst int64, err error) {
 			p, err := plan(r)
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, err // ErrNoKey (no plan): the rule's Limit
 			}
 			return perPlan[p], 0, nil
 		},
@@ -37,28 +39,35 @@ func ExampleRule_limits() {
 	defer limiter.Close()
 	h := limiter.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 
-	for _, user := range []struct{ sub, plan string }{{"ana", "free"}, {"bo", "pro"}} {
-		token, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": user.sub, "plan": user.plan}).SignedString(secret)
+	for _, user := range []struct{ sub, plan string }{{"ana", "free"}, {"bo", "pro"}, {"eve", ""}} {
+		claims := jwt.MapClaims{"sub": user.sub}
+		if user.plan != "" {
+			claims["plan"] = user.plan
+		}
+		token, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 		for range perPlan[user.plan] + 3 {
 			r := httptest.NewRequest("GET", "/", nil)
 			r.Header.Set("Authorization", "Bearer "+token)
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
 			if w.Code == http.StatusTooManyRequests {
-				fmt.Println(user.plan, w.Code, w.Header().Get("RateLimit-Policy"), w.Body.String())
+				fmt.Println(user.sub, w.Code, w.Header().Get("RateLimit-Policy"), w.Body.String())
 				break
 			}
-			fmt.Println(user.plan, w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
+			fmt.Println(user.sub, w.Code, w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit"))
 		}
 	}
 	// Output:
-	// free 200 "api";q=2;w=60 "api";r=1;t=0
-	// free 200 "api";q=2;w=60 "api";r=0;t=60
-	// free 429 "api";q=2;w=60 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (2 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
-	// pro 200 "api";q=5;w=60 "api";r=4;t=0
-	// pro 200 "api";q=5;w=60 "api";r=3;t=0
-	// pro 200 "api";q=5;w=60 "api";r=2;t=0
-	// pro 200 "api";q=5;w=60 "api";r=1;t=0
-	// pro 200 "api";q=5;w=60 "api";r=0;t=60
-	// pro 429 "api";q=5;w=60 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (5 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
+	// ana 200 "api";q=2;w=60 "api";r=1;t=0
+	// ana 200 "api";q=2;w=60 "api";r=0;t=60
+	// ana 429 "api";q=2;w=60 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (2 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
+	// bo 200 "api";q=5;w=60 "api";r=4;t=0
+	// bo 200 "api";q=5;w=60 "api";r=3;t=0
+	// bo 200 "api";q=5;w=60 "api";r=2;t=0
+	// bo 200 "api";q=5;w=60 "api";r=1;t=0
+	// bo 200 "api";q=5;w=60 "api";r=0;t=60
+	// bo 429 "api";q=5;w=60 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (5 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
+	// eve 200 "api";q=2;w=60 "api";r=1;t=0
+	// eve 200 "api";q=2;w=60 "api";r=0;t=60
+	// eve 429 "api";q=2;w=60 {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded for api (2 per 60 s); retry in 60 s","violated-policies":["api"],"retry-after":60}
 }

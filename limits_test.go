@@ -136,7 +136,7 @@ func TestLimitsInRateLimitLimitHeader(t *testing.T) {
 // A Limits function that fails, or gives a limit the backend cannot take,
 // is the server's fault for that request: 500 naming the rule and not the
 // cause, logged once a minute per rule, with nothing decided. ErrNoKey
-// leaves the rule out.
+// gives the rule's own limit.
 func TestLimitsErrorIsAServerErrorForThatRequest(t *testing.T) {
 	var logs bytes.Buffer
 	be := newCounting()
@@ -145,7 +145,7 @@ func TestLimitsErrorIsAServerErrorForThatRequest(t *testing.T) {
 		"huge":      func() (int64, int64, error) { return backend.MaxLimit + 1, 0, nil },
 		"badburst":  func() (int64, int64, error) { return 0, -1, nil },
 		"lookup":    func() (int64, int64, error) { return 0, 0, errors.New("tenant db: secret-dsn unreachable") },
-		"unlimited": func() (int64, int64, error) { return 0, 0, ErrNoKey },
+		"noplan":    func() (int64, int64, error) { return 0, 0, ErrNoKey },
 		"ok":        func() (int64, int64, error) { return 2, 0, nil },
 	}
 	l := MustNew([]Rule{
@@ -180,8 +180,8 @@ func TestLimitsErrorIsAServerErrorForThatRequest(t *testing.T) {
 		t.Errorf("log does not name the rule and the refused value:\n%s", logs.String())
 	}
 
-	if w := serve(t, h, req("unlimited")); w.Code != 200 || strings.Contains(w.Header().Get("RateLimit"), "tenant") {
-		t.Errorf("ErrNoKey: %d, RateLimit %q: want 200 without the tenant rule", w.Code, w.Header().Get("RateLimit"))
+	if w := serve(t, h, req("noplan")); w.Code != 200 || !strings.Contains(w.Header().Get("RateLimit"), `"tenant";r=9;`) {
+		t.Errorf("ErrNoKey: %d, RateLimit %q: want 200 with the tenant rule at its own limit of 10", w.Code, w.Header().Get("RateLimit"))
 	}
 	for i, want := range []int{200, 200, 429} {
 		if w := serve(t, h, req("ok")); w.Code != want {
@@ -277,5 +277,54 @@ func TestSlidingLogBoundHoldsForLimitsPerRequest(t *testing.T) {
 	err := l.Charge(t.Context(), Input{Rule: "log", Key: "k", Cost: 5, Limit: MaxSlidingLogLimit + 1})
 	if le := (*LimitError)(nil); !errors.As(err, &le) || !strings.Contains(err.Error(), "at most 10000") {
 		t.Errorf("Charge under a sliding log of %d: %v, want a *LimitError naming the bound", MaxSlidingLogLimit+1, err)
+	}
+}
+
+// The per-plan pattern must not leave a token without a plan unlimited: a
+// Limits function that passes on its lookup's ErrNoKey (JWTClaim's answer
+// for a missing claim, or one that is an object, an array or a boolean)
+// gets the rule's own limit. Leaving the rule out is said in its Key.
+func TestLimitsErrNoKeyGetsTheRulesLimit_UnlimitedPlanRegression(t *testing.T) {
+	plan := MustJWTClaim("plan", hmacKey, []string{"HS256"})
+	sub := MustJWTClaim("sub", hmacKey, []string{"HS256"})
+	l := MustNew([]Rule{{Name: "api", Limit: 2, Period: time.Minute, Algorithm: SlidingLog,
+		Key: func(r *http.Request) (string, error) {
+			if p, _ := plan(r); p == "internal" {
+				return "", ErrNoKey // explicitly unlimited
+			}
+			return sub(r)
+		},
+		Limits: func(r *http.Request) (int64, int64, error) {
+			p, err := plan(r)
+			if err != nil {
+				return 0, 0, err
+			}
+			return map[string]int64{"pro": 5}[p], 0, nil
+		}}})
+	defer l.Close()
+	h := l.Handler(okHandler)
+	for _, tc := range []struct {
+		name   string
+		claims jwt.MapClaims
+		want   int
+	}{
+		{"no plan", jwt.MapClaims{"sub": "eve"}, 2},
+		{"plan object", jwt.MapClaims{"sub": "obj", "plan": map[string]any{"tier": "pro"}}, 2},
+		{"plan array", jwt.MapClaims{"sub": "arr", "plan": []any{"pro"}}, 2},
+		{"plan boolean", jwt.MapClaims{"sub": "bool", "plan": true}, 2},
+		{"unknown plan", jwt.MapClaims{"sub": "unk", "plan": "gold"}, 2},
+		{"pro", jwt.MapClaims{"sub": "bo", "plan": "pro"}, 5},
+		{"internal", jwt.MapClaims{"sub": "ops", "plan": "internal"}, 20},
+	} {
+		token := sign(t, jwt.SigningMethodHS256, testJWTSecret, tc.claims)
+		admitted := 0
+		for range 20 {
+			if w := serve(t, h, bearerRequest(token)); w.Code == 200 {
+				admitted++
+			}
+		}
+		if admitted != tc.want {
+			t.Errorf("%s: %d of 20 admitted, want %d", tc.name, admitted, tc.want)
+		}
 	}
 }

@@ -75,15 +75,18 @@ type Rule struct {
 	// per plan or per tenant, read from a verified claim or a lookup. It is
 	// called after Key, only for requests the rule applies to, and the
 	// request is still decided in one backend call, all or nothing. A zero
-	// limit or burst means the rule's own; [ErrNoKey] leaves the rule out
-	// (an unlimited plan). Any other error, or a value that Limit and Burst
+	// limit or burst means the rule's own, and so does [ErrNoKey] (a request
+	// without a plan, as [JWTClaim] answers for a token without the claim
+	// or with one that is not a string): what the lookup does not know is
+	// limited as the rule says, never unlimited. To leave the rule out for
+	// some requests (an unlimited plan), say so in its Key, which returns
+	// ErrNoKey for them. Any other error, or a value that Limit and Burst
 	// could not hold (a sliding log over [MaxSlidingLogLimit] included), is
-	// the server's fault, not the client's: the request
-	// is answered 500 and the error is logged (see [LimitError]). The
-	// headers and the problem body show the limit that applied. Period and
-	// Algorithm are the rule's; callers of one key should agree on its
-	// limit, since they share its state. [Limiter.Decide] ignores it: its
-	// callers pass [Input.Limit].
+	// the server's fault, not the client's: the request is answered 500 and
+	// the error is logged (see [LimitError]). The headers and the problem
+	// body show the limit that applied. Period and Algorithm are the rule's;
+	// callers of one key should agree on its limit, since they share its
+	// state. [Limiter.Decide] ignores it: its callers pass [Input.Limit].
 	Limits func(r *http.Request) (limit, burst int64, err error)
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
@@ -393,8 +396,11 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 		v, err := rule.Key(r)
 		var limit, burst int64
 		if err == nil && rule.Limits != nil {
-			if limit, burst, err = rule.Limits(r); err != nil && !errors.Is(err, ErrNoKey) {
-				return &LimitError{Rule: rule.Name, Err: err}
+			if limit, burst, err = rule.Limits(r); err != nil {
+				if !errors.Is(err, ErrNoKey) {
+					return &LimitError{Rule: rule.Name, Err: err}
+				}
+				limit, burst, err = 0, 0, nil // no plan: the rule's own limit
 			}
 		}
 		if err == nil {
