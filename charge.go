@@ -48,6 +48,7 @@ type estimate struct {
 type reservation struct {
 	rule   *Rule
 	req    backend.Request // req.Cost is the number of units reserved
+	stamp  int64           // where the backend placed them (Result.Stamp)
 	actual int64
 }
 
@@ -148,18 +149,21 @@ func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 	for _, e := range x.est {
 		// A shadow rule that did not fit reserved nothing; nor did a rule
 		// decided by its fail mode while the backend was down.
-		if rr := &st.decision.Results[e.i]; !rr.Allowed || rr.Fallback != inherit {
+		rr := &st.decision.Results[e.i]
+		if !rr.Allowed || rr.Fallback != inherit {
 			continue
 		}
 		req := st.reqs[e.i]
 		req.Key = l.kept(req.Key)
-		x.res = append(x.res, reservation{rule: st.decision.Results[e.i].Rule, req: req, actual: e.n})
+		x.res = append(x.res, reservation{rule: rr.Rule, req: req, stamp: rr.Stamp, actual: e.n})
 	}
 	return r.WithContext(context.WithValue(r.Context(), extrasKey{}, x))
 }
 
 // settle applies every reservation's difference, and gives back the
-// request's concurrency slots, in one backend call. The request's context
+// request's concurrency slots, in one backend call. A refund carries the
+// reservation's stamp ([backend.Request.Stamp]), so that it gives back only
+// units the reservation took, never another request's. The request's context
 // may be done (the client left) but the work was done: the call keeps its
 // values and, like every backend call, ignores the cancellation.
 func (x *extras) settle(ctx context.Context) {
@@ -176,6 +180,11 @@ func (x *extras) settle(ctx context.Context) {
 		}
 		q := rv.req
 		q.Cost, q.Force, q.Shadow = delta, delta > 0, false
+		if delta < 0 {
+			// The units the reservation placed, not the newest: those may
+			// be another request's, which the refund would hand out again.
+			q.Stamp = rv.stamp
+		}
 		reqs = append(reqs, q)
 		names = append(names, rv.rule.Name)
 	}

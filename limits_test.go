@@ -141,12 +141,12 @@ func TestLimitsErrorIsAServerErrorForThatRequest(t *testing.T) {
 	var logs bytes.Buffer
 	be := newCounting()
 	limits := map[string]func() (int64, int64, error){
-		"broken":    func() (int64, int64, error) { return -5, 0, nil },
-		"huge":      func() (int64, int64, error) { return backend.MaxLimit + 1, 0, nil },
-		"badburst":  func() (int64, int64, error) { return 0, -1, nil },
-		"lookup":    func() (int64, int64, error) { return 0, 0, errors.New("tenant db: secret-dsn unreachable") },
-		"noplan":    func() (int64, int64, error) { return 0, 0, ErrNoKey },
-		"ok":        func() (int64, int64, error) { return 2, 0, nil },
+		"broken":   func() (int64, int64, error) { return -5, 0, nil },
+		"huge":     func() (int64, int64, error) { return backend.MaxLimit + 1, 0, nil },
+		"badburst": func() (int64, int64, error) { return 0, -1, nil },
+		"lookup":   func() (int64, int64, error) { return 0, 0, errors.New("tenant db: secret-dsn unreachable") },
+		"noplan":   func() (int64, int64, error) { return 0, 0, ErrNoKey },
+		"ok":       func() (int64, int64, error) { return 2, 0, nil },
 	}
 	l := MustNew([]Rule{
 		{Name: "tenant", Key: headerKey("X-Tenant"), Limit: 10, Period: time.Minute,
