@@ -91,6 +91,9 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, v verdict,
 			return // the deny cache answered: no evidence either way
 		}
 		b.success()
+		if l.fo.resend.pending.Load() > 0 {
+			l.fo.resend.poke() // the backend answers: send what waits
+		}
 		l.fo.lag.tick(time.Now())
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.learn(reqs, out, l.cfg.clock())
@@ -275,7 +278,7 @@ func (l *Limiter) guard(base context.Context, o op) (verdict, error) {
 			return l.finishGuarded(c, o)
 		}
 		if c.started.Load() == 0 {
-			return overloaded, fmt.Errorf("%w after %v: this process never got to call it", ErrTimeout, timeout)
+			return overloaded, fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, errNeverSent)
 		}
 		return against, fmt.Errorf("%w after %v", ErrTimeout, timeout)
 	}
@@ -285,6 +288,12 @@ func (l *Limiter) guard(base context.Context, o op) (verdict, error) {
 func (l *Limiter) runGuarded(c *guardedCall) {
 	ctx, cancel := context.WithTimeout(c.base, c.timeout)
 	c.started.Store(time.Now().UnixNano())
+	if c.state.Load() == callAbandoned {
+		// The guard gave up before this started, and told its caller that
+		// the call was never sent (errNeverSent): keep it true.
+		cancel()
+		return
+	}
 	err := l.do(ctx, c.o)
 	cancel()
 	c.err = err

@@ -195,9 +195,12 @@ func (x *extras) settle(ctx context.Context) {
 		err = x.leases.releaseWith(reqs)
 	case len(reqs) > 0:
 		err = l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))})
+		if err != nil {
+			l.resendLater(reqs, err, "settlement")
+		}
 	}
 	if err != nil && len(reqs) > 0 {
-		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed",
+		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed; sent again once the backend answers, except refunds it may have applied",
 			slog.Any("rules", names), slog.Any("err", err))
 	}
 }

@@ -131,7 +131,106 @@ func (l *Limiter) hold(st *state) *held {
 		}
 	})
 	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules})
+	if slices.Contains(h.local, true) {
+		l.fo.localSlots.add(wp)
+	}
 	return h
+}
+
+// localSlots is the set of decisions holding slots on FailLocal's store,
+// for the recovery to move to the backend (moveLocalSlots) before anyone
+// decides there again: the other instances must count them at once, not
+// at their next renewal. It holds them weakly, so that a Decision dropped
+// without Release is still released by its cleanup.
+type localSlots struct {
+	mu sync.Mutex
+	m  map[weak.Pointer[held]]struct{}
+}
+
+func (s *localSlots) add(p weak.Pointer[held]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[weak.Pointer[held]]struct{})
+	}
+	s.m[p] = struct{}{}
+}
+
+func (s *localSlots) remove(h *held) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, weak.Make(h))
+}
+
+// live returns the decisions still in the set, forgetting those collected.
+func (s *localSlots) live() []*held {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*held
+	for p := range s.m {
+		if h := p.Value(); h != nil {
+			out = append(out, h)
+		} else {
+			delete(s.m, p)
+		}
+	}
+	return out
+}
+
+// moveLocalSlots moves every slot held on FailLocal's store to the
+// backend: a forced acquisition of the same lease there, then its release
+// here. The probe calls it when the backend answers, before the breaker
+// closes (so it calls the backend directly), with the journal's charges:
+// from then on every instance counts the slots taken during the outage.
+// On error the slots not moved stay local, and the backend is not yet
+// trusted.
+func (l *Limiter) moveLocalSlots(ctx context.Context) error {
+	hs := l.fo.localSlots.live()
+	for lo := 0; lo < len(hs); lo += chargeBatch {
+		if err := l.moveSlots(ctx, hs[lo:min(lo+chargeBatch, len(hs))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moveSlots moves the local slots of hs in one backend call.
+func (l *Limiter) moveSlots(ctx context.Context, hs []*held) error {
+	for _, h := range hs {
+		h.op.Lock() // no renewal or release of h meanwhile
+	}
+	defer func() {
+		for _, h := range hs {
+			h.op.Unlock()
+		}
+	}()
+	var acquire, release []backend.Request
+	for _, h := range hs {
+		if !h.holding() {
+			continue // released: its release gives the local slots back
+		}
+		for i, q := range h.reqs {
+			if h.local[i] {
+				q.Force, q.Shadow = true, false
+				acquire = append(acquire, q)
+				q.Cost = -q.Cost
+				release = append(release, q)
+			}
+		}
+	}
+	if len(acquire) > 0 {
+		if _, err := l.bounded(ctx, op{reqs: acquire, out: make([]backend.Result, len(acquire))}); err != nil {
+			return fmt.Errorf("ceiling: recovery: moving %d concurrency slots to the backend: %w", len(acquire), err)
+		}
+		_ = l.localStore().decide(ctx, release, make([]backend.Result, len(release)))
+		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: moved the concurrency slots FailLocal held to the backend",
+			slog.Int("slots", len(acquire)))
+	}
+	for _, h := range hs {
+		clear(h.local)
+		l.fo.localSlots.remove(h)
+	}
+	return nil
 }
 
 // leaseSet is what the cleanup of a dropped held needs, without the held.
@@ -196,6 +295,9 @@ func (h *held) releaseWith(extra []backend.Request) error {
 	h.mu.Unlock()
 	h.op.Lock()
 	defer h.op.Unlock()
+	if slices.Contains(h.local, true) {
+		h.l.fo.localSlots.remove(h)
+	}
 	remote, _ := h.l.leaseCalls(h.reqs, h.local, -1, extra)
 	return remote
 }
@@ -226,6 +328,7 @@ func (h *held) renew() {
 		if l.leaseCall(moved, make([]bool, len(moved)), +1) == nil {
 			l.leaseCall(moved, slices.Repeat([]bool{true}, len(moved)), -1)
 			clear(local)
+			l.fo.localSlots.remove(h)
 		}
 	}
 	l.leaseCall(h.reqs, local, +1)
@@ -270,6 +373,13 @@ func (l *Limiter) leaseCalls(reqs []backend.Request, local []bool, sign int64, e
 	if len(remote) > 0 {
 		if e := l.callOutside(ctx, op{reqs: remote, out: make([]backend.Result, len(remote))}); e != nil {
 			remoteErr = fmt.Errorf("ceiling: concurrency %s: %w", what, e)
+			if sign < 0 {
+				what := "concurrency release"
+				if len(extra) > 0 {
+					what = "settlement"
+				}
+				l.resendLater(remote, e, what)
+			}
 		}
 	}
 	if len(inProc) > 0 {

@@ -117,6 +117,9 @@ type failover struct {
 	probeWG sync.WaitGroup
 
 	unenforcedAtDegrade counter
+
+	resend     resends    // writes to send again after their call failed (resend.go)
+	localSlots localSlots // decisions holding slots on FailLocal's store (concurrency.go)
 }
 
 // ruleCounts are a rule's totals, reported by the health handler.
@@ -148,6 +151,8 @@ func (l *Limiter) initFailover() error {
 	f.stop = make(chan struct{})
 	f.canary = newCanary()
 	f.leaseLog.every = time.Minute
+	f.resend.wake = make(chan struct{}, 1)
+	f.resend.log.every = time.Minute
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
 		f.limitLog[i].every = limitLogEvery

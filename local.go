@@ -142,8 +142,8 @@ func (l *Limiter) decideLocal(ctx context.Context, st *state, sc *localScratch, 
 			lo[j].RetryAfter, lo[j].ResetAfter = max(lo[j].RetryAfter, w), max(lo[j].ResetAfter, w)
 		}
 		out[i] = lo[j]
-		// A concurrency slot is not charged on recovery: its holder moves
-		// it to the backend at its next renewal (concurrency.go).
+		// A concurrency slot is not charged from the journal: the recovery
+		// moves it to the backend by its lease (moveLocalSlots).
 		if !blocked && lo[j].Allowed && sc.reqs[j].Cost > 0 && sc.reqs[j].Algorithm != Concurrency {
 			f.journal.add(st.reqs[i], localRequest(st.reqs[i], l.cfg.localShare))
 		}
@@ -162,9 +162,20 @@ func seedOf(used int64, share float64) int64 {
 
 // chargeLocal charges the backend with what the local store still counts
 // for every key it admitted while degraded, forced, then forgets those keys
-// locally. The prober calls it once the backend answers, before closing the
-// breaker; on error the journal keeps what was not charged.
+// locally, and moves the concurrency slots it holds to the backend. The
+// prober calls it once the backend answers, before closing the breaker; on
+// error the journal keeps what was not charged, and the slots not moved
+// stay local.
 func (l *Limiter) chargeLocal() error {
+	if err := l.chargeJournal(); err != nil {
+		return err
+	}
+	return l.moveLocalSlots(context.Background())
+}
+
+// chargeJournal charges the backend with the rate rules' units the local
+// store admitted (chargeLocal).
+func (l *Limiter) chargeJournal() error {
 	f := l.fo
 	entries := f.journal.take()
 	if len(entries) == 0 {

@@ -89,6 +89,7 @@ func (l *Limiter) probeLoop() {
 			f.probing = false
 			f.probeMu.Unlock()
 			b.close()
+			f.resend.poke() // writes that waited for the recovery
 			return
 		}
 		interval = min(2*interval, l.cfg.breaker.MaxCoolDown)

@@ -1,0 +1,280 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// Writes that must reach the backend after their call failed: settlements
+// and slot releases that timed out or met an open breaker, and the release
+// of a slot whose acquisition's outcome is unknown (its reply was lost).
+// One goroutine per limiter resends them while any are pending, as soon as
+// the backend answers again (a recovery or any answered call wakes it),
+// then every so often, until each is applied or no longer matters: a
+// lease ends and a unit stops counting at most a Period after the call
+// that failed, so a write pending longer is dropped, counted and logged.
+//
+// What is resent is what may be sent twice, or what was surely not sent:
+//
+//   - a release of a lease is idempotent (the lease id names it: releasing
+//     an absent lease does nothing), so it is resent whatever happened;
+//   - a forced charge (a settlement over its estimate) is resent too: if
+//     the first call was applied after all, the key is charged twice and
+//     waits longer, which errs towards the limit, where losing the charge
+//     would admit units nobody counted;
+//   - a refund is resent only when its call surely never reached the
+//     backend (the breaker was open, or this process never got to send
+//     it). A refund whose call was sent and not answered may have been
+//     applied, and a second one would give back units of other requests
+//     (a stamp names where the refunded units went, not which they were):
+//     it is dropped, and its reservation stands at its estimate. The error
+//     is towards the limit: at most the unused part of one reservation is
+//     lost to its caller, never handed to another.
+
+// maxResends bounds the requests pending a resend; past it a write is
+// dropped at once (counted and logged).
+const maxResends = 4096
+
+// resendEvery is the longest wait between two rounds of resends while the
+// backend does not answer; a recovery wakes the loop at once.
+const resendEvery = time.Second
+
+// errNeverSent is wrapped by the error of a call this process never got
+// to send (see guard): nothing of it reached the backend.
+var errNeverSent = errors.New("this process never got to call it")
+
+// resends is the limiter's pending writes and its resend loop's state.
+type resends struct {
+	mu      sync.Mutex
+	items   []resendItem
+	n       int  // requests in items
+	running bool // a resend loop runs
+	wake    chan struct{}
+	pending atomic.Int64 // requests in items, read on the hot path
+	dropped atomic.Int64 // requests dropped for good
+	log     sampler
+}
+
+// resendItem is the requests of one failed call still to apply, and when
+// they stop mattering.
+type resendItem struct {
+	reqs  []backend.Request
+	until time.Time
+	what  string
+}
+
+// unsent reports whether a failed call surely never reached the backend.
+func unsent(err error) bool {
+	return errors.Is(err, ErrDegraded) || errors.Is(err, errNeverSent)
+}
+
+// resendable returns what of reqs, whose call failed with err, may be sent
+// again (see the top of this file): releases and forced charges always,
+// refunds only when the call was never sent. Acquisitions of slots become
+// their releases; other decisions are not resent.
+func resendable(reqs []backend.Request, err error) []backend.Request {
+	var out []backend.Request
+	never := unsent(err)
+	for _, q := range reqs {
+		switch {
+		case q.Algorithm == Concurrency && q.Cost > 0 && !q.Force:
+			if never {
+				continue // not taken: nothing to give back
+			}
+			q.Cost = -q.Cost // an acquisition whose outcome is unknown
+		case q.Algorithm == Concurrency && q.Cost > 0:
+			continue // a renewal: its timer tries again
+		case q.Cost < 0 && q.Algorithm != Concurrency && !never:
+			continue // a refund that may have been applied
+		case q.Cost == 0:
+			continue
+		}
+		q.Shadow = false
+		out = append(out, q)
+	}
+	return out
+}
+
+// resendLater queues what of reqs (whose call failed with err) may be sent
+// again, and starts the resend loop. It reports how many requests were
+// dropped instead.
+func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) int {
+	if !l.remote {
+		return 0
+	}
+	again := resendable(reqs, err)
+	lost := refunds(reqs) - refunds(again)
+	l.dropResends(lost, what, "its outcome is unknown, and a second refund could give back other requests' units")
+	reqs = again
+	if len(reqs) == 0 {
+		return lost
+	}
+	var period time.Duration
+	for i := range reqs {
+		reqs[i].Key = l.kept(reqs[i].Key) // the caller's arena is reused
+		period = max(period, reqs[i].Period)
+	}
+	r := &l.fo.resend
+	r.mu.Lock()
+	if r.n+len(reqs) > maxResends {
+		r.mu.Unlock()
+		l.dropResends(len(reqs), what, "too many pending")
+		return lost + len(reqs)
+	}
+	r.items = append(r.items, resendItem{reqs: reqs, until: time.Now().Add(period), what: what})
+	r.n += len(reqs)
+	r.pending.Store(int64(r.n))
+	start := !r.running
+	r.running = true
+	r.mu.Unlock()
+	if start && !l.startResender() {
+		r.mu.Lock()
+		r.running = false
+		r.mu.Unlock()
+		l.dropPending("the limiter is closed")
+		return lost + len(reqs)
+	}
+	r.poke()
+	return lost
+}
+
+// refunds counts the refunds of rate rules in reqs.
+func refunds(reqs []backend.Request) int {
+	n := 0
+	for _, q := range reqs {
+		if q.Cost < 0 && q.Algorithm != Concurrency {
+			n++
+		}
+	}
+	return n
+}
+
+// poke wakes the resend loop, if it waits.
+func (r *resends) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// startResender starts the resend loop unless the limiter is closed.
+func (l *Limiter) startResender() bool {
+	f := l.fo
+	f.probeMu.Lock()
+	defer f.probeMu.Unlock()
+	if f.stopped {
+		return false
+	}
+	f.probeWG.Add(1)
+	go l.resendLoop()
+	return true
+}
+
+// resendLoop resends pending writes while there are any: at once when
+// woken (a recovery, an answered call, a new write), else every
+// resendEvery. It returns when nothing is pending, or on Close, dropping
+// what is left.
+func (l *Limiter) resendLoop() {
+	f, r := l.fo, &l.fo.resend
+	defer f.probeWG.Done()
+	t := time.NewTimer(resendEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-f.stop:
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+			l.dropPending("the limiter was closed")
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+		if !l.resendRound() {
+			return
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(resendEvery)
+	}
+}
+
+// resendRound sends every pending write the backend may take now, one call
+// per item, and keeps what failed. It reports whether any is left; when
+// none is, the loop is marked stopped before it returns.
+func (l *Limiter) resendRound() bool {
+	r := &l.fo.resend
+	r.mu.Lock()
+	items := r.items
+	r.items, r.n = nil, 0
+	r.mu.Unlock()
+	var keep []resendItem
+	now := time.Now()
+	for i, it := range items {
+		if now.After(it.until) {
+			l.dropResends(len(it.reqs), it.what, "pending for longer than its units count")
+			continue
+		}
+		if b := l.fo.breaker; b != nil && !b.closed() {
+			keep = append(keep, items[i:]...) // wait for the recovery
+			break
+		}
+		err := l.callOutside(context.Background(), op{reqs: it.reqs, out: make([]backend.Result, len(it.reqs))})
+		if err == nil {
+			continue
+		}
+		again := resendable(it.reqs, err)
+		l.dropResends(len(it.reqs)-len(again), it.what, "its outcome is unknown, and a second refund could give back other requests' units")
+		if len(again) > 0 {
+			it.reqs = again
+			keep = append(keep, it)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.items = append(keep, r.items...)
+	for _, it := range r.items {
+		r.n += len(it.reqs)
+	}
+	r.pending.Store(int64(r.n))
+	if len(r.items) == 0 {
+		r.running = false
+		return false
+	}
+	return true
+}
+
+// dropPending drops every pending write: the limiter is closing.
+func (l *Limiter) dropPending(why string) {
+	r := &l.fo.resend
+	r.mu.Lock()
+	items := r.items
+	r.items, r.n = nil, 0
+	r.pending.Store(0)
+	r.mu.Unlock()
+	for _, it := range items {
+		l.dropResends(len(it.reqs), it.what, why)
+	}
+}
+
+// dropResends counts and logs n requests of a write given up for good.
+func (l *Limiter) dropResends(n int, what, why string) {
+	if n == 0 {
+		return
+	}
+	r := &l.fo.resend
+	r.dropped.Add(int64(n))
+	r.log.log(l.cfg.logger, time.Now(), slog.LevelError,
+		"ceiling: a "+what+" was given up after its call failed; its units stay counted until they expire",
+		slog.Int("requests", n), slog.String("why", why), slog.Int64("dropped_total", r.dropped.Load()))
+}
