@@ -1,0 +1,70 @@
+package ceiling
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// proxiedLimiter is a limiter with rules on a Redis behind a lost-reply
+// proxy, on a client that does not retry by itself.
+func proxiedLimiter(t *testing.T, rules []Rule, opts ...Option) (*Limiter, *redistest.Proxy, *redis.Client) {
+	t.Helper()
+	inst := redistest.Server(t)
+	proxy := redistest.NewProxy(t, inst.Addr)
+	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	l := MustNew(rules, append([]Option{WithBackend(ceilingredis.New(c, ceilingredis.WithPrefix(redistest.KeyPrefix(t)))),
+		WithTimeout(500 * time.Millisecond), WithLogger(slog.New(slog.DiscardHandler))}, opts...)...)
+	t.Cleanup(func() { l.Close() })
+	return l, proxy, inst.Client(t)
+}
+
+// An acquisition whose reply was lost may hold a slot on Redis that its
+// caller never learnt of: the instance that asked releases it, by its
+// lease, as soon as Redis answers again, instead of leaving it held for
+// the whole lease (30 s here; four lost replies locked a shop of 4 out for
+// the chat's minute).
+func TestLostReplyDoesNotHoldASlot_Regression(t *testing.T) {
+	for _, mode := range []FailMode{FailClosed, FailOpen, FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			l, proxy, direct := proxiedLimiter(t, []Rule{{Name: "streams", Limit: 1, Period: 30 * time.Second, Algorithm: Concurrency}},
+				WithFailMode(mode))
+			ctx := t.Context()
+			warm, err := l.Decide(ctx, Input{Rule: "streams", Key: "warm-up"}) // the script is loaded
+			if err != nil || !warm.Allowed {
+				t.Fatalf("warm-up: %v, %v", warm.Allowed, err)
+			}
+			warm.Release()
+			proxy.DropReply("evalsha")
+			d, err := l.Decide(ctx, Input{Rule: "streams", Key: "acme"})
+			if proxy.Dropped() != 1 {
+				t.Fatalf("the proxy dropped %d replies, want 1 (err %v)", proxy.Dropped(), err)
+			}
+			var ue *UnavailableError
+			if mode == FailClosed && !errors.As(err, &ue) {
+				t.Fatalf("FailClosed after a lost reply: %v, want an *UnavailableError", err)
+			}
+			d.Release()
+			// The slot the lost call took is on Redis; it comes back once
+			// the resend goes, well before its lease ends.
+			start := time.Now()
+			if !eventually(func() bool {
+				d, err := l.Decide(ctx, Input{Rule: "streams", Key: "acme"})
+				defer d.Release()
+				return err == nil && d.Allowed && d.Results[0].Fallback == inherit
+			}) {
+				keys, _ := direct.Keys(ctx, "*").Result()
+				t.Fatalf("no slot for 10 s after a lost reply (keys %v): the lost acquisition holds it", keys)
+			}
+			if waited := time.Since(start); waited > 5*time.Second {
+				t.Errorf("the slot came back after %v, want as soon as Redis answered", waited)
+			}
+		})
+	}
+}
