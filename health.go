@@ -77,6 +77,14 @@ type Health struct {
 	// their key bound: each gave a caller quota back. Above zero, the bound
 	// is too small for the keys in use, or fresh keys are flooding in.
 	EvictedKeys uint64 `json:"evicted_keys,omitempty"`
+	// DroppedWrites counts the requests of settlements and slot releases
+	// that failed and were not applied later either: the limiter resends
+	// them in the background once the backend answers, but gives up on a
+	// refund that may already have been applied, on one pending for longer
+	// than its rule's Period, and on what is pending at Close. Each left
+	// units counted (a reservation at its estimate, a slot until its lease
+	// ends) that the caller did not use: an error towards the limit.
+	DroppedWrites int64 `json:"dropped_writes,omitempty"`
 	// Rules reports what each rule admitted without the backend.
 	Rules []RuleHealth `json:"rules"`
 }
@@ -113,6 +121,7 @@ func (l *Limiter) Health() Health {
 	if h.EvictedKeys = l.evictions(); h.EvictedKeys > 0 {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
 	}
+	h.DroppedWrites = l.fo.resend.dropped.Load()
 	if b := l.fo.breaker; b != nil {
 		h.Backend = "remote"
 		s := b.status()
