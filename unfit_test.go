@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -136,7 +137,8 @@ func TestInvalidInputsNeverMoveTheBreakerRedis(t *testing.T) {
 		{Name: "gcra", Key: Header("X-Key"), Limit: 5, Period: time.Minute, Algorithm: GCRA, Burst: 5},
 		{Name: "slots", Key: Header("X-Key"), Limit: 5, Period: 30 * time.Second, Algorithm: Concurrency},
 	}
-	l := MustNew(rules, WithBackend(store), WithFailMode(FailOpen), WithBreaker(BreakerConfig{Failures: 1}))
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
+	l := MustNew(rules, WithBackend(store), WithFailMode(FailOpen), WithBreaker(BreakerConfig{Failures: 1}), quiet)
 	defer l.Close()
 	ctx := t.Context()
 
@@ -183,7 +185,7 @@ func TestInvalidInputsNeverMoveTheBreakerRedis(t *testing.T) {
 	hl := MustNew([]Rule{{Name: "tokens", Key: Header("X-Key"), Limit: 10_000, Period: time.Minute,
 		Estimate: func(r *http.Request) (int64, error) { return num(r, "X-Cost"), nil },
 		Limits:   func(r *http.Request) (int64, int64, error) { return num(r, "X-Limit"), 0, nil },
-	}}, WithBackend(store), WithFailMode(FailOpen), WithBreaker(BreakerConfig{Failures: 1}))
+	}}, WithBackend(store), WithFailMode(FailOpen), WithBreaker(BreakerConfig{Failures: 1}), quiet)
 	defer hl.Close()
 	h := hl.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = Settle(r, "tokens", num(r, "X-Used"))
@@ -215,7 +217,8 @@ func TestInvalidInputsNeverMoveTheBreakerRedis(t *testing.T) {
 		admitted := 0
 		for range 10 {
 			if d, err := l.Decide(ctx, Input{Rule: r.Name, Key: "victim"}); err == nil && d.Allowed {
-				admitted++ // slots are kept: the count is of slots held at once
+				admitted++
+				defer d.Release() // a slot is held to the end: the count is of slots at once
 			}
 		}
 		if admitted != 5 {
