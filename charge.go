@@ -200,7 +200,7 @@ func (x *extras) settle(ctx context.Context) {
 		}
 	}
 	if err != nil && len(reqs) > 0 {
-		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed; sent again once the backend answers, except refunds it may have applied",
+		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed; sent again once the backend answers if it surely was not applied",
 			slog.Any("rules", names), slog.Any("err", err))
 	}
 }

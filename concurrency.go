@@ -287,7 +287,11 @@ func (h *held) releaseWith(extra []backend.Request) error {
 		if len(extra) == 0 {
 			return nil
 		}
-		return h.l.callOutside(context.Background(), op{reqs: extra, out: make([]backend.Result, len(extra))})
+		err := h.l.callOutside(context.Background(), op{reqs: extra, out: make([]backend.Result, len(extra))})
+		if err != nil {
+			h.l.resendLater(extra, err, "settlement")
+		}
+		return err
 	}
 	h.done = true
 	h.timer.Stop()
@@ -305,8 +309,9 @@ func (h *held) releaseWith(extra []backend.Request) error {
 // renew takes the slots again for another lease, forced: a lease that
 // expired meanwhile (the backend was unreachable for longer) is taken back
 // even over the limit, since the work is still running. Slots taken on
-// FailLocal's store move to the backend once it answers again, so that
-// the other instances count them.
+// FailLocal's store move to the backend when it recovers
+// (moveLocalSlots); a renewal moves those that move missed, so that the
+// other instances count them.
 func (h *held) renew() {
 	h.op.Lock()
 	defer h.op.Unlock()

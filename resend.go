@@ -20,22 +20,24 @@ import (
 // lease ends and a unit stops counting at most a Period after the call
 // that failed, so a write pending longer is dropped, counted and logged.
 //
-// What is resent is what may be sent twice, or what was surely not sent:
+// What is resent is what may be applied twice, or what surely was not
+// applied, so that a settlement still takes effect at most once:
 //
 //   - a release of a lease is idempotent (the lease id names it: releasing
-//     an absent lease does nothing), so it is resent whatever happened;
-//   - a forced charge (a settlement over its estimate) is resent too: if
-//     the first call was applied after all, the key is charged twice and
-//     waits longer, which errs towards the limit, where losing the charge
-//     would admit units nobody counted;
-//   - a refund is resent only when its call surely never reached the
-//     backend (the breaker was open, or this process never got to send
-//     it). A refund whose call was sent and not answered may have been
-//     applied, and a second one would give back units of other requests
-//     (a stamp names where the refunded units went, not which they were):
-//     it is dropped, and its reservation stands at its estimate. The error
-//     is towards the limit: at most the unused part of one reservation is
-//     lost to its caller, never handed to another.
+//     an absent lease does nothing), so it is resent whatever happened,
+//     and so is the release of an acquisition whose reply was lost;
+//   - a refund or a forced charge (a settlement under or over its
+//     estimate) is resent only when its call surely never reached the
+//     backend: the breaker was open, or this process never got to send
+//     it. One whose call was sent and not answered may have been applied,
+//     and applying it again would be wrong: a second refund gives back
+//     units of other requests (a stamp names where the refunded units
+//     went, not which they were), a second charge bills the caller twice.
+//     It is dropped, counted and logged. The bound: a dropped refund
+//     leaves its reservation at its estimate (towards the limit); a
+//     dropped charge leaves uncounted what the request used past its
+//     estimate, at most the rule's capacity (settle caps it), as when the
+//     settlement failed before anything was resent.
 
 // maxResends bounds the requests pending a resend; past it a write is
 // dropped at once (counted and logged).
@@ -75,14 +77,16 @@ func unsent(err error) bool {
 }
 
 // resendable returns what of reqs, whose call failed with err, may be sent
-// again (see the top of this file): releases and forced charges always,
-// refunds only when the call was never sent. Acquisitions of slots become
-// their releases; other decisions are not resent.
+// again (see the top of this file): releases always, refunds and forced
+// charges only when the call was never sent. The acquisition of a slot
+// becomes its release; renewals and peeks are not resent.
 func resendable(reqs []backend.Request, err error) []backend.Request {
 	var out []backend.Request
 	never := unsent(err)
 	for _, q := range reqs {
 		switch {
+		case q.Cost == 0:
+			continue
 		case q.Algorithm == Concurrency && q.Cost > 0 && !q.Force:
 			if never {
 				continue // not taken: nothing to give back
@@ -90,10 +94,8 @@ func resendable(reqs []backend.Request, err error) []backend.Request {
 			q.Cost = -q.Cost // an acquisition whose outcome is unknown
 		case q.Algorithm == Concurrency && q.Cost > 0:
 			continue // a renewal: its timer tries again
-		case q.Cost < 0 && q.Algorithm != Concurrency && !never:
-			continue // a refund that may have been applied
-		case q.Cost == 0:
-			continue
+		case q.Algorithm != Concurrency && !never:
+			continue // a settlement that may have been applied
 		}
 		q.Shadow = false
 		out = append(out, q)
@@ -109,8 +111,8 @@ func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) in
 		return 0
 	}
 	again := resendable(reqs, err)
-	lost := refunds(reqs) - refunds(again)
-	l.dropResends(lost, what, "its outcome is unknown, and a second refund could give back other requests' units")
+	lost := settlements(reqs) - settlements(again)
+	l.dropResends(lost, what, "its outcome is unknown, and applying it twice would be wrong")
 	reqs = again
 	if len(reqs) == 0 {
 		return lost
@@ -144,11 +146,11 @@ func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) in
 	return lost
 }
 
-// refunds counts the refunds of rate rules in reqs.
-func refunds(reqs []backend.Request) int {
+// settlements counts the refunds and charges of rate rules in reqs.
+func settlements(reqs []backend.Request) int {
 	n := 0
 	for _, q := range reqs {
-		if q.Cost < 0 && q.Algorithm != Concurrency {
+		if q.Cost != 0 && q.Algorithm != Concurrency {
 			n++
 		}
 	}
@@ -234,7 +236,7 @@ func (l *Limiter) resendRound() bool {
 			continue
 		}
 		again := resendable(it.reqs, err)
-		l.dropResends(len(it.reqs)-len(again), it.what, "its outcome is unknown, and a second refund could give back other requests' units")
+		l.dropResends(len(it.reqs)-len(again), it.what, "its outcome is unknown, and applying it twice would be wrong")
 		if len(again) > 0 {
 			it.reqs = again
 			keep = append(keep, it)

@@ -249,3 +249,35 @@ func TestResendsAreBounded(t *testing.T) {
 		}
 	})
 }
+
+// What is resent after a failed call: a release whatever happened (by
+// lease, idempotent), the release of an acquisition whose reply may be
+// lost, and a settlement (refund or forced charge) only when the call
+// surely never left, so that it takes effect at most once.
+func TestResendable(t *testing.T) {
+	acquire := backend.Request{Key: "a", Algorithm: Concurrency, Cost: 1, Lease: 7}
+	renew := acquire
+	renew.Force = true
+	release := acquire
+	release.Cost = -1
+	refund := backend.Request{Key: "r", Cost: -5, Stamp: 9}
+	charge := backend.Request{Key: "c", Cost: 3, Force: true}
+	peek := backend.Request{Key: "p"}
+	all := []backend.Request{acquire, renew, release, refund, charge, peek}
+	sent := fmt.Errorf("%w after 100ms", ErrTimeout)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []backend.Request
+	}{
+		{"sent, unanswered", sent, []backend.Request{release, release}},
+		{"connection reset", errRefused, []backend.Request{release, release}},
+		{"breaker open", errBreakerOpen, []backend.Request{release, refund, charge}},
+		{"never sent", fmt.Errorf("%w after 100ms: %w", ErrTimeout, errNeverSent), []backend.Request{release, refund, charge}},
+	} {
+		got := resendable(all, tc.err)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: resends %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
