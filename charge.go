@@ -73,6 +73,12 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // charged what it estimated, and one that knows it used nothing settles 0
 // before returning. A panic is re-raised after settling. Settle is safe for
 // simultaneous use by the handler's goroutines.
+//
+// A settlement whose backend call fails is logged, and sent again in the
+// background once the backend answers if its call surely never reached
+// the backend (the circuit breaker was open); one that was sent and not
+// answered may have been applied, so it is not sent twice, and is counted
+// in [Health].DroppedWrites.
 func Settle(r *http.Request, rule string, actual int64) error {
 	if actual < 0 {
 		return fmt.Errorf("ceiling: rule %q: settle: negative cost %d", rule, actual)

@@ -255,9 +255,11 @@ func dropped(s leaseSet) {
 // [Concurrency]), in one backend call; it stops their renewal. Call it
 // when the work the decision admitted ends: defer it right after an
 // admitted [Limiter.Decide]. It is idempotent, safe for simultaneous use,
-// and does nothing for a decision that holds no slot. A Decision dropped
-// without Release has its slots released when the garbage collector
-// notices, with a warning in the log.
+// and does nothing for a decision that holds no slot. A release whose
+// backend call fails is sent again in the background (releasing a lease
+// twice is harmless) until it is applied or the lease has ended. A
+// Decision dropped without Release has its slots released when the
+// garbage collector notices, with a warning in the log.
 func (d *Decision) Release() {
 	if d.leases != nil {
 		d.leases.release()

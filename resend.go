@@ -47,6 +47,9 @@ const maxResends = 4096
 // backend does not answer; a recovery wakes the loop at once.
 const resendEvery = time.Second
 
+// resendGap is the shortest wait between two rounds of resends.
+const resendGap = 100 * time.Millisecond
+
 // errNeverSent is wrapped by the error of a call this process never got
 // to send (see guard): nothing of it reached the backend.
 var errNeverSent = errors.New("this process never got to call it")
@@ -190,16 +193,23 @@ func (l *Limiter) resendLoop() {
 	for {
 		select {
 		case <-f.stop:
-			r.mu.Lock()
-			r.running = false
-			r.mu.Unlock()
-			l.dropPending("the limiter was closed")
+			l.stopResends()
 			return
 		case <-r.wake:
 		case <-t.C:
 		}
 		if !l.resendRound() {
 			return
+		}
+		// At most one round per resendGap, however often the backend
+		// answers: a write that keeps failing costs it little.
+		gap := time.NewTimer(resendGap)
+		select {
+		case <-f.stop:
+			gap.Stop()
+			l.stopResends()
+			return
+		case <-gap.C:
 		}
 		if !t.Stop() {
 			select {
@@ -254,6 +264,15 @@ func (l *Limiter) resendRound() bool {
 		return false
 	}
 	return true
+}
+
+// stopResends ends the resend loop on Close, dropping what is pending.
+func (l *Limiter) stopResends() {
+	r := &l.fo.resend
+	r.mu.Lock()
+	r.running = false
+	r.mu.Unlock()
+	l.dropPending("the limiter was closed")
 }
 
 // dropPending drops every pending write: the limiter is closing.
