@@ -68,3 +68,33 @@ func TestLostReplyDoesNotHoldASlot_Regression(t *testing.T) {
 		})
 	}
 }
+
+// A release that fails (Redis unreachable for a moment) is sent again once
+// Redis answers, instead of leaving the slot held for the whole lease.
+func TestFailedReleaseIsResentRedis(t *testing.T) {
+	l, proxy, _ := proxiedLimiter(t, []Rule{{Name: "streams", Limit: 1, Period: 30 * time.Second, Algorithm: Concurrency}},
+		WithFailMode(FailClosed))
+	ctx := t.Context()
+	d, err := l.Decide(ctx, Input{Rule: "streams", Key: "acme"})
+	if err != nil || !d.Allowed {
+		t.Fatalf("a slot: %v, %v", d.Allowed, err)
+	}
+	proxy.Partition()
+	proxy.Cut()
+	d.Release()
+	proxy.Heal()
+	start := time.Now()
+	if !eventually(func() bool {
+		d, err := l.Decide(ctx, Input{Rule: "streams", Key: "acme"})
+		defer d.Release()
+		return err == nil && d.Allowed
+	}) {
+		t.Fatal("no slot for 10 s after a failed release: it was not sent again")
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the slot came back after %v, want as soon as Redis answered", waited)
+	}
+	if h := l.Health(); h.DroppedWrites != 0 {
+		t.Errorf("DroppedWrites %d, want 0", h.DroppedWrites)
+	}
+}
