@@ -359,11 +359,16 @@ func (l *Limiter) leaseCall(reqs []backend.Request, local []bool, sign int64) er
 // returning that call's error and the local store's apart.
 func (l *Limiter) leaseCalls(reqs []backend.Request, local []bool, sign int64, extra []backend.Request) (remoteErr, localErr error) {
 	var remote, inProc []backend.Request
+	// A slot decided during the hand-over after a recovery was taken on
+	// FailLocal's store too: its release gives that back as well
+	// (releasing a lease the store does not hold does nothing).
+	handedOver := sign < 0 && l.fo.local.Load() != nil
 	for i, q := range reqs {
 		q.Cost, q.Force, q.Shadow = sign*q.Cost, sign > 0, false
-		if local[i] {
+		if local[i] || handedOver {
 			inProc = append(inProc, q)
-		} else {
+		}
+		if !local[i] {
 			remote = append(remote, q)
 		}
 	}

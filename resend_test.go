@@ -281,3 +281,32 @@ func TestResendable(t *testing.T) {
 		}
 	}
 }
+
+// A slot decided during the hand-over after a recovery is taken on the
+// backend and on FailLocal's store; its release gives both back, where the
+// local one stayed held for its whole lease.
+func TestHandedOverSlotReleasedLocallyToo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, be := tokensLimiter(t, &logRecorder{})
+		defer l.Close()
+		be.fail(func([]backend.Request) error { return errRefused })
+		d, _ := l.Decide(t.Context(), Input{Rule: "tokens", Key: "other"})
+		d.Release()
+		be.fail(nil)
+		time.Sleep(600 * time.Millisecond) // the first probe (by 500 ms) finds the backend back
+		if !l.fo.handingOver(l.cfg.clock()) || l.Health().Status != "healthy" {
+			t.Fatalf("not in the hand-over after the recovery: %+v", l.Health())
+		}
+		d, err := l.Decide(t.Context(), Input{Rule: "streams", Key: "acme"})
+		if err != nil || !d.Allowed || d.Results[0].Fallback != inherit {
+			t.Fatalf("a slot in the hand-over: %+v, %v", d, err)
+		}
+		d.Release()
+		rl, _ := l.rule("streams")
+		peek := l.request(rl, "acme")
+		out := make([]backend.Result, 1)
+		if err := l.localStore().decide(t.Context(), []backend.Request{peek}, out); err != nil || out[0].Remaining != 1 {
+			t.Errorf("the local store after the release: %+v, %v; want its slot free (1 remaining)", out[0], err)
+		}
+	})
+}
