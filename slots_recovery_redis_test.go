@@ -25,7 +25,7 @@ func TestFailLocalSlotsReachTheBackendOnRecovery_Regression(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
 		t.Cleanup(func() { c.Close() })
 		l := MustNew([]Rule{rule}, WithBackend(ceilingredis.New(c, ceilingredis.WithPrefix(prefix))),
-			WithInstances(2), WithTimeout(200*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+			WithInstances(2), WithTimeout(2*time.Second), WithLogger(slog.New(slog.DiscardHandler)))
 		t.Cleanup(func() { l.Close() })
 		ls = append(ls, l)
 	}

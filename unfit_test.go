@@ -137,8 +137,10 @@ func TestInvalidInputsNeverMoveTheBreakerRedis(t *testing.T) {
 		{Name: "gcra", Key: Header("X-Key"), Limit: 5, Period: time.Minute, Algorithm: GCRA, Burst: 5},
 		{Name: "slots", Key: Header("X-Key"), Limit: 5, Period: 30 * time.Second, Algorithm: Concurrency},
 	}
-	quiet := WithLogger(slog.New(slog.DiscardHandler))
-	l := MustNew(rules, WithBackend(store), WithFailMode(FailOpen), WithBreaker(BreakerConfig{Failures: 1}), quiet)
+	// A patient timeout: only what the inputs do may move the breaker.
+	opts := []Option{WithBackend(store), WithFailMode(FailOpen), WithBreaker(BreakerConfig{Failures: 1}),
+		WithTimeout(5 * time.Second), WithLogger(slog.New(slog.DiscardHandler))}
+	l := MustNew(rules, opts...)
 	defer l.Close()
 	ctx := t.Context()
 
@@ -185,7 +187,7 @@ func TestInvalidInputsNeverMoveTheBreakerRedis(t *testing.T) {
 	hl := MustNew([]Rule{{Name: "tokens", Key: Header("X-Key"), Limit: 10_000, Period: time.Minute,
 		Estimate: func(r *http.Request) (int64, error) { return num(r, "X-Cost"), nil },
 		Limits:   func(r *http.Request) (int64, int64, error) { return num(r, "X-Limit"), 0, nil },
-	}}, WithBackend(store), WithFailMode(FailOpen), WithBreaker(BreakerConfig{Failures: 1}), quiet)
+	}}, opts...)
 	defer hl.Close()
 	h := hl.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = Settle(r, "tokens", num(r, "X-Used"))
