@@ -31,7 +31,10 @@ import (
 //   - the end: every key the local store admitted is journaled, and the
 //     probe that finds the backend answering charges it, forced and in one
 //     round trip per few hundred keys, with what the local store still
-//     counts in the key's open window, before the breaker closes;
+//     counts in the key's open window, before the breaker closes; the
+//     concurrency slots it holds move to the backend then too, each by
+//     its lease (moveLocalSlots), so the other instances count them at
+//     once;
 //   - the instances do not find the backend back at the same moment (each
 //     probes on its own schedule, up to MaxCoolDown apart), and until the
 //     last has charged it the backend knows only part of what was admitted.
