@@ -21,7 +21,10 @@ type Input struct {
 	Key string
 	// Cost is the number of units this call takes; zero means the rule's
 	// Cost. Negative costs are refused: give units back with
-	// [Limiter.Charge].
+	// [Limiter.Charge]. A cost the limit can never hold (past it, up to
+	// any int64) is a rejection with RetryAfter [backend.Never], decided
+	// without a backend call, whatever the backend's health: a client that
+	// picks its cost cannot make the backend fail or a fail mode admit.
 	Cost int64
 	// Limit, when positive, replaces the rule's Limit for this call: a
 	// limit per plan or per tenant, decided in the same backend call as the
