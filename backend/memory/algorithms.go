@@ -76,11 +76,20 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// gcraStep decides r on a GCRA key whose theoretical arrival time is tat
-// (a tat at or before now means a full bucket). It returns the tat to
-// store; a returned tat at or before now means the key is full again.
-func gcraStep(r *backend.Request, now, tat int64, res *backend.Result) (int64, bool) {
+// gcraState is a GCRA key's state: its theoretical arrival time and the
+// now of the write that stored it, in µs (a zero state is absent).
+type gcraState struct{ tat, at int64 }
+
+// gcraStep decides r on a GCRA key whose state is st (a tat at or before
+// now means a full bucket). It returns the state to store; a returned tat
+// at or before now means the key is full again.
+func gcraStep(r *backend.Request, now int64, st gcraState, res *backend.Result) (gcraState, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
+	tat := st.tat
+	if st.at > now {
+		// The clock is behind: the debt left at the write counts from now.
+		tat -= st.at - now
+	}
 	B := r.Burst
 	if B == 0 {
 		B = L
@@ -100,16 +109,20 @@ func gcraStep(r *backend.Request, now, tat int64, res *backend.Result) (int64, b
 				res.RetryAfter = backend.Never
 			}
 			gcraAfter(res, now, t0, T, tau)
-			return tat, false
+			return st, false
 		}
 		nt = min(nt, now+debtHorizon)
+		res.Stamp = nt
 	case c == 0:
 		nt = t0
-	default:
+	case r.Stamp == 0:
 		nt = max(t0-mulSat(neg(c), T), now)
+	default:
+		// Only the part of the stamped admission still outstanding.
+		nt = max(t0-min(mulSat(neg(c), T), max(0, r.Stamp-now)), now)
 	}
 	gcraAfter(res, now, nt, T, tau)
-	return nt, true
+	return gcraState{tat: nt, at: now}, true
 }
 
 // gcraAfter reports a GCRA key whose tat is nt (at or after now).
@@ -117,7 +130,7 @@ func gcraAfter(res *backend.Result, now, nt, T, tau int64) {
 	res.Remaining = max(0, (tau-(nt-now))/T)
 	res.ResetAfter = dur(nt - now)
 	if res.Remaining == 0 {
-		res.NextAfter = dur(nt + T - now - tau)
+		res.NextAfter = dur((nt - now) - (tau - T))
 	}
 }
 
@@ -137,7 +150,7 @@ func fixedStep(r *backend.Request, now int64, st window, res *backend.Result) (w
 	ws := windowStart(now, P)
 	end := ws + P
 	var count int64
-	if st.start == ws {
+	if st.start >= ws { // a later window's state: the clock is behind
 		count = st.a
 	}
 	*res = backend.Result{Allowed: true, Limit: L}
@@ -149,6 +162,12 @@ func fixedStep(r *backend.Request, now int64, st window, res *backend.Result) (w
 		}
 		fixedAfter(res, L, count, end-now)
 		return st, false
+	}
+	switch {
+	case c > 0:
+		res.Stamp = now
+	case c < 0 && r.Stamp != 0 && windowStart(r.Stamp, P) != ws:
+		c = 0 // the stamp's window is over: its units no longer count
 	}
 	count = addCount(count, c)
 	fixedAfter(res, L, count, end-now)
@@ -173,10 +192,10 @@ func slidingStep(r *backend.Request, now int64, st window, res *backend.Result) 
 	P, L, c := micros(r.Period), r.Limit, r.Cost
 	ws := windowStart(now, P)
 	var prev, cur int64
-	switch st.start {
-	case ws:
+	switch {
+	case st.start >= ws: // later than ws: the clock is behind
 		prev, cur = st.a, st.b
-	case ws - P:
+	case st.start == ws-P:
 		prev = st.b
 	}
 	rem := ws + P - now
@@ -192,6 +211,18 @@ func slidingStep(r *backend.Request, now int64, st window, res *backend.Result) 
 		}
 		slidingAfter(res, L, P, rem, prev, cur, w)
 		return st, false
+	}
+	switch {
+	case c > 0:
+		res.Stamp = now
+	case c < 0 && r.Stamp != 0:
+		switch windowStart(r.Stamp, P) {
+		case ws:
+			cur -= min(neg(c), cur)
+		case ws - P:
+			prev -= min(neg(c), prev)
+		}
+		c = 0
 	}
 	cur = addCount(cur, c)
 	slidingAfter(res, L, P, rem, prev, cur, w)

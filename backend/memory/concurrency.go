@@ -25,24 +25,25 @@ type leaseState struct {
 
 func leaseExpiry(st *leaseState) int64 { return st.exp }
 
-// liveLeases returns st's leases that are live at now and their units,
-// without copying when none has expired.
-func liveLeases(st leaseState, now int64) ([]lease, int64) {
+// liveLeases returns st's leases that are live at now, each with at most
+// P left (the clock may be behind), and their units, without copying when
+// none has expired or is clamped.
+func liveLeases(st leaseState, now, P int64) ([]lease, int64) {
 	var count int64
-	expired := false
+	changed := false
 	for _, l := range st.leases {
 		if l.exp > now {
 			count += l.n
-		} else {
-			expired = true
 		}
+		changed = changed || l.exp <= now || l.exp > now+P
 	}
-	if !expired {
+	if !changed {
 		return st.leases, count
 	}
 	live := make([]lease, 0, len(st.leases))
 	for _, l := range st.leases {
 		if l.exp > now {
+			l.exp = min(l.exp, now+P)
 			live = append(live, l)
 		}
 	}
@@ -53,7 +54,7 @@ func liveLeases(st leaseState, now int64) ([]lease, int64) {
 // state to write; false means r was rejected and nothing is written.
 func leaseStep(r *backend.Request, now int64, st leaseState, res *backend.Result) (leaseState, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
-	live, count := liveLeases(st, now)
+	live, count := liveLeases(st, now, P)
 	*res = backend.Result{Allowed: true, Limit: L}
 	i := slices.IndexFunc(live, func(l lease) bool { return l.id == r.Lease })
 	switch {

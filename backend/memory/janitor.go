@@ -44,4 +44,4 @@ func (sh *shard) sweep(now int64) int {
 	return g + w + l + r + c
 }
 
-func gcraExpiry(tat *int64) int64 { return *tat }
+func gcraExpiry(st *gcraState) int64 { return st.tat }

@@ -20,7 +20,7 @@ type pending struct {
 	ok    bool  // admitted when evaluated
 	idx   int   // the key's slot when loaded, -1 if absent
 
-	tat   int64
+	tat   gcraState
 	win   window
 	log   logView
 	roll  ring32

@@ -17,7 +17,7 @@ import (
 // duplicate-key handling must give exactly its answers.
 type model struct {
 	roll map[string]ring32
-	gcra map[string]int64
+	gcra map[string]gcraState
 	win  map[string]window
 	logs map[string]logState
 }
@@ -79,7 +79,7 @@ func TestStoreMatchesModel(t *testing.T) {
 	for _, maxKeys := range []int{64, DefaultMaxKeys} { // one shard; 256 shards
 		t.Run(fmt.Sprint("maxKeys=", maxKeys), func(t *testing.T) {
 			s, clock := newTestStore(t, WithMaxKeys(maxKeys))
-			m := &model{roll: map[string]ring32{}, gcra: map[string]int64{}, win: map[string]window{}, logs: map[string]logState{}}
+			m := &model{roll: map[string]ring32{}, gcra: map[string]gcraState{}, win: map[string]window{}, logs: map[string]logState{}}
 			rng := rand.New(rand.NewPCG(3, uint64(maxKeys)))
 			now := backendtest.Epoch.UnixMicro()
 			for call := range 3000 {

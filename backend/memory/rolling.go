@@ -113,6 +113,35 @@ func (st *ring[C, Wd]) view(P, now int64) rollView {
 	return v
 }
 
+// rebased is st as a request under period P reads it at now when the
+// clock is behind it (st written in a bucket later than now's): the
+// buckets from now's on are added into now's, the older ones kept, so no
+// unit is forgotten and none counts past now's bucket plus the window. It
+// reports false, leaving st to be read as it is, otherwise.
+func (st *ring[C, Wd]) rebased(P, now int64) (ring[C, Wd], bool) {
+	W := (P + rollBuckets - 1) / rollBuckets
+	cur := floorDiv(now, W)
+	if int64(st.w) != W || st.last <= cur {
+		return ring[C, Wd]{}, false
+	}
+	out := ring[C, Wd]{last: cur, w: st.w}
+	var merged, S int64
+	for x := st.last - rollBuckets; x <= st.last; x++ {
+		n := int64(st.n[ringSlot(x)])
+		switch {
+		case x >= cur:
+			merged += n
+		case x >= cur-rollBuckets:
+			out.n[ringSlot(x)] = C(n)
+			S += n
+		}
+	}
+	merged = min(merged, int64(^C(0)))
+	out.n[ringSlot(cur)] = C(merged)
+	out.s = C(min(S+merged, int64(^C(0))))
+	return out, true
+}
+
 // total is the units st holds as written.
 func (st *ring[C, Wd]) total() int64 {
 	if st.s != ^C(0) {
@@ -191,19 +220,33 @@ func (st *ring[C, Wd]) decide(r *backend.Request, now int64, res *backend.Result
 	return v, true
 }
 
-// unitsAfter is the units a view holding S holds once an admitted cost c
-// is written, saturation aside (which only a count past 2^32-1 meets).
-func unitsAfter(S, c int64) int64 {
-	if c > 0 {
-		return S + c
+// unitsAfter is the units v holds once an admitted cost c (with the
+// request's stamp) is written, saturation aside (which only a count past
+// 2^32-1 meets).
+func (st *ring[C, Wd]) unitsAfter(v *rollView, c, stamp int64) int64 {
+	switch {
+	case c > 0:
+		return v.S + c
+	case stamp == 0:
+		return v.S - min(v.S, neg(c))
 	}
-	return S - min(S, neg(c))
+	return v.S - min(neg(c), st.bucket(v, floorDiv(stamp, v.W)))
 }
 
-// write applies an admitted cost c != 0 to st as v sees it, in place;
-// v then describes st as written. The caller has checked that st's tier
-// holds the units after (the 32-bit tier's counts saturate at Nmax).
-func (st *ring[C, Wd]) write(v *rollView, c int64) {
+// bucket is the count v sees in bucket x: stored for the buckets b-16 ..
+// b-17+live, zero for the others.
+func (st *ring[C, Wd]) bucket(v *rollView, x int64) int64 {
+	if x < v.b-rollBuckets || x > v.b-rollSlots+int64(v.live) {
+		return 0
+	}
+	return int64(st.n[ringSlot(x)])
+}
+
+// write applies an admitted cost c != 0 (a refund's stamp with it) to st
+// as v sees it, in place; v then describes st as written. The caller has
+// checked that st's tier holds the units after (the 32-bit tier's counts
+// saturate at Nmax).
+func (st *ring[C, Wd]) write(v *rollView, c, stamp int64) {
 	switch {
 	case v.live == 0:
 		*st = ring[C, Wd]{last: v.b, w: Wd(v.W)}
@@ -215,12 +258,21 @@ func (st *ring[C, Wd]) write(v *rollView, c int64) {
 	}
 	v.live = rollSlots
 	s := ringSlot(v.b)
-	if c > 0 {
+	switch {
+	case c > 0:
 		top := &st.n[s]
 		n := min(int64(*top)+c, int64(^C(0)))
 		v.S += n - int64(*top)
 		*top = C(n)
-	} else {
+	case stamp != 0:
+		// Only the stamp's bucket, while it still counts.
+		if x := floorDiv(stamp, v.W); x >= v.b-rollBuckets && x <= v.b {
+			n := &st.n[ringSlot(x)]
+			t := min(neg(c), int64(*n))
+			*n -= C(t)
+			v.S -= t
+		}
+	default:
 		for g := neg(c); g > 0 && v.S > 0; {
 			t := min(g, int64(st.n[s]))
 			st.n[s] -= C(t)
@@ -248,14 +300,24 @@ func (st *ring[C, Wd]) report(v *rollView, res *backend.Result, L, now int64) {
 }
 
 // rollingStep decides r on a copy of a key's state (multi-request calls),
-// returning the state to write; st itself for a peek or a rejection.
+// returning the state to write (a zero ring once it holds no unit: the
+// next request reads it as absent); st itself for a peek or a rejection.
 func rollingStep(r *backend.Request, now int64, st ring32, res *backend.Result) (ring32, bool) {
+	if moved, ok := st.rebased(micros(r.Period), now); ok {
+		st = moved
+	}
 	v, ok := st.decide(r, now, res)
 	if !ok || r.Cost == 0 {
 		return st, ok
 	}
-	st.write(&v, r.Cost)
+	st.write(&v, r.Cost, r.Stamp)
 	st.report(&v, res, r.Limit, now)
+	if r.Cost > 0 {
+		res.Stamp = v.b * v.W
+	}
+	if v.S == 0 {
+		return ring32{}, true
+	}
 	return st, true
 }
 
@@ -422,17 +484,23 @@ func (s *Store) decideRolling(sh *shard, h keyHash, r *backend.Request, now int6
 
 // rollOne decides r on the key h, at slot i (-1: absent) of tier table tb.
 func rollOne[C rollCount, Wd rollWidth](s *Store, sh *shard, tb *table[ring[C, Wd]], t rollTier, h keyHash, i int, r *backend.Request, now int64, out *backend.Result) {
-	var absent ring[C, Wd]
+	var absent, moved ring[C, Wd]
 	st := &absent
 	if i >= 0 {
 		st = &tb.slots[i].v
+		if m, ok := st.rebased(micros(r.Period), now); ok {
+			moved, st = m, &moved // written back below if the request writes
+		}
 	}
 	v, ok := st.decide(r, now, out)
 	c := r.Cost
 	if !ok || c == 0 {
 		return
 	}
-	switch S := unitsAfter(v.S, c); {
+	if c > 0 {
+		out.Stamp = v.b * v.W
+	}
+	switch S := st.unitsAfter(&v, c, r.Stamp); {
 	case S == 0:
 		// Refunded to empty: the key is back to full.
 		out.Remaining = r.Limit
@@ -442,20 +510,23 @@ func rollOne[C rollCount, Wd rollWidth](s *Store, sh *shard, tb *table[ring[C, W
 		return
 	case tierFor(max(r.Limit, S), v.W) != t:
 		w := st.wide()
-		w.write(&v, c)
+		w.write(&v, c, r.Stamp)
 		w.report(&v, out, r.Limit, now)
 		s.putRolling(sh, h, t, i, r, &w, now)
 		return
 	}
-	st.write(&v, c)
+	st.write(&v, c, r.Stamp)
 	st.report(&v, out, r.Limit, now)
 	exp := (v.b + rollSlots) * v.W // an admission: bucket b holds units
 	if c < 0 {
 		exp = st.expiry(&v)
 	}
-	if i < 0 {
+	switch {
+	case i < 0:
 		s.makeRoom(sh, h, r, now)
 		tb.insert(h, *st)
+	case st == &moved:
+		tb.slots[i].v = moved
 	}
 	sh.minExp = min(sh.minExp, exp)
 }

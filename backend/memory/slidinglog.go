@@ -9,7 +9,13 @@ import "github.com/ceiling-go/ceiling/backend"
 // every live entry.
 
 // run is c units of a sliding log admitted at the same instant t: the log
-// stores runs, so a cost of c takes one entry, not c.
+// stores runs, so a cost of c takes one entry, not c. A stamped refund can
+// leave a run of 0 units among the live ones; it counts nothing and goes
+// when it expires or reaches an end of the log.
+//
+// Runs are oldest first with distinct instants. A run later than now (the
+// clock is behind) is read as admitted at now, and merged into one run at
+// now by the next write.
 type run struct{ t, n int64 }
 
 // logState is a sliding log: n runs in a ring whose length is a power of
@@ -64,6 +70,10 @@ type logView struct {
 	dropped int64    // the units in them
 	remove  int64    // newest units of the live runs taken back
 	add     int64    // units added at now
+	// owned reports that st's ring is the view's to change before commit
+	// (a single request's view of the stored log, which it replaces, or a
+	// copy): a stamped refund then edits it in place.
+	owned bool
 }
 
 func newLogView(st logState, now, P int64) logView {
@@ -87,7 +97,7 @@ func (v *logView) unit(i, now int64) int64 {
 		for j := v.drop; j < v.st.n; j++ {
 			r := v.st.at(j)
 			if i < r.n {
-				return r.t
+				return min(r.t, now)
 			}
 			i -= r.n
 		}
@@ -105,7 +115,7 @@ func (v *logView) newest(now int64) int64 {
 	for j := v.st.n - 1; j >= v.drop; j-- {
 		r := v.st.at(j)
 		if r.n > rm {
-			return r.t
+			return min(r.t, now)
 		}
 		rm -= r.n
 	}
@@ -130,6 +140,8 @@ func logStep(r *backend.Request, now int64, v *logView, res *backend.Result) boo
 	switch {
 	case c > 0:
 		v.add = addCount(v.add, c)
+	case c < 0 && r.Stamp != 0:
+		v.takeStamped(now, P, r.Stamp, neg(c))
 	case c < 0:
 		g := min(neg(c), k)
 		if g <= v.add {
@@ -140,7 +152,52 @@ func logStep(r *backend.Request, now int64, v *logView, res *backend.Result) boo
 		}
 	}
 	logAfter(res, L, P, now, v.count(), v)
+	if c > 0 {
+		res.Stamp = now
+	}
 	return true
+}
+
+// takeStamped gives back up to g units of the live run admitted at stamp.
+// It first applies the view to its log (a copy unless the view owns it),
+// so that the run's units are plain to see, then edits that run: a binary
+// search, since runs are ordered by instant.
+func (v *logView) takeStamped(now, P, stamp, g int64) {
+	if !v.owned {
+		v.st = v.st.clone()
+		v.owned = true
+	}
+	v.st, _ = v.commit(now, P)
+	v.drop, v.dropped, v.remove, v.add = 0, 0, 0, 0
+	st := &v.st
+	lo, hi := 0, st.n
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if st.at(m).t < stamp {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == st.n || st.at(lo).t != stamp {
+		return
+	}
+	r := st.at(lo)
+	t := min(g, r.n)
+	r.n -= t
+	st.k -= t
+	st.trim()
+}
+
+// trim drops runs of 0 units from both ends of the log.
+func (l *logState) trim() {
+	for l.n > 0 && l.at(l.n-1).n == 0 {
+		l.n--
+	}
+	for l.n > 0 && l.at(0).n == 0 {
+		l.head = (l.head + 1) & (len(l.ring) - 1)
+		l.n--
+	}
 }
 
 func logAfter(res *backend.Result, L, P, now, k int64, v *logView) {
@@ -161,6 +218,19 @@ func (v *logView) commit(now, P int64) (logState, bool) {
 	st.head = (st.head + v.drop) & max(0, len(st.ring)-1)
 	st.n -= v.drop
 	st.k -= v.dropped
+	if st.n > 1 && st.at(st.n-2).t >= now {
+		// The clock is behind: the runs from now on become one run at now.
+		last := st.at(st.n - 1)
+		for st.n > 1 && st.at(st.n-2).t >= now {
+			last.n += st.at(st.n - 2).n
+			*st.at(st.n - 2) = *last
+			st.n--
+			last = st.at(st.n - 1)
+		}
+	}
+	if st.n > 0 && st.at(st.n-1).t > now {
+		st.at(st.n - 1).t = now
+	}
 	for rm := v.remove; rm > 0 && st.n > 0; {
 		last := st.at(st.n - 1)
 		if last.n > rm {
@@ -183,6 +253,7 @@ func (v *logView) commit(now, P int64) (logState, bool) {
 			st.k += v.add
 		}
 	}
+	st.trim()
 	if st.n == 0 {
 		return logState{}, false
 	}

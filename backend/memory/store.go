@@ -43,7 +43,7 @@ type Store struct {
 type shard struct {
 	mu      sync.Mutex
 	maxKeys int
-	gcra    table[int64] // theoretical arrival time, µs
+	gcra    table[gcraState]
 	windows table[window]
 	logs    table[logState]
 	rolls   rollTables
@@ -309,11 +309,11 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		s.decideRolling(sh, h, r, now, out)
 	case backend.GCRA:
 		i := sh.gcra.find(h)
-		var tat int64
+		var st gcraState
 		if i >= 0 {
-			tat = sh.gcra.slots[i].v
+			st = sh.gcra.slots[i].v
 		}
-		nt, ok := gcraStep(r, now, tat, out)
+		nt, ok := gcraStep(r, now, st, out)
 		if ok && r.Cost != 0 {
 			s.putGCRA(sh, h, i, r, nt, now)
 		}
@@ -340,6 +340,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 			st = sh.logs.slots[i].v
 		}
 		v := newLogView(st, now, micros(r.Period))
+		v.owned = true // the view replaces the stored log
 		ok := logStep(r, now, &v, out)
 		if ok && r.Cost != 0 {
 			s.putLog(sh, h, i, r, &v, now, micros(r.Period))
@@ -358,10 +359,10 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 	sh.mu.Unlock()
 }
 
-// putGCRA stores a GCRA key's tat at slot i (-1: absent), deleting the key
-// when it is back to full. It reports whether it inserted or deleted.
-func (s *Store) putGCRA(sh *shard, h keyHash, i int, r *backend.Request, tat, now int64) bool {
-	return put(s, sh, &sh.gcra, h, i, r, tat, tat > now, tat, now)
+// putGCRA stores a GCRA key's state at slot i (-1: absent), deleting the
+// key when it is back to full. It reports whether it inserted or deleted.
+func (s *Store) putGCRA(sh *shard, h keyHash, i int, r *backend.Request, st gcraState, now int64) bool {
+	return put(s, sh, &sh.gcra, h, i, r, st, st.tat > now, st.tat, now)
 }
 
 // putWindow stores a window state at slot i (-1: absent), deleting the key

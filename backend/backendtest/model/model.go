@@ -132,7 +132,9 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 	res, rejected, writes := m.evaluate(now, reqs)
 	if !rejected {
 		for key, s := range writes {
-			if s.Expires <= now {
+			if s == nil {
+				delete(m.keys, key)
+			} else if s.Expires <= now {
 				delete(m.keys, key)
 			} else {
 				m.keys[key] = s
@@ -153,9 +155,10 @@ func (m *Model) Evaluate(now int64, reqs []backend.Request) []backend.Result {
 }
 
 // evaluate decides every request in order on a working copy of the states
-// ("each seeing the state the previous one would write"), then, if an
-// unforced, non-shadow request was rejected, reports every admitted request
-// as a peek of its unchanged key. It returns the states the call writes.
+// ("each seeing the state the previous one would write", a state back to
+// full being absent), then, if an unforced, non-shadow request was
+// rejected, reports every admitted request as a peek of its unchanged key.
+// It returns the states the call writes (nil: deleted).
 func (m *Model) evaluate(now int64, reqs []backend.Request) ([]backend.Result, bool, map[string]*State) {
 	work := map[string]*State{} // key → state as the call has left it so far (nil: none)
 	state := func(key string) *State {
@@ -170,6 +173,9 @@ func (m *Model) evaluate(now int64, reqs []backend.Request) ([]backend.Result, b
 		next, out, ok := step(state(r.Key), r, now)
 		res[i] = out
 		if ok && r.Cost != 0 {
+			if next.Expires <= now {
+				next = nil // back to full: deleted, and absent for the next request
+			}
 			work[r.Key] = next
 		}
 		if !ok && !r.Shadow {
@@ -183,6 +189,7 @@ func (m *Model) evaluate(now int64, reqs []backend.Request) ([]backend.Result, b
 				peek.Cost, peek.Force = 0, false
 				_, res[i], _ = step(m.keys[r.Key], peek, now)
 			}
+			res[i].Stamp = 0
 		}
 	}
 	return res, rejected, work
@@ -254,6 +261,9 @@ func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 	tat := now
 	if s != nil {
 		tat = s.TAT
+		if s.Written > now { // the clock is behind: keep the debt left at the write
+			tat -= s.Written - now
+		}
 	}
 	t0 := max(tat, now)
 	var nt int64
@@ -275,15 +285,29 @@ func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 		}
 	case c == 0:
 		nt = t0
-	default:
+	case r.Stamp == 0:
 		v := bigAdd(big.NewInt(t0), bigMul(c, T)) // c*T is negative
 		nt = now
 		if v.Cmp(big.NewInt(now)) > 0 {
 			nt = v.Int64()
 		}
+	default:
+		// Only the part of the stamped admission still outstanding.
+		d := bigMul(-c, T)
+		if left := big.NewInt(max(0, r.Stamp-now)); left.Cmp(d) < 0 {
+			d = left
+		}
+		nt = now
+		if v := bigSub(big.NewInt(t0), d); v.Cmp(big.NewInt(now)) > 0 {
+			nt = v.Int64()
+		}
 	}
 	next := &State{Algorithm: backend.GCRA, TAT: nt, Written: now, Expires: nt}
-	return next, result(r, true, floorDiv(tau-(nt-now), T), nt-now, 0, nt+T-now-tau), true
+	out := result(r, true, floorDiv(tau-(nt-now), T), nt-now, 0, nt+T-now-tau)
+	if c > 0 {
+		out.Stamp = nt
+	}
+	return next, out, true
 }
 
 // Fixed window.
@@ -292,7 +316,7 @@ func fixed(s *State, r backend.Request, now int64) (*State, backend.Result, bool
 	ws := now - floorMod(now, P)
 	end := ws + P
 	count := int64(0)
-	if s != nil && s.Start == ws {
+	if s != nil && s.Start >= ws { // a later window's state: the clock is behind
 		count = s.Count
 	}
 	reset := func(count int64) int64 {
@@ -308,12 +332,19 @@ func fixed(s *State, r backend.Request, now int64) (*State, backend.Result, bool
 		}
 		return nil, result(r, false, L-count, reset(count), retry, end-now), false
 	}
+	if c < 0 && r.Stamp != 0 && r.Stamp-floorMod(r.Stamp, P) != ws {
+		c = 0 // the stamp's window is over: its units no longer count
+	}
 	count = min(CountMax, max(0, add(count, c)))
 	next := &State{Algorithm: backend.FixedWindow, Start: ws, Count: count, Written: now, Expires: end}
 	if count == 0 {
 		next.Expires = now
 	}
-	return next, result(r, true, L-count, reset(count), 0, end-now), true
+	out := result(r, true, L-count, reset(count), 0, end-now)
+	if c > 0 {
+		out.Stamp = now
+	}
+	return next, out, true
 }
 
 // Sliding window counter.
@@ -323,10 +354,10 @@ func sliding(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 	ws := now - floorMod(now, P)
 	var prev, cur int64
 	if s != nil {
-		switch s.Start {
-		case ws:
+		switch {
+		case s.Start >= ws: // later than ws: the clock is behind
 			prev, cur = s.Prev, s.Cur
-		case ws - P:
+		case s.Start == ws-P:
 			prev, cur = s.Cur, 0
 		}
 	}
@@ -373,6 +404,15 @@ func sliding(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 		remaining, reset := after(prev, cur)
 		return nil, result(r, false, remaining, reset, wait, next(prev, cur, remaining)), false
 	}
+	if c < 0 && r.Stamp != 0 {
+		switch sw := r.Stamp - floorMod(r.Stamp, P); sw {
+		case ws:
+			cur -= min(-c, cur)
+		case ws - P:
+			prev -= min(-c, prev)
+		}
+		c = 0
+	}
 	cur = min(CountMax, max(0, add(cur, c)))
 	remaining, reset := after(prev, cur)
 	st := &State{Algorithm: backend.SlidingWindow, Start: ws, Prev: prev, Cur: cur, Written: now}
@@ -384,7 +424,11 @@ func sliding(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 	default:
 		st.Expires = now
 	}
-	return st, result(r, true, remaining, reset, 0, next(prev, cur, remaining)), true
+	out := result(r, true, remaining, reset, 0, next(prev, cur, remaining))
+	if c > 0 {
+		out.Stamp = now
+	}
+	return st, out, true
 }
 
 // Sliding log: the units as runs, but every rule stated per unit.
@@ -393,7 +437,13 @@ func slidingLog(s *State, r backend.Request, now int64) (*State, backend.Result,
 	var log []Run
 	if s != nil {
 		for _, u := range s.Log {
-			if u.T+P > now { // an entry counts while now < e + P
+			switch {
+			case u.T+P <= now: // an entry counts while now < e + P
+			case u.T > now && len(log) > 0 && log[len(log)-1].T == now:
+				log[len(log)-1].N = add(log[len(log)-1].N, u.N)
+			case u.T > now: // the clock is behind: read as admitted now
+				log = append(log, Run{T: now, N: u.N})
+			default:
 				log = append(log, u)
 			}
 		}
@@ -443,6 +493,16 @@ func slidingLog(s *State, r backend.Request, now int64) (*State, backend.Result,
 		} else {
 			log = append(log, Run{T: now, N: c})
 		}
+	case c < 0 && r.Stamp != 0:
+		for i := range log {
+			if log[i].T == r.Stamp {
+				log[i].N -= min(-c, log[i].N)
+				if log[i].N == 0 {
+					log = slices.Delete(log, i, i+1)
+				}
+				break
+			}
+		}
 	case c < 0:
 		for take := min(-c, k); take > 0; {
 			last := &log[len(log)-1]
@@ -459,7 +519,11 @@ func slidingLog(s *State, r backend.Request, now int64) (*State, backend.Result,
 	if len(log) > 0 {
 		st.Expires = log[len(log)-1].T + P
 	}
-	return st, result(r, true, remaining, reset, 0, next), true
+	out := result(r, true, remaining, reset, 0, next)
+	if c > 0 {
+		out.Stamp = now
+	}
+	return st, out, true
 }
 
 func units(log []Run) int64 {
@@ -483,9 +547,24 @@ func rolling(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 	W := ceilDiv(P, rollK)
 	n := make([]int64, rollK+1) // n[i] is bucket last-k+i
 	last := int64(0)
-	if s != nil && s.W == W {
+	stored := s != nil && s.W == W
+	if stored {
 		copy(n, s.Buckets)
 		last = s.Last
+	}
+	if cur := floorDiv(now, W); stored && last > cur {
+		// The clock is behind: the buckets after cur are read as cur.
+		e := last - cur
+		merged := make([]int64, rollK+1)
+		for i, v := range n {
+			j := int64(i) + e
+			if j > rollK {
+				j = rollK
+			}
+			merged[j] = add(merged[j], v)
+		}
+		merged[rollK] = min(rollNMax, merged[rollK])
+		n, last = merged, cur
 	}
 	b := max(floorDiv(now, W), last)
 	if d := b - last; d > 0 {
@@ -543,6 +622,10 @@ func rolling(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 	switch {
 	case c > 0:
 		n[rollK] = min(rollNMax, add(n[rollK], c))
+	case c < 0 && r.Stamp != 0:
+		if i := floorDiv(r.Stamp, W) - b + rollK; 0 <= i && i <= rollK {
+			n[i] -= min(-c, n[i])
+		}
 	case c < 0:
 		g := -c
 		for i := rollK; i >= 0; i-- {
@@ -552,6 +635,9 @@ func rolling(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 		}
 	}
 	res := report(true, 0)
+	if c > 0 {
+		res.Stamp = mul(b, W)
+	}
 	st := &State{Algorithm: backend.RollingWindow, W: W, Last: b, Buckets: n, Written: now, Expires: now}
 	for h := rollK; h >= 0; h-- {
 		if n[h] > 0 {
