@@ -1,0 +1,735 @@
+-- The algorithms of ceiling's Redis backend, each written once: backend/
+-- ALGORITHMS.md in whole microseconds. Every value stays an integer under
+-- 2^53, where Lua's doubles are exact: sums are ordered so that no
+-- intermediate passes 2^53 (nt - now before + T), and floor division is
+-- corrected to stay exact. This library comes first in both scripts built
+-- from it: batch.lua (independent decisions, a lone call being a batch of
+-- one) and decide.lua (all or nothing across the rules of one call).
+--
+-- A decision is three steps on one key: load parses its stored state (the
+-- layouts of ALGORITHMS.md; a value in any other layout counts as absent),
+-- decideOne runs the request's algorithm over the parsed state, in memory,
+-- and store writes a state that changed. Every algorithm returns allowed,
+-- remaining, reset µs, retry µs (-1 never), next µs and the stamp of an
+-- admission that placed units (0 otherwise; a Concurrency acquisition
+-- answers 1 when it added a lease, for the Cluster undo, which the client
+-- does not report). A state left empty (S' = 0, no live unit) is deleted,
+-- and a later request of the same call reads it as absent.
+
+local floor, max, min, sub, fmt, tonum = math.floor, math.max, math.min, string.sub, string.format, tonumber
+
+-- How far past now forced charges can push a GCRA key (2^52 µs), and where
+-- a window's count saturates (2^40): ALGORITHMS.md.
+local debtHorizon, countMax = 4503599627370496, 1099511627776
+
+-- fdiv is floor(a / b) for integers a >= 0, b > 0, exact: the double
+-- quotient can round up to the next integer when a/b is just below it.
+local function fdiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function cdiv(a, b)
+  return fdiv(a + b - 1, b)
+end
+
+local function serverTime()
+  local t = redis.call('TIME')
+  return tonum(t[1]) * 1000000 + tonum(t[2])
+end
+
+-- The rolling window: "R2 W last S " (15 digits each), then the K+1 counts,
+-- 10 digits and a space each, the current bucket's first.
+local K, NMAX, RH, RW = 16, 4294967295, 51, 11
+local RZEROS = string.rep('0000000000 ', K)
+local RFRESH = 'R2 %015d %015d %015d %010d ' .. RZEROS
+
+-- rcount is count i (0..K, oldest first; i < 0: one that left) of rolling
+-- state s in bucket b: a count this call changed, or the stored one.
+local function rcount(s, b, i)
+  local v = s.set[i]
+  if v then return v end
+  local d = b - s.rawLast
+  if s.raw == nil or i + d > K or i + d < 0 then return 0 end
+  local o = RH + (K - i - d) * RW
+  return tonum(sub(s.raw, o + 1, o + 10)) or 0
+end
+
+-- rwait is when the buckets still counting hold at most x of S units.
+local function rwait(s, b, W, now, S, x)
+  local acc = 0
+  for i = 0, K do
+    acc = acc + rcount(s, b, i)
+    if S - acc <= x then return (b + i + 1) * W - now end
+  end
+  return (b + K + 1) * W - now -- a value whose sum disagrees with its counts
+end
+
+local function rafter(s, b, W, now, L, S)
+  local reset, nx = 0, 0
+  if S > 0 then
+    local h = K
+    while h > 0 and rcount(s, b, h) == 0 do h = h - 1 end
+    reset = (b + h + 1) * W - now
+  end
+  if S >= L then nx = rwait(s, b, W, now, S, L - 1) end
+  return max(0, L - S), reset, nx
+end
+
+local function rolling(s, now, L, P, c, force, stamp)
+  local W = cdiv(P, K)
+  if s.W ~= W and c == 0 then
+    return 1, L, 0, 0, 0, 0 -- a peek under another period sees nothing and clears nothing
+  elseif s.W ~= W and c > L and not force then
+    return 0, L, 0, -1, 0, 0 -- nor does a rejection
+  elseif s.W ~= W then
+    s.raw, s.W, s.last, s.rawLast, s.S, s.set, s.stored, s.topOnly = nil, W, 0, 0, 0, {}, false, nil
+  end
+  local cur = fdiv(now, W)
+  if s.last > cur then
+    -- The clock is behind the state: its buckets later than cur are read
+    -- as cur, the older ones move up as many.
+    local e, n = s.last - cur, {}
+    for i = 0, K do n[i] = 0 end
+    for i = 0, K do
+      local j = min(K, i + e)
+      n[j] = n[j] + rcount(s, s.last, i)
+    end
+    n[K] = min(NMAX, n[K])
+    local S = 0
+    for i = 0, K do S = S + n[i] end
+    s.raw, s.set, s.last, s.S, s.topOnly = nil, n, cur, S, false
+  end
+  local b = max(cur, s.last)
+  local d, S = b - s.last, s.S
+  if d > K then
+    s.raw, S = nil, 0
+  elseif s.raw and d > 0 then
+    -- S is the sum of the counts: of the d that left and the K+1-d kept,
+    -- the fewer are read.
+    if d + d > K + 1 then
+      S = 0
+      for i = 0, K - d do S = S + rcount(s, b, i) end
+    else
+      for i = -d, -1 do S = S - rcount(s, b, i) end
+    end
+  end
+  if c > 0 and not force and S + c > L then
+    local retry = -1
+    if c <= L then retry = rwait(s, b, W, now, S, L - c) end
+    local remaining, reset, nx = rafter(s, b, W, now, L, S)
+    return 0, remaining, reset, retry, nx, 0
+  end
+  local placed = 0
+  if c > 0 then
+    local top = rcount(s, b, K)
+    s.set[K] = min(NMAX, top + c)
+    S, placed = S + s.set[K] - top, b * W
+    if s.topOnly == nil then s.topOnly = top end
+  elseif c < 0 then
+    local g, hi, lo = -c, K, 0
+    if stamp ~= 0 then
+      hi = fdiv(stamp, W) - b + K -- only the stamp's bucket, if it still counts
+      lo = hi
+    end
+    for i = hi, max(lo, 0), -1 do
+      if g == 0 or i > K then break end
+      local v = rcount(s, b, i)
+      local t = min(g, v)
+      if t > 0 then s.set[i], S, g, s.topOnly = v - t, S - t, g - t, false end
+    end
+  end
+  s.last, s.S = b, S
+  local remaining, reset, nx = rafter(s, b, W, now, L, S)
+  if c ~= 0 then
+    s.dirty, s.exp = true, now + reset
+    if S == 0 then s.W = nil end -- empty: absent for the rest of the call
+  end
+  return 1, remaining, reset, 0, nx, placed
+end
+
+-- rollingWrite writes s: an admission into the bucket the value was last
+-- written in, whose count was above 0, rewrites S and that count in place
+-- and keeps the expiry (it depends only on the bucket); any other write
+-- sets the whole value, the older counts cut from the read one when only
+-- the current count changed.
+local function rollingWrite(s, ttl, minTTL)
+  local b, raw, top = s.last, s.raw, s.set[K]
+  local d = b - s.rawLast
+  local only = type(s.topOnly) == 'number' -- only the current count changed
+  if only and s.topOnly > 0 and s.stored and d == 0 then
+    redis.call('SETRANGE', s.key, RH - 16, fmt('%015d %010d', s.S, top))
+    if minTTL > 0 then redis.call('PEXPIRE', s.key, ttl) end -- WithClock's
+    return
+  end
+  local v
+  if only and raw == nil then
+    v = fmt(RFRESH, s.W, b, s.S, top)
+  elseif only and d <= K then
+    v = fmt('R2 %015d %015d %015d %010d ', s.W, b, s.S, top)
+    if d == 0 then
+      v = v .. sub(raw, RH + RW + 1, RH + (K + 1) * RW)
+    else
+      v = v .. sub(RZEROS, 1, (d - 1) * RW) .. sub(raw, RH + 1, RH + (K - d + 1) * RW)
+    end
+  else
+    local parts = { fmt('R2 %015d %015d %015d ', s.W, b, s.S) }
+    for i = K, 0, -1 do parts[#parts + 1] = fmt('%010d ', rcount(s, b, i)) end
+    v = table.concat(parts)
+  end
+  redis.call('SET', s.key, v, 'PX', ttl)
+end
+
+local function gcra(s, now, L, P, B, c, force, stamp)
+  if B == 0 then B = L end
+  local T = cdiv(P, L)
+  local tau = T * B
+  local tat = s.tat or now
+  if s.at and s.at > now then tat = tat - (s.at - now) end -- the clock is behind the write
+  local t0 = max(tat, now)
+  local function after(t)
+    local remaining, nx = fdiv(max(0, tau - (t - now)), T), 0
+    if remaining == 0 then nx = (t - now) - tau + T end
+    return remaining, t - now, nx
+  end
+  if c > 0 and not force and (c > B or (t0 - now) + c * T > tau) then
+    local retry = -1
+    if c <= B then retry = (t0 - now) + c * T - tau end
+    local remaining, reset, nx = after(t0)
+    return 0, remaining, reset, retry, nx, 0
+  end
+  local nt = t0
+  if c > 0 then
+    nt = now + min((t0 - now) + c * T, debtHorizon) -- a forced charge saturates
+  elseif c < 0 and stamp ~= 0 then
+    -- only the part of the stamped admission still outstanding comes back
+    nt = max(t0 - min(-c * T, max(0, stamp - now)), now)
+  elseif c < 0 then
+    nt = max(t0 + c * T, now)
+  end
+  if c ~= 0 then s.tat, s.at, s.exp, s.dirty = nt, now, nt, true end
+  local remaining, reset, nx = after(nt)
+  if c > 0 then return 1, remaining, reset, 0, nx, nt end
+  return 1, remaining, reset, 0, nx, 0
+end
+
+local function fixed(s, now, L, P, c, force, stamp)
+  local ws = fdiv(now, P) * P
+  local fin = ws + P
+  local count = 0
+  if s.ws and s.ws >= ws then count = s.count end -- later: the clock is behind
+  if c > 0 and not force and count + c > L then
+    local retry, reset, nx = fin - now, 0, 0
+    if c > L then retry = -1 end
+    if count > 0 then reset = fin - now end
+    if count >= L then nx = fin - now end
+    return 0, max(0, L - count), reset, retry, nx, 0
+  end
+  if c ~= 0 and not (c < 0 and stamp ~= 0 and fdiv(stamp, P) * P ~= ws) then
+    count = min(countMax, max(0, count + c))
+    s.ws, s.count, s.dirty, s.exp = ws, count, true, fin
+    if count == 0 then s.exp = now end
+  end
+  local reset, nx = 0, 0
+  if count > 0 then reset = fin - now end
+  if count >= L then nx = fin - now end
+  if c > 0 then return 1, max(0, L - count), reset, 0, nx, now end
+  return 1, max(0, L - count), reset, 0, nx, 0
+end
+
+local function window(s, now, L, P, c, force, stamp)
+  local ws = fdiv(now, P) * P
+  local prev, cur = 0, 0
+  if s.ws and s.ws >= ws then -- later: the clock is behind
+    prev, cur = s.prev, s.cur
+  elseif s.ws == ws - P then
+    prev = s.cur
+  end
+  local rem = ws + P - now
+  local Pm = fdiv(P, 1000)
+  local w = fdiv(fdiv(rem, 1000) * 1000000, Pm)
+  -- wait is the time until c units (at most L) fit, when they do not now.
+  local function wait(prev, cur, c)
+    if cur + c <= L then
+      local X = min(1000000, fdiv((L - cur - c) * 1000000, prev))
+      local R = cdiv((X + 1) * Pm, 1000000) - 1
+      return rem - ((R + 1) * 1000 - 1)
+    end
+    local X = min(1000000, fdiv((L - c) * 1000000, cur))
+    local R = cdiv((X + 1) * Pm, 1000000) - 1
+    if R >= Pm then return rem end
+    return rem + P - ((R + 1) * 1000 - 1)
+  end
+  local function after(prev, cur)
+    local remaining = fdiv(max(0, L * 1000000 - (prev * w + cur * 1000000)), 1000000)
+    local reset, nx = 0, 0
+    if cur > 0 then
+      reset = rem + P
+    elseif prev > 0 then
+      reset = rem
+    end
+    if remaining == 0 then nx = wait(prev, cur, 1) end
+    return remaining, reset, nx
+  end
+  if c > 0 and not force and prev * w + (cur + c) * 1000000 > L * 1000000 then
+    local retry = -1
+    if c <= L then retry = wait(prev, cur, c) end
+    local remaining, reset, nx = after(prev, cur)
+    return 0, remaining, reset, retry, nx, 0
+  end
+  if c ~= 0 then
+    if c < 0 and stamp ~= 0 then
+      local sws = fdiv(stamp, P) * P -- only from the stamp's window
+      if sws == ws then
+        cur = max(0, cur + c)
+      elseif sws == ws - P then
+        prev = max(0, prev + c)
+      end
+    else
+      cur = min(countMax, max(0, cur + c))
+    end
+    s.ws, s.prev, s.cur, s.dirty = ws, prev, cur, true
+    if cur > 0 then
+      s.exp = ws + 2 * P
+    elseif prev > 0 then
+      s.exp = ws + P
+    else
+      s.exp = now
+    end
+  end
+  local remaining, reset, nx = after(prev, cur)
+  if c > 0 then return 1, remaining, reset, 0, nx, now end
+  return 1, remaining, reset, 0, nx, 0
+end
+
+-- The sliding log (ALGORITHMS.md): a header of LH bytes, "L2 k newest head
+-- fin", then records of LR bytes, "t n" (n units admitted at t), the live
+-- ones in bytes [head, fin). It is read a record at a time, so that a
+-- decision costs the same at 10 units or 10,000; the records a call changes
+-- or adds are held in s.mods (offset -> {t, n}) until store writes them.
+local LH, LR = 59, 34
+
+local function logHeader(k, newest, head, fin)
+  return fmt('L2 %016d %016d %010d %010d\n', k, newest, head, fin)
+end
+
+local function logRecord(t, n)
+  return fmt('%016d %016d\n', t, n)
+end
+
+local function logEmpty(s)
+  s.k, s.newest, s.head, s.fin, s.sfin, s.stored, s.mods, s.at, s.chunk = 0, 0, LH, LH, LH, false, {}, -1, ''
+  return s
+end
+
+local function logLoad(key)
+  local s = logEmpty({ key = key })
+  local h = redis.call('GETRANGE', key, 0, LH - 1)
+  if #h == LH and sub(h, 1, 3) == 'L2 ' then
+    local k, newest = tonum(sub(h, 4, 19)), tonum(sub(h, 21, 36))
+    local head, fin = tonum(sub(h, 38, 47)), tonum(sub(h, 49, 58))
+    if k and newest and head and fin and head >= LH and fin >= head then
+      s.k, s.newest, s.head, s.fin, s.sfin, s.stored = k, newest, head, fin, fin, true
+    end
+  end
+  return s
+end
+
+-- logRec is the instant and units of the record at byte offset o, reading
+-- up to 8 stored records at a time, forward (or, backward, ending at o).
+local function logRec(s, o, backward)
+  local m = s.mods[o]
+  if m then return m[1], m[2] end
+  if o < s.at or o + LR > s.at + #s.chunk then
+    local from = o
+    if backward then from = max(LH, o - 7 * LR) end
+    s.at, s.chunk = from, redis.call('GETRANGE', s.key, from, min(from + 8 * LR, s.sfin) - 1)
+  end
+  local p = o - s.at
+  return tonum(sub(s.chunk, p + 1, p + 16)) or 0, tonum(sub(s.chunk, p + 18, p + 33)) or 0
+end
+
+-- logUnit is the instant of the live unit at 0-based position idx, or now
+-- when the live records hold fewer.
+local function logUnit(s, head, idx, now)
+  local seen = 0
+  for o = head, s.fin - LR, LR do
+    local t, n = logRec(s, o)
+    seen = seen + n
+    if seen > idx then return min(t, now) end -- later than now: read as now
+  end
+  return now
+end
+
+local function slidingLog(s, now, L, P, c, force, stamp)
+  -- Drop the records whose units no longer count (in s only when writing:
+  -- a peek under another period must not forget them).
+  local head, k = s.head, s.k
+  while head < s.fin do
+    local t, n = logRec(s, head)
+    if t + P > now then break end
+    head, k = head + LR, k - n
+  end
+  if head >= s.fin then k = 0 end
+  local newest = min(s.newest, now) -- the clock is behind: read as now
+  if c > 0 and not force and k + c > L then
+    local retry, reset, nx = -1, 0, 0
+    if c <= L then retry = logUnit(s, head, k + c - L - 1, now) + P - now end
+    if k > 0 then reset = newest + P - now end
+    if k >= L then nx = logUnit(s, head, k - L, now) + P - now end
+    return 0, max(0, L - k), reset, retry, nx, 0
+  end
+  if c ~= 0 then
+    if s.newest > now and k > 0 then -- records later than now are rewritten as now
+      local o = s.fin - LR
+      while o >= head do
+        local t, n = logRec(s, o, true)
+        if t <= now then break end
+        s.mods[o], o = { now, n }, o - LR
+      end
+    end
+    s.head, s.k, s.newest = head, k, newest
+  end
+  local placed = 0
+  if c > 0 then
+    local o = s.fin - LR
+    if k > 0 and s.newest == now then -- units of the newest record's instant join it
+      local _, n = logRec(s, o, true)
+      s.mods[o] = { now, n + c }
+    else
+      s.mods[s.fin] = { now, c }
+      s.fin = s.fin + LR
+    end
+    s.k, s.newest, placed = k + c, now, now
+  elseif c < 0 then
+    local take, o = min(-c, k), s.fin - LR
+    while take > 0 and o >= s.head do
+      -- the newest units, or those of the stamped runs (newest first)
+      local t, n = logRec(s, o, true)
+      if stamp ~= 0 and t < stamp then break end
+      if (stamp == 0 or t == stamp) and n > 0 then
+        local g = min(take, n)
+        s.mods[o], take, s.k = { t, n - g }, take - g, s.k - g
+      end
+      o = o - LR
+    end
+    while s.fin > s.head do -- records left empty at the end go
+      local t, n = logRec(s, s.fin - LR, true)
+      if n > 0 then
+        s.newest = t
+        break
+      end
+      s.fin = s.fin - LR
+    end
+    if s.fin <= s.head then s.k = 0 end
+  end
+  if c ~= 0 then
+    k, newest = s.k, s.newest
+    s.dirty, s.exp = true, newest + P
+    if k <= 0 then s.exp = now end
+  end
+  local reset, nx = 0, 0
+  if k > 0 then reset = newest + P - now end
+  if k >= L then nx = logUnit(s, head, k - L, now) + P - now end
+  if c ~= 0 and k <= 0 then logEmpty(s) end
+  return 1, max(0, L - k), reset, 0, nx, placed
+end
+
+-- logWrite writes the records s changed and its header; a log whose dead
+-- bytes (expired records before head, records taken back after fin)
+-- outweigh its live ones is rewritten with the live ones only, so that it
+-- holds about twice its live records at most.
+local function logWrite(s, ttl)
+  if not s.stored then
+    local parts = { logHeader(s.k, s.newest, LH, s.fin) }
+    for o = LH, s.fin - LR, LR do parts[#parts + 1] = logRecord(s.mods[o][1], s.mods[o][2]) end
+    redis.call('SET', s.key, table.concat(parts), 'PX', ttl)
+    return
+  end
+  for o, m in pairs(s.mods) do
+    if o >= s.head and o < s.fin then redis.call('SETRANGE', s.key, o, logRecord(m[1], m[2])) end
+  end
+  local waste = s.head - LH + max(0, redis.call('STRLEN', s.key) - s.fin)
+  if waste > s.fin - s.head then
+    local live = redis.call('GETRANGE', s.key, s.head, s.fin - 1)
+    redis.call('SET', s.key, logHeader(s.k, s.newest, LH, LH + #live) .. live, 'PX', ttl)
+  else
+    redis.call('SETRANGE', s.key, 0, logHeader(s.k, s.newest, s.head, s.fin))
+    redis.call('PEXPIRE', s.key, ttl)
+  end
+end
+
+-- Concurrency: the key is a sorted set of live lease ids scored by their
+-- expiry, and its companion (same hash slot) a hash of id -> units with the
+-- count of units held under '#'. A decision trims the expired leases
+-- (O(log n + removed)) and reads the leases it names: its cost does not
+-- grow with the number of leases. The leases a call changes are held in
+-- s.pend (id -> {n, exp}, false: released) until store writes them.
+local function companion(key)
+  local a = string.find(key, '{', 1, true)
+  if a then
+    local b = string.find(key, '}', a + 1, true)
+    if b and b > a + 1 then return key .. '#n' end -- the key's own hash tag
+  end
+  return '{' .. key .. '}#n'
+end
+
+-- leaseTouch records lease id as stored (expiring at e with n units, or
+-- absent when e is nil) before the call first changes it, for the undo.
+local function leaseTouch(s, id, e, n)
+  if s.orig[id] ~= nil then return end
+  if e then s.orig[id] = fmt('%d %d', e, n) else s.orig[id] = '' end
+end
+
+local function leaseLoad(key, now)
+  local s = { key = key, hkey = companion(key), pend = {}, orig = {} }
+  local gone = redis.pcall('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1000)
+  if gone.err then -- another algorithm's state: absent
+    redis.call('DEL', key, s.hkey)
+    gone = {}
+  end
+  s.count = 0 -- the sorted set is the truth: a Reset deletes only it
+  if redis.call('EXISTS', key) == 1 then
+    s.count = tonum(redis.call('HGET', s.hkey, '#')) or 0
+  else
+    s.clean = true -- what its companion still holds is stale
+  end
+  if #gone > 0 then -- expired leases, removed by the next write
+    local ids = {}
+    for j = 1, #gone, 2 do ids[#ids + 1] = gone[j] end
+    local left = redis.call('HMGET', s.hkey, unpack(ids))
+    for j, id in ipairs(ids) do
+      local n = tonum(left[j]) or 0
+      leaseTouch(s, id, tonum(gone[2 * j]), n)
+      s.count, s.pend[id] = s.count - n, false
+    end
+    s.more = #ids == 1000
+  end
+  s.count = max(0, s.count)
+  return s
+end
+
+-- leaseWait is the time until enough live leases expire for x more units
+-- when count are held, walking them by expiry (those of s.pend merged in).
+local function leaseWait(s, now, L, P, count, x)
+  local extra = {}
+  for _, p in pairs(s.pend) do
+    if p then extra[#extra + 1] = p end
+  end
+  table.sort(extra, function(p, q) return p[2] < q[2] end)
+  local xi, from = 1, 0
+  while true do
+    local got = redis.call('ZRANGE', s.key, from, from + 15, 'WITHSCORES')
+    local ids = {}
+    for j = 1, #got, 2 do ids[#ids + 1] = got[j] end
+    local ns = {}
+    if #ids > 0 then ns = redis.call('HMGET', s.hkey, unpack(ids)) end
+    local last = #ids < 16 -- then the pending leases left come after
+    for j = 1, #ids + 1 do
+      local e = math.huge
+      if j <= #ids then e = tonum(got[2 * j]) elseif not last then break end
+      while extra[xi] and extra[xi][2] <= e do
+        count = count - extra[xi][1]
+        if count + x <= L then return min(extra[xi][2], now + P) - now end
+        xi = xi + 1
+      end
+      if j <= #ids and s.pend[ids[j]] == nil and e > now then
+        count = count - (tonum(ns[j]) or 0)
+        if count + x <= L then return min(e, now + P) - now end
+      end
+    end
+    if last then return 0 end
+    from = from + 16
+  end
+end
+
+-- leaseLast is the largest expiry of a live lease, at most cap.
+local function leaseLast(s, cap)
+  local top = 0
+  for _, p in pairs(s.pend) do
+    if p then top = max(top, p[2]) end
+  end
+  local from = 0
+  while true do
+    local got = redis.call('ZREVRANGE', s.key, from, from + 15, 'WITHSCORES')
+    for j = 1, #got, 2 do
+      if s.pend[got[j]] == nil then return min(cap, max(top, tonum(got[j + 1]))) end
+    end
+    if #got < 32 then return min(cap, top) end
+    from = from + 16
+  end
+end
+
+-- leaseCap reads a lease expiring after now + P (the clock is behind, or
+-- the rule's lease is shorter) as expiring then, for an admitted request.
+local function leaseCap(s, now, P)
+  local cap = now + P
+  for _, p in pairs(s.pend) do
+    if p and p[2] > cap then p[2] = cap end
+  end
+  local late, ids, ns = redis.call('ZRANGEBYSCORE', s.key, '(' .. fmt('%d', cap), '+inf', 'WITHSCORES'), {}, {}
+  for j = 1, #late, 2 do ids[#ids + 1] = late[j] end
+  if #ids > 0 then ns = redis.call('HMGET', s.hkey, unpack(ids)) end
+  for j, id in ipairs(ids) do
+    if s.pend[id] == nil then
+      local n = tonum(ns[j]) or 0
+      leaseTouch(s, id, tonum(late[2 * j]), n)
+      s.pend[id] = { n, cap }
+    end
+  end
+end
+
+local function leases(s, now, L, P, c, force, id)
+  local n, e
+  if c ~= 0 then
+    local p = s.pend[id]
+    if p then
+      n, e = p[1], p[2]
+    elseif p == nil then
+      e = tonum(redis.call('ZSCORE', s.key, id))
+      if e and e > now then
+        n = tonum(redis.call('HGET', s.hkey, id)) or 0
+        leaseTouch(s, id, e, n)
+        e = min(e, now + P)
+      else
+        e = nil
+      end
+    end
+  end
+  local count, placed = s.count, 0
+  if c ~= 0 and not (c > 0 and not e and not force and count + c > L) then leaseCap(s, now, P) end
+  if c > 0 and e then
+    s.pend[id] = { n, now + P } -- a renewal
+  elseif c > 0 and not force and count + c > L then
+    local retry, reset, nx = -1, 0, 0
+    if c <= L then retry = leaseWait(s, now, L, P, count, c) end
+    if count > 0 then reset = leaseLast(s, now + P) - now end
+    if count >= L then nx = leaseWait(s, now, L, P, count, 1) end
+    return 0, max(0, L - count), reset, retry, nx, 0
+  elseif c > 0 then
+    leaseTouch(s, id)
+    s.pend[id], count, placed = { c, now + P }, count + c, 1
+  elseif c < 0 and e then
+    if n + c <= 0 then
+      s.pend[id], count = false, count - n
+    else
+      s.pend[id], count = { n + c, e }, count + c
+    end
+  end
+  s.count = count
+  local reset, nx = 0, 0
+  if count > 0 then reset = leaseLast(s, now + P) - now end
+  if count >= L then nx = leaseWait(s, now, L, P, count, 1) end
+  if c ~= 0 then s.dirty, s.exp = true, now + reset end
+  return 1, max(0, L - count), reset, 0, nx, placed
+end
+
+local function leaseWrite(s, now, ttl)
+  if s.clean then
+    redis.call('DEL', s.hkey)
+    s.clean = false
+  end
+  for id, p in pairs(s.pend) do
+    if p then
+      redis.call('ZADD', s.key, p[2], id)
+      redis.call('HSET', s.hkey, id, p[1])
+    else
+      redis.call('ZREM', s.key, id)
+      redis.call('HDEL', s.hkey, id)
+    end
+  end
+  s.pend = {}
+  if s.more then -- more than 1000 leases expired: the rest go now
+    local gone = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'LIMIT', 0, 1000)
+    while #gone > 0 do
+      for _, n in ipairs(redis.call('HMGET', s.hkey, unpack(gone))) do s.count = s.count - (tonum(n) or 0) end
+      redis.call('HDEL', s.hkey, unpack(gone))
+      redis.call('ZREM', s.key, unpack(gone))
+      gone = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'LIMIT', 0, 1000)
+    end
+  end
+  redis.call('HSET', s.hkey, '#', s.count)
+  redis.call('PEXPIRE', s.key, ttl)
+  redis.call('PEXPIRE', s.hkey, ttl)
+end
+
+-- load parses key's state for algorithm alg (a string of ARGV); raw is its
+-- value for the algorithms stored as one string (false or nil: absent).
+local function load(key, alg, raw, now)
+  if alg == '1' then
+    return logLoad(key)
+  elseif alg == '5' then
+    return leaseLoad(key, now)
+  end
+  local s = { key = key, alg = alg }
+  if not raw then return s end
+  if alg == '0' then
+    if #raw == RH + (K + 1) * RW and sub(raw, 1, 3) == 'R2 ' then
+      local W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
+      if W and last and S then
+        s.raw, s.stored, s.W, s.last, s.rawLast, s.S, s.set = raw, true, W, last, last, S, {}
+      end
+    end
+  elseif alg == '4' then
+    local tat, at = string.match(raw, '^(%d+) (%d+)$')
+    s.tat, s.at = tonum(tat), tonum(at)
+  elseif alg == '3' then
+    local ws, count = string.match(raw, '^f (%d+) (%d+)$')
+    if ws then s.ws, s.count = tonum(ws), tonum(count) end
+  elseif alg == '2' then
+    local ws, prev, cur = string.match(raw, '^w (%d+) (%d+) (%d+)$')
+    if ws then s.ws, s.prev, s.cur = tonum(ws), tonum(prev), tonum(cur) end
+  end
+  return s
+end
+
+-- decideOne runs algorithm alg on state s: limit L, period P µs, burst B,
+-- cost c, force; x is the lease id (Concurrency) or the stamp (ARGV
+-- strings).
+local function decideOne(alg, s, now, L, P, B, c, force, x)
+  if alg == '0' then
+    return rolling(s, now, L, P, c, force, tonum(x) or 0)
+  elseif alg == '4' then
+    return gcra(s, now, L, P, B, c, force, tonum(x) or 0)
+  elseif alg == '1' then
+    return slidingLog(s, now, L, P, c, force, tonum(x) or 0)
+  elseif alg == '2' then
+    return window(s, now, L, P, c, force, tonum(x) or 0)
+  elseif alg == '5' then
+    return leases(s, now, L, P, c, force, x)
+  end
+  return fixed(s, now, L, P, c, force, tonum(x) or 0)
+end
+
+-- store writes s, a state a decision changed, with its TTL (when it is
+-- full again, in whole ms, at least 1 and minTTL), or deletes it when it is
+-- empty. Numbers go as arguments: Redis writes an integer's digits exactly.
+local function store(s, alg, now, minTTL)
+  if s.exp <= now then
+    if alg == '5' then
+      redis.call('DEL', s.key, s.hkey)
+    else
+      redis.call('DEL', s.key)
+    end
+    return
+  end
+  local ttl = max(1, cdiv(s.exp - now, 1000), minTTL)
+  if alg == '0' then
+    rollingWrite(s, ttl, minTTL)
+  elseif alg == '1' then
+    logWrite(s, ttl)
+  elseif alg == '5' then
+    leaseWrite(s, now, ttl)
+  elseif alg == '4' then
+    redis.call('SET', s.key, fmt('%d %d', s.tat, s.at), 'PX', ttl)
+  elseif alg == '3' then
+    redis.call('SET', s.key, fmt('f %d %d', s.ws, s.count), 'PX', ttl)
+  else
+    redis.call('SET', s.key, fmt('w %d %d %d', s.ws, s.prev, s.cur), 'PX', ttl)
+  end
+end
