@@ -150,7 +150,7 @@ func fixedStep(r *backend.Request, now int64, st window, res *backend.Result) (w
 	ws := windowStart(now, P)
 	end := ws + P
 	var count int64
-	if st.start >= ws { // a later window's state: the clock is behind
+	if st.start == ws {
 		count = st.a
 	}
 	*res = backend.Result{Allowed: true, Limit: L}
@@ -192,10 +192,10 @@ func slidingStep(r *backend.Request, now int64, st window, res *backend.Result) 
 	P, L, c := micros(r.Period), r.Limit, r.Cost
 	ws := windowStart(now, P)
 	var prev, cur int64
-	switch {
-	case st.start >= ws: // later than ws: the clock is behind
+	switch st.start {
+	case ws:
 		prev, cur = st.a, st.b
-	case st.start == ws-P:
+	case ws - P:
 		prev = st.b
 	}
 	rem := ws + P - now

@@ -19,31 +19,30 @@ type lease struct {
 // that changes it makes a new one, so a rejected call leaves the stored
 // state as it was.
 type leaseState struct {
-	exp    int64
-	leases []lease
+	exp, at int64 // at: the now of the write (anchor.go)
+	leases  []lease
 }
 
 func leaseExpiry(st *leaseState) int64 { return st.exp }
 
-// liveLeases returns st's leases that are live at now, each with at most
-// P left (the clock may be behind), and their units, without copying when
-// none has expired or is clamped.
-func liveLeases(st leaseState, now, P int64) ([]lease, int64) {
+// liveLeases returns st's leases that are live at now and their units,
+// without copying when none has expired.
+func liveLeases(st leaseState, now int64) ([]lease, int64) {
 	var count int64
-	changed := false
+	expired := false
 	for _, l := range st.leases {
 		if l.exp > now {
 			count += l.n
+		} else {
+			expired = true
 		}
-		changed = changed || l.exp <= now || l.exp > now+P
 	}
-	if !changed {
+	if !expired {
 		return st.leases, count
 	}
 	live := make([]lease, 0, len(st.leases))
 	for _, l := range st.leases {
 		if l.exp > now {
-			l.exp = min(l.exp, now+P)
 			live = append(live, l)
 		}
 	}
@@ -54,7 +53,7 @@ func liveLeases(st leaseState, now, P int64) ([]lease, int64) {
 // state to write; false means r was rejected and nothing is written.
 func leaseStep(r *backend.Request, now int64, st leaseState, res *backend.Result) (leaseState, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
-	live, count := liveLeases(st, now, P)
+	live, count := liveLeases(st, now)
 	*res = backend.Result{Allowed: true, Limit: L}
 	i := slices.IndexFunc(live, func(l lease) bool { return l.id == r.Lease })
 	switch {
@@ -83,7 +82,7 @@ func leaseStep(r *backend.Request, now int64, st leaseState, res *backend.Result
 		}
 	}
 	leaseAfter(res, L, now, live, count)
-	next := leaseState{leases: live}
+	next := leaseState{leases: live, at: now}
 	for _, l := range live {
 		next.exp = max(next.exp, l.exp)
 	}

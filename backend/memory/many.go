@@ -135,25 +135,29 @@ func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 	case backend.RollingWindow:
 		if p.rtier, p.idx = sh.rolls.find(p.h, tierOf(r)); p.idx >= 0 {
 			p.roll = sh.rolls.load(p.rtier, p.idx)
+			if moved, ok := p.roll.rebased(micros(r.Period), now); ok {
+				p.roll = moved // the clock is behind: anchored, and written so
+				sh.rolls.set(p.rtier, p.idx, &moved)
+			}
 		}
 	case backend.GCRA:
 		if p.idx = sh.gcra.find(p.h); p.idx >= 0 {
-			p.tat = sh.gcra.slots[p.idx].v
+			p.tat = anchorGCRA(&sh.gcra.slots[p.idx].v, now)
 		}
 	case backend.FixedWindow, backend.SlidingWindow:
 		if p.idx = sh.windows.find(p.h); p.idx >= 0 {
-			p.win = sh.windows.slots[p.idx].v
+			p.win = anchorWindow(&sh.windows.slots[p.idx].v, r, now)
 		}
 	case backend.SlidingLog:
 		var st logState
 		if p.idx = sh.logs.find(p.h); p.idx >= 0 {
-			st = sh.logs.slots[p.idx].v
+			st = anchorLog(&sh.logs.slots[p.idx].v, r, now)
 		}
 		p.log = newLogView(st, now, micros(r.Period))
 		p.logP = r.Period
 	case backend.Concurrency:
 		if p.idx = sh.leases.find(p.h); p.idx >= 0 {
-			p.cc = sh.leases.slots[p.idx].v
+			p.cc = anchorLeases(&sh.leases.slots[p.idx].v, now)
 		}
 	}
 }

@@ -484,12 +484,12 @@ func (s *Store) decideRolling(sh *shard, h keyHash, r *backend.Request, now int6
 
 // rollOne decides r on the key h, at slot i (-1: absent) of tier table tb.
 func rollOne[C rollCount, Wd rollWidth](s *Store, sh *shard, tb *table[ring[C, Wd]], t rollTier, h keyHash, i int, r *backend.Request, now int64, out *backend.Result) {
-	var absent, moved ring[C, Wd]
+	var absent ring[C, Wd]
 	st := &absent
 	if i >= 0 {
 		st = &tb.slots[i].v
 		if m, ok := st.rebased(micros(r.Period), now); ok {
-			moved, st = m, &moved // written back below if the request writes
+			*st = m // the clock is behind: anchored, and written so
 		}
 	}
 	v, ok := st.decide(r, now, out)
@@ -521,12 +521,9 @@ func rollOne[C rollCount, Wd rollWidth](s *Store, sh *shard, tb *table[ring[C, W
 	if c < 0 {
 		exp = st.expiry(&v)
 	}
-	switch {
-	case i < 0:
+	if i < 0 {
 		s.makeRoom(sh, h, r, now)
 		tb.insert(h, *st)
-	case st == &moved:
-		tb.slots[i].v = moved
 	}
 	sh.minExp = min(sh.minExp, exp)
 }

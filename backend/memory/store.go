@@ -311,7 +311,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		i := sh.gcra.find(h)
 		var st gcraState
 		if i >= 0 {
-			st = sh.gcra.slots[i].v
+			st = anchorGCRA(&sh.gcra.slots[i].v, now)
 		}
 		nt, ok := gcraStep(r, now, st, out)
 		if ok && r.Cost != 0 {
@@ -321,7 +321,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		i := sh.windows.find(h)
 		var st window
 		if i >= 0 {
-			st = sh.windows.slots[i].v
+			st = anchorWindow(&sh.windows.slots[i].v, r, now)
 		}
 		var next window
 		var ok bool
@@ -337,7 +337,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		i := sh.logs.find(h)
 		var st logState
 		if i >= 0 {
-			st = sh.logs.slots[i].v
+			st = anchorLog(&sh.logs.slots[i].v, r, now)
 		}
 		v := newLogView(st, now, micros(r.Period))
 		v.owned = true // the view replaces the stored log
@@ -349,7 +349,7 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		i := sh.leases.find(h)
 		var st leaseState
 		if i >= 0 {
-			st = sh.leases.slots[i].v
+			st = anchorLeases(&sh.leases.slots[i].v, now)
 		}
 		next, ok := leaseStep(r, now, st, out)
 		if ok && r.Cost != 0 {

@@ -17,7 +17,6 @@ func concurrency(s *State, r backend.Request, now int64) (*State, backend.Result
 	if s != nil {
 		for _, l := range s.Leases {
 			if now < l.Exp {
-				l.Exp = min(l.Exp, now+P) // the clock is behind: at most a lease left
 				live = append(live, l)
 			}
 		}

@@ -129,6 +129,11 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 			return res, nil
 		}
 	}
+	for _, r := range reqs {
+		if s, ok := m.keys[r.Key]; ok && s.Algorithm == r.Algorithm {
+			m.keys[r.Key] = anchor(s, r, now)
+		}
+	}
 	res, rejected, writes := m.evaluate(now, reqs)
 	if !rejected {
 		for key, s := range writes {
@@ -145,6 +150,81 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 		m.deny.learn(now, reqs, res, rejected)
 	}
 	return res, nil
+}
+
+// anchor returns s as r reads it at now when the clock is behind s (s
+// stores a time later than now), written at now; s itself otherwise.
+// ALGORITHMS.md: every request that reads such a state writes it so,
+// whatever its call's outcome, so that its units stop counting within a
+// period of now instead of when the clock catches up.
+func anchor(s *State, r backend.Request, now int64) *State {
+	P := micros(r.Period)
+	a := s.clone()
+	a.Written = now
+	switch s.Algorithm {
+	case backend.GCRA:
+		if s.Written <= now {
+			return s
+		}
+		a.TAT -= s.Written - now
+		a.Expires = a.TAT
+	case backend.FixedWindow, backend.SlidingWindow:
+		// A window that starts after now: written later (under any
+		// period, a window starts at or before the instant it was written).
+		ws := now - floorMod(now, P)
+		if s.Start <= now {
+			return s
+		}
+		a.Start, a.Expires = ws, ws+P
+		if s.Algorithm == backend.SlidingWindow && s.Cur > 0 {
+			a.Expires = ws + 2*P
+		}
+	case backend.SlidingLog:
+		if n := len(s.Log); n == 0 || s.Log[n-1].T <= now {
+			return s
+		}
+		a.Log = a.Log[:0]
+		for _, u := range s.Log {
+			switch {
+			case u.T < now:
+				a.Log = append(a.Log, u)
+			case len(a.Log) > 0 && a.Log[len(a.Log)-1].T == now:
+				a.Log[len(a.Log)-1].N = add(a.Log[len(a.Log)-1].N, u.N)
+			default:
+				a.Log = append(a.Log, Run{T: now, N: u.N})
+			}
+		}
+		a.Expires = now + P
+	case backend.RollingWindow:
+		W := ceilDiv(P, rollK)
+		cur := floorDiv(now, W)
+		if s.W != W || s.Last <= cur {
+			return s
+		}
+		e := s.Last - cur
+		merged := make([]int64, rollK+1)
+		for i, v := range s.Buckets {
+			merged[min(int64(i)+e, rollK)] = add(merged[min(int64(i)+e, rollK)], v)
+		}
+		merged[rollK] = min(rollNMax, merged[rollK])
+		a.Buckets, a.Last = merged, cur
+		a.Expires = now
+		for h := rollK; h >= 0; h-- {
+			if merged[h] > 0 {
+				a.Expires = mul(cur+int64(h)+1, W)
+				break
+			}
+		}
+	case backend.Concurrency:
+		if s.Written <= now {
+			return s
+		}
+		for i := range a.Leases {
+			a.Leases[i].Exp -= s.Written - now
+		}
+		a.Expires -= s.Written - now
+	}
+	return a
 }
 
 // Evaluate is what a backend without a cache answers to reqs at now, without
@@ -316,7 +396,7 @@ func fixed(s *State, r backend.Request, now int64) (*State, backend.Result, bool
 	ws := now - floorMod(now, P)
 	end := ws + P
 	count := int64(0)
-	if s != nil && s.Start >= ws { // a later window's state: the clock is behind
+	if s != nil && s.Start == ws {
 		count = s.Count
 	}
 	reset := func(count int64) int64 {
@@ -354,10 +434,10 @@ func sliding(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 	ws := now - floorMod(now, P)
 	var prev, cur int64
 	if s != nil {
-		switch {
-		case s.Start >= ws: // later than ws: the clock is behind
+		switch s.Start {
+		case ws:
 			prev, cur = s.Prev, s.Cur
-		case s.Start == ws-P:
+		case ws - P:
 			prev, cur = s.Cur, 0
 		}
 	}
