@@ -613,6 +613,7 @@ func simplifications(r backend.Request) []backend.Request {
 	add(func(s *backend.Request) { s.Force = false })
 	add(func(s *backend.Request) { s.Shadow = false })
 	add(func(s *backend.Request) { s.Burst = 0 })
+	add(func(s *backend.Request) { s.Stamp = 0 })
 	add(func(s *backend.Request) { s.Cost = 0 })
 	if r.Cost > 1 || r.Cost < -1 {
 		add(func(s *backend.Request) { s.Cost = 1 }) // not from 0: 0 is simpler still
@@ -670,6 +671,9 @@ func goRequests(reqs []backend.Request, indent string) string {
 		fmt.Fprintf(&b, ", Cost: %d", r.Cost)
 		if r.Lease != 0 {
 			fmt.Fprintf(&b, ", Lease: %d", r.Lease)
+		}
+		if r.Stamp != 0 {
+			fmt.Fprintf(&b, ", Stamp: %d", r.Stamp)
 		}
 		if r.Force {
 			b.WriteString(", Force: true")

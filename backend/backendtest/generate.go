@@ -39,7 +39,9 @@ var leasePeriods = []time.Duration{time.Second, 1500 * time.Millisecond, 3 * tim
 //
 // A Concurrency key's requests acquire, renew and release leases (see
 // leasePool.request), and the instants include its leases' expiries; one
-// sequence in eight has only Concurrency keys.
+// sequence in eight has only Concurrency keys. Refunds are often stamped
+// with an earlier admission's stamp (see stampPool), and the clock
+// sometimes steps back (see nextInstant).
 func generate(rng *rand.Rand, keys []string) []Step {
 	algs := sequenceAlgorithms
 	if rng.IntN(8) == 0 {
@@ -50,6 +52,7 @@ func generate(rng *rand.Rand, keys []string) []Step {
 		rules[k] = randomRule(rng, k, algs)
 	}
 	ls := &leasePool{ids: map[string][]int64{}}
+	sp := stampPool{}
 	m := model.New()
 	var steps []Step
 	var at time.Duration
@@ -70,12 +73,16 @@ func generate(rng *rand.Rand, keys []string) []Step {
 			call[i] = randomRequest(rng, rules[keys[rng.IntN(len(keys))]])
 			if call[i].Algorithm == backend.Concurrency {
 				call[i] = ls.request(rng, call[i], m, now)
+			} else if call[i].Cost < 0 || rng.IntN(12) == 0 {
+				call[i] = sp.refund(rng, call[i])
 			}
 		}
 		steps = append(steps, Step{At: at, Decide: call})
-		if !decideModel(m, now, call) {
+		res, ok := decideModel(m, now, call)
+		if !ok {
 			return steps // check reports the model's panic
 		}
+		sp.learn(call, res)
 	}
 	at = nextInstant(rng, m, keys, rules, at)
 	for _, k := range keys {
@@ -85,15 +92,61 @@ func generate(rng *rand.Rand, keys []string) []Step {
 }
 
 // decideModel decides call on m, reporting false if the model panicked. An
-// invalid call changes nothing, as on a backend.
-func decideModel(m *model.Model, now int64, call []backend.Request) (ok bool) {
+// invalid call changes nothing, as on a backend, and has no results.
+func decideModel(m *model.Model, now int64, call []backend.Request) (res []backend.Result, ok bool) {
 	defer func() {
 		if recover() != nil {
 			ok = false
 		}
 	}()
-	m.Decide(now, call)
-	return true
+	res, _ = m.Decide(now, call)
+	return res, true
+}
+
+// stampPool is the stamps the admissions of a sequence returned, by key,
+// each with the request that got it: what a caller that settles its
+// reservations holds. A stamped refund is only ever made of one of them,
+// on its key and under its rule, as ceiling's settlement sends it.
+type stampPool map[string][]backend.Request
+
+// learn keeps the stamp of every admitted request of call.
+func (p stampPool) learn(call []backend.Request, res []backend.Result) {
+	for i, r := range call {
+		if i < len(res) && res[i].Stamp != 0 {
+			r.Stamp = res[i].Stamp
+			p[r.Key] = append(p[r.Key], r)
+		}
+	}
+}
+
+// refund makes r, drawn by randomRequest, a stamped refund of an earlier
+// admission on its key more often than not, when there is one: under the
+// admission's rule, giving back all its units, part of them, or more.
+// Otherwise r is left as it is.
+func (p stampPool) refund(rng *rand.Rand, r backend.Request) backend.Request {
+	held := p[r.Key]
+	if len(held) == 0 || rng.IntN(3) == 0 {
+		return r
+	}
+	a := held[len(held)-1-rng.IntN(min(len(held), 4))] // recent ones mostly
+	if rng.IntN(4) == 0 {
+		a = held[rng.IntN(len(held))]
+	}
+	s := r
+	s.Algorithm, s.Limit, s.Period, s.Burst, s.Stamp = a.Algorithm, a.Limit, a.Period, a.Burst, a.Stamp
+	switch n := rng.IntN(4); {
+	case n < 2:
+		s.Cost = -a.Cost
+	case n < 3:
+		s.Cost = -(1 + rng.Int64N(a.Cost))
+	default:
+		s.Cost = -min(a.Cost+1+rng.Int64N(3), backend.MaxLimit)
+	}
+	s.Force = false
+	if s.Validate() != nil {
+		return r
+	}
+	return s
 }
 
 // randomRule draws a valid rule for key under one of algs, with cost 0:
@@ -251,7 +304,7 @@ func (p *leasePool) request(rng *rand.Rand, r backend.Request, m *model.Model, n
 func nextInstant(rng *rand.Rand, m *model.Model, keys []string, rules map[string]backend.Request, at time.Duration) time.Duration {
 	epoch := Epoch.UnixMicro()
 	now := Epoch.Add(at).UnixMicro()
-	next := now
+	next, back := now, false
 	switch n := rng.IntN(100); {
 	case n < 28:
 	case n < 63:
@@ -264,10 +317,20 @@ func nextInstant(rng *rand.Rand, m *model.Model, keys []string, rules map[string
 		next = now + rng.Int64N(min(P, int64(time.Hour/time.Microsecond))*3/2+1)
 	case n < 93:
 		next = now + rng.Int64N(int64(100*24*time.Hour/time.Microsecond))
-	default:
+	case n < 97:
 		next = now + rng.Int64N(2000)
+	case n < 99:
+		// The clock steps back a little: within a period.
+		P := int64(rules[keys[rng.IntN(len(keys))]].Period / time.Microsecond)
+		next, back = now-1-rng.Int64N(min(P, int64(time.Hour/time.Microsecond))), true
+	default:
+		// A failover to a replica hours behind.
+		next, back = now-rng.Int64N(int64(5*time.Hour/time.Microsecond)), true
 	}
-	next = max(next, now)
+	if !back {
+		next = max(next, now)
+	}
+	next = max(next, epoch)
 	d := time.Duration(next-epoch) * time.Microsecond
 	if rng.IntN(5) == 0 {
 		d += time.Duration(1 + rng.IntN(999))

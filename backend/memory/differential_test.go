@@ -138,3 +138,34 @@ func mergeRun(log []refmodel.Run, r refmodel.Run) []refmodel.Run {
 func TestConcurrentMatchesReplay(t *testing.T) {
 	differential(t).Concurrent(t, 8, 20, 100)
 }
+
+// TestRollingAnchoredUnderALaterRequestsWidth pins a call whose first
+// request on a rolling-window key reads it under another bucket width
+// (another period: the state is absent to it) and whose second reads it
+// under the stored width with the clock behind it: the stored state is
+// anchored and written as the model says, whether the first request wrote
+// or not, and whether the call is admitted or not.
+func TestRollingAnchoredUnderALaterRequestsWidth(t *testing.T) {
+	t.Run("two peeks", func(t *testing.T) {
+		differential(t).Replay(t, []backendtest.Step{
+			{At: 25243200321510 * time.Microsecond, Decide: []backend.Request{
+				{Key: "c", Algorithm: backend.RollingWindow, Limit: 1, Period: 1 * time.Hour, Cost: 1},
+			}},
+			{At: 25241721000001 * time.Microsecond, Decide: []backend.Request{
+				{Key: "c", Algorithm: backend.RollingWindow, Limit: 1, Period: 3 * time.Second, Cost: 0},
+				{Key: "c", Algorithm: backend.RollingWindow, Limit: 1, Period: 1 * time.Hour, Cost: 0},
+			}},
+		})
+	})
+	t.Run("a write, then a rejection", func(t *testing.T) {
+		differential(t).Replay(t, []backendtest.Step{
+			{At: 2187 * time.Microsecond, Decide: []backend.Request{
+				{Key: "d", Algorithm: backend.RollingWindow, Limit: 1, Period: 1500 * time.Microsecond, Cost: 1},
+			}},
+			{At: 0, Decide: []backend.Request{
+				{Key: "d", Algorithm: backend.RollingWindow, Limit: 1, Period: 1500 * time.Millisecond, Cost: 1},
+				{Key: "d", Algorithm: backend.RollingWindow, Limit: 1, Period: 1500 * time.Microsecond, Cost: 3},
+			}},
+		})
+	})
+}

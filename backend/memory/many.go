@@ -63,6 +63,19 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 			q := &pend[p.dup]
 			p.tat, p.win, p.log, p.roll, p.cc, p.dirty, p.idx, p.rtier = q.tat, q.win, q.log, q.roll, q.cc, q.dirty, q.idx, q.rtier
 			p.logP, p.writeP = q.logP, q.writeP
+			if r.Algorithm == backend.RollingWindow && p.idx >= 0 {
+				// Under another bucket width than the loading request's,
+				// the clock may be behind the stored state: anchored as
+				// load would have, whatever the call has written so far.
+				rt := &s.shards[p.shard].rolls
+				stored := rt.load(p.rtier, p.idx)
+				if moved, ok := stored.rebased(micros(r.Period), now); ok {
+					rt.set(p.rtier, p.idx, &moved)
+					if !p.dirty {
+						p.roll = moved
+					}
+				}
+			}
 		} else {
 			s.load(&s.shards[p.shard], r, p, now)
 		}
