@@ -47,18 +47,20 @@ func anchorLog(st *logState, r *backend.Request, now int64) logState {
 }
 
 // anchorLeases moves the leases of a state written after now back by as
-// much, so that each has the time it had left at the write, and returns
-// them.
-func anchorLeases(st *leaseState, now int64) leaseState {
-	if st.at <= now {
-		return *st
+// much (one shift for all), so that each has the time it had left at the
+// write, then drops the leases that have expired, for good: a write as of
+// now, whatever the call decides. It returns the state, which may hold no
+// lease any more.
+func anchorLeases(ls *leaseSet, now int64) *leaseSet {
+	if ls.at > now {
+		ls.shift += ls.at - now
+		ls.at = now
 	}
-	d := st.at - now
-	leases := make([]lease, len(st.leases))
-	for i, l := range st.leases {
-		l.exp -= d
-		leases[i] = l
+	for l := ls.first; l != nil && ls.expOf(l) <= now; l = ls.first {
+		ls.unlink(l)
+		delete(ls.byID, l.id)
+		ls.count -= l.n
+		ls.at = now
 	}
-	st.leases, st.exp, st.at = leases, st.exp-d, now
-	return *st
+	return ls
 }

@@ -1,125 +1,234 @@
 package memory
 
-import (
-	"slices"
-
-	"github.com/ceiling-go/ceiling/backend"
-)
+import "github.com/ceiling-go/ceiling/backend"
 
 // The Concurrency algorithm of ALGORITHMS.md: leases held until released
 // or expired.
+//
+// A key's leases are a list ordered by expiry plus a map from lease id to
+// list node, so that a decision costs O(1) in the number of live leases:
+// expired leases leave from the front, an acquisition or a renewal (expiry
+// now + P) goes to the back, a release unlinks by id, the reset is the
+// back's expiry, and a rejection's retry walks from the front only until
+// enough units expire (one lease, at a key at its limit). Rules of
+// different periods sharing a key are the exception: a lease of the
+// shorter period is placed by walking back past the longer ones.
+//
+// The state is changed in place. A multi-request call records what it
+// changes (leaseUndo) and takes it back if the call is rejected.
 
-// lease is one acquisition: n units held by id until exp (µs).
+// lease is one acquisition: n units held by id until exp (µs, less the
+// set's shift), between prev and next in order of expiry.
 type lease struct {
 	id, n, exp int64
+	prev, next *lease
 }
 
-// leaseState is a Concurrency key's leases, in insertion order, and exp,
-// the last of their expiries. Its slice is never changed in place: a step
-// that changes it makes a new one, so a rejected call leaves the stored
-// state as it was.
-type leaseState struct {
-	exp, at int64 // at: the now of the write (anchor.go)
-	leases  []lease
+// leaseSet is a Concurrency key's state: its leases in order of expiry,
+// indexed by id, and the units they hold. at is the now of the last write;
+// shift moves every stored expiry back at once when the clock is found
+// behind at (anchorLeases): a lease's expiry is its exp less shift.
+type leaseSet struct {
+	byID        map[int64]*lease
+	first, last *lease
+	count       int64
+	at, shift   int64
 }
 
-func leaseExpiry(st *leaseState) int64 { return st.exp }
+func newLeaseSet() *leaseSet { return &leaseSet{byID: map[int64]*lease{}} }
 
-// liveLeases returns st's leases that are live at now and their units,
-// without copying when none has expired.
-func liveLeases(st leaseState, now int64) ([]lease, int64) {
-	var count int64
-	expired := false
-	for _, l := range st.leases {
-		if l.exp > now {
-			count += l.n
-		} else {
-			expired = true
+func (ls *leaseSet) expOf(l *lease) int64 { return l.exp - ls.shift }
+
+// leaseExpiry is when the key is back to full: its last lease's expiry.
+func leaseExpiry(st **leaseSet) int64 {
+	ls := *st
+	if ls.last == nil {
+		return 0
+	}
+	return ls.expOf(ls.last)
+}
+
+// unlink takes l out of the list, leaving its own links for a later
+// relink.
+func (ls *leaseSet) unlink(l *lease) {
+	if l.prev != nil {
+		l.prev.next = l.next
+	} else {
+		ls.first = l.next
+	}
+	if l.next != nil {
+		l.next.prev = l.prev
+	} else {
+		ls.last = l.prev
+	}
+}
+
+// linkAfter puts l in the list right after prev (nil: first).
+func (ls *leaseSet) linkAfter(l, prev *lease) {
+	l.prev = prev
+	if prev != nil {
+		l.next, prev.next = prev.next, l
+	} else {
+		l.next, ls.first = ls.first, l
+	}
+	if l.next != nil {
+		l.next.prev = l
+	} else {
+		ls.last = l
+	}
+}
+
+// place links l, expiring at exp, where the order of expiry puts it:
+// at the back unless a later expiry is there (another period).
+func (ls *leaseSet) place(l *lease, exp int64) {
+	l.exp = exp + ls.shift
+	prev := ls.last
+	for prev != nil && prev.exp > l.exp {
+		prev = prev.prev
+	}
+	ls.linkAfter(l, prev)
+}
+
+// undo records one change of a multi-request call's step, to take back
+// if the call is rejected: a lease added, or changed in n and exp from
+// where it was linked (after prev; unlinked when it was released), and
+// the set's write time before it.
+type leaseUndo struct {
+	ls         *leaseSet
+	l          *lease
+	added      bool
+	removed    bool
+	n, exp, at int64
+	prev       *lease
+}
+
+// rollback takes back the changes of undo, newest first.
+func rollback(undo []leaseUndo) {
+	for i := len(undo) - 1; i >= 0; i-- {
+		u := &undo[i]
+		ls, l := u.ls, u.l
+		ls.at = u.at
+		switch {
+		case l == nil: // only the write time changed
+		case u.added:
+			ls.unlink(l)
+			delete(ls.byID, l.id)
+			ls.count -= l.n
+		case u.removed:
+			ls.linkAfter(l, u.prev)
+			ls.byID[l.id] = l
+			ls.count += u.n
+		default:
+			ls.unlink(l)
+			ls.linkAfter(l, u.prev)
+			ls.count += u.n - l.n
+		}
+		if l != nil {
+			l.n, l.exp = u.n, u.exp
 		}
 	}
-	if !expired {
-		return st.leases, count
-	}
-	live := make([]lease, 0, len(st.leases))
-	for _, l := range st.leases {
-		if l.exp > now {
-			live = append(live, l)
-		}
-	}
-	return live, count
 }
 
-// leaseStep decides r on a Concurrency key whose state is st, returning the
-// state to write; false means r was rejected and nothing is written.
-func leaseStep(r *backend.Request, now int64, st leaseState, res *backend.Result) (leaseState, bool) {
+// leaseStep decides r on a Concurrency key whose state is ls (nil:
+// absent), anchored and rid of its expired leases (anchorLeases). It
+// changes ls in place, recording each change in *undo when undo is not
+// nil, and returns the state, a new one when ls was nil and r adds a
+// lease; false means r was rejected and nothing changed.
+func leaseStep(r *backend.Request, now int64, ls *leaseSet, res *backend.Result, undo *[]leaseUndo) (*leaseSet, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
-	live, count := liveLeases(st, now)
 	*res = backend.Result{Allowed: true, Limit: L}
-	i := slices.IndexFunc(live, func(l lease) bool { return l.id == r.Lease })
+	var held *lease
+	var count int64
+	if ls != nil {
+		held, count = ls.byID[r.Lease], ls.count
+	}
+	record := func(l *lease, added, removed bool) {
+		if undo != nil {
+			*undo = append(*undo, leaseUndo{ls: ls, l: l, added: added, removed: removed, n: l.n, exp: l.exp, at: ls.at, prev: l.prev})
+		}
+	}
 	switch {
-	case c > 0 && i >= 0:
+	case c > 0 && held != nil:
 		// A renewal, or an acquisition retried: the same units, longer.
-		live = slices.Clone(live)
-		live[i].exp = now + P
+		record(held, false, false)
+		ls.unlink(held)
+		ls.place(held, now+P)
+		ls.at = now
 	case c > 0 && !r.Force && c > L-count:
 		res.Allowed = false
 		res.RetryAfter = backend.Never
 		if c <= L {
-			res.RetryAfter = dur(leaseWait(live, count, L, c, now))
+			res.RetryAfter = dur(ls.wait(count, L, c, now))
 		}
-		leaseAfter(res, L, now, live, count)
-		return st, false
+		ls.report(res, L, now)
+		return ls, false
 	case c > 0:
-		live = append(slices.Clip(live), lease{id: r.Lease, n: c, exp: now + P})
-		count += c
-	case c < 0 && i >= 0:
-		live = slices.Clone(live)
-		if n := live[i].n; n+c <= 0 {
-			count -= n
-			live = slices.Delete(live, i, i+1)
-		} else {
-			live[i].n, count = n+c, count+c
+		if ls == nil {
+			ls = newLeaseSet()
 		}
+		l := &lease{id: r.Lease, n: c}
+		ls.place(l, now+P)
+		ls.byID[l.id] = l
+		ls.count += c
+		record(l, true, false)
+		ls.at = now
+	case c < 0 && held != nil:
+		record(held, false, held.n+c <= 0)
+		if held.n+c <= 0 {
+			ls.unlink(held)
+			delete(ls.byID, held.id)
+			ls.count -= held.n
+		} else {
+			held.n += c
+			ls.count += c
+		}
+		ls.at = now
+	case c < 0 && ls != nil:
+		// A lease nobody holds: nothing to give back, but a write all
+		// the same, as of now.
+		if undo != nil {
+			*undo = append(*undo, leaseUndo{ls: ls, at: ls.at})
+		}
+		ls.at = now
 	}
-	leaseAfter(res, L, now, live, count)
-	next := leaseState{leases: live, at: now}
-	for _, l := range live {
-		next.exp = max(next.exp, l.exp)
-	}
-	if len(live) == 0 {
-		next.leases = nil
-	}
-	return next, true
+	ls.report(res, L, now)
+	return ls, true
 }
 
-// leaseWait is the time until enough of the live leases expire for c more
-// units to fit under L, if none is released or renewed (c <= L).
-func leaseWait(live []lease, count, L, c, now int64) int64 {
-	byExp := slices.Clone(live)
-	slices.SortFunc(byExp, func(a, b lease) int { return int(min(max(a.exp-b.exp, -1), 1)) })
-	for _, l := range byExp {
+// wait is the time until enough leases expire for c more units to fit
+// under L, if none is released or renewed (c <= L): it walks from the
+// lease that expires first, at most c + (count - L) leases.
+func (ls *leaseSet) wait(count, L, c, now int64) int64 {
+	for l := ls.first; l != nil; l = l.next {
 		count -= l.n
 		if count+c <= L {
-			return l.exp - now
+			return ls.expOf(l) - now
 		}
 	}
 	return 0 // unreachable for c <= L: with every lease gone, c fits
 }
 
-// leaseAfter reports a Concurrency key holding count units in live.
-func leaseAfter(res *backend.Result, L, now int64, live []lease, count int64) {
-	res.Remaining = max(0, L-count)
-	for _, l := range live {
-		res.ResetAfter = max(res.ResetAfter, dur(l.exp-now))
+// report fills res's remaining, reset and next for the key's leases.
+func (ls *leaseSet) report(res *backend.Result, L, now int64) {
+	if ls == nil || ls.last == nil {
+		res.Remaining = L
+		return
 	}
+	res.Remaining = max(0, L-ls.count)
+	res.ResetAfter = dur(ls.expOf(ls.last) - now)
 	if res.Remaining == 0 {
-		res.NextAfter = dur(leaseWait(live, count, L, 1, now))
+		res.NextAfter = dur(ls.wait(ls.count, L, 1, now))
 	}
 }
 
 // putLeases stores a Concurrency key's state at slot i (-1: absent),
 // deleting the key when it holds no lease. It reports whether it inserted
 // or deleted.
-func (s *Store) putLeases(sh *shard, h keyHash, i int, r *backend.Request, st leaseState, now int64) bool {
-	return put(s, sh, &sh.leases, h, i, r, st, len(st.leases) > 0, st.exp, now)
+func (s *Store) putLeases(sh *shard, h keyHash, i int, r *backend.Request, ls *leaseSet, now int64) bool {
+	live := ls != nil && ls.last != nil
+	exp := int64(0)
+	if live {
+		exp = ls.expOf(ls.last)
+	}
+	return put(s, sh, &sh.leases, h, i, r, ls, live, exp, now)
 }

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -98,11 +99,27 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 	}
 	if i := sh.leases.find(h); i >= 0 {
 		found++
-		l := sh.leases.slots[i].v
-		got = refmodel.State{Algorithm: backend.Concurrency, Expires: l.exp}
-		for _, x := range l.leases {
-			got.Leases = append(got.Leases, refmodel.Lease{ID: x.id, N: x.n, Exp: x.exp})
+		ls := sh.leases.slots[i].v
+		got = refmodel.State{Algorithm: backend.Concurrency, Expires: leaseExpiry(&ls)}
+		var count int64
+		for x := ls.first; x != nil; x = x.next {
+			if x.next != nil && x.next.exp < x.exp {
+				return fmt.Errorf("lease %d expires after the next one, %d", x.id, x.next.id)
+			}
+			if ls.byID[x.id] != x {
+				return fmt.Errorf("lease %d is not indexed by its id", x.id)
+			}
+			got.Leases = append(got.Leases, refmodel.Lease{ID: x.id, N: x.n, Exp: ls.expOf(x)})
+			count += x.n
 		}
+		if count != ls.count || len(ls.byID) != len(got.Leases) {
+			return fmt.Errorf("%d leases holding %d units, but %d indexed and a count of %d", len(got.Leases), count, len(ls.byID), ls.count)
+		}
+		// The model keeps leases in insertion order, the Store by expiry.
+		byID := func(a, b refmodel.Lease) int { return cmp.Compare(a.ID, b.ID) }
+		slices.SortFunc(got.Leases, byID)
+		want.Leases = slices.Clone(want.Leases)
+		slices.SortFunc(want.Leases, byID)
 	}
 	switch {
 	case found > 1:

@@ -19,13 +19,7 @@ func windowUnits(w *window) int64 { return w.a + w.b }
 func logUnits(l *logState) int64 { return l.k }
 
 // leaseUnits is the units a Concurrency key's leases hold.
-func leaseUnits(st *leaseState) int64 {
-	var u int64
-	for _, l := range st.leases {
-		u += l.n
-	}
-	return u
-}
+func leaseUnits(st **leaseSet) int64 { return (*st).count }
 
 // evictionSample is how many keys of each table a full shard compares
 // before evicting one.

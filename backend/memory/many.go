@@ -28,7 +28,9 @@ type pending struct {
 	// logP is the period log's view was built with; writeP the period of
 	// the last request on the key that wrote (a sliding log's expiry).
 	logP, writeP time.Duration
-	cc           leaseState
+	cc           *leaseSet
+	// emptied reports that loading the key dropped its last lease.
+	emptied bool
 }
 
 // decideMany decides several requests atomically: lock every shard
@@ -57,6 +59,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 	}
 
 	rejected := false
+	var undo []leaseUndo // the Concurrency states' changes, in place
 	for i := range reqs {
 		r, p := &reqs[i], &pend[i]
 		if p.dup >= 0 {
@@ -83,7 +86,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 		if r.Algorithm == backend.SlidingLog && r.Period != p.logP {
 			p.relog(r.Period, now)
 		}
-		p.ok = s.step(r, p, now, &results[i])
+		p.ok = s.step(r, p, now, &results[i], &undo)
 		if p.ok && r.Cost != 0 {
 			p.dirty, p.writeP = true, r.Period
 		} else {
@@ -98,6 +101,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 	if rejected {
 		// Nothing is written: the requests that would have been admitted
 		// report their key's unchanged state, as a peek.
+		rollback(undo)
 		for i := range reqs {
 			if !pend[i].ok {
 				continue
@@ -106,7 +110,16 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 			peek.Cost, peek.Force = 0, false
 			p := pending{h: pend[i].h}
 			s.load(&s.shards[pend[i].shard], &peek, &p, now)
-			s.step(&peek, &p, now, &results[i])
+			s.step(&peek, &p, now, &results[i], nil)
+		}
+		// Keys whose every lease had expired go, whatever the call decided.
+		for i := range reqs {
+			if p := &pend[i]; p.emptied && p.dup < 0 {
+				sh := &s.shards[p.shard]
+				if j := sh.leases.find(p.h); j >= 0 && sh.leases.slots[j].v.last == nil {
+					sh.leases.deleteAt(j)
+				}
+			}
 		}
 	} else {
 		// Slots found while loading stay valid until a write inserts or
@@ -170,7 +183,11 @@ func (s *Store) load(sh *shard, r *backend.Request, p *pending, now int64) {
 		p.logP = r.Period
 	case backend.Concurrency:
 		if p.idx = sh.leases.find(p.h); p.idx >= 0 {
-			p.cc = anchorLeases(&sh.leases.slots[p.idx].v, now)
+			// Expired leases are dropped for good: the key is stored (or
+			// deleted, when none is left) whatever the call decides.
+			if p.cc = anchorLeases(sh.leases.slots[p.idx].v, now); p.cc.last == nil {
+				p.emptied, p.dirty = true, true
+			}
 		}
 	}
 }
@@ -191,8 +208,10 @@ func (p *pending) relog(period time.Duration, now int64) {
 	p.logP = period
 }
 
-// step evaluates r on p's state, leaving in p the state it would write.
-func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Result) bool {
+// step evaluates r on p's state, leaving in p the state it would write. A
+// Concurrency state is changed in place, each change recorded in *undo
+// (nil: a peek, which changes nothing).
+func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Result, undo *[]leaseUndo) bool {
 	var ok bool
 	switch r.Algorithm {
 	case backend.RollingWindow:
@@ -206,7 +225,7 @@ func (s *Store) step(r *backend.Request, p *pending, now int64, out *backend.Res
 	case backend.SlidingLog:
 		ok = logStep(r, now, &p.log, out)
 	case backend.Concurrency:
-		p.cc, ok = leaseStep(r, now, p.cc, out)
+		p.cc, ok = leaseStep(r, now, p.cc, out, undo)
 	}
 	return ok
 }

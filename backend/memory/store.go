@@ -47,7 +47,7 @@ type shard struct {
 	windows table[window]
 	logs    table[logState]
 	rolls   rollTables
-	leases  table[leaseState] // Concurrency (concurrency.go)
+	leases  table[*leaseSet] // Concurrency (concurrency.go)
 	// minExp is at most the earliest time a key of the shard is back to
 	// full: until then, sweeping it under pressure would free nothing.
 	minExp int64
@@ -347,11 +347,14 @@ func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 		}
 	case backend.Concurrency:
 		i := sh.leases.find(h)
-		var st leaseState
+		var ls *leaseSet
 		if i >= 0 {
-			st = anchorLeases(&sh.leases.slots[i].v, now)
+			if ls = anchorLeases(sh.leases.slots[i].v, now); ls.last == nil {
+				sh.leases.deleteAt(i) // every lease expired
+				i, ls = -1, nil
+			}
 		}
-		next, ok := leaseStep(r, now, st, out)
+		next, ok := leaseStep(r, now, ls, out, nil)
 		if ok && r.Cost != 0 {
 			s.putLeases(sh, h, i, r, next, now)
 		}

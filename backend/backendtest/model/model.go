@@ -131,7 +131,13 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 	}
 	for _, r := range reqs {
 		if s, ok := m.keys[r.Key]; ok && s.Algorithm == r.Algorithm {
-			m.keys[r.Key] = anchor(s, r, now)
+			switch a := anchor(s, r, now); {
+			case a == s:
+			case a.Expires <= now:
+				delete(m.keys, r.Key) // back to full
+			default:
+				m.keys[r.Key] = a
+			}
 		}
 	}
 	res, rejected, writes := m.evaluate(now, reqs)
@@ -156,7 +162,8 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 // stores a time later than now), written at now; s itself otherwise.
 // ALGORITHMS.md: every request that reads such a state writes it so,
 // whatever its call's outcome, so that its units stop counting within a
-// period of now instead of when the clock catches up.
+// period of now instead of when the clock catches up. A Concurrency
+// state is also rid of its expired leases so, for good.
 func anchor(s *State, r backend.Request, now int64) *State {
 	P := micros(r.Period)
 	a := s.clone()
@@ -216,13 +223,17 @@ func anchor(s *State, r backend.Request, now int64) *State {
 			}
 		}
 	case backend.Concurrency:
-		if s.Written <= now {
+		d := max(0, s.Written-now)
+		a.Leases, a.Expires = a.Leases[:0], now
+		for _, l := range s.Leases {
+			if l.Exp -= d; l.Exp > now {
+				a.Leases = append(a.Leases, l)
+				a.Expires = max(a.Expires, l.Exp)
+			}
+		}
+		if d == 0 && len(a.Leases) == len(s.Leases) {
 			return s
 		}
-		for i := range a.Leases {
-			a.Leases[i].Exp -= s.Written - now
-		}
-		a.Expires -= s.Written - now
 	}
 	return a
 }
