@@ -127,10 +127,13 @@ type Request struct {
 	// not zero; other algorithms ignore it.
 	Lease int64
 	// Stamp ties a refund (a negative Cost) to the admission it undoes: the
-	// [Result.Stamp] that admission returned. The refund then gives back only
-	// units that admission placed and that still count, never units another
-	// request took since. Zero gives back the newest units (a refund tied to
-	// no admission). Other costs ignore it.
+	// [Result.Stamp] that admission returned, on the same key under the
+	// same rule. The refund then gives back only units that admission
+	// placed and that still count, never units another request took since
+	// (nothing, once they have stopped counting). Zero gives back the
+	// newest units (a refund tied to no admission). Other costs ignore it.
+	// Its magnitude must stay below 2^53, as every stamp a backend returns
+	// does, so that it is exact in a double-precision Lua number.
 	Stamp int64
 	// Shadow evaluates the request and reports whether it fits, but its
 	// rejection never blocks the other requests of the call: a shadow rule
@@ -322,11 +325,17 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: key %q: lease %d outside 1..%d", ErrInvalidRequest, r.Key, r.Lease, int64(MaxLease))
 	case r.Cost > MaxLimit || r.Cost < -MaxLimit:
 		return fmt.Errorf("%w: key %q: cost %d outside ±%d", ErrInvalidRequest, r.Key, r.Cost, MaxLimit)
+	case r.Stamp > maxStamp || r.Stamp < -maxStamp:
+		return fmt.Errorf("%w: key %q: stamp %d outside ±%d", ErrInvalidRequest, r.Key, r.Stamp, maxStamp)
 	case r.Algorithm == GCRA && r.Burst > r.Limit && gcraTolerance(r) > maxTolerance:
 		return fmt.Errorf("%w: key %q: burst %d at %d per %v spans more than %v", ErrInvalidRequest, r.Key, r.Burst, r.Limit, r.Period, time.Duration(maxTolerance)*time.Microsecond)
 	}
 	return nil
 }
+
+// maxStamp bounds [Request.Stamp]: a stamp is an instant in µs, at most
+// now + 2^52 (GCRA's saturated debt) while now stays under 2^52.
+const maxStamp = 1<<53 - 1
 
 // maxTolerance bounds GCRA's burst tolerance (Burst × emission interval, in
 // µs) so that a timestamp plus it stays exact in a double: ten times

@@ -310,6 +310,8 @@ func (s *suite) testInvalid(t *testing.T) {
 		"negative burst":    bad(func(r *backend.Request) { r.Burst = -1 }),
 		"burst too large":   bad(func(r *backend.Request) { r.Burst = backend.MaxLimit + 1 }),
 		"unknown algorithm": bad(func(r *backend.Request) { r.Algorithm = 99 }),
+		"stamp past 2^53":   bad(func(r *backend.Request) { r.Cost, r.Stamp = -1, 1<<53 }),
+		"stamp below -2^53": bad(func(r *backend.Request) { r.Cost, r.Stamp = -1, -(1 << 53) }),
 	}
 	for name, r := range cases {
 		t.Run(sanitize(name), func(t *testing.T) {

@@ -264,12 +264,12 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 
 // plain reports whether r is certainly valid: a rate algorithm's request
 // with every field well inside what [backend.Request.Validate] allows and
-// no burst to check. It is inlined where Validate, which copies the
+// no burst or stamp to check. It is inlined where Validate, which copies the
 // request, is not; anything else gets Validate's verdict.
 func plain(r *backend.Request) bool {
 	return r.Key != "" && uint64(r.Limit-1) < backend.MaxLimit &&
 		uint64(r.Period-time.Millisecond) <= uint64(backend.MaxPeriod-time.Millisecond) &&
-		r.Burst == 0 && r.Algorithm < backend.Concurrency && uint64(r.Cost+backend.MaxLimit) <= 2*backend.MaxLimit
+		r.Burst == 0 && r.Stamp == 0 && r.Algorithm < backend.Concurrency && uint64(r.Cost+backend.MaxLimit) <= 2*backend.MaxLimit
 }
 
 // Reset forgets the given keys under every algorithm.
