@@ -10,8 +10,9 @@
 //     Counts are as wide as the key's limit needs: a key's slot (state and
 //     digest) takes 48 bytes under a limit below 255, 64 below 65,535, 104
 //     above or for a period over about 19 hours.
-//   - [backend.GCRA] (token bucket): a smooth rate with a burst, one 8-byte
-//     value per key: a 24-byte slot.
+//   - [backend.GCRA] (token bucket): a smooth rate with a burst, two 8-byte
+//     values per key (the arrival time and when it was written, for a clock
+//     that steps back): a 32-byte slot.
 //     Pick it for APIs: "10 per second, burst 20". It is a
 //     rate, not a count: "30 per minute, burst 30" admits up to 59 in the
 //     first rolling minute.
@@ -31,9 +32,9 @@
 //
 // Tables are between 2/5 and 4/5 full, and 4/5 full once a Store nears its
 // key bound, so a key holds its slot's size to twice that in heap: a
-// million GCRA keys about 50 MB, rolling windows under small limits 100 MB
+// million GCRA keys about 67 MB, rolling windows under small limits 100 MB
 // (BenchmarkMemoryIdleKeys); 900,000 keys in a Store of the default bound
-// about 35 and 70 MB.
+// about 42 and 70 MB.
 //
 // Memory is bounded: keys are stored as 128-bit digests under per-Store
 // random seeds (no key strings are kept; collisions cannot be aimed), keys

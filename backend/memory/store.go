@@ -77,7 +77,7 @@ var (
 )
 
 // DefaultMaxKeys is the number of keys a Store holds unless [WithMaxKeys]
-// says otherwise: at most about 32 MB of GCRA state, 64 MB of rolling
+// says otherwise: at most about 40 MB of GCRA state, 64 MB of rolling
 // windows under limits below 255, enough for a million clients per rule,
 // and not enough for a flood of fresh keys to exhaust the process.
 const DefaultMaxKeys = 1 << 20
