@@ -105,6 +105,19 @@ func (s *suite) testClockBehind(t *testing.T) {
 		e.at(h + time.Second)
 		check(t, "lease 2 at 1h+1s", e.one(lease(2)), want{ok: true, rem: 0, reset: 1_000_000, next: 1_000_000}.result(1))
 	})
+	// A lease that expired stays expired: the peek at 2s that finds it so
+	// drops it for good, and the clock back at 0.5s does not bring it back.
+	t.Run("concurrency_expired", func(t *testing.T) {
+		e := s.env(t)
+		lease := func(id, cost int64) backend.Request {
+			return backend.Request{Key: e.key("k"), Algorithm: backend.Concurrency, Limit: 1, Period: time.Second, Cost: cost, Lease: id}
+		}
+		check(t, "lease 1 at 0", e.one(lease(1, 1)), want{ok: true, rem: 0, reset: 1_000_000, next: 1_000_000}.result(1))
+		e.at(2 * time.Second)
+		check(t, "a peek at 2s", e.one(lease(0, 0)), want{ok: true, rem: 1}.result(1))
+		e.at(500 * time.Millisecond)
+		check(t, "lease 2 at 0.5s", e.one(lease(2, 1)), want{ok: true, rem: 0, reset: 1_000_000, next: 1_000_000}.result(1))
+	})
 }
 
 // testGCRAAtTheHorizon pins GCRA's durations at the last instant the
