@@ -85,11 +85,7 @@ type gcraState struct{ tat, at int64 }
 // at or before now means the key is full again.
 func gcraStep(r *backend.Request, now int64, st gcraState, res *backend.Result) (gcraState, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
-	tat := st.tat
-	if st.at > now {
-		// The clock is behind: the debt left at the write counts from now.
-		tat -= st.at - now
-	}
+	tat := st.tat // anchored (anchorGCRA): st.at <= now
 	B := r.Burst
 	if B == 0 {
 		B = L

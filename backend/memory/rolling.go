@@ -300,12 +300,10 @@ func (st *ring[C, Wd]) report(v *rollView, res *backend.Result, L, now int64) {
 }
 
 // rollingStep decides r on a copy of a key's state (multi-request calls),
-// returning the state to write (a zero ring once it holds no unit: the
-// next request reads it as absent); st itself for a peek or a rejection.
+// anchored (decideMany), returning the state to write (a zero ring once it
+// holds no unit: the next request reads it as absent); st itself for a
+// peek or a rejection.
 func rollingStep(r *backend.Request, now int64, st ring32, res *backend.Result) (ring32, bool) {
-	if moved, ok := st.rebased(micros(r.Period), now); ok {
-		st = moved
-	}
 	v, ok := st.decide(r, now, res)
 	if !ok || r.Cost == 0 {
 		return st, ok

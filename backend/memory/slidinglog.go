@@ -13,9 +13,9 @@ import "github.com/ceiling-go/ceiling/backend"
 // leave a run of 0 units among the live ones; it counts nothing and goes
 // when it expires or reaches an end of the log.
 //
-// Runs are oldest first with distinct instants. A run later than now (the
-// clock is behind) is read as admitted at now, and merged into one run at
-// now by the next write.
+// Runs are oldest first with distinct instants, none later than now: when
+// the clock is behind a log, the first request that reads it makes the
+// runs later than now one run at now (anchorLog, with commit).
 type run struct{ t, n int64 }
 
 // logState is a sliding log: n runs in a ring whose length is a power of
@@ -97,7 +97,7 @@ func (v *logView) unit(i, now int64) int64 {
 		for j := v.drop; j < v.st.n; j++ {
 			r := v.st.at(j)
 			if i < r.n {
-				return min(r.t, now)
+				return r.t
 			}
 			i -= r.n
 		}
@@ -115,7 +115,7 @@ func (v *logView) newest(now int64) int64 {
 	for j := v.st.n - 1; j >= v.drop; j-- {
 		r := v.st.at(j)
 		if r.n > rm {
-			return min(r.t, now)
+			return r.t
 		}
 		rm -= r.n
 	}

@@ -286,9 +286,10 @@ func (m *Model) evaluate(now int64, reqs []backend.Request) ([]backend.Result, b
 	return res, rejected, work
 }
 
-// step decides r on state s (nil: absent) at now. It returns the state r
-// writes (meaningful only when admitted with a non-zero cost), the result,
-// and whether r was admitted.
+// step decides r on state s (nil: absent) at now, s anchored (see anchor:
+// it stores no time later than now). It returns the state r writes
+// (meaningful only when admitted with a non-zero cost), the result, and
+// whether r was admitted.
 func step(s *State, r backend.Request, now int64) (*State, backend.Result, bool) {
 	if s != nil && s.Algorithm != r.Algorithm {
 		s = nil // another algorithm's state counts as absent
@@ -352,9 +353,6 @@ func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 	tat := now
 	if s != nil {
 		tat = s.TAT
-		if s.Written > now { // the clock is behind: keep the debt left at the write
-			tat -= s.Written - now
-		}
 	}
 	t0 := max(tat, now)
 	var nt int64
@@ -528,13 +526,7 @@ func slidingLog(s *State, r backend.Request, now int64) (*State, backend.Result,
 	var log []Run
 	if s != nil {
 		for _, u := range s.Log {
-			switch {
-			case u.T+P <= now: // an entry counts while now < e + P
-			case u.T > now && len(log) > 0 && log[len(log)-1].T == now:
-				log[len(log)-1].N = add(log[len(log)-1].N, u.N)
-			case u.T > now: // the clock is behind: read as admitted now
-				log = append(log, Run{T: now, N: u.N})
-			default:
+			if u.T+P > now { // an entry counts while now < e + P
 				log = append(log, u)
 			}
 		}
@@ -638,24 +630,9 @@ func rolling(s *State, r backend.Request, now int64) (*State, backend.Result, bo
 	W := ceilDiv(P, rollK)
 	n := make([]int64, rollK+1) // n[i] is bucket last-k+i
 	last := int64(0)
-	stored := s != nil && s.W == W
-	if stored {
+	if s != nil && s.W == W {
 		copy(n, s.Buckets)
 		last = s.Last
-	}
-	if cur := floorDiv(now, W); stored && last > cur {
-		// The clock is behind: the buckets after cur are read as cur.
-		e := last - cur
-		merged := make([]int64, rollK+1)
-		for i, v := range n {
-			j := int64(i) + e
-			if j > rollK {
-				j = rollK
-			}
-			merged[j] = add(merged[j], v)
-		}
-		merged[rollK] = min(rollNMax, merged[rollK])
-		n, last = merged, cur
 	}
 	b := max(floorDiv(now, W), last)
 	if d := b - last; d > 0 {
