@@ -31,10 +31,15 @@ local function one(i)
   else
     now = time
   end
-  local raw
+  local raw, P = nil, tonum(ARGV[r + 3])
   if alg ~= '1' and alg ~= '5' then raw = redis.call('GET', KEYS[i]) end
-  local s = load(KEYS[i], alg, raw, now)
-  local ok, remaining, reset, retry, nx, placed = decideOne(alg, s, now, tonum(ARGV[r + 2]), tonum(ARGV[r + 3]),
+  local s = load(KEYS[i], alg, raw, now, minTTL)
+  if anchor(s, alg, now, P) then -- a clock behind the state: written whatever follows
+    store(s, alg, now, minTTL)
+    if alg ~= '1' then raw = redis.call('GET', KEYS[i]) end
+    s = load(KEYS[i], alg, raw, now, minTTL)
+  end
+  local ok, remaining, reset, retry, nx, placed = decideOne(alg, s, now, tonum(ARGV[r + 2]), P,
     tonum(ARGV[r + 4]), tonum(ARGV[a + 3]), flags == '1' or flags == '3', ARGV[a + 5])
   local rejected = 0
   if ok == 0 and flags ~= '2' and flags ~= '3' then

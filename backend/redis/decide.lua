@@ -22,9 +22,9 @@
 -- another slot rejects the call: for a key stored as one string, its value
 -- before ('' when absent), its PTTL before (ms), what the script did (0
 -- nothing, 1 set, 2 deleted) and the value it left; for a Concurrency
--- key, the leases the call changed as they were ("id exp n" or "id" when
--- absent, separated by ","), '', 3 when the call changed any (else 0), and
--- the same leases as it left them.
+-- key, its offset and last write as they were and the leases the call
+-- changed ("off at;" then "id score n" or "id" when absent, separated by ","), '', 3 when the
+-- call changed any (else 0), and the same leases as it left them.
 --
 -- ARGV[3] = "u" puts such keys back instead, when they still hold what the
 -- call left (a key another client wrote since is left alone): ARGV[4i..]
@@ -50,10 +50,11 @@ if ARGV[3] == 'u' then
     out[i] = 0
     if action == '3' then
       local hkey = companion(key)
+      local off, at, entries = string.match(old, '^(%d+) (%d+);(.*)$')
       if leaseList(key, after) == after then
         local count = tonum(redis.call('HGET', hkey, '#')) or 0
-        for id, e, n in string.gmatch(after, '(%d+) (%d+) (%d+)') do count = count - tonum(n) end
-        for entry in string.gmatch(old, '[^,]+') do
+        for _, _, n in string.gmatch(after, '(%d+) (%d+) (%d+)') do count = count - tonum(n) end
+        for entry in string.gmatch(entries, '[^,]+') do
           local id, e, n = string.match(entry, '^(%d+) (%d+) (%d+)$')
           if id then
             redis.call('ZADD', key, e, id)
@@ -64,11 +65,12 @@ if ARGV[3] == 'u' then
             redis.call('HDEL', hkey, entry)
           end
         end
-        redis.call('HSET', hkey, '#', count)
         local top, now = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES'), tonum(ARGV[1])
         if ARGV[1] == '' then now = serverTime() end
-        if top[2] and tonum(top[2]) > now then -- both expire with the last lease
-          local ttl = max(1, cdiv(tonum(top[2]) - now, 1000), tonum(ARGV[2]))
+        redis.call('HSET', hkey, '#', count, '+', off, '@', at)
+        local exp = top[2] and tonum(top[2]) - tonum(off)
+        if exp and exp > now then -- both expire with the last lease
+          local ttl = max(1, cdiv(exp - now, 1000), tonum(ARGV[2]))
           redis.call('PEXPIRE', key, ttl)
           redis.call('PEXPIRE', hkey, ttl)
         end
@@ -116,10 +118,25 @@ local function state(i, alg)
   local s = states[key]
   if s == nil or s.alg ~= alg then
     if s == nil then order[#order + 1] = key end
-    s = load(key, alg, raws[i], now)
+    s = load(key, alg, raws[i], now, minTTL)
     s.alg, states[key] = alg, s
   end
   return s
+end
+
+-- A state that a clock behind it anchors is written first, whatever the
+-- call decides, and read again.
+for i = 1, #KEYS do
+  local a = 4 + (i - 1) * 8
+  local alg, key = ARGV[a], KEYS[i]
+  if anchor(state(i, alg), alg, now, tonum(ARGV[a + 2])) then
+    store(states[key], alg, now, minTTL)
+    for j = 1, #KEYS do
+      if KEYS[j] == key and raws[j] ~= nil then raws[j] = redis.call('GET', key) end
+    end
+    states[key] = load(key, alg, raws[i], now, minTTL)
+    states[key].alg = alg
+  end
 end
 
 -- run decides request i on s with cost c.
@@ -164,7 +181,8 @@ local function undo(written)
       end
       old = table.concat(old, ',')
       if written[KEYS[i]] and old ~= '' then w = 3 end
-      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = old, '', w, leaseList(KEYS[i], old)
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = fmt('%d %d;', states[KEYS[i]].off, states[KEYS[i]].at or now) .. old, '', w,
+        leaseList(KEYS[i], old)
     else
       local w = written[KEYS[i]] or { 0, '' }
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = before[i], ttls[i], w[1], w[2]
@@ -182,7 +200,7 @@ if rejected then
       out[o + 2], out[o + 3], out[o + 5] = out[o + 7], out[o + 8], out[o + 9]
     elseif out[o + 1] == 1 then
       local a = 4 + (i - 1) * 8
-      local _, remaining, reset, _, nx = run(i, load(KEYS[i], ARGV[a], raws[i], now), 0)
+      local _, remaining, reset, _, nx = run(i, load(KEYS[i], ARGV[a], raws[i], now, minTTL), 0)
       out[o + 2], out[o + 3], out[o + 5] = remaining, max(0, reset), nx
     end
   end

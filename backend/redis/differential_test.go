@@ -135,9 +135,10 @@ func inspect(client redis.UniversalClient, key string, want model.State, ok, wri
 }
 
 // inspectLeases compares a Concurrency key, a sorted set of lease ids
-// scored by expiry beside a hash (in the same slot) of id -> units and '#'
-// -> their sum, with the model's leases, whatever their order, and checks
-// that both keys expire when the last lease does.
+// scored by expiry plus an offset, beside a hash (in the same slot) of id
+// -> units, '#' -> their sum, '@' -> the last write's now and '+' -> the
+// offset, with the model's leases, whatever their order, and checks that
+// both keys expire when the last lease does.
 func inspectLeases(client redis.UniversalClient, key string, want model.State, undone bool, now int64) error {
 	ctx := context.Background()
 	hkey := "{" + key + "}#n"
@@ -154,10 +155,11 @@ func inspectLeases(client redis.UniversalClient, key string, want model.State, u
 	}
 	var got []model.Lease
 	sum := int64(0)
+	off, _ := strconv.ParseInt(units["+"], 10, 64)
 	for _, z := range zs {
 		id, _ := strconv.ParseInt(z.Member.(string), 10, 64)
 		n, _ := strconv.ParseInt(units[z.Member.(string)], 10, 64)
-		got = append(got, model.Lease{ID: id, N: n, Exp: int64(z.Score)})
+		got = append(got, model.Lease{ID: id, N: n, Exp: int64(z.Score) - off})
 		sum += n
 	}
 	byID := func(a, b model.Lease) int { return int(a.ID - b.ID) }
@@ -167,7 +169,7 @@ func inspectLeases(client redis.UniversalClient, key string, want model.State, u
 		wantLeases, got = slices.DeleteFunc(wantLeases, expired), slices.DeleteFunc(got, expired)
 	}
 	slices.SortFunc(got, byID)
-	if !slices.Equal(got, wantLeases) || units["#"] != strconv.FormatInt(sum, 10) || len(units) != len(zs)+1 {
+	if !slices.Equal(got, wantLeases) || units["#"] != strconv.FormatInt(sum, 10) || len(units) != len(zs)+3 {
 		return fmt.Errorf("stored leases %+v and units %v, want %+v", got, units, wantLeases)
 	}
 	wantTTL := max(want.TTL(), fakeClockMinTTL*time.Millisecond)

@@ -91,20 +91,6 @@ local function rolling(s, now, L, P, c, force, stamp)
     s.raw, s.W, s.last, s.rawLast, s.S, s.set, s.stored, s.topOnly = nil, W, 0, 0, 0, {}, false, nil
   end
   local cur = fdiv(now, W)
-  if s.last > cur then
-    -- The clock is behind the state: its buckets later than cur are read
-    -- as cur, the older ones move up as many.
-    local e, n = s.last - cur, {}
-    for i = 0, K do n[i] = 0 end
-    for i = 0, K do
-      local j = min(K, i + e)
-      n[j] = n[j] + rcount(s, s.last, i)
-    end
-    n[K] = min(NMAX, n[K])
-    local S = 0
-    for i = 0, K do S = S + n[i] end
-    s.raw, s.set, s.last, s.S, s.topOnly = nil, n, cur, S, false
-  end
   local b = max(cur, s.last)
   local d, S = b - s.last, s.S
   if d > K then
@@ -189,9 +175,7 @@ local function gcra(s, now, L, P, B, c, force, stamp)
   if B == 0 then B = L end
   local T = cdiv(P, L)
   local tau = T * B
-  local tat = s.tat or now
-  if s.at and s.at > now then tat = tat - (s.at - now) end -- the clock is behind the write
-  local t0 = max(tat, now)
+  local t0 = max(s.tat or now, now)
   local function after(t)
     local remaining, nx = fdiv(max(0, tau - (t - now)), T), 0
     if remaining == 0 then nx = (t - now) - tau + T end
@@ -222,7 +206,7 @@ local function fixed(s, now, L, P, c, force, stamp)
   local ws = fdiv(now, P) * P
   local fin = ws + P
   local count = 0
-  if s.ws and s.ws >= ws then count = s.count end -- later: the clock is behind
+  if s.ws == ws then count = s.count end
   if c > 0 and not force and count + c > L then
     local retry, reset, nx = fin - now, 0, 0
     if c > L then retry = -1 end
@@ -230,8 +214,8 @@ local function fixed(s, now, L, P, c, force, stamp)
     if count >= L then nx = fin - now end
     return 0, max(0, L - count), reset, retry, nx, 0
   end
-  if c ~= 0 and not (c < 0 and stamp ~= 0 and fdiv(stamp, P) * P ~= ws) then
-    count = min(countMax, max(0, count + c))
+  if c ~= 0 then
+    if not (c < 0 and stamp ~= 0 and fdiv(stamp, P) * P ~= ws) then count = min(countMax, max(0, count + c)) end
     s.ws, s.count, s.dirty, s.exp = ws, count, true, fin
     if count == 0 then s.exp = now end
   end
@@ -245,7 +229,7 @@ end
 local function window(s, now, L, P, c, force, stamp)
   local ws = fdiv(now, P) * P
   local prev, cur = 0, 0
-  if s.ws and s.ws >= ws then -- later: the clock is behind
+  if s.ws == ws then
     prev, cur = s.prev, s.cur
   elseif s.ws == ws - P then
     prev = s.cur
@@ -361,7 +345,7 @@ local function logUnit(s, head, idx, now)
   for o = head, s.fin - LR, LR do
     local t, n = logRec(s, o)
     seen = seen + n
-    if seen > idx then return min(t, now) end -- later than now: read as now
+    if seen > idx then return t end
   end
   return now
 end
@@ -376,7 +360,7 @@ local function slidingLog(s, now, L, P, c, force, stamp)
     head, k = head + LR, k - n
   end
   if head >= s.fin then k = 0 end
-  local newest = min(s.newest, now) -- the clock is behind: read as now
+  local newest = s.newest
   if c > 0 and not force and k + c > L then
     local retry, reset, nx = -1, 0, 0
     if c <= L then retry = logUnit(s, head, k + c - L - 1, now) + P - now end
@@ -384,17 +368,7 @@ local function slidingLog(s, now, L, P, c, force, stamp)
     if k >= L then nx = logUnit(s, head, k - L, now) + P - now end
     return 0, max(0, L - k), reset, retry, nx, 0
   end
-  if c ~= 0 then
-    if s.newest > now and k > 0 then -- records later than now are rewritten as now
-      local o = s.fin - LR
-      while o >= head do
-        local t, n = logRec(s, o, true)
-        if t <= now then break end
-        s.mods[o], o = { now, n }, o - LR
-      end
-    end
-    s.head, s.k, s.newest = head, k, newest
-  end
+  if c ~= 0 then s.head, s.k = head, k end
   local placed = 0
   if c > 0 then
     local o = s.fin - LR
@@ -464,12 +438,15 @@ local function logWrite(s, ttl)
   end
 end
 
--- Concurrency: the key is a sorted set of live lease ids scored by their
--- expiry, and its companion (same hash slot) a hash of id -> units with the
--- count of units held under '#'. A decision trims the expired leases
--- (O(log n + removed)) and reads the leases it names: its cost does not
--- grow with the number of leases. The leases a call changes are held in
--- s.pend (id -> {n, exp}, false: released) until store writes them.
+-- Concurrency: the key is a sorted set of lease ids scored by expiry, and
+-- its companion (same hash slot) a hash of id -> units, with the count of
+-- units held under '#', the now of the last write under '@' and an offset
+-- under '+': a lease expires at its score minus the offset, so that a clock
+-- behind the state moves every expiry back in one write. A decision drops
+-- the expired leases (O(log n + dropped)) and reads the lease it names: its
+-- cost does not grow with the number of leases. The leases a call changes
+-- are held in s.pend (id -> {n, exp}, false: released) until store writes
+-- them, and s.orig keeps them as they were, for the Cluster undo.
 local function companion(key)
   local a = string.find(key, '{', 1, true)
   if a then
@@ -480,43 +457,60 @@ local function companion(key)
 end
 
 -- leaseTouch records lease id as stored (expiring at e with n units, or
--- absent when e is nil) before the call first changes it, for the undo.
+-- absent when e is nil) before the call first changes it.
 local function leaseTouch(s, id, e, n)
   if s.orig[id] ~= nil then return end
-  if e then s.orig[id] = fmt('%d %d', e, n) else s.orig[id] = '' end
+  if e then s.orig[id] = fmt('%d %d', e + s.off, n) else s.orig[id] = '' end
 end
 
-local function leaseLoad(key, now)
-  local s = { key = key, hkey = companion(key), pend = {}, orig = {} }
-  local gone = redis.pcall('ZRANGEBYSCORE', key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 1000)
+-- leaseLoad reads key's state and writes at once, whatever the call then
+-- decides, the drop of expired leases and a clock behind the last write
+-- (ALGORITHMS.md): an expired lease never counts again.
+local function leaseLoad(key, now, minTTL)
+  local s = { key = key, hkey = companion(key), pend = {}, orig = {}, count = 0, off = 0 }
+  if redis.call('EXISTS', key) == 0 then
+    s.clean = true -- what the companion still holds is stale (a Reset deletes only the key)
+    return s
+  end
+  local h = redis.call('HMGET', s.hkey, '#', '@', '+')
+  local at = tonum(h[2]) or now
+  s.count, s.off = tonum(h[1]) or 0, tonum(h[3]) or 0
+  local wrote = at > now
+  s.at = min(at, now)
+  if wrote then
+    s.off = s.off + at - now
+    redis.call('HSET', s.hkey, '@', now, '+', s.off)
+  end
+  local gone = redis.pcall('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000)
   if gone.err then -- another algorithm's state: absent
     redis.call('DEL', key, s.hkey)
-    gone = {}
+    s.count, s.off = 0, 0
+    return s
   end
-  s.count = 0 -- the sorted set is the truth: a Reset deletes only it
-  if redis.call('EXISTS', key) == 1 then
-    s.count = tonum(redis.call('HGET', s.hkey, '#')) or 0
-  else
-    s.clean = true -- what its companion still holds is stale
-  end
-  if #gone > 0 then -- expired leases, removed by the next write
-    local ids = {}
-    for j = 1, #gone, 2 do ids[#ids + 1] = gone[j] end
-    local left = redis.call('HMGET', s.hkey, unpack(ids))
-    for j, id in ipairs(ids) do
-      local n = tonum(left[j]) or 0
-      leaseTouch(s, id, tonum(gone[2 * j]), n)
-      s.count, s.pend[id] = s.count - n, false
+  while #gone > 0 do
+    for _, n in ipairs(redis.call('HMGET', s.hkey, unpack(gone))) do s.count = s.count - (tonum(n) or 0) end
+    redis.call('HDEL', s.hkey, unpack(gone))
+    redis.call('ZREM', key, unpack(gone))
+    if s.count <= 0 or redis.call('ZCARD', key) == 0 then
+      redis.call('DEL', key, s.hkey)
+      s.count, s.off, s.clean = 0, 0, false
+      return s
     end
-    s.more = #ids == 1000
+    redis.call('HSET', s.hkey, '#', s.count, '@', now)
+    gone, wrote = redis.call('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000), true
   end
-  s.count = max(0, s.count)
+  if wrote then -- both expire with the last lease
+    local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    local ttl = max(1, cdiv(tonum(top[2]) - s.off - now, 1000), minTTL)
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIRE', s.hkey, ttl)
+  end
   return s
 end
 
 -- leaseWait is the time until enough live leases expire for x more units
 -- when count are held, walking them by expiry (those of s.pend merged in).
-local function leaseWait(s, now, L, P, count, x)
+local function leaseWait(s, now, L, count, x)
   local extra = {}
   for _, p in pairs(s.pend) do
     if p then extra[#extra + 1] = p end
@@ -532,15 +526,15 @@ local function leaseWait(s, now, L, P, count, x)
     local last = #ids < 16 -- then the pending leases left come after
     for j = 1, #ids + 1 do
       local e = math.huge
-      if j <= #ids then e = tonum(got[2 * j]) elseif not last then break end
+      if j <= #ids then e = tonum(got[2 * j]) - s.off elseif not last then break end
       while extra[xi] and extra[xi][2] <= e do
         count = count - extra[xi][1]
-        if count + x <= L then return min(extra[xi][2], now + P) - now end
+        if count + x <= L then return extra[xi][2] - now end
         xi = xi + 1
       end
       if j <= #ids and s.pend[ids[j]] == nil and e > now then
         count = count - (tonum(ns[j]) or 0)
-        if count + x <= L then return min(e, now + P) - now end
+        if count + x <= L then return e - now end
       end
     end
     if last then return 0 end
@@ -548,39 +542,19 @@ local function leaseWait(s, now, L, P, count, x)
   end
 end
 
--- leaseLast is the largest expiry of a live lease, at most cap.
-local function leaseLast(s, cap)
-  local top = 0
+-- leaseLast is the largest expiry of a live lease.
+local function leaseLast(s)
+  local top, from = 0, 0
   for _, p in pairs(s.pend) do
     if p then top = max(top, p[2]) end
   end
-  local from = 0
   while true do
     local got = redis.call('ZREVRANGE', s.key, from, from + 15, 'WITHSCORES')
     for j = 1, #got, 2 do
-      if s.pend[got[j]] == nil then return min(cap, max(top, tonum(got[j + 1]))) end
+      if s.pend[got[j]] == nil then return max(top, tonum(got[j + 1]) - s.off) end
     end
-    if #got < 32 then return min(cap, top) end
+    if #got < 32 then return top end
     from = from + 16
-  end
-end
-
--- leaseCap reads a lease expiring after now + P (the clock is behind, or
--- the rule's lease is shorter) as expiring then, for an admitted request.
-local function leaseCap(s, now, P)
-  local cap = now + P
-  for _, p in pairs(s.pend) do
-    if p and p[2] > cap then p[2] = cap end
-  end
-  local late, ids, ns = redis.call('ZRANGEBYSCORE', s.key, '(' .. fmt('%d', cap), '+inf', 'WITHSCORES'), {}, {}
-  for j = 1, #late, 2 do ids[#ids + 1] = late[j] end
-  if #ids > 0 then ns = redis.call('HMGET', s.hkey, unpack(ids)) end
-  for j, id in ipairs(ids) do
-    if s.pend[id] == nil then
-      local n = tonum(ns[j]) or 0
-      leaseTouch(s, id, tonum(late[2 * j]), n)
-      s.pend[id] = { n, cap }
-    end
   end
 end
 
@@ -592,24 +566,23 @@ local function leases(s, now, L, P, c, force, id)
       n, e = p[1], p[2]
     elseif p == nil then
       e = tonum(redis.call('ZSCORE', s.key, id))
+      if e then e = e - s.off end
       if e and e > now then
         n = tonum(redis.call('HGET', s.hkey, id)) or 0
         leaseTouch(s, id, e, n)
-        e = min(e, now + P)
       else
         e = nil
       end
     end
   end
   local count, placed = s.count, 0
-  if c ~= 0 and not (c > 0 and not e and not force and count + c > L) then leaseCap(s, now, P) end
   if c > 0 and e then
     s.pend[id] = { n, now + P } -- a renewal
   elseif c > 0 and not force and count + c > L then
     local retry, reset, nx = -1, 0, 0
-    if c <= L then retry = leaseWait(s, now, L, P, count, c) end
-    if count > 0 then reset = leaseLast(s, now + P) - now end
-    if count >= L then nx = leaseWait(s, now, L, P, count, 1) end
+    if c <= L then retry = leaseWait(s, now, L, count, c) end
+    if count > 0 then reset = leaseLast(s) - now end
+    if count >= L then nx = leaseWait(s, now, L, count, 1) end
     return 0, max(0, L - count), reset, retry, nx, 0
   elseif c > 0 then
     leaseTouch(s, id)
@@ -623,8 +596,8 @@ local function leases(s, now, L, P, c, force, id)
   end
   s.count = count
   local reset, nx = 0, 0
-  if count > 0 then reset = leaseLast(s, now + P) - now end
-  if count >= L then nx = leaseWait(s, now, L, P, count, 1) end
+  if count > 0 then reset = leaseLast(s) - now end
+  if count >= L then nx = leaseWait(s, now, L, count, 1) end
   if c ~= 0 then s.dirty, s.exp = true, now + reset end
   return 1, max(0, L - count), reset, 0, nx, placed
 end
@@ -636,7 +609,7 @@ local function leaseWrite(s, now, ttl)
   end
   for id, p in pairs(s.pend) do
     if p then
-      redis.call('ZADD', s.key, p[2], id)
+      redis.call('ZADD', s.key, p[2] + s.off, id)
       redis.call('HSET', s.hkey, id, p[1])
     else
       redis.call('ZREM', s.key, id)
@@ -644,27 +617,64 @@ local function leaseWrite(s, now, ttl)
     end
   end
   s.pend = {}
-  if s.more then -- more than 1000 leases expired: the rest go now
-    local gone = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'LIMIT', 0, 1000)
-    while #gone > 0 do
-      for _, n in ipairs(redis.call('HMGET', s.hkey, unpack(gone))) do s.count = s.count - (tonum(n) or 0) end
-      redis.call('HDEL', s.hkey, unpack(gone))
-      redis.call('ZREM', s.key, unpack(gone))
-      gone = redis.call('ZRANGEBYSCORE', s.key, '-inf', now, 'LIMIT', 0, 1000)
-    end
-  end
-  redis.call('HSET', s.hkey, '#', s.count)
+  redis.call('HSET', s.hkey, '#', s.count, '@', now, '+', s.off)
   redis.call('PEXPIRE', s.key, ttl)
   redis.call('PEXPIRE', s.hkey, ttl)
 end
 
+-- anchor reads a state written at a later time than now (the clock is
+-- behind it) as ALGORITHMS.md says, under period P, and reports whether
+-- it did: the anchored state is then written before the call is decided,
+-- whatever the call decides. (Concurrency's anchor is leaseLoad's.)
+local function anchor(s, alg, now, P)
+  if alg == '4' and s.at and s.at > now then
+    s.tat, s.at, s.exp = s.tat - (s.at - now), now, s.tat - (s.at - now)
+    return true
+  elseif (alg == '3' or alg == '2') and s.ws and s.ws > now then
+    local ws = fdiv(now, P) * P
+    local held = s.count or s.prev + s.cur
+    s.ws, s.exp = ws, now
+    if alg == '2' and s.cur > 0 then s.exp = ws + 2 * P elseif held > 0 then s.exp = ws + P end
+    return true
+  elseif alg == '1' and s.k > 0 and s.newest > now then
+    local o = s.fin - LR -- the records later than now are read as now
+    while o >= s.head do
+      local t, n = logRec(s, o, true)
+      if t <= now then break end
+      s.mods[o], o = { now, n }, o - LR
+    end
+    s.newest, s.exp = now, now + P
+    return true
+  elseif alg == '0' and s.W == cdiv(P, K) and s.last > fdiv(now, cdiv(P, K)) then
+    -- The units of the buckets from now / W on are read as now / W's, the
+    -- older buckets move up as many.
+    local W = s.W
+    local cur = fdiv(now, W)
+    local e, n = s.last - cur, {}
+    for i = 0, K do n[i] = 0 end
+    for i = 0, K do
+      local j = min(K, i + e)
+      n[j] = n[j] + rcount(s, s.last, i)
+    end
+    n[K] = min(NMAX, n[K])
+    local S, h = 0, -1
+    for i = 0, K do
+      S = S + n[i]
+      if n[i] > 0 then h = i end
+    end
+    s.raw, s.set, s.last, s.S, s.topOnly, s.exp = nil, n, cur, S, false, (cur + h + 1) * W
+    return true
+  end
+  return false
+end
+
 -- load parses key's state for algorithm alg (a string of ARGV); raw is its
 -- value for the algorithms stored as one string (false or nil: absent).
-local function load(key, alg, raw, now)
+local function load(key, alg, raw, now, minTTL)
   if alg == '1' then
     return logLoad(key)
   elseif alg == '5' then
-    return leaseLoad(key, now)
+    return leaseLoad(key, now, minTTL)
   end
   local s = { key = key, alg = alg }
   if not raw then return s end
