@@ -1,18 +1,15 @@
 
--- Independent decisions, one request each, bound for one node (one hash
--- slot on Cluster), decided in one run in order, so that the command's
--- overhead and the read of TIME are paid once for all of them; a lone call
--- is a batch of one. Each decision answers on its own: one that fails (a
--- key holding another type, a write refused under maxmemory) is an error in
--- its place, and every other decision of the batch stands.
+-- Independent decisions of one request each, for one node (one hash slot
+-- on Cluster), in order, in one run: the command and TIME are paid once. A
+-- lone call is a batch of one. A decision that fails (a key of another type,
+-- a write refused under maxmemory) is an error in its place; the others stand.
 --
--- KEYS[i] the stored key of decision i. ARGV: minimum TTL ms, the number of
--- rules R, then 4 values per rule: algorithm (0 rolling window, 1 sliding
--- log, 2 sliding window, 3 fixed window, 4 gcra, 5 concurrency), limit,
--- period µs, burst; then 5 values per decision: its rule (1..R), now µs or
--- "" (the server's TIME), cost, flags (1 force, 2 shadow, or their sum), and
--- the lease id (concurrency) or the stamp of the admission a refund undoes
--- (0: none).
+-- KEYS[i] decision i's key. ARGV: minimum TTL ms, the number of rules R, 4
+-- values per rule: algorithm (0 rolling window, 1 sliding log, 2 sliding
+-- window, 3 fixed window, 4 gcra, 5 concurrency), limit, period µs, burst;
+-- then 5 per decision: its rule (1..R), now µs or "" (TIME), cost, flags (1
+-- force, 2 shadow, or their sum), the lease id (concurrency) or a refund's
+-- stamp (0: none).
 -- Reply: {now (0 when no decision read TIME), then per decision rejected,
 -- allowed, remaining, reset µs, retry µs (-1 never), next µs, stamp}; a
 -- decision that failed has its error in place of rejected, and 0s.

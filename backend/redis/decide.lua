@@ -18,18 +18,16 @@
 -- peek next µs]}. In a rejected call every admitted request reports the
 -- unchanged state, as a peek would, and no stamp.
 -- With peeks (a call spanning Cluster slots) the reply ends, per request,
--- with what the call did, so that the client can put it back exactly if
--- another slot rejects the call: for a key stored as one string, its value
--- before ('' when absent), its PTTL before (ms), what the script did (0
--- nothing, 1 set, 2 deleted) and the value it left; for a Concurrency
--- key, its offset and last write as they were and the leases the call
--- changed ("off at;" then "id score n" or "id" when absent, separated by ","), '', 3 when the
--- call changed any (else 0), and the same leases as it left them.
+-- with what the call did, to put it back if another slot rejects the call:
+-- for a string state, its value before ('' absent), its PTTL before (ms),
+-- what the script did (0 nothing, 1 set, 2 deleted) and the value it left;
+-- for a Concurrency key, "off at;" and the leases the call changed as they
+-- were ("id score n", or "id" when absent, separated by ","), '', 3 when
+-- it changed any (else 0), and the same leases as it left them.
 --
--- ARGV[3] = "u" puts such keys back instead, when they still hold what the
--- call left (a key another client wrote since is left alone): ARGV[4i..]
--- is key i's 4 undo values as above, in the order action, after, before,
--- PTTL (or lease id). Reply: per key, 1 when put back, 0 when not.
+-- ARGV[3] = "u" puts such keys back, when they still hold what the call
+-- left (never another client's write): ARGV[4i..] is key i's action, value
+-- left, value before and PTTL. Reply: per key, 1 when put back, else 0.
 -- leaseList is the leases named in list ("id ..." entries) as key holds
 -- them now, in the same form.
 local function leaseList(key, list)
@@ -79,13 +77,7 @@ if ARGV[3] == 'u' then
     else
       local cur = redis.call('GET', key)
       if (action == '2' and cur == false) or (action == '1' and cur == after) then
-        if old == '' then
-          redis.call('DEL', key)
-        elseif tonum(x) > 0 then
-          redis.call('SET', key, old, 'PX', x)
-        else
-          redis.call('SET', key, old)
-        end
+        if old == '' then redis.call('DEL', key) else redis.call('SET', key, old, 'PX', max(1, tonum(x))) end
         out[i] = 1
       end
     end
@@ -175,13 +167,11 @@ local function undo(written)
   for i = 1, #KEYS do
     local a = 4 + (i - 1) * 8
     if ARGV[a] == '5' then
-      local old, w = {}, 0
-      for id, o in pairs(states[KEYS[i]].orig or {}) do
-        if o == '' then old[#old + 1] = id else old[#old + 1] = id .. ' ' .. o end
-      end
+      local s, old, w = states[KEYS[i]], {}, 0
+      for id, o in pairs(s.orig) do old[#old + 1] = (id .. ' ' .. o):gsub(' $', '') end
       old = table.concat(old, ',')
       if written[KEYS[i]] and old ~= '' then w = 3 end
-      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = fmt('%d %d;', states[KEYS[i]].off, states[KEYS[i]].at or now) .. old, '', w,
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = fmt('%d %d;', s.off, s.at or now) .. old, '', w,
         leaseList(KEYS[i], old)
     else
       local w = written[KEYS[i]] or { 0, '' }
@@ -211,12 +201,8 @@ for _, key in ipairs(order) do
   local s = states[key]
   if s.dirty then
     store(s, s.alg, now, minTTL)
-    if withPeeks and s.alg == '5' then
-      written[key] = true
-    elseif withPeeks then
-      local v = redis.call('GET', key)
-      if v then written[key] = { 1, v } else written[key] = { 2, '' } end
-    end
+    local v = withPeeks and s.alg ~= '5' and redis.call('GET', key)
+    if withPeeks then written[key] = v and { 1, v } or { 2, '' } end -- a lease: any
   end
 end
 undo(written)

@@ -1,25 +1,20 @@
--- The algorithms of ceiling's Redis backend, each written once: backend/
--- ALGORITHMS.md in whole microseconds. Every value stays an integer under
--- 2^53, where Lua's doubles are exact: sums are ordered so that no
--- intermediate passes 2^53 (nt - now before + T), and floor division is
--- corrected to stay exact. This library comes first in both scripts built
--- from it: batch.lua (independent decisions, a lone call being a batch of
--- one) and decide.lua (all or nothing across the rules of one call).
+-- The algorithms of ceiling's Redis backend, each written once, as
+-- backend/ALGORITHMS.md gives them in whole µs: every value stays an integer
+-- under 2^53, where doubles are exact (no intermediate passes it: nt - now
+-- before + T), and floor division is corrected to stay exact. It comes first
+-- in batch.lua (independent decisions) and decide.lua (all or nothing).
 --
--- A decision is three steps on one key: load parses its stored state (the
--- layouts of ALGORITHMS.md; a value in any other layout counts as absent),
--- decideOne runs the request's algorithm over the parsed state, in memory,
--- and store writes a state that changed. Every algorithm returns allowed,
--- remaining, reset µs, retry µs (-1 never), next µs and the stamp of an
--- admission that placed units (0 otherwise; a Concurrency acquisition
--- answers 1 when it added a lease, for the Cluster undo, which the client
--- does not report). A state left empty (S' = 0, no live unit) is deleted,
--- and a later request of the same call reads it as absent.
+-- A decision on a key: load parses its state (a value in a layout other than
+-- ALGORITHMS.md's counts as absent), anchor reads a clock behind it, decideOne
+-- runs the algorithm over the parsed state in memory and store writes it.
+-- Each algorithm returns allowed, remaining, reset µs, retry µs (-1 never),
+-- next µs and the admission's stamp (0 if none; Concurrency: 1 for a lease
+-- added, for the Cluster undo). A state left empty is deleted, and the next
+-- request of the call reads it as absent.
 
 local floor, max, min, sub, fmt, tonum = math.floor, math.max, math.min, string.sub, string.format, tonumber
 
--- How far past now forced charges can push a GCRA key (2^52 µs), and where
--- a window's count saturates (2^40): ALGORITHMS.md.
+-- Forced GCRA debt saturates 2^52 µs ahead, a window's count at 2^40.
 local debtHorizon, countMax = 4503599627370496, 1099511627776
 
 -- fdiv is floor(a / b) for integers a >= 0, b > 0, exact: the double
@@ -139,11 +134,10 @@ local function rolling(s, now, L, P, c, force, stamp)
   return 1, remaining, reset, 0, nx, placed
 end
 
--- rollingWrite writes s: an admission into the bucket the value was last
--- written in, whose count was above 0, rewrites S and that count in place
--- and keeps the expiry (it depends only on the bucket); any other write
--- sets the whole value, the older counts cut from the read one when only
--- the current count changed.
+-- rollingWrite writes s: an admission into the bucket last written, whose
+-- count was above 0, rewrites S and that count in place and keeps the
+-- expiry (it depends only on the bucket); any other write sets the value,
+-- cut from the read one when only the current count changed.
 local function rollingWrite(s, ttl, minTTL)
   local b, raw, top = s.last, s.raw, s.set[K]
   local d = b - s.rawLast
@@ -198,15 +192,13 @@ local function gcra(s, now, L, P, B, c, force, stamp)
   end
   if c ~= 0 then s.tat, s.at, s.exp, s.dirty = nt, now, nt, true end
   local remaining, reset, nx = after(nt)
-  if c > 0 then return 1, remaining, reset, 0, nx, nt end
-  return 1, remaining, reset, 0, nx, 0
+  return 1, remaining, reset, 0, nx, c > 0 and nt or 0
 end
 
 local function fixed(s, now, L, P, c, force, stamp)
   local ws = fdiv(now, P) * P
   local fin = ws + P
-  local count = 0
-  if s.ws == ws then count = s.count end
+  local count = s.ws == ws and s.count or 0
   if c > 0 and not force and count + c > L then
     local retry, reset, nx = fin - now, 0, 0
     if c > L then retry = -1 end
@@ -222,8 +214,7 @@ local function fixed(s, now, L, P, c, force, stamp)
   local reset, nx = 0, 0
   if count > 0 then reset = fin - now end
   if count >= L then nx = fin - now end
-  if c > 0 then return 1, max(0, L - count), reset, 0, nx, now end
-  return 1, max(0, L - count), reset, 0, nx, 0
+  return 1, max(0, L - count), reset, 0, nx, c > 0 and now or 0
 end
 
 local function window(s, now, L, P, c, force, stamp)
@@ -287,8 +278,7 @@ local function window(s, now, L, P, c, force, stamp)
     end
   end
   local remaining, reset, nx = after(prev, cur)
-  if c > 0 then return 1, remaining, reset, 0, nx, now end
-  return 1, remaining, reset, 0, nx, 0
+  return 1, remaining, reset, 0, nx, c > 0 and now or 0
 end
 
 -- The sliding log (ALGORITHMS.md): a header of LH bytes, "L2 k newest head
@@ -650,18 +640,11 @@ local function anchor(s, alg, now, P)
     -- older buckets move up as many.
     local W = s.W
     local cur = fdiv(now, W)
-    local e, n = s.last - cur, {}
+    local e, n, S, h = s.last - cur, {}, 0, -1
     for i = 0, K do n[i] = 0 end
-    for i = 0, K do
-      local j = min(K, i + e)
-      n[j] = n[j] + rcount(s, s.last, i)
-    end
+    for i = 0, K do n[min(K, i + e)] = n[min(K, i + e)] + rcount(s, s.last, i) end
     n[K] = min(NMAX, n[K])
-    local S, h = 0, -1
-    for i = 0, K do
-      S = S + n[i]
-      if n[i] > 0 then h = i end
-    end
+    for i = 0, K do S, h = S + n[i], n[i] > 0 and i or h end
     s.raw, s.set, s.last, s.S, s.topOnly, s.exp = nil, n, cur, S, false, (cur + h + 1) * W
     return true
   end
