@@ -141,10 +141,7 @@ func inspect(client redis.UniversalClient, key string, want model.State, ok, wri
 // both keys expire when the last lease does.
 func inspectLeases(client redis.UniversalClient, key string, want model.State, undone bool, now int64) error {
 	ctx := context.Background()
-	hkey := "{" + key + "}#n"
-	if strings.Contains(key, "{") {
-		hkey = key + "#n"
-	}
+	hkey := companion(key)
 	zs, err := client.ZRangeWithScores(ctx, key, 0, -1).Result()
 	if err != nil {
 		return err

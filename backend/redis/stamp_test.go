@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,4 +203,37 @@ func TestConcurrencyCostsTheSameAt10And1000Leases(t *testing.T) {
 			t.Errorf("%s: %d calls at 10 leases, %d at 1000 (all: %v, %v)", cmd, n, many[cmd], few, many)
 		}
 	}
+}
+
+// A Concurrency key's companion hash shares its hash slot whether or not
+// the key has a hash tag of its own, so that a script on Redis Cluster
+// reaches both.
+func TestConcurrencyKeysShareASlotOnCluster(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	for _, prefix := range []string{redistest.KeyPrefix(t), "{" + redistest.KeyPrefix(t) + "}"} {
+		s := New(client, WithPrefix(prefix), WithDenyCache(0))
+		r := backend.Request{Key: "streams:u1", Algorithm: backend.Concurrency, Limit: 1, Period: time.Minute, Cost: 1, Lease: 7}
+		if res := decide(t, s, r)[0]; !res.Allowed {
+			t.Fatalf("prefix %q: the first lease: %+v", prefix, res)
+		}
+		r.Lease = 8
+		if res := decide(t, s, r)[0]; res.Allowed {
+			t.Errorf("prefix %q: a second lease over a limit of 1: %+v", prefix, res)
+		}
+		if got, want := slot(companion(s.prefix+r.Key)), slot(s.prefix+r.Key); got != want {
+			t.Errorf("prefix %q: companion in slot %d, key in %d", prefix, got, want)
+		}
+	}
+}
+
+// companion is the hash beside a Concurrency key's sorted set of leases
+// (lib.lua's companion, written out again): the key's own hash tag keeps both in one Cluster
+// slot, or else the whole key as the companion's tag.
+func companion(key string) string {
+	if start := strings.IndexByte(key, '{'); start >= 0 {
+		if end := strings.IndexByte(key[start+1:], '}'); end > 0 {
+			return key + "#n"
+		}
+	}
+	return "{" + key + "}#n"
 }
