@@ -573,7 +573,7 @@ defs['5'] = function()
       local retry, reset, nx = -1, 0, 0
       if c <= L then retry = leaseWait(s, now, L, count, c) end
       if count > 0 then reset = leaseLast(s) - now end
-      if count >= L then nx = leaseWait(s, now, L, count, 1) end
+      if count >= L then nx = c == 1 and retry or leaseWait(s, now, L, count, 1) end
       return 0, max(0, L - count), reset, retry, nx, 0
     elseif c > 0 then
       leaseTouch(s, id)
