@@ -42,8 +42,10 @@ local leaseTouch, leaseLoad, leaseWait, leaseLast, leases, leaseWrite
 -- The rolling window: "R2 W last S " (15 digits each), then the K+1 counts,
 -- 10 digits and a space each, the current bucket's first.
 local K, NMAX, RH, RW = 16, 4294967295, 51, 11
-local RZEROS = string.rep('0000000000 ', K)
-local RFRESH = 'R2 %015d %015d %015d %010d ' .. RZEROS
+-- K zero counts, and a value whose older counts are 0: literals, since a
+-- string built on every run costs more than the rest of a GCRA decision.
+local RZEROS = '0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
+local RFRESH = 'R2 %015d %015d %015d %010d 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
 
 defs['0'] = function()
   -- rcount is count i (0..K, oldest first; i < 0: one that left) of rolling
