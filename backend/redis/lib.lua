@@ -42,8 +42,7 @@ local leaseTouch, leaseLoad, leaseWait, leaseLast, leases, leaseWrite
 -- The rolling window: "R2 W last S " (15 digits each), then the K+1 counts,
 -- 10 digits and a space each, the current bucket's first.
 local K, NMAX, RH, RW = 16, 4294967295, 51, 11
--- K zero counts, and a value whose older counts are 0: literals, since a
--- string built on every run costs more than the rest of a GCRA decision.
+-- K zero counts, and a value whose older ones are 0 (literals: built, they cost every run).
 local RZEROS = '0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
 local RFRESH = 'R2 %015d %015d %015d %010d 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
 
