@@ -1,60 +1,60 @@
 
--- The decisions of a batch: several calls of one GCRA, one rolling-window or
--- one sliding-log request each, queued together for one node (one hash slot
--- on Cluster), decided in one script run, so that the command's overhead
--- and the read of TIME are paid once for all of them. Each is decided as
--- its lone call's script would (gcra, rolling and slidingLog, defined
--- above), in order, and answers on its own: a decision that fails (a key
--- holding another type, a write refused under maxmemory) is an error in its
--- place, and every other decision of the batch stands.
+-- Independent decisions of one request each, for one node (one hash slot
+-- on Cluster), in order, in one run: the command and TIME are paid once. A
+-- lone call is a batch of one. A decision that fails (a key of another type,
+-- a write refused under maxmemory) is an error in its place; the others stand.
 --
--- KEYS[i] the stored key of decision i. ARGV: minimum TTL ms, the number of
--- rules R, then 4 values per rule: algorithm (0 rolling window, 1 sliding
--- log, 4 gcra), limit, period µs, burst; then 4 values per decision: its
--- rule (1..R), now µs or "" (the server's TIME), cost, flags (1 force, 2
--- shadow, or their sum).
+-- KEYS[i] decision i's key. ARGV: minimum TTL ms, the number of rules R, 4
+-- values per rule: algorithm (0 rolling window, 1 sliding log, 2 sliding
+-- window, 3 fixed window, 4 gcra, 5 concurrency), limit, period µs, burst;
+-- then 5 per decision: its rule (1..R), now µs or "" (TIME), cost, flags (1
+-- force, 2 shadow, or their sum), the lease id (concurrency) or a refund's
+-- stamp (0: none).
 -- Reply: {now (0 when no decision read TIME), then per decision rejected,
--- allowed, remaining, reset µs, retry µs (-1 never), next µs}; a decision
--- that failed has its error in place of rejected, and 0s.
-local minTTL, nrules = tonumber(ARGV[1]), tonumber(ARGV[2])
-local algs, limits, periods, bursts = {}, {}, {}, {}
-for r = 1, nrules do
-  local a = 2 + (r - 1) * 4
-  local alg = ARGV[a + 1]
-  if alg == '4' then
-    algs[r] = gcra
-  elseif alg == '1' then
-    algs[r] = slidingLog
+-- allowed, remaining, reset µs, retry µs (-1 never), next µs, stamp}; a
+-- decision that failed has its error in place of rejected, and 0s.
+local minTTL, nrules = tonum(ARGV[1]), tonum(ARGV[2])
+local time, out = 0, { 0 }
+
+local function one(i)
+  local a = 2 + nrules * 4 + (i - 1) * 5
+  local r = 2 + (tonum(ARGV[a + 1]) - 1) * 4
+  local alg, now, flags = ARGV[r + 1], ARGV[a + 2], ARGV[a + 4]
+  if now ~= '' then
+    now = tonum(now)
+  elseif time == 0 then
+    time = serverTime()
+    out[1], now = time, time
   else
-    algs[r] = rolling
-  end
-  limits[r], periods[r], bursts[r] = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-end
-local time = 0
-local out = { 0 }
-for i = 1, #KEYS do
-  local a = 2 + nrules * 4 + (i - 1) * 4
-  local r = tonumber(ARGV[a + 1])
-  local now = ARGV[a + 2]
-  if now == '' then
-    if time == 0 then
-      local t = redis.call('TIME')
-      time = tonumber(t[1]) * 1000000 + tonumber(t[2])
-      out[1] = time
-    end
     now = time
-  else
-    now = tonumber(now)
   end
-  local flags = ARGV[a + 4]
-  local o = 2 + (i - 1) * 6
-  local ok, rejected, allowed, remaining, reset, retry, nx = pcall(algs[r], KEYS[i], now, minTTL, limits[r], periods[r],
-    bursts[r], tonumber(ARGV[a + 3]), flags == '1' or flags == '3', flags == '2' or flags == '3')
-  if ok then
-    out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = rejected, allowed, remaining, reset, retry, nx
-  else
+  local raw, P = nil, tonum(ARGV[r + 3])
+  if alg ~= '1' and alg ~= '5' then raw = redis.call('GET', KEYS[i]) end
+  local s = load(KEYS[i], alg, raw, now, minTTL)
+  if anchor(s, alg, now, P) then -- a clock behind the state: written whatever follows
+    store(s, alg, now, minTTL)
+    if alg ~= '1' then raw = redis.call('GET', KEYS[i]) end
+    s = load(KEYS[i], alg, raw, now, minTTL)
+  end
+  local ok, remaining, reset, retry, nx, placed = decideOne(alg, s, now, tonum(ARGV[r + 2]), P,
+    tonum(ARGV[r + 4]), tonum(ARGV[a + 3]), flags == '1' or flags == '3', ARGV[a + 5])
+  local rejected = 0
+  if ok == 0 and flags ~= '2' and flags ~= '3' then
+    rejected = 1 -- a shadow request blocks nothing
+  elseif s.dirty then
+    store(s, alg, now, minTTL)
+  end
+  return rejected, ok, remaining, max(0, reset), retry, nx, placed
+end
+
+for i = 1, #KEYS do
+  local o = 2 + (i - 1) * 7
+  local ok, rejected, allowed, remaining, reset, retry, nx, placed = pcall(one, i)
+  if not ok then
     if type(rejected) == 'table' then rejected = rejected.err end
-    out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = redis.error_reply(tostring(rejected)), 0, 0, 0, 0, 0
+    rejected, allowed, remaining, reset, retry, nx, placed = redis.error_reply(tostring(rejected)), 0, 0, 0, 0, 0, 0
   end
+  out[o], out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = rejected, allowed, remaining, reset,
+    retry, nx, placed
 end
 return out

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,13 +10,6 @@ import (
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed undo.lua
-var undoSource string
-
-// undoScript puts back what a cross-slot call wrote in one slot (see
-// refund).
-var undoScript = redis.NewScript(undoSource)
 
 // slotGroups returns the indices of reqs grouped by Redis Cluster hash slot,
 // in order of first appearance and, within a group, in request order (so
@@ -54,9 +46,9 @@ func (s *Store) slotGroups(reqs []backend.Request) [][]int {
 // decideSlots decides a request whose keys span several slots: one script
 // per slot, pipelined (go-redis sends each node its scripts in parallel).
 // Each script is all or nothing for its own slot; if any rejects (or fails),
-// the slots that consumed are refunded with the same script, so the call as
-// a whole is all or nothing. Until the refund lands, the consumed units
-// count: the limiter may briefly under-admit, never over-admit.
+// the slots that consumed are refunded (see refund), so the call as a whole
+// is all or nothing. Until the refund lands, the consumed units count: the
+// limiter may briefly under-admit, never over-admit.
 func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups [][]int) ([]backend.Result, bool, error) {
 	keys := make([][]string, len(groups))
 	sub := make([][]backend.Request, len(groups))
@@ -103,39 +95,46 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 
 // refund undoes what the groups of a rejected (or failed) cross-slot call
 // wrote. Each key that still holds what the call left in it gets back its
-// value and TTL from before the call (undo.lua): the call then changed
-// nothing, whatever its requests were (refunds, forced charges, rules of
-// several periods on one key). It runs on its own deadline even when ctx is
+// value and TTL from before the call (decideScript's "u" mode), and each
+// Concurrency lease its expiry and units: the call then changed nothing,
+// whatever its requests were. It runs on its own deadline even when ctx is
 // done.
 //
 // A key another client wrote between the call and the undo cannot be put
 // back without losing that write: the call's own admitted requests on it
-// are then inverted instead, with the consumption's instant as stamp (so
-// only units that still count are given back). That inverse is exact for
-// charges on the windowed algorithms and the sliding log; GCRA keeps one
-// instant per key, not its history, so its key can be ready again up to the
-// undo's round trip early; and an undone refund is charged again in full,
-// at the undo's instant: the limiter may under-admit for a while, never
-// over-admit.
+// are then inverted instead, each charge refunded with the stamp its
+// admission returned, so that only those units come back, never units
+// another client took since (a Concurrency acquisition releases its lease;
+// a renewal stays renewed); an undone refund is charged again in full, at
+// the undo's instant. GCRA gives back only what is still outstanding of the
+// units: the limiter may under-admit for a while, never over-admit.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var ukeys [][]string
 	var uargs [][]any
 	var ugroups []int
+	var entries [][]int // per undo group, per request: its entry in ukeys, -1 none
 	for g := range sub {
 		if errs[g] != nil || replies[g].rejected {
 			continue
 		}
 		var k []string
 		var a []any
+		entry := make([]int, len(sub[g]))
 		for j, u := range replies[g].undo {
-			if u.action == 0 || slices.Contains(k, keys[g][j]) {
+			entry[j] = -1
+			if at := slices.Index(k, keys[g][j]); at >= 0 {
+				entry[j] = at
 				continue
 			}
+			if u.action == 0 {
+				continue
+			}
+			entry[j] = len(k)
 			k = append(k, keys[g][j])
 			a = append(a, u.action, u.value, u.old, u.ttl)
 		}
 		if len(k) > 0 {
-			ukeys, uargs, ugroups = append(ukeys, k), append(uargs, a), append(ugroups, g)
+			ukeys, uargs, ugroups, entries = append(ukeys, k), append(uargs, a), append(ugroups, g), append(entries, entry)
 		}
 	}
 	if len(ukeys) == 0 {
@@ -143,10 +142,9 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 	}
 	restored := s.restore(ctx, ukeys, uargs)
 
-	// The keys another client wrote meanwhile: invert the call's own units.
+	// What another client wrote meanwhile: invert the call's own units.
 	var rkeys [][]string
 	var rreqs [][]backend.Request
-	var rstamps [][]int64
 	for i, g := range ugroups {
 		if restored[i] == nil {
 			// A failed undo leaves units consumed until their keys expire:
@@ -155,35 +153,39 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 		}
 		var k []string
 		var rs []backend.Request
-		var st []int64
 		for j, r := range sub[g] {
-			at := slices.Index(ukeys[i], keys[g][j])
-			if at < 0 || restored[i][at] == 1 || r.Cost == 0 || !replies[g].results[j].Allowed {
+			res := replies[g].results[j]
+			at := entries[i][j]
+			switch {
+			case at < 0 || restored[i][at] == 1 || r.Cost == 0 || !res.Allowed:
 				continue // put back, untouched, or never consumed (a shadow request that did not fit)
+			case r.Algorithm == backend.Concurrency && r.Cost > 0 && !replies[g].added[j]:
+				continue // a renewal
 			}
-			stamp := replies[g].now
+			r.Stamp = res.Stamp
 			if r.Cost < 0 {
-				stamp = 0
+				r.Stamp = 0
 			}
 			r.Cost, r.Force = -r.Cost, true
-			k, rs, st = append(k, keys[g][j]), append(rs, r), append(st, stamp)
+			k, rs = append(k, keys[g][j]), append(rs, r)
 		}
 		if len(rs) > 0 {
-			rkeys, rreqs, rstamps = append(rkeys, k), append(rreqs, rs), append(rstamps, st)
+			rkeys, rreqs = append(rkeys, k), append(rreqs, rs)
 		}
 	}
 	if len(rreqs) > 0 {
-		s.settle(ctx, rkeys, rreqs, rstamps)
+		s.settle(ctx, rkeys, rreqs, nil)
 	}
 }
 
-// restore runs undo.lua once per group, in one round trip per node and
-// detached from ctx like a settlement, and returns per group which keys it
-// put back (nil when the group's reply was not had).
+// restore runs decideScript's "u" mode once per group, in one round trip
+// per node and detached from ctx like a settlement, and returns per group
+// which entries it put back (nil when the group's reply was not had).
 func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]int64 {
 	w, ops := newWaiter(ctx, len(keys))
 	for g := range keys {
-		ops[g] = scriptOp(ctx, undoScript, keys[g], args[g])
+		head := s.args(nil, nil, false)[:2] // the clock and minimum TTL
+		ops[g] = scriptOp(ctx, decideScript, keys[g], append(append(head, "u"), args[g]...))
 	}
 	err := s.call(ctx, w, ops, true)
 	out := make([][]int64, len(keys))
@@ -199,16 +201,17 @@ func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]
 	return out
 }
 
-// undoFields is how many elements the decide script adds to its reply per
-// request when asked for peeks: the request's key before and after.
+// undoFields is how many elements decideScript adds to its reply per
+// request when asked for peeks: what the call did to its key or lease.
 const undoFields = 4
 
-// keyUndo is a key as a cross-slot decide script found it and left it.
+// keyUndo is a key (or, for Concurrency, a lease) as a cross-slot decide
+// script found it and left it.
 type keyUndo struct {
-	old    string // the value before, "" when absent
-	ttl    int64  // its PTTL before, ms
-	action int64  // 0 untouched, 1 set, 2 deleted
-	value  string // the value set
+	old    string // the value before, "" when absent (leases: see decide.lua)
+	ttl    any    // its PTTL before, ms ("" for leases)
+	action int64  // 0 untouched, 1 set, 2 deleted, 3 leases changed
+	value  string // the value left
 }
 
 // decodeUndo reads the undo fields of a decide script's reply.
@@ -217,13 +220,16 @@ func decodeUndo(arr []any) ([]keyUndo, error) {
 	for i := range out {
 		f := arr[undoFields*i : undoFields*(i+1)]
 		old, ok1 := f[0].(string)
-		ttl, ok2 := f[1].(int64)
 		action, ok3 := f[2].(int64)
 		value, ok4 := f[3].(string)
+		_, ok2 := f[1].(int64)
+		if s, ok := f[1].(string); ok && action != 1 && action != 2 {
+			ok2, f[1] = true, s // ""  for leases
+		}
 		if !ok1 || !ok2 || !ok3 || !ok4 {
 			return nil, fmt.Errorf("%w: undo fields of request %d are %T, %T, %T, %T", errReply, i, f[0], f[1], f[2], f[3])
 		}
-		out[i] = keyUndo{old: old, ttl: ttl, action: action, value: value}
+		out[i] = keyUndo{old: old, ttl: f[1], action: action, value: value}
 	}
 	return out, nil
 }

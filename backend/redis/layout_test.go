@@ -11,10 +11,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// GCRA stores its bare tat, written as Redis writes an integer argument
-// (neither script formats it); the "g tat" an earlier version wrote is read.
-// Both the lone-GCRA script and decide.lua (a GCRA request beside another)
-// are held to it.
+// GCRA stores "tat at": the theoretical arrival time and the now of the
+// write (ALGORITHMS.md: a clock behind the write keeps the debt from now),
+// written alike by the batch script (a lone request) and decide.lua (a GCRA
+// request beside another). A bare tat, which no release wrote, counts as
+// absent.
 func TestGCRALayout(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
 		ctx := context.Background()
@@ -23,18 +24,17 @@ func TestGCRALayout(t *testing.T) {
 		r := backend.Request{Key: "{k}gcra", Algorithm: backend.GCRA, Limit: 4, Period: time.Second, Cost: 1}
 		other := backend.Request{Key: "{k}other", Algorithm: backend.FixedWindow, Limit: 4, Period: time.Second, Cost: 1}
 		t0 := clock.Now().UnixMicro()
-		decide(t, s, r)        // gcra.lua
+		decide(t, s, r)        // batch.lua
 		decide(t, s, r, other) // decide.lua
-		if got, want := client.Get(ctx, prefix+":"+r.Key).Val(), itoa(t0+500_000); got != want {
-			t.Errorf("stored %q, want the bare tat %q", got, want)
+		if got, want := client.Get(ctx, prefix+":"+r.Key).Val(), itoa(t0+500_000)+" "+itoa(t0); got != want {
+			t.Errorf("stored %q, want %q", got, want)
 		}
-		// The earlier layout, one unit from full, through each script.
 		for _, reqs := range [][]backend.Request{{r}, {r, other}} {
-			if err := client.Set(ctx, prefix+":"+r.Key, "g "+itoa(t0+750_000), time.Minute).Err(); err != nil {
+			if err := client.Set(ctx, prefix+":"+r.Key, itoa(t0+1_000_000), time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			if res := decide(t, s, reqs...)[0]; !res.Allowed || res.Remaining != 0 {
-				t.Errorf("%d requests on \"g tat\" of 3 units: %+v, want the last unit admitted", len(reqs), res)
+			if res := decide(t, s, reqs...)[0]; !res.Allowed || res.Remaining != 3 {
+				t.Errorf("%d requests on a bare tat of a full bucket: %+v, want it read as absent", len(reqs), res)
 			}
 		}
 	})
@@ -56,28 +56,13 @@ func rollingValue(w, last int64, counts map[int]int64) string {
 	return sb.String()
 }
 
-// oldRollingValue is the same state in the previous layout, "R w last S "
-// and the counts oldest first, which the scripts still read.
-func oldRollingValue(w, last int64, counts map[int]int64) string {
-	var sb strings.Builder
-	sum := int64(0)
-	for _, n := range counts {
-		sum += n
-	}
-	fmt.Fprintf(&sb, "R %015d %015d %015d ", w, last, sum)
-	for i := range 17 {
-		fmt.Fprintf(&sb, "%010d ", counts[i])
-	}
-	return sb.String()
-}
-
 // The rolling window's value is fixed-width decimals (ALGORITHMS.md), written
-// alike by the lone request's script (rolling.lua) and by decide.lua (a
-// rolling-window request beside another); both read the previous layout and
-// rewrite it in this one.
+// alike by the batch script (a lone request) and by decide.lua (a
+// rolling-window request beside another); a value of another layout counts
+// as absent.
 func TestRollingWindowLayout(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
-		for _, script := range []string{"rolling.lua", "decide.lua"} {
+		for _, script := range []string{"batch.lua", "decide.lua"} {
 			t.Run(script, func(t *testing.T) {
 				ctx := context.Background()
 				clock := newFakeClock()
@@ -114,16 +99,14 @@ func TestRollingWindowLayout(t *testing.T) {
 				call()
 				stored("every bucket left", rollingValue(1_000_000, b0+23, map[int]int64{16: 1}))
 
-				// The previous layout, 9 units in two buckets: one more fits.
-				old := oldRollingValue(1_000_000, b0+23, map[int]int64{10: 5, 16: 4})
+				// The previous layout ("R ", the counts oldest first), which no
+				// release wrote, counts as absent.
+				old := "R " + rollingValue(1_000_000, b0+23, map[int]int64{10: 5, 16: 4})[3:]
 				if err := client.Set(ctx, key, old, time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
 				call()
-				stored("the previous layout, read and rewritten", rollingValue(1_000_000, b0+23, map[int]int64{10: 5, 16: 5}))
-				if res := decide(t, s, r)[0]; res.Allowed || res.Remaining != 0 {
-					t.Errorf("an 11th unit after the previous layout's 9 and one more: %+v, want rejected", res)
-				}
+				stored("the previous layout replaced", rollingValue(1_000_000, b0+23, map[int]int64{16: 1}))
 			})
 		}
 	})
@@ -150,7 +133,6 @@ func TestRollingWindowKeepsExpiryInPlace(t *testing.T) {
 		}{
 			{"the bucket's count above 0", func(b int64) string { return rollingValue(w, b, map[int]int64{10: 2, 16: 3}) }, map[int]int64{10: 2, 16: 4}, true},
 			{"the bucket's count 0", func(b int64) string { return rollingValue(w, b, map[int]int64{10: 2}) }, map[int]int64{10: 2, 16: 1}, false},
-			{"the previous layout", func(b int64) string { return oldRollingValue(w, b, map[int]int64{10: 2, 16: 3}) }, map[int]int64{10: 2, 16: 4}, false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				for attempt := 0; ; attempt++ {

@@ -11,41 +11,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+//go:embed lib.lua
+var libSource string
+
 //go:embed decide.lua
 var decideSource string
 
-//go:embed div.lua
-var divSource string
+//go:embed batch.lua
+var batchSource string
 
-//go:embed gcra.lua
-var gcraSource string
+// batchScript decides independent decisions of one request each, in turn
+// (see batch.lua): a lone call is a batch of one.
+var batchScript = redis.NewScript(libSource + batchSource)
 
-//go:embed rolling.lua
-var rollingSource string
-
-//go:embed slidinglog.lua
-var slidingLogSource string
-
-//go:embed lone.lua
-var loneSource string
-
-// gcraScript decides a call of one GCRA request, the most common one, at
-// about half the Redis CPU of decideScript (see gcra.lua).
-var gcraScript = redis.NewScript(divSource + gcraSource + loneSource)
-
-// rollingScript decides a call of one rolling-window request, the default
-// algorithm's common call, without decideScript's bookkeeping (see
-// rolling.lua).
-var rollingScript = redis.NewScript(divSource + rollingSource + loneSource)
-
-// slidingLogScript decides a call of one sliding-log request without
-// decideScript's bookkeeping (see slidinglog.lua).
-var slidingLogScript = redis.NewScript(slidingLogSource + loneSource)
-
-// decideScript runs as EVALSHA first; go-redis falls back to EVAL (which
-// also reloads the script cache) on NOSCRIPT: after SCRIPT FLUSH, a
-// restart, or a failover to a replica that never saw the script.
-var decideScript = redis.NewScript(decideSource)
+// decideScript decides the requests of one call all or nothing. It runs as
+// EVALSHA first; go-redis falls back to EVAL (which also reloads the script
+// cache) on NOSCRIPT: after SCRIPT FLUSH, a restart, or a failover to a
+// replica that never saw the script.
+var decideScript = redis.NewScript(libSource + decideSource)
 
 // fakeClockMinTTL is the shortest TTL, in ms, of a key written under
 // WithClock (see there).
@@ -62,14 +45,17 @@ type reply struct {
 	// peeks, when asked for, are the requests' results had the call been
 	// rejected elsewhere: admitted requests report their unchanged state.
 	peeks []backend.Result
-	// undo, with the peeks, is each request's key before and after the
-	// script, to put it back if another slot rejects the call.
+	// undo, with the peeks, is what the call did to each request's key (or
+	// lease), to put it back if another slot rejects the call.
 	undo []keyUndo
+	// added reports, with the peeks, which Concurrency acquisitions added a
+	// lease (a renewal did not): an inverse releases only those.
+	added []bool
 }
 
-// args encodes reqs as the script's ARGV. stamps is nil or holds, per
-// request, the instant of the consumption a refund undoes; withPeeks asks
-// the script for the peeks of a reply.
+// args encodes reqs as decideScript's ARGV. stamps is nil or holds, per
+// request, the stamp of the admission a refund undoes, in place of its
+// Request.Stamp; withPeeks asks the script for the peeks of a reply.
 func (s *Store) args(reqs []backend.Request, stamps []int64, withPeeks bool) []any {
 	args := make([]any, 0, 3+argsPerRequest*len(reqs))
 	if s.clock == nil {
@@ -79,7 +65,7 @@ func (s *Store) args(reqs []backend.Request, stamps []int64, withPeeks bool) []a
 	}
 	args = append(args, flag(withPeeks))
 	for i, r := range reqs {
-		stamp := int64(0)
+		stamp := r.Stamp
 		if stamps != nil {
 			stamp = stamps[i]
 		}
@@ -99,8 +85,8 @@ func flag(b bool) int {
 	return 0
 }
 
-// run decides reqs, stored under keys, in one run of decideScript (a call
-// of one request with a script of its own runs runLone instead).
+// run decides reqs, stored under keys, all or nothing in one run of
+// decideScript (a call of one request runs runLone instead).
 func (s *Store) run(ctx context.Context, keys []string, reqs []backend.Request, stamps []int64) (reply, error) {
 	v, err := s.eval(ctx, decideScript, keys, s.args(reqs, stamps, false))
 	if err != nil {
@@ -109,32 +95,26 @@ func (s *Store) run(ctx context.Context, keys []string, reqs []backend.Request, 
 	return decode(v, reqs, false)
 }
 
-// loneScript is the script that decides reqs: a call of one GCRA, one
-// rolling-window or one sliding-log request (not a refund's undo) runs a
-// script of its own, every other call decideScript.
+// loneScript is the script that decides reqs: batchScript for a call of
+// one request (a batch of one, which a batch may share with other lone
+// calls), decideScript for every other call. A call whose stamps override
+// its requests' is a Cluster undo, sent with decideScript.
 func loneScript(reqs []backend.Request, stamps []int64) *redis.Script {
 	if len(reqs) == 1 && stamps == nil {
-		switch reqs[0].Algorithm {
-		case backend.GCRA:
-			return gcraScript
-		case backend.RollingWindow:
-			return rollingScript
-		case backend.SlidingLog:
-			return slidingLogScript
-		}
+		return batchScript
 	}
 	return decideScript
 }
 
-// loneCall is a call of one request that a script of its own decides
-// (loneScript): its command is built only when it is sent alone, and a
-// batch may decide it with other lone calls in one run of batchScript.
+// loneCall is a call of one request, decided by batchScript: its command
+// is built only when it is sent alone, and a batch may decide it with other
+// lone calls in one run.
 type loneCall struct {
 	req backend.Request
 	now int64 // µs, under WithClock; -1: the server's TIME
 }
 
-// runLone decides req, a call of script's own, into res.
+// runLone decides req, a call of one request, into res.
 func (s *Store) runLone(ctx context.Context, script *redis.Script, req backend.Request, res *backend.Result) (rejected bool, err error) {
 	w, ops := newWaiter(ctx, 1)
 	o := &ops[0]
@@ -154,23 +134,66 @@ func (s *Store) runLone(ctx context.Context, script *redis.Script, req backend.R
 	return rejected, nil
 }
 
-// loneCmd is the command of o, a lone call sent alone: its script with
-// decide.lua's ARGV for one request.
+// loneCmd is the command of o, a lone call sent alone: batchScript's run
+// of one decision.
 func (s *Store) loneCmd(ctx context.Context, o *op) *redis.Cmd {
-	r := &o.lone.req
-	var now any = ""
-	minTTL := 0
-	if o.lone.now >= 0 {
-		now, minTTL = o.lone.now, fakeClockMinTTL
+	return s.batchCmd(ctx, []*op{o})
+}
+
+// loneFields is how many values batchScript answers per decision.
+const loneFields = 7
+
+// batchArgs encodes ops, lone calls all, as batchScript's KEYS and ARGV,
+// after the command's first values: the rules they use, each once, then
+// per call its rule, clock, cost, flags, and lease (Concurrency) or stamp
+// (see batch.lua).
+func (s *Store) batchArgs(a []any, ops []*op) []any {
+	var rules [4]*backend.Request // the first ops of distinct rules, in order
+	distinct := rules[:0]
+	index := func(r *backend.Request) int {
+		for i, d := range distinct {
+			if d.Algorithm == r.Algorithm && d.Limit == r.Limit && d.Period == r.Period && d.Burst == r.Burst {
+				return i + 1
+			}
+		}
+		distinct = append(distinct, r)
+		return len(distinct)
 	}
-	return redis.NewCmd(ctx, "evalsha", o.script.Hash(), 1, o.key, now, minTTL, 0,
-		int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst, r.Cost, flag(r.Force), flag(r.Shadow), 0)
+	idx := make([]int, len(ops))
+	for i, o := range ops {
+		idx[i] = index(&o.lone.req)
+	}
+	minTTL := 0
+	if s.clock != nil {
+		minTTL = fakeClockMinTTL
+	}
+	a = append(a, len(ops))
+	for _, o := range ops {
+		a = append(a, o.key)
+	}
+	a = append(a, minTTL, len(distinct))
+	for _, r := range distinct {
+		a = append(a, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst)
+	}
+	for i, o := range ops {
+		var now any = ""
+		if o.lone.now >= 0 {
+			now = o.lone.now
+		}
+		r := &o.lone.req
+		x := r.Stamp
+		if r.Algorithm == backend.Concurrency {
+			x = r.Lease
+		}
+		a = append(a, idx[i], now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x)
+	}
+	return a
 }
 
 // decodeLone reads o's answer, {rejected, allowed, remaining, reset µs,
-// retry µs, next µs} from o.at in its command's reply (from 1 in its own
-// script's {now, ...}), into res, checking its shape: a server or proxy
-// answering something else is an error naming what it sent.
+// retry µs, next µs, stamp} from o.at (0: 1) in batchScript's reply {now,
+// then 7 values per decision}, into res, checking its shape: a server or
+// proxy answering something else is an error naming what it sent.
 func (o *op) decodeLone(res *backend.Result) (rejected bool, err error) {
 	v, err := o.cmd.Result()
 	if err != nil {
@@ -178,14 +201,13 @@ func (o *op) decodeLone(res *backend.Result) (rejected bool, err error) {
 	}
 	at := max(o.at, 1)
 	arr, ok := v.([]any)
-	// Its own script answers 7 values; a shared one 1 + 6 per decision.
-	if !ok || len(arr) < at+6 || (o.at == 0 && len(arr) != 7) || (len(arr)-1)%6 != 0 {
-		return false, fmt.Errorf("%w: %T of %d elements, want an array of %d", errReply, v, len(arr), max(at+6, 7))
+	if !ok || len(arr) < at+loneFields || (len(arr)-1)%loneFields != 0 {
+		return false, fmt.Errorf("%w: %T of %d elements, want an array of %d", errReply, v, len(arr), at+loneFields)
 	}
 	if e, ok := arr[at].(error); ok {
 		return false, e // this decision failed alone, in a shared script
 	}
-	var f [6]int64
+	var f [loneFields]int64
 	for i := range f {
 		n, ok := arr[at+i].(int64)
 		if !ok {
@@ -193,18 +215,28 @@ func (o *op) decodeLone(res *backend.Result) (rejected bool, err error) {
 		}
 		f[i] = n
 	}
-	*res = backend.Result{
-		Allowed:    f[1] == 1,
-		Limit:      o.lone.req.Limit,
-		Remaining:  f[2],
-		ResetAfter: time.Duration(f[3]) * time.Microsecond,
-		RetryAfter: time.Duration(f[4]) * time.Microsecond,
-		NextAfter:  time.Duration(f[5]) * time.Microsecond,
+	*res = result(&o.lone.req, f[1:])
+	return f[0] == 1, nil
+}
+
+// result is req's result from a script's fields for it: allowed,
+// remaining, reset µs, retry µs (-1 never), next µs, stamp.
+func result(req *backend.Request, f []int64) backend.Result {
+	res := backend.Result{
+		Allowed:    f[0] == 1,
+		Limit:      req.Limit,
+		Remaining:  f[1],
+		ResetAfter: time.Duration(f[2]) * time.Microsecond,
+		RetryAfter: time.Duration(f[3]) * time.Microsecond,
+		NextAfter:  time.Duration(f[4]) * time.Microsecond,
 	}
-	if f[4] < 0 {
+	if f[3] < 0 {
 		res.RetryAfter = backend.Never
 	}
-	return f[0] == 1, nil
+	if req.Algorithm != backend.Concurrency && req.Cost > 0 && res.Allowed {
+		res.Stamp = f[5] // a lease id names a Concurrency admission's units
+	}
+	return res
 }
 
 // describe names a call's keys for an error message.
@@ -217,12 +249,13 @@ func describe(reqs []backend.Request) string {
 
 var errReply = errors.New("unexpected decide script reply")
 
-// decode checks the reply's shape instead of trusting it: a server or proxy
-// answering something else is an error naming what it sent, not a panic.
+// decode checks decideScript's reply shape instead of trusting it: a server
+// or proxy answering something else is an error naming what it sent, not a
+// panic.
 func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
-	per := 5
+	per := 6
 	if withPeeks {
-		per = 8
+		per = 9
 	}
 	arr, ok := v.([]any)
 	if !ok {
@@ -251,29 +284,21 @@ func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
 	}
 	r := reply{now: ints[0], rejected: ints[1] == 1, results: make([]backend.Result, len(reqs))}
 	if withPeeks {
-		r.peeks = make([]backend.Result, len(reqs))
+		r.peeks, r.added = make([]backend.Result, len(reqs)), make([]bool, len(reqs))
 		var err error
 		if r.undo, err = decodeUndo(arr[head:]); err != nil {
 			return reply{}, fmt.Errorf("ceiling/backend/redis: deciding %s: %w", describe(reqs), err)
 		}
 	}
-	for i, req := range reqs {
+	for i := range reqs {
 		f := ints[2+per*i : 2+per*(i+1)]
-		res := backend.Result{
-			Allowed:    f[0] == 1,
-			Limit:      req.Limit,
-			Remaining:  f[1],
-			ResetAfter: time.Duration(f[2]) * time.Microsecond,
-			RetryAfter: time.Duration(f[3]) * time.Microsecond,
-			NextAfter:  time.Duration(f[4]) * time.Microsecond,
-		}
-		if f[3] < 0 {
-			res.RetryAfter = backend.Never
-		}
-		r.results[i] = res
+		r.results[i] = result(&reqs[i], f)
 		if withPeeks {
-			res.Remaining, res.ResetAfter, res.NextAfter = f[5], time.Duration(f[6])*time.Microsecond, time.Duration(f[7])*time.Microsecond
+			res := r.results[i]
+			res.Remaining, res.ResetAfter, res.NextAfter = f[6], time.Duration(f[7])*time.Microsecond, time.Duration(f[8])*time.Microsecond
+			res.Stamp = 0
 			r.peeks[i] = res
+			r.added[i] = reqs[i].Algorithm == backend.Concurrency && f[5] == 1
 		}
 	}
 	return r, nil

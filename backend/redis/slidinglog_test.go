@@ -25,12 +25,12 @@ func logRecord(t, n int64) string { return fmt.Sprintf("%016d %016d\n", t, n) }
 // script reads and writes a record at a time. This pins the layout through
 // its life: admissions append (units of one instant join its record),
 // expired records are skipped by moving head and dropped once they outweigh
-// the live ones, a refund moves fin back; the previous layout is read and
-// rewritten, the oldest counts as absent. (The conformance suite would pass
+// the live ones, a refund moves fin back; a value of another layout counts
+// as absent. (The conformance suite would pass
 // with any layout; the differential test parses this one after every step.)
 func TestSlidingLogLayout(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
-		for _, script := range []string{"slidinglog.lua", "decide.lua"} {
+		for _, script := range []string{"batch.lua", "decide.lua"} {
 			t.Run(script, func(t *testing.T) {
 				ctx := context.Background()
 				clock := newFakeClock()
@@ -104,8 +104,8 @@ func TestSlidingLogLayout(t *testing.T) {
 				call(r)
 				stored("t2 expired: rewritten", logHeader(1, t3, H, H+R)+logRecord(t3, 1))
 
-				// The previous layout is read: three live units, so a cost of 3 of 5
-				// is refused and 2 fit.
+				// A value of any other layout (an earlier one, which no release
+				// wrote) counts as absent.
 				clock.Advance(time.Hour)
 				t5 := clock.Now().UnixMicro()
 				old := "L 3 " + itoa(t5) + " " + itoa(t5-1000) + " 1 " + itoa(t5) + " 2"
@@ -113,14 +113,10 @@ func TestSlidingLogLayout(t *testing.T) {
 					t.Fatal(err)
 				}
 				r.Cost = 3
-				if res := call(r)[0]; res.Allowed || res.Remaining != 2 {
-					t.Errorf("cost 3 on a previous-layout log of 3 units: %+v, want rejected with 2 remaining", res)
+				if res := call(r)[0]; !res.Allowed || res.Remaining != 2 {
+					t.Errorf("cost 3 on an earlier layout's log of 3 units: %+v, want admitted with 2 remaining (absent state)", res)
 				}
-				r.Cost = 2
-				if res := call(r)[0]; !res.Allowed || res.Remaining != 0 {
-					t.Errorf("cost 2 on a previous-layout log of 3 units: %+v, want admitted with 0 remaining", res)
-				}
-				stored("the previous layout rewritten", logHeader(5, t5, H, H+2*R)+logRecord(t5-1000, 1)+logRecord(t5, 4))
+				stored("the earlier layout replaced", logHeader(3, t5, H, H+R)+logRecord(t5, 3))
 
 				// The oldest layout counts as absent.
 				if err := client.Set(ctx, key, "l "+itoa(t5)+" 5", time.Minute).Err(); err != nil {
@@ -177,8 +173,8 @@ func TestSlidingLogAdmissionReadsRecordsNotTheLog(t *testing.T) {
 	if got := after["getrange"] - before["getrange"]; got > 3*n {
 		t.Errorf("%d GETRANGEs in %d admissions, want at most 3 each", got, n)
 	}
-	if got := after["strlen"] - before["strlen"]; got != n {
-		t.Errorf("%d STRLEN: commandstats miscounted", got)
+	if got := after["strlen"] - before["strlen"]; got < n {
+		t.Errorf("%d STRLEN for this test's %d: commandstats miscounted", got, n)
 	}
 }
 

@@ -2,19 +2,9 @@ package redis
 
 import (
 	"context"
-	_ "embed"
 
-	"github.com/ceiling-go/ceiling/backend"
 	"github.com/redis/go-redis/v9"
 )
-
-//go:embed batch.lua
-var batchSource string
-
-// batchScript decides several lone decisions (calls of one GCRA, one
-// rolling-window or one sliding-log request) of a batch in one run: see
-// batch.lua.
-var batchScript = redis.NewScript(divSource + gcraSource + rollingSource + slidingLogSource + batchSource)
 
 // trip is one command of a round trip: an op's own, or a run of
 // batchScript deciding several ops.
@@ -28,7 +18,7 @@ type trip struct {
 // shareable reports whether o is a lone call (see loneCall) that may
 // share a run of batchScript: not yet built, without a request id.
 func shareable(o *op) bool {
-	return o.cmd == nil && !o.retry && (o.script == gcraScript || o.script == rollingScript || o.script == slidingLogScript)
+	return o.cmd == nil && !o.retry && o.script == batchScript
 }
 
 // trips groups ops into the commands of one round trip: each run of
@@ -58,56 +48,21 @@ func (s *Store) trips(ctx context.Context, ops []*op) []trip {
 	return trips
 }
 
-// batchCmd is the EVALSHA of batchScript deciding ops, lone calls all: the
-// rules they use, each once, then per call its rule, clock, cost and flags
-// (see batch.lua).
+// batchCmd is the EVALSHA of batchScript deciding ops, lone calls all (see
+// batchArgs).
 func (s *Store) batchCmd(ctx context.Context, ops []*op) *redis.Cmd {
-	var rules [4]*backend.Request // the first ops of distinct rules, in order
-	distinct := rules[:0]
-	index := func(r *backend.Request) int {
-		for i, d := range distinct {
-			if d.Algorithm == r.Algorithm && d.Limit == r.Limit && d.Period == r.Period && d.Burst == r.Burst {
-				return i + 1
-			}
-		}
-		distinct = append(distinct, r)
-		return len(distinct)
-	}
-	idx := make([]int, len(ops))
-	for i, o := range ops {
-		idx[i] = index(&o.lone.req)
-	}
-	minTTL := 0
-	if s.clock != nil {
-		minTTL = fakeClockMinTTL
-	}
-	a := make([]any, 0, 5+len(ops)+4*len(distinct)+4*len(ops))
-	a = append(a, "evalsha", batchScript.Hash(), len(ops))
-	for _, o := range ops {
-		a = append(a, o.key)
-	}
-	a = append(a, minTTL, len(distinct))
-	for _, r := range distinct {
-		a = append(a, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst)
-	}
-	for i, o := range ops {
-		var now any = ""
-		if o.lone.now >= 0 {
-			now = o.lone.now
-		}
-		r := &o.lone.req
-		a = append(a, idx[i], now, r.Cost, flag(r.Force)+2*flag(r.Shadow))
-	}
-	return redis.NewCmd(ctx, a...)
+	a := make([]any, 0, 5+6*len(ops)+4*min(len(ops), 4))
+	return redis.NewCmd(ctx, s.batchArgs(append(a, "evalsha", batchScript.Hash()), ops)...)
 }
 
 // answer gives each op of t its command, and a shared command's ops where
-// their answers start in its reply: {now, then 6 values per decision}.
+// their answers start in its reply: {now, then loneFields values per
+// decision}.
 func (t *trip) answer() {
 	for i, o := range t.ops {
 		o.cmd = t.cmd
 		if t.shared {
-			o.at = 1 + 6*i
+			o.at = 1 + loneFields*i
 		}
 	}
 }

@@ -60,9 +60,9 @@ func TestDecodeRejectsUnexpectedReplies(t *testing.T) {
 		want  string
 	}{
 		{"not an array", "OK", "string, want an array"},
-		{"short", []any{int64(1), int64(0)}, "2 elements, want 7"},
-		{"string element", []any{int64(1), int64(0), "1", int64(2), int64(3), int64(0), int64(0)}, "element 2 is string"},
-		{"nil element", []any{int64(1), int64(0), int64(1), nil, int64(3), int64(0), int64(0)}, "element 3 is <nil>"},
+		{"short", []any{int64(1), int64(0)}, "2 elements, want 8"},
+		{"string element", []any{int64(1), int64(0), "1", int64(2), int64(3), int64(0), int64(0), int64(0)}, "element 2 is string"},
+		{"nil element", []any{int64(1), int64(0), int64(1), nil, int64(3), int64(0), int64(0), int64(0)}, "element 3 is <nil>"},
 	}
 	for _, tt := range tests {
 		_, err := decode(tt.reply, reqs, false)
@@ -70,7 +70,7 @@ func TestDecodeRejectsUnexpectedReplies(t *testing.T) {
 			t.Errorf("%s: error %v, want errReply naming the key and %q", tt.name, err, tt.want)
 		}
 	}
-	r, err := decode([]any{int64(7), int64(1), int64(0), int64(2), int64(5), int64(-1), int64(4)}, reqs, false)
+	r, err := decode([]any{int64(7), int64(1), int64(0), int64(2), int64(5), int64(-1), int64(4), int64(0)}, reqs, false)
 	if err != nil {
 		t.Fatal(err)
 	}
