@@ -40,15 +40,12 @@ type Store struct {
 	clock   func() time.Time // nil: the script reads Redis TIME
 	deny    *denyCache       // nil: deny cache off
 
-	batchSize, inFlight int
-	batch               *batcher     // the one node's, without Cluster
-	nodes               sync.Map     // on Cluster: master address -> *batcher
-	reloaded            atomic.Int64 // UnixNano of the last slot map reload asked for
-	authRefused         atomic.Int64 // UnixNano of the last ErrAuth
-	dials               dialLog
-	retries             int // see WithRetries
-	ids                 atomic.Uint64
-	slowYield           atomic.Int64 // UnixNano of the last yield that showed a starved process
+	pipe        *pipeliner   // the one node's, without Cluster
+	nodes       sync.Map     // on Cluster: master address -> *pipeliner
+	reloaded    atomic.Int64 // UnixNano of the last slot map reload asked for
+	authRefused atomic.Int64 // UnixNano of the last ErrAuth
+	dials       dialLog
+	slowYield   atomic.Int64 // UnixNano of the last yield that showed a starved process
 	// inline: the client bounds a command by its context's deadline
 	// (ContextTimeoutEnabled), so a lone decision on an idle node can be
 	// sent by its caller, which returns by its budget all the same.
@@ -72,13 +69,11 @@ var (
 type Option func(*config)
 
 type config struct {
-	prefix              string
-	clock               func() time.Time
-	denySize            int
-	batchSize, inFlight int
-	logger              *slog.Logger
-	loggerSet           bool
-	retries             int
+	prefix    string
+	clock     func() time.Time
+	denySize  int
+	logger    *slog.Logger
+	loggerSet bool
 }
 
 // WithPrefix sets the prefix of every stored key, so several services can
@@ -142,15 +137,9 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock, batchSize: cfg.batchSize, inFlight: cfg.inFlight, retries: cfg.retries}
+	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock}
 	if cfg.prefix != "" {
 		s.prefix += ":"
-	}
-	if s.batchSize < 1 {
-		s.batchSize = DefaultBatchSize
-	}
-	if s.inFlight < 1 {
-		s.inFlight = DefaultInFlight
 	}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
@@ -160,7 +149,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		s.inline = c.Options().ContextTimeoutEnabled
 	}
 	if s.cluster == nil {
-		s.batch = newBatcher(s)
+		s.pipe = newPipeliner(s)
 	}
 	s.ownLogs = cfg.loggerSet
 	if cfg.logger != nil {
