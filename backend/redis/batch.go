@@ -600,12 +600,12 @@ func (s *Store) exec(batch []*op, inline bool) {
 			}
 		}
 	}
-	ctx = s.logContext(ctx)
 	s.send(ctx, batch)
 	heal := false
 	for _, o := range batch {
-		if err := o.cmd.Err(); err != nil && s.cluster != nil && stale(err) {
-			heal = true
+		if err := o.cmd.Err(); err != nil {
+			s.logReply(err)
+			heal = heal || (s.cluster != nil && stale(err))
 		}
 		if o.w.pending.Add(-1) == 0 {
 			o.w.done <- struct{}{}
