@@ -16,6 +16,10 @@ type denyCache struct {
 
 	mu      sync.Mutex
 	entries map[string]denial
+	// doubted are keys of a decision that was sent and whose outcome is
+	// unknown (its reply lost or late), and until when nothing is learned
+	// about them: see doubt.
+	doubted map[string]time.Time
 }
 
 // denial is one rejection: the same request (the same rule and cost) on
@@ -31,7 +35,7 @@ type denial struct {
 }
 
 func newDenyCache(size int) *denyCache {
-	return &denyCache{size: size, entries: make(map[string]denial)}
+	return &denyCache{size: size, entries: make(map[string]denial), doubted: make(map[string]time.Time)}
 }
 
 // answer rejects reqs locally, writing res, when one of its unforced,
@@ -98,7 +102,7 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 			// A concurrency slot can come back at any moment (a release on
 			// any instance): its rejection is never remembered.
 			if r.Cost <= 0 || r.Force || r.Shadow || res[i].Allowed || res[i].RetryAfter <= 0 || wroteBefore(reqs, res, i) ||
-				r.Algorithm == backend.Concurrency {
+				r.Algorithm == backend.Concurrency || d.doubtful(r.Key, now) {
 				continue
 			}
 			if _, found := d.entries[r.Key]; !found && len(d.entries) >= d.size {
@@ -120,6 +124,50 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 		}
 	}
 	d.n.Store(int64(len(d.entries)))
+}
+
+// doubtFor is how long after a decision on a key was sent and lost
+// (doubt) no rejection of the key is learned: longer than the caller that
+// lost it takes to ask the cache, on a process that runs it promptly.
+const doubtFor = time.Second
+
+// doubt records that a decision on the keys of reqs was sent and may have
+// been applied, though its caller got an error (its reply was lost, or
+// came too late): it forgets what the cache knows of those keys, and
+// learns nothing about them for doubtFor from calls made before then. The
+// caller, which decides by its fail mode next, then never gets a cached
+// rejection learned while its own decision was out (issue 30 item 4): a
+// rejection of a state its own decision may have consumed from, which
+// would break "a rejected request consumes nothing".
+func (d *denyCache) doubt(reqs []backend.Request, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	until := now.Add(doubtFor)
+	for _, r := range reqs {
+		delete(d.entries, r.Key)
+		if _, found := d.doubted[r.Key]; !found && len(d.doubted) >= d.size {
+			for k := range d.doubted { // full: drop one, at random
+				delete(d.doubted, k)
+				break
+			}
+		}
+		d.doubted[r.Key] = until
+	}
+	d.n.Store(int64(len(d.entries)))
+}
+
+// doubtful reports whether key is in doubt for a call made at now,
+// dropping a doubt that ended. d.mu is held.
+func (d *denyCache) doubtful(key string, now time.Time) bool {
+	until, found := d.doubted[key]
+	if !found {
+		return false
+	}
+	if now.Before(until) {
+		return true
+	}
+	delete(d.doubted, key)
+	return false
 }
 
 // roomBefore reports whether a request of the call before i, on i's key,

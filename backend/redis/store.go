@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,6 +118,12 @@ func WithClock(now func() time.Time) Option {
 // key meanwhile, and when another rule of the call would reject too, for
 // longer, that rule's longer RetryAfter is not known. A refund or
 // [Store.Reset] through this Store forgets the key at once.
+//
+// The cache never answers a decision that was sent: when a decision fails
+// after it was written (its reply lost, or too late), so that Redis may
+// have applied it, the Store forgets its keys and learns no rejection of
+// them for a second. Its caller then gets the error, and its fail mode,
+// never a cached rejection that its own decision may have caused.
 func WithDenyCache(size int) Option {
 	return func(c *config) { c.denySize = size }
 }
@@ -221,6 +229,9 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		res, rejected = r.results, r.rejected
 	}
 	if err != nil {
+		if s.deny != nil && sentUnanswered(err) {
+			s.deny.doubt(reqs, micro(s.now()))
+		}
 		return err
 	}
 	copy(results, res)
@@ -228,6 +239,18 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		s.deny.learn(reqs, res, rejected, now)
 	}
 	return nil
+}
+
+// sentUnanswered reports whether a call that failed with err may have been
+// applied: it timed out, or lost its connection, after it was written. A
+// call that was never sent (a failed dial, no round trip free) or that
+// Redis refused (an error reply) was not.
+func sentUnanswered(err error) bool {
+	var op *net.OpError
+	if errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial") {
+		return false
+	}
+	return timedOut(err) || isUnreachable(err)
 }
 
 // DecideCached rejects reqs from the deny cache alone, with no round trip,
