@@ -142,7 +142,11 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	w.pending.Store(int32(len(ops)))
 	w.unclaimed.Store(int32(len(ops)))
 	w.written.Store(0)
-	b, err := s.enqueue(ctx, w, ops, s.inline && !detached && w.budget > 0 && len(ops) == 1 && !s.starvedLately())
+	// The caller sends its op itself when the round trip then returns by
+	// the call's bound: the client keeps the budget's deadline, or there is
+	// no bound (no budget, and a context that cannot be cancelled).
+	bound := (s.inline && w.budget > 0) || (w.budget == 0 && ctx.Done() == nil)
+	b, err := s.enqueue(ctx, w, ops, bound && !detached && len(ops) == 1 && !s.starvedLately())
 	if err != nil {
 		w.giveUp()
 		return err
@@ -197,9 +201,10 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 // back. The round trip's deadline is the budget counted from the write,
 // which the client keeps (Store.inline), so it returns by it as call does,
 // but a cancellation of the caller's context before that is not noticed
-// (call takes this path only with a budget), and a reply this process is
-// too starved to read in time is lost where call would wait for it (call
-// takes this path only when no yield showed the process starved lately).
+// (call takes this path only with a budget, or with neither a budget nor a
+// context that can end), and a reply this process is too starved to read
+// in time is lost where call would wait for it (call takes this path only
+// when no yield showed the process starved lately).
 func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 	batch := w.self[:0]
 	for w.pending.Load() > 0 {
