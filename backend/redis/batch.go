@@ -580,6 +580,12 @@ func (s *Store) exec(batch []*op, inline bool) {
 			budget = max(budget, w.budget)
 		}
 	}
+	if inline {
+		// The caller that sends the batch returns by its own bound: a
+		// waiter without one that queued into it gets an error once that
+		// bound passed, rather than hold the caller past it.
+		bounded = budget > 0
+	}
 	ctx := context.WithoutCancel(batch[0].w.ctx)
 	if bounded {
 		// The waiters' patience with a starved process, and half the
