@@ -390,3 +390,29 @@ func (c *callerFrames) counts() (byCaller, byOther int) {
 	defer c.mu.Unlock()
 	return c.byCaller, c.byOther
 }
+
+// TestInlineBatchKeepsItsSendersBound: a caller that sends a batch itself
+// returns by its budget on a stalled Redis even when a waiter without a
+// budget queued into that batch (go-redis's own read timeout, 3s, would
+// hold it otherwise).
+func TestInlineBatchKeepsItsSendersBound(t *testing.T) {
+	proxy := redistest.NewProxy(t, redistest.Shared(t).Addr)
+	s := New(defaultClientOpts(t, &redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true}), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	decide(t, s, day("warm", 1))
+	proxy.Stall()
+	defer proxy.Resume()
+	var batch []*op
+	for _, budget := range []time.Duration{100 * time.Millisecond, 0} {
+		w, ops := newWaiter(context.Background(), 1)
+		w.budget = budget
+		w.pending.Store(1)
+		ops[0] = scriptOp(context.Background(), decideScript, []string{s.prefix + "k"}, s.args([]backend.Request{day("k", 1)}, nil, false))
+		ops[0].w = w
+		batch = append(batch, &ops[0])
+	}
+	start := time.Now()
+	s.exec(batch, true)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a batch sent by a caller with a 100ms budget returned after %v on a stalled Redis, want about 100ms", d)
+	}
+}
