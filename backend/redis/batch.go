@@ -595,12 +595,16 @@ func (s *Store) exec(batch []*op, inline bool) {
 		// round trip for waiters is cancelled as soon as none of them waits
 		// any more (flight), so a decision whose caller gave up is not sent
 		// late, when a Redis that was down comes back.
-		if !inline {
+		if inline {
+			ctx = &writeDeadline{Context: batch[0].w.ctx, at: now.Add(budget), done: doneUnlessPast(batch[0].w.ctx, now)}
+		} else {
 			budget = starvedLimit(budget) + budget/2
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, now.Add(budget))
-		defer cancel()
+		var cancel context.CancelFunc = func() {}
+		if !inline {
+			ctx, cancel = context.WithDeadline(ctx, now.Add(budget))
+			defer cancel()
+		}
 		if !detached && !inline {
 			f := &flight{cancel: cancel}
 			for _, o := range batch {
@@ -625,6 +629,41 @@ func (s *Store) exec(batch []*op, inline bool) {
 	if heal {
 		s.healCluster()
 	}
+}
+
+// writeDeadline is the context of a round trip its caller sends itself
+// (callInline): the caller's, for its values, with the deadline of the
+// budget counted from the write, which go-redis sets on the connection
+// (ContextTimeoutEnabled). It starts no timer of its own, as
+// context.WithDeadline would for every decision: go-redis reads Done only
+// while it waits for a pooled connection or a dial, and there the
+// caller's Done serves, unless the caller's deadline had already passed
+// at the write (a process too busy to run the caller in time), when it
+// has none and the pool's own timeout bounds that wait.
+type writeDeadline struct {
+	context.Context
+	at   time.Time
+	done <-chan struct{}
+}
+
+func (c *writeDeadline) Deadline() (time.Time, bool) { return c.at, true }
+func (c *writeDeadline) Done() <-chan struct{}       { return c.done }
+
+func (c *writeDeadline) Err() error {
+	select {
+	case <-c.done:
+		return c.Context.Err()
+	default:
+		return nil
+	}
+}
+
+// doneUnlessPast is ctx's Done, unless ctx's deadline is before now.
+func doneUnlessPast(ctx context.Context, now time.Time) <-chan struct{} {
+	if dl, ok := ctx.Deadline(); ok && dl.Before(now) {
+		return nil
+	}
+	return ctx.Done()
 }
 
 // afterGiveUp, when set by a test, runs once a caller gave up: it stands
