@@ -586,26 +586,23 @@ func (s *Store) exec(batch []*op, inline bool) {
 		// bound passed, rather than hold the caller past it.
 		bounded = budget > 0
 	}
-	ctx := context.WithoutCancel(batch[0].w.ctx)
-	if bounded {
+	var ctx context.Context
+	switch {
+	case !bounded: // neither deadline nor Done: the waiters wait as long as it takes
+		ctx = &writeDeadline{Context: batch[0].w.ctx}
+	case inline: // the caller is its own waiter
+		ctx = &writeDeadline{Context: batch[0].w.ctx, at: now.Add(budget), done: doneUnlessPast(batch[0].w.ctx, now)}
+	default:
 		// The waiters' patience with a starved process, and half the
 		// budget again, let a reply that came in time be read by a process
 		// slow to schedule this goroutine; the waiters have their own
-		// deadlines. A caller sending its own op is its own waiter. A
-		// round trip for waiters is cancelled as soon as none of them waits
-		// any more (flight), so a decision whose caller gave up is not sent
-		// late, when a Redis that was down comes back.
-		if inline {
-			ctx = &writeDeadline{Context: batch[0].w.ctx, at: now.Add(budget), done: doneUnlessPast(batch[0].w.ctx, now)}
-		} else {
-			budget = starvedLimit(budget) + budget/2
-		}
-		var cancel context.CancelFunc = func() {}
-		if !inline {
-			ctx, cancel = context.WithDeadline(ctx, now.Add(budget))
-			defer cancel()
-		}
-		if !detached && !inline {
+		// deadlines. The round trip is cancelled as soon as none of them
+		// waits any more (flight), so a decision whose caller gave up is
+		// not sent late, when a Redis that was down comes back.
+		c, cancel := context.WithDeadline(context.WithoutCancel(batch[0].w.ctx), now.Add(starvedLimit(budget)+budget/2))
+		defer cancel()
+		ctx = c
+		if !detached {
 			f := &flight{cancel: cancel}
 			for _, o := range batch {
 				o.w.board(f)
@@ -632,7 +629,8 @@ func (s *Store) exec(batch []*op, inline bool) {
 }
 
 // writeDeadline is the context of a round trip its caller sends itself
-// (callInline): the caller's, for its values, with the deadline of the
+// (callInline), or of one with no deadline (then with no Done either):
+// the caller's, for its values, with the deadline of the
 // budget counted from the write, which go-redis sets on the connection
 // (ContextTimeoutEnabled). It starts no timer of its own, as
 // context.WithDeadline would for every decision: go-redis reads Done only
@@ -646,7 +644,7 @@ type writeDeadline struct {
 	done <-chan struct{}
 }
 
-func (c *writeDeadline) Deadline() (time.Time, bool) { return c.at, true }
+func (c *writeDeadline) Deadline() (time.Time, bool) { return c.at, !c.at.IsZero() }
 func (c *writeDeadline) Done() <-chan struct{}       { return c.done }
 
 func (c *writeDeadline) Err() error {
