@@ -17,8 +17,8 @@ type denyCache struct {
 	mu      sync.Mutex
 	entries map[string]denial
 	// doubted are keys of a decision that was sent and whose outcome is
-	// unknown (its reply lost or late), and until when nothing is learned
-	// about them: see doubt.
+	// unknown (its reply lost or late), and until when the cache does not
+	// answer them: see doubt.
 	doubted map[string]time.Time
 }
 
@@ -49,7 +49,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 	defer d.mu.Unlock()
 	denied := false
 	for i, r := range reqs {
-		if r.Force || r.Shadow || r.Cost <= 0 {
+		if r.Force || r.Shadow || r.Cost <= 0 || d.doubtful(r.Key, now) {
 			continue
 		}
 		e, found := d.entries[r.Key]
@@ -102,7 +102,7 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 			// A concurrency slot can come back at any moment (a release on
 			// any instance): its rejection is never remembered.
 			if r.Cost <= 0 || r.Force || r.Shadow || res[i].Allowed || res[i].RetryAfter <= 0 || wroteBefore(reqs, res, i) ||
-				r.Algorithm == backend.Concurrency || d.doubtful(r.Key, now) {
+				r.Algorithm == backend.Concurrency {
 				continue
 			}
 			if _, found := d.entries[r.Key]; !found && len(d.entries) >= d.size {
@@ -127,24 +127,26 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 }
 
 // doubtFor is how long after a decision on a key was sent and lost
-// (doubt) no rejection of the key is learned: longer than the caller that
-// lost it takes to ask the cache, on a process that runs it promptly.
-const doubtFor = time.Second
+// (doubt) the cache does not answer the key: longer than the
+// caller that lost it takes to ask the cache next, even on a process too
+// busy to run it promptly (starvedWait).
+const doubtFor = starvedWait
 
 // doubt records that a decision on the keys of reqs was sent and may have
 // been applied, though its caller got an error (its reply was lost, or
-// came too late): it forgets what the cache knows of those keys, and
-// learns nothing about them for doubtFor from calls made before then. The
-// caller, which decides by its fail mode next, then never gets a cached
-// rejection learned while its own decision was out (issue 30 item 4): a
+// came too late): for doubtFor, the cache answers no call on those keys.
+// The caller,
+// which asks the cache next (the limiter does, before its fail mode), then
+// never gets a cached rejection learned while its own decision was out: a
 // rejection of a state its own decision may have consumed from, which
-// would break "a rejected request consumes nothing".
+// would break "a rejected request consumes nothing". After doubtFor the
+// cache answers the key again from what it learned, since a rejection
+// learned meanwhile holds for every later decision.
 func (d *denyCache) doubt(reqs []backend.Request, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	until := now.Add(doubtFor)
 	for _, r := range reqs {
-		delete(d.entries, r.Key)
 		if _, found := d.doubted[r.Key]; !found && len(d.doubted) >= d.size {
 			for k := range d.doubted { // full: drop one, at random
 				delete(d.doubted, k)
@@ -153,7 +155,6 @@ func (d *denyCache) doubt(reqs []backend.Request, now time.Time) {
 		}
 		d.doubted[r.Key] = until
 	}
-	d.n.Store(int64(len(d.entries)))
 }
 
 // doubtful reports whether key is in doubt for a call made at now,

@@ -172,13 +172,15 @@ var _ redis.Hook = (*commandCounter)(nil)
 // learn. The failed decision's caller, which asks the cache next as the
 // limiter does before its fail mode, must not get that rejection: its own
 // decision took the unit the rejection saw taken. Nor may a rejection
-// learned just after the failure answer it.
+// learned just after the failure answer it. Once the doubt is over, the
+// cache answers the key again from the rejection it kept.
 func TestDenyCacheNeverAnswersASentDecision(t *testing.T) {
 	srv := redistest.Shared(t)
 	proxy := redistest.NewProxy(t, srv.Addr)
 	prefix := redistest.KeyPrefix(t)
-	s := New(defaultClient(t, proxy.Addr), WithPrefix(prefix))
-	direct := New(defaultClient(t, srv.Addr), WithPrefix(prefix), WithDenyCache(0))
+	clock := newFakeClock()
+	s := New(defaultClient(t, proxy.Addr), WithPrefix(prefix), WithClock(clock.Now))
+	direct := New(defaultClient(t, srv.Addr), WithPrefix(prefix), WithClock(clock.Now), WithDenyCache(0))
 	one := backend.Request{Key: "k", Algorithm: backend.FixedWindow, Limit: 1, Period: 24 * time.Hour, Cost: 1}
 	decide(t, s, backend.Request{Key: "warm", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1})
 
@@ -210,5 +212,9 @@ func TestDenyCacheNeverAnswersASentDecision(t *testing.T) {
 	}
 	if s.DecideCached([]backend.Request{one}, out) {
 		t.Errorf("the caller of a decision Redis applied got a cached rejection learned just after it failed: %+v", out[0])
+	}
+	clock.Advance(doubtFor)
+	if !s.DecideCached([]backend.Request{one}, out) || out[0].Allowed {
+		t.Errorf("once the doubt is over, the cache does not answer the spent key: %v %+v", out[0].Cached, out[0])
 	}
 }

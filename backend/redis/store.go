@@ -121,9 +121,8 @@ func WithClock(now func() time.Time) Option {
 //
 // The cache never answers a decision that was sent: when a decision fails
 // after it was written (its reply lost, or too late), so that Redis may
-// have applied it, the Store forgets its keys and learns no rejection of
-// them for a second. Its caller then gets the error, and its fail mode,
-// never a cached rejection that its own decision may have caused.
+// have applied it, the cache does not answer its keys for two seconds. Its caller then gets the error, and its fail mode, never a
+// cached rejection that its own decision may have caused.
 func WithDenyCache(size int) Option {
 	return func(c *config) { c.denySize = size }
 }
