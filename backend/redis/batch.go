@@ -146,7 +146,7 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	// the call's bound: the client keeps the budget's deadline, or there is
 	// no bound (no budget, and a context that cannot be cancelled).
 	bound := (s.inline && w.budget > 0) || (w.budget == 0 && ctx.Done() == nil)
-	b, err := s.enqueue(ctx, w, ops, bound && !detached && len(ops) == 1 && !s.starvedLately())
+	b, err := s.enqueue(ctx, w, ops, bound && !detached && len(ops) == 1 && !s.starvedLately(entry))
 	if err != nil {
 		w.giveUp()
 		return err
@@ -238,9 +238,9 @@ func timedOut(err error) bool {
 }
 
 // starvedLately reports whether a yield showed this process starved
-// within starvedMemory.
-func (s *Store) starvedLately() bool {
-	return time.Now().UnixNano()-s.slowYield.Load() < int64(starvedMemory)
+// within starvedMemory before now.
+func (s *Store) starvedLately(now time.Time) bool {
+	return now.UnixNano()-s.slowYield.Load() < int64(starvedMemory)
 }
 
 // waitStarved waits, once the caller's deadline has passed, for as long as
@@ -312,7 +312,7 @@ func (s *Store) starved(budget time.Duration) (bool, time.Duration) {
 			return true, took
 		}
 	}
-	return s.starvedLately(), took
+	return s.starvedLately(time.Now()), took
 }
 
 // yields is how many times starved yields before it calls the process
