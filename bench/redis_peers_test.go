@@ -42,9 +42,12 @@ func redisAddr(tb testing.TB) string {
 const poolSize = 64
 
 // newClient returns a client of its own (one "instance") that counts what
-// it sends, closed when the test ends.
+// it sends, closed when the test ends. It keeps context deadlines itself
+// (ContextTimeoutEnabled), as backend/redis's README asks of a client for
+// ceiling, so that a lone decision is sent by its caller; every library
+// gets the same options.
 func newClient(tb testing.TB, addr string) (*redis.Client, *counter) {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, DisableIdentity: true, ContextTimeoutEnabled: true})
 	n := &counter{}
 	c.AddHook(n)
 	tb.Cleanup(func() { c.Close() })

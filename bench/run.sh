@@ -20,7 +20,7 @@ BENCHTIME=${BENCHTIME:-100ms}
 OUT_DIR=${OUT_DIR:-}
 work=$(mktemp -d)
 
-steps=$((COUNT + 5))
+steps=$((COUNT + 6))
 step_no=0
 # step announces the next step with the time elapsed since the start.
 step() {
@@ -90,6 +90,21 @@ for round in $(seq "$COUNT"); do
 	"$work/bench.test" -test.run '^$' -test.bench '^Benchmark(Decide|Middleware|Redis|RedisKeys)$' \
 		-test.benchtime "$BENCHTIME" | tee -a "$work/out.txt"
 done
+# Pinned: the Redis keys benchmark once more with redis-server on CPU 1
+# and the benchmark on CPU 0 (GOMAXPROCS=1), so that the client's CPU per
+# decision, not two processes sharing cores, sets the throughput. Its
+# variants are renamed serial-pinned and parallel64-pinned: the tables
+# show them as columns of their own.
+step "pinned: redis-server on CPU 1, the Redis keys benchmark on CPU 0"
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
+	echo "pinned" >>"$work/out.txt"
+	taskset -a -cp 1 "$redis_pid" >/dev/null
+	GOMAXPROCS=1 taskset -c 0 "$work/bench.test" -test.run '^$' -test.bench '^BenchmarkRedisKeys$' \
+		-test.benchtime "$BENCHTIME" | sed -E 's#/(serial|parallel64)/#/\1-pinned/#' | tee -a "$work/out.txt"
+	taskset -a -cp "0-$(($(nproc) - 1))" "$redis_pid" >/dev/null
+else
+	echo "skipped: needs taskset and 2 cores"
+fi
 # Experiments: one run each. The scripts' server time is read over 20,000
 # calls on a redis-server of its own.
 step "experiments, once each (exactness, attack, boundary, 1M keys, scripts' server time)"

@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,5 +95,72 @@ func TestClientKillStormNeverCountsTwice(t *testing.T) {
 	}
 	if max := admitted + failed; got > max {
 		t.Errorf("units stored %d > admitted + failed = %d: some decision took effect twice", got, max)
+	}
+}
+
+// killStorm decides on key "k" through s from 16 goroutines while every
+// client connection to srv is killed every 10ms for d, and returns the
+// decisions admitted and failed, and the connections killed.
+func killStorm(t *testing.T, srv *redistest.Instance, s *Store, d time.Duration) (admitted, failed, kills int64) {
+	t.Helper()
+	ctx := context.Background()
+	decide(t, s, day("warm", 1))
+	admin := srv.Client(t)
+	stop := make(chan struct{})
+	var nAdmitted, nFailed, nKills atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every(10*time.Millisecond, stop, func() bool {
+			n, err := admin.ClientKillByFilter(ctx, "TYPE", "normal").Result()
+			if err != nil {
+				t.Errorf("CLIENT KILL: %v", err)
+				return false
+			}
+			nKills.Add(n)
+			return true
+		})
+	})
+	deadline := time.Now().Add(d)
+	for range 16 {
+		wg.Go(func() {
+			reqs := []backend.Request{day("k", 1)}
+			for time.Now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(ctx, time.Second)
+				res, err := s.Decide(ctx, reqs)
+				cancel()
+				switch {
+				case err != nil:
+					nFailed.Add(1)
+				case res[0].Allowed:
+					nAdmitted.Add(1)
+				default:
+					t.Errorf("a decision under a limit of %d was rejected", int64(backend.MaxLimit))
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(d)
+	close(stop)
+	wg.Wait()
+	if nKills.Load() == 0 {
+		t.Fatal("the storm killed no connection")
+	}
+	return nAdmitted.Load(), nFailed.Load(), nKills.Load()
+}
+
+// every calls f every d until stop is closed or f returns false.
+func every(d time.Duration, stop <-chan struct{}, f func() bool) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			if !f() {
+				return
+			}
+		}
 	}
 }

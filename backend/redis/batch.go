@@ -15,52 +15,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Defaults of [WithBatching].
+// maxBatch bounds the scripts of one pipelined write, and maxLanes the
+// round trips in flight to one node at once: a decision that finds a lane
+// free is written at once, and one that finds every lane taken waits for
+// the first to come back and goes out with whatever queued meanwhile.
 const (
-	DefaultBatchSize = 64
-	DefaultInFlight  = 4
+	maxBatch = 64
+	maxLanes = 4
 )
-
-// workerIdle is how long a batch worker waits for more work (one to two
-// ticks of it) before it exits, so that an idle Store holds no goroutine
-// and a steady trickle of decisions does not start one per decision.
-const workerIdle = 100 * time.Millisecond
-
-// WithBatching bounds how concurrent decisions share round trips. Each
-// Redis node (one on a single server or Sentinel, each master on Cluster)
-// has up to inFlight round trips in flight at once; a decision that
-// arrives while one of them is free is written at once, alone (no timer
-// ever holds a decision back to fill a batch). A decision that arrives
-// while all are in flight waits for the first to end, and goes out with
-// every other decision that arrived meanwhile, up to size scripts in one
-// pipelined write. So a queued decision waits at most for the round trips
-// ahead of it, and batches grow only with the load.
-//
-// The defaults are [DefaultBatchSize] and [DefaultInFlight]. A size of 1
-// sends every decision on its own round trip; values below 1 mean the
-// default.
-//
-// Batching changes no answer: each decision is still decided all or
-// nothing on its own, one script run per hash slot, in the order the
-// decisions were made. Consecutive decisions of a batch that are one
-// GCRA, one rolling-window or one sliding-log request each, bound for one
-// hash slot, share a run of a script that decides them in turn
-// (batch.lua), so that Redis parses one command and reads its clock once
-// for all of them; one of them that fails (its key holds another type, a
-// full or read-only Redis refuses it) fails alone.
-//
-// A decision written at once is handed to a worker goroutine of the store,
-// which keeps its budget whatever the client does. When the client keeps a
-// context's deadline itself (go-redis's ContextTimeoutEnabled option), a
-// lone decision on a node with a lane free and nothing queued is written
-// and read by its caller instead, sparing the hand-over (two goroutine
-// switches); it still returns by its budget, counted from the write, but
-// then notices a cancellation of its context only at that deadline, and
-// does not wait longer for a process too starved to read a reply in time
-// (while yields show the process starved, decisions go to the workers).
-func WithBatching(size, inFlight int) Option {
-	return func(c *config) { c.batchSize, c.inFlight = size, inFlight }
-}
 
 // op is one command of a call (a script run of a decision, a DEL of a
 // reset), queued for a round trip.
@@ -69,7 +31,6 @@ type op struct {
 	key    string        // its first key, which names its node
 	cmd    *redis.Cmd    // nil until sent for a lone call (see loneCall)
 	w      *waiter
-	retry  bool     // a recorded script, sent again after a lost reply (WithRetries)
 	lone   loneCall // a call of one request of a script of its own
 	at     int      // a lone call's answer starts at cmd's reply[at] (0: 1)
 }
@@ -94,14 +55,14 @@ type waiter struct {
 	detached bool
 
 	pending   atomic.Int32 // ops not yet answered
-	unclaimed atomic.Int32 // ops no worker has taken yet
+	unclaimed atomic.Int32 // ops no round trip has taken yet
 	written   atomic.Int64 // UnixNano of the latest write of one of its ops
 	gone      atomic.Bool  // the caller stopped waiting
 	done      chan struct{}
-	mu        sync.Mutex // orders gone with flights
-	flights   []*flight  // the round trips that took its ops
-	one       [1]op      // the ops of a one-script decision
-	self      [1]*op     // the batch of a decision its caller sends itself
+	mu        sync.Mutex    // orders gone with flights
+	flights   []*flight     // the round trips that took its ops
+	one       [1]op         // the ops of a one-script decision
+	self      [maxBatch]*op // the batches of a decision its caller sends itself
 }
 
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
@@ -117,14 +78,14 @@ func newWaiter(ctx context.Context, n int) (*waiter, []op) {
 	return w, ops
 }
 
-// release returns w to the pool, unless a worker may still hold it: a
+// release returns w to the pool, unless a round trip may still hold it: a
 // waiter whose caller left before every reply came is left to the
 // collector.
 func (w *waiter) release(answered bool) {
 	if !answered {
 		return
 	}
-	w.one[0], w.self[0] = op{}, nil
+	w.one[0] = op{}
 	w.ctx, w.budget, w.detached = nil, 0, false
 	w.gone.Store(false)
 	w.mu.Lock()
@@ -135,7 +96,7 @@ func (w *waiter) release(answered bool) {
 }
 
 // starvedWait is how long after it was called a caller waits, at most,
-// while this process is visibly too busy to run the worker that reads its
+// while this process is visibly too busy to run the goroutine that reads its
 // reply (see waitStarved), or one and a half budgets if that is longer; a
 // slow yield of the CPU makes the process count as starved for
 // starvedMemory, since one yield can be quick by luck.
@@ -178,21 +139,14 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 		w.budget = max(dl.Sub(entry), time.Nanosecond)
 	}
 	w.detached = detached
-	if s.retries > 0 {
-		ttl := idTTL(w.budget)
-		if detached {
-			ttl = idTTL(max(w.budget, refundTimeout))
-		}
-		for i := range ops {
-			if ops[i].script != nil {
-				s.record(ctx, &ops[i], ttl)
-			}
-		}
-	}
 	w.pending.Store(int32(len(ops)))
 	w.unclaimed.Store(int32(len(ops)))
 	w.written.Store(0)
-	b, err := s.enqueue(ctx, w, ops, s.inline && !detached && w.budget > 0 && !s.starvedLately())
+	// The caller sends its op itself when the round trip then returns by
+	// the call's bound: the client keeps the budget's deadline, or there is
+	// no bound (no budget, and a context that cannot be cancelled).
+	bound := (s.inline && w.budget > 0) || (w.budget == 0 && ctx.Done() == nil)
+	b, err := s.enqueue(ctx, w, ops, bound && !detached && len(ops) == 1 && !s.starvedLately(entry))
 	if err != nil {
 		w.giveUp()
 		return err
@@ -238,23 +192,33 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	return s.timeoutError(w, entry)
 }
 
-// callInline sends the lone op of w, for which its batcher b gave the
-// caller a lane, on the caller's goroutine: a decision made while the
-// node's round trips are not all taken and none waits pays no hand-over to
-// a worker. The round trip's deadline is the budget counted from the
-// write, which the client keeps (Store.inline), so it returns by it as call
-// does, but a cancellation of the caller's context before that is not
-// noticed (call takes this path only with a budget), and a reply this
-// process is too starved to read in time is lost where call would wait for
-// it (call takes this path only when no yield showed the process starved
-// lately). Then the lane goes back, to a worker if decisions queued
-// meanwhile.
-func (s *Store) callInline(w *waiter, b *batcher, entry time.Time) error {
-	w.unclaimed.Store(0)
-	w.self[0] = &w.one[0]
-	s.exec(w.self[:], true)
+// callInline sends the lone op of w on the caller's goroutine, which
+// took a lane of b, the op's node: a decision made while the node has a
+// lane free pays no hand-over to another goroutine. It writes what b has
+// queued, its own op among it, and reads the replies; then, if decisions
+// queued meanwhile, it starts a goroutine that sends them (and what queues
+// behind them) for as long as the queue holds any, or else gives the lane
+// back. The round trip's deadline is the budget counted from the write,
+// which the client keeps (Store.inline), so it returns by it as call does,
+// but a cancellation of the caller's context before that is not noticed
+// (call takes this path only with a budget, or with neither a budget nor a
+// context that can end), and a reply this process is too starved to read
+// in time is lost where call would wait for it (call takes this path only
+// when no yield showed the process starved lately).
+func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
+	batch := w.self[:0]
+	for w.pending.Load() > 0 {
+		b.mu.Lock()
+		batch = b.take(batch[:0])
+		b.mu.Unlock()
+		if len(batch) == 0 {
+			break // a caller that took a lane at the same time sends w's op
+		}
+		s.exec(batch, true)
+	}
+	clear(batch)
+	b.handOn()
 	<-w.done // exec's signal, for the waiter that is not there
-	b.release()
 	if err := w.one[0].cmd.Err(); err != nil && timedOut(err) &&
 		time.Now().UnixNano() >= w.written.Load()+int64(w.budget) {
 		if s.cluster != nil {
@@ -274,9 +238,9 @@ func timedOut(err error) bool {
 }
 
 // starvedLately reports whether a yield showed this process starved
-// within starvedMemory.
-func (s *Store) starvedLately() bool {
-	return time.Now().UnixNano()-s.slowYield.Load() < int64(starvedMemory)
+// within starvedMemory before now.
+func (s *Store) starvedLately(now time.Time) bool {
+	return now.UnixNano()-s.slowYield.Load() < int64(starvedMemory)
 }
 
 // waitStarved waits, once the caller's deadline has passed, for as long as
@@ -286,10 +250,10 @@ func (s *Store) starvedLately() bool {
 // Written ops get their whole budget from the write. Past that (or while
 // the ops still wait for a round trip), the caller asks whether this
 // process is starved (Store.starved): if it is, a reply may well have come
-// that the worker has not been able to run to read, or the round trips
+// that the sending goroutine has not been able to run to read, or the round trips
 // ahead of the ops may be held up the same way, so the caller waits as
 // long as its yield took (at least half the budget) and asks again, up to
-// starvedLimit(budget) after the call began. Ops a worker took but has not written
+// starvedLimit(budget) after the call began. Ops a round trip took but has not written
 // yet are waited for the same way without asking, since only this
 // process's slowness stands in between. On a process that runs its
 // goroutines promptly, a call to a frozen or slow Redis fails at its
@@ -329,7 +293,7 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 // starved yields the CPU and reports whether this process is too
 // busy to run its goroutines promptly, and how long the yield took. A
 // yielding goroutine waits in the scheduler's global run queue, which is
-// where a worker whose reply has come waits too (the network poller hands
+// where a sender whose reply has come waits too (the network poller hands
 // ready goroutines to it), while a caller woken by its deadline's timer
 // jumps that queue: on a process whose CPUs are taken by other work, the
 // caller wakes in time and finds no reply, though one came and is unread.
@@ -348,7 +312,7 @@ func (s *Store) starved(budget time.Duration) (bool, time.Duration) {
 			return true, took
 		}
 	}
-	return s.starvedLately(), took
+	return s.starvedLately(time.Now()), took
 }
 
 // yields is how many times starved yields before it calls the process
@@ -429,77 +393,67 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 	return fmt.Errorf("no reply within %v of the write: %w", w.budget, context.DeadlineExceeded)
 }
 
-// batcher queues the ops bound for one Redis node and runs the workers
-// that send them, at most Store.inFlight at once.
-type batcher struct {
-	s    *Store
-	wake chan struct{} // one token per idle worker to wake
-
+// pipeliner queues the ops bound for one Redis node while its lanes (the
+// round trips in flight, at most maxLanes) are taken. There is no worker:
+// a caller that finds a lane free sends the queue itself (callInline), or,
+// when it cannot bound its own wait (a client that ignores its context's
+// deadline, a call of several ops, a detached refund), starts a goroutine
+// for that one lane, which sends the queue until it is empty and ends.
+type pipeliner struct {
+	s     *Store
 	mu    sync.Mutex
 	queue []*op
-	lanes int // workers running
-	idle  int // workers waiting for work and not yet woken
+	lanes int // round trips in flight or about to be
+	max   int // lanes at most (tests set 1)
 }
 
-func newBatcher(s *Store) *batcher {
-	return &batcher{s: s, wake: make(chan struct{}, s.inFlight)}
+func newPipeliner(s *Store) *pipeliner {
+	return &pipeliner{s: s, max: maxLanes}
 }
 
-// enqueue queues the ops of w on the batchers of their nodes, the ops
-// bound for one node together, so that they share its round trip. When
-// mayInline and w has one op whose node has a lane free and nothing
-// queued, it queues nothing and returns that node's batcher, the lane
-// taken: the caller sends the op itself (see callInline).
-func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op, mayInline bool) (*batcher, error) {
+// enqueue queues the ops of w on the pipeliners of their nodes, the ops
+// bound for one node together, so that they share its round trip, and
+// makes sure each is sent: a node with a lane free gets a goroutine that
+// sends its queue, except that when mayInline (w has one op) the lane is
+// the caller's, and enqueue returns its pipeliner for callInline.
+func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op, mayInline bool) (*pipeliner, error) {
 	for i := range ops {
 		ops[i].w = w
 	}
-	if len(ops) == 1 {
-		b := s.batch
-		if s.cluster != nil {
-			var err error
-			if b, err = s.batcherFor(ctx, ops[0].key); err != nil {
-				return nil, err
-			}
-		}
-		if b.enqueue(ops, nil, mayInline) {
-			return b, nil
-		}
-		return nil, nil
-	}
 	if s.cluster == nil {
-		s.batch.enqueue(ops, nil, false)
+		if s.pipe.enqueue(ops, nil) {
+			if mayInline {
+				return s.pipe, nil
+			}
+			go s.pipe.flush()
+		}
 		return nil, nil
 	}
-	bs := make([]*batcher, len(ops))
+	bs := make([]*pipeliner, len(ops))
 	for i := range ops {
-		b, err := s.batcherFor(ctx, ops[i].key)
+		b, err := s.pipelinerFor(ctx, ops[i].key)
 		if err != nil {
 			return nil, err
 		}
 		bs[i] = b
 	}
 	for i, b := range bs {
-		if b != nil {
-			b.enqueue(ops[i:], bs[i:], false)
+		if b != nil && b.enqueue(ops[i:], bs[i:]) {
+			if mayInline {
+				return b, nil
+			}
+			go b.flush()
 		}
 	}
 	return nil, nil
 }
 
 // enqueue queues ops (those of them whose bs entry is b, clearing it, when
-// bs is not nil) and makes sure a worker will take them: an idle one, a new
-// one if fewer than inFlight run, or else the first that finishes its
-// round trip. When mayInline, nothing is queued and fewer than inFlight
-// lanes run, it queues nothing, takes a lane for the caller and reports
-// true: the caller sends ops itself, then calls release.
-func (b *batcher) enqueue(ops []op, bs []*batcher, mayInline bool) bool {
+// bs is not nil) and reports whether the caller took a lane, which it must
+// use to send the queue: otherwise a round trip in flight will.
+func (b *pipeliner) enqueue(ops []op, bs []*pipeliner) (lane bool) {
 	b.mu.Lock()
-	if mayInline && len(b.queue) == 0 && b.lanes < b.s.inFlight {
-		b.lanes++
-		b.mu.Unlock()
-		return true
-	}
+	defer b.mu.Unlock()
 	for i := range ops {
 		if bs == nil || bs[i] == b {
 			b.queue = append(b.queue, &ops[i])
@@ -508,85 +462,50 @@ func (b *batcher) enqueue(ops []op, bs []*batcher, mayInline bool) bool {
 			}
 		}
 	}
-	switch {
-	case b.idle > 0:
-		b.idle--
-		b.wake <- struct{}{}
-	case b.lanes < b.s.inFlight:
+	if b.lanes < b.max {
 		b.lanes++
-		go b.work()
+		return true
 	}
-	b.mu.Unlock()
 	return false
 }
 
-// release gives back the lane a caller took to send its own op: to a new
-// worker when decisions queued meanwhile (every lane was taken, so none
-// was started for them), otherwise for good.
-func (b *batcher) release() {
+// handOn gives back a lane whose round trip came back: to a goroutine
+// that sends what queued meanwhile, or for good if nothing did.
+func (b *pipeliner) handOn() {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if len(b.queue) > 0 {
-		go b.work()
-	} else {
-		b.lanes--
+		go b.flush()
+		return
 	}
-	b.mu.Unlock()
+	b.lanes--
 }
 
-// work sends batches until the queue stays empty for a whole tick of
-// workerIdle. A ticker rather than a timer reset after every batch: a
-// timer set anew on every round trip would cost each one a wake-up of the
-// runtime's network poller.
-func (b *batcher) work() {
-	batch := make([]*op, 0, b.s.batchSize)
-	tick := time.NewTicker(workerIdle)
-	defer tick.Stop()
-	worked := true // since the last tick
+// flush sends b's queue, a batch per round trip, until it is empty, then
+// gives its lane back.
+func (b *pipeliner) flush() {
+	var batch []*op
 	for {
 		b.mu.Lock()
 		batch = b.take(batch[:0])
-		if len(batch) > 0 {
+		if len(batch) == 0 {
+			b.lanes--
 			b.mu.Unlock()
-			b.s.exec(batch, false)
-			clear(batch)
-			worked = true
-			continue
+			return
 		}
-		b.idle++
 		b.mu.Unlock()
-		select {
-		case <-b.wake:
-			continue
-		case <-tick.C:
-		}
-		b.mu.Lock()
-		select {
-		case <-b.wake: // woken as the tick came: the token is ours
-			b.mu.Unlock()
-			worked = true
-			continue
-		default:
-		}
-		if worked {
-			b.idle-- // not idle for a whole tick yet: wait for the next
-			b.mu.Unlock()
-			worked = false
-			continue
-		}
-		b.idle--
-		b.lanes--
-		b.mu.Unlock()
-		return
+		b.s.exec(batch, false)
+		clear(batch)
 	}
 }
 
-// take moves up to batchSize ops from the queue into batch (more if the
+// take moves up to maxBatch ops from the queue into batch (more if the
 // last decision taken has more ops for this node: they share a round
 // trip), dropping the ones whose caller already gave up (they are never
 // sent). b.mu is held.
-func (b *batcher) take(batch []*op) []*op {
+func (b *pipeliner) take(batch []*op) []*op {
 	n := 0
-	for n < len(b.queue) && (len(batch) < b.s.batchSize || b.queue[n].w == batch[len(batch)-1].w) {
+	for n < len(b.queue) && (len(batch) < maxBatch || b.queue[n].w == batch[len(batch)-1].w) {
 		o := b.queue[n]
 		n++
 		if o.w.gone.Load() && !o.w.detached {
@@ -605,10 +524,10 @@ func (b *batcher) take(batch []*op) []*op {
 // Cluster would queue it for the wrong node.
 var errNoKey = errors.New("ceiling/backend/redis: an op without a key cannot be routed")
 
-// batcherFor returns the batcher of the node that holds key.
-func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
+// pipelinerFor returns the pipeliner of the node that holds key.
+func (s *Store) pipelinerFor(ctx context.Context, key string) (*pipeliner, error) {
 	if s.cluster == nil {
-		return s.batch, nil
+		return s.pipe, nil
 	}
 	if key == "" {
 		return nil, errNoKey
@@ -619,10 +538,10 @@ func (s *Store) batcherFor(ctx context.Context, key string) (*batcher, error) {
 	}
 	addr := node.Options().Addr
 	if b, ok := s.nodes.Load(addr); ok {
-		return b.(*batcher), nil
+		return b.(*pipeliner), nil
 	}
-	b, _ := s.nodes.LoadOrStore(addr, newBatcher(s))
-	return b.(*batcher), nil
+	b, _ := s.nodes.LoadOrStore(addr, newPipeliner(s))
+	return b.(*pipeliner), nil
 }
 
 // noRetry is a command go-redis must not send twice: it retries a command
@@ -639,7 +558,7 @@ func (noRetry) NoRetry() bool { return true }
 // the lone script) with a deadline of its own, counted from the write,
 // then re-sends with EVAL the scripts a node did not have cached, and
 // wakes every waiter whose ops are all answered. inline is a batch its
-// caller sends itself (callInline): its deadline is the caller's budget.
+// caller sends itself (callInline): its deadline is the budget.
 func (s *Store) exec(batch []*op, inline bool) {
 	if beforeWrite != nil {
 		beforeWrite()
@@ -661,22 +580,29 @@ func (s *Store) exec(batch []*op, inline bool) {
 			budget = max(budget, w.budget)
 		}
 	}
-	ctx := context.WithoutCancel(batch[0].w.ctx)
-	if bounded {
+	if inline {
+		// The caller that sends the batch returns by its own bound: a
+		// waiter without one that queued into it gets an error once that
+		// bound passed, rather than hold the caller past it.
+		bounded = budget > 0
+	}
+	var ctx context.Context
+	switch {
+	case !bounded: // neither deadline nor Done: the waiters wait as long as it takes
+		ctx = &writeDeadline{Context: batch[0].w.ctx}
+	case inline: // the caller is its own waiter
+		ctx = &writeDeadline{Context: batch[0].w.ctx, at: now.Add(budget), done: doneUnlessPast(batch[0].w.ctx, now)}
+	default:
 		// The waiters' patience with a starved process, and half the
 		// budget again, let a reply that came in time be read by a process
 		// slow to schedule this goroutine; the waiters have their own
-		// deadlines. A caller sending its own op is its own waiter. A
-		// round trip for waiters is cancelled as soon as none of them waits
-		// any more (flight), so a decision whose caller gave up is not sent
-		// late, when a Redis that was down comes back.
-		if !inline {
-			budget = starvedLimit(budget) + budget/2
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, now.Add(budget))
+		// deadlines. The round trip is cancelled as soon as none of them
+		// waits any more (flight), so a decision whose caller gave up is
+		// not sent late, when a Redis that was down comes back.
+		c, cancel := context.WithDeadline(context.WithoutCancel(batch[0].w.ctx), now.Add(starvedLimit(budget)+budget/2))
 		defer cancel()
-		if !detached && !inline {
+		ctx = c
+		if !detached {
 			f := &flight{cancel: cancel}
 			for _, o := range batch {
 				o.w.board(f)
@@ -686,15 +612,12 @@ func (s *Store) exec(batch []*op, inline bool) {
 			}
 		}
 	}
-	ctx = s.logContext(ctx)
 	s.send(ctx, batch)
-	if s.retries > 0 {
-		s.retry(ctx, batch)
-	}
 	heal := false
 	for _, o := range batch {
-		if err := o.cmd.Err(); err != nil && s.cluster != nil && stale(err) {
-			heal = true
+		if err := o.cmd.Err(); err != nil {
+			s.logReply(err)
+			heal = heal || (s.cluster != nil && stale(err))
 		}
 		if o.w.pending.Add(-1) == 0 {
 			o.w.done <- struct{}{}
@@ -705,10 +628,46 @@ func (s *Store) exec(batch []*op, inline bool) {
 	}
 }
 
+// writeDeadline is the context of a round trip its caller sends itself
+// (callInline), or of one with no deadline (then with no Done either):
+// the caller's, for its values, with the deadline of the
+// budget counted from the write, which go-redis sets on the connection
+// (ContextTimeoutEnabled). It starts no timer of its own, as
+// context.WithDeadline would for every decision: go-redis reads Done only
+// while it waits for a pooled connection or a dial, and there the
+// caller's Done serves, unless the caller's deadline had already passed
+// at the write (a process too busy to run the caller in time), when it
+// has none and the pool's own timeout bounds that wait.
+type writeDeadline struct {
+	context.Context
+	at   time.Time
+	done <-chan struct{}
+}
+
+func (c *writeDeadline) Deadline() (time.Time, bool) { return c.at, !c.at.IsZero() }
+func (c *writeDeadline) Done() <-chan struct{}       { return c.done }
+
+func (c *writeDeadline) Err() error {
+	select {
+	case <-c.done:
+		return c.Context.Err()
+	default:
+		return nil
+	}
+}
+
+// doneUnlessPast is ctx's Done, unless ctx's deadline is before now.
+func doneUnlessPast(ctx context.Context, now time.Time) <-chan struct{} {
+	if dl, ok := ctx.Deadline(); ok && dl.Before(now) {
+		return nil
+	}
+	return ctx.Done()
+}
+
 // afterGiveUp, when set by a test, runs once a caller gave up: it stands
 // for a cancelled round trip answering before the caller looks.
 var afterGiveUp func()
 
-// beforeWrite, when set by a test, runs before a worker writes a batch:
-// it stands for a process too busy to run the worker at once.
+// beforeWrite, when set by a test, runs before a batch is written: it
+// stands for a process too busy to run the sending goroutine at once.
 var beforeWrite func()

@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,19 +80,26 @@ func forEachClientKind(t *testing.T, test func(t *testing.T, newClient func(t *t
 	}
 }
 
-// lanes is how many of the store's lanes are taken: workers running and
-// callers sending their own decision.
+// oneLane makes s send one round trip at a time to its node, so that a
+// test holding it queues the decisions made meanwhile.
+func oneLane(s *Store) *Store {
+	s.pipe.max = 1
+	return s
+}
+
+// lanes is how many of the store's lanes are taken: round trips in flight,
+// sent by their callers or by a goroutine started for the queue.
 func lanes(s *Store) int {
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return s.batch.lanes
+	s.pipe.mu.Lock()
+	defer s.pipe.mu.Unlock()
+	return s.pipe.lanes
 }
 
 // queued is how many ops wait in the store's queue.
 func queued(s *Store) int {
-	s.batch.mu.Lock()
-	defer s.batch.mu.Unlock()
-	return len(s.batch.queue)
+	s.pipe.mu.Lock()
+	defer s.pipe.mu.Unlock()
+	return len(s.pipe.queue)
 }
 
 // waitFor polls ok every few milliseconds for up to 10s.
@@ -135,7 +144,7 @@ func testDecisionsWaitingForARoundTripShareTheNext(t *testing.T, newClient func(
 	client := newClient(t, proxy.Addr)
 	trips := &tripCounter{}
 	client.AddHook(trips)
-	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
+	s := oneLane(New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0)))
 	ctx := context.Background()
 	decide(t, s, day("warm", 1))
 
@@ -172,31 +181,6 @@ func testDecisionsWaitingForARoundTripShareTheNext(t *testing.T, newClient func(
 	}
 	if got, want := stored(t, s, "k"), int64(n+1); got != want {
 		t.Errorf("units stored = %d, want %d", got, want)
-	}
-}
-
-// TestWithBatchingOneSendsEachDecisionAlone turns batching off: every
-// decision is its own round trip.
-func TestWithBatchingOneSendsEachDecisionAlone(t *testing.T) {
-	client := defaultClient(t, redistest.Shared(t).Addr)
-	trips := &tripCounter{}
-	client.AddHook(trips)
-	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(1, 2))
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for range 10 {
-				if _, err := s.Decide(context.Background(), []backend.Request{day("k", 1)}); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, n := range trips.get() {
-		if n != 1 {
-			t.Fatalf("scripts per round trip = %v, want 1 each", trips.get())
-		}
 	}
 }
 
@@ -294,7 +278,7 @@ func TestScriptCacheFlushedUnderABatch(t *testing.T) {
 	count := countCommands(client)
 	trips := &tripCounter{}
 	client.AddHook(trips)
-	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
+	s := oneLane(New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0)))
 	ctx := context.Background()
 	decide(t, s, day("warm", 1))
 
@@ -333,13 +317,19 @@ func TestScriptCacheFlushedUnderABatch(t *testing.T) {
 }
 
 // TestLoneDecisionSentByItsCaller: on a client that keeps its context's
-// deadline (ContextTimeoutEnabled), decisions made one at a time are sent
-// by their callers, and no worker goroutine ever starts; on a default
-// client, whose deadline the Store keeps, workers send them.
+// deadline (ContextTimeoutEnabled), decisions made one at a time are
+// written by their callers' goroutines (the test's own frame is on the
+// stack that writes them); on a default client, whose deadline the Store
+// keeps, another goroutine writes each round trip while its caller waits
+// with a timer, except for a call with no bound at all. Either way no
+// goroutine and no lane is left afterwards.
 func TestLoneDecisionSentByItsCaller(t *testing.T) {
 	for _, k := range clientKinds {
 		t.Run(k.name, func(t *testing.T) {
-			s := New(k.new(t, redistest.Shared(t).Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+			client := k.new(t, redistest.Shared(t).Addr)
+			callers := &callerFrames{}
+			client.AddHook(callers)
+			s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
 			for range 3 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
@@ -348,15 +338,88 @@ func TestLoneDecisionSentByItsCaller(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			switch got := lanes(s); {
-			case k.name == "ContextTimeoutEnabled" && got != 0:
-				t.Errorf("lanes taken after 3 decisions one at a time = %d, want 0 (no worker)", got)
-			case k.name == "default" && got == 0:
-				t.Errorf("lanes taken after 3 decisions one at a time = 0, want a worker (or two: the next decision can come before the first worker is idle again)")
+			// A call with no bound waits as long as it takes: its caller
+			// sends it on any client.
+			if _, err := s.Decide(context.Background(), []backend.Request{day("k", 1)}); err != nil {
+				t.Fatal(err)
 			}
-			if got, want := stored(t, s, "k"), int64(3); got != want {
+			byCaller, byOther := callers.counts()
+			switch {
+			case k.name == "ContextTimeoutEnabled" && (byCaller != 4 || byOther != 0):
+				t.Errorf("scripts written by their caller / by another goroutine = %d / %d, want 4 / 0", byCaller, byOther)
+			case k.name == "default" && (byCaller != 1 || byOther != 3):
+				t.Errorf("scripts written by their caller / by another goroutine = %d / %d, want 1 / 3 (the unbounded call by its caller)", byCaller, byOther)
+			}
+			waitFor(t, "every lane given back", func() bool { return lanes(s) == 0 })
+			if got, want := stored(t, s, "k"), int64(4); got != want {
 				t.Errorf("units stored = %d, want %d", got, want)
 			}
 		})
+	}
+}
+
+// callerFrames is a go-redis hook counting the EVALSHA commands written
+// on a goroutine whose stack holds TestLoneDecisionSentByItsCaller, and
+// the others.
+type callerFrames struct {
+	tripCounter
+	mu                sync.Mutex
+	byCaller, byOther int
+}
+
+func (c *callerFrames) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			pcs := make([]uintptr, 64)
+			frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
+			mine := false
+			for {
+				f, more := frames.Next()
+				mine = mine || strings.Contains(f.Function, "TestLoneDecisionSentByItsCaller")
+				if !more {
+					break
+				}
+			}
+			c.mu.Lock()
+			if mine {
+				c.byCaller++
+			} else {
+				c.byOther++
+			}
+			c.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *callerFrames) counts() (byCaller, byOther int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byCaller, c.byOther
+}
+
+// TestInlineBatchKeepsItsSendersBound: a caller that sends a batch itself
+// returns by its budget on a stalled Redis even when a waiter without a
+// budget queued into that batch (go-redis's own read timeout, 3s, would
+// hold it otherwise).
+func TestInlineBatchKeepsItsSendersBound(t *testing.T) {
+	proxy := redistest.NewProxy(t, redistest.Shared(t).Addr)
+	s := New(defaultClientOpts(t, &redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true}), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	decide(t, s, day("warm", 1))
+	proxy.Stall()
+	defer proxy.Resume()
+	var batch []*op
+	for _, budget := range []time.Duration{100 * time.Millisecond, 0} {
+		w, ops := newWaiter(context.Background(), 1)
+		w.budget = budget
+		w.pending.Store(1)
+		ops[0] = scriptOp(context.Background(), decideScript, []string{s.prefix + "k"}, s.args([]backend.Request{day("k", 1)}, nil, false))
+		ops[0].w = w
+		batch = append(batch, &ops[0])
+	}
+	start := time.Now()
+	s.exec(batch, true)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("a batch sent by a caller with a 100ms budget returned after %v on a stalled Redis, want about 100ms", d)
 	}
 }

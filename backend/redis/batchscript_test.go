@@ -75,7 +75,7 @@ func TestLoneDecisionsShareOneScript(t *testing.T) {
 	trips := &tripCounter{}
 	client.AddHook(trips)
 	count := countCommands(client)
-	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
+	s := oneLane(New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0)))
 	decide(t, s, day("warm", 1))
 
 	if err := batchScript.Load(context.Background(), redistest.Shared(t).Client(t)).Err(); err != nil {
@@ -138,7 +138,7 @@ func TestBatchedDecisionFailsAlone(t *testing.T) {
 	trips := &tripCounter{}
 	client.AddHook(trips)
 	prefix := redistest.KeyPrefix(t)
-	s := New(client, WithPrefix(prefix), WithDenyCache(0), WithBatching(64, 1))
+	s := oneLane(New(client, WithPrefix(prefix), WithDenyCache(0)))
 	decide(t, s, day("warm", 1))
 	calls := loneRequests(6)
 	for _, i := range []int{2, 3, 4} { // a sliding log, a rolling window and a GCRA key
@@ -177,7 +177,7 @@ func TestBatchedDecisionsNameTheirKind(t *testing.T) {
 			client := defaultClient(t, proxy.Addr)
 			trips := &tripCounter{}
 			client.AddHook(trips)
-			s := New(client, WithDenyCache(0), WithBatching(64, 1))
+			s := oneLane(New(client, WithDenyCache(0)))
 			// The lane is held by a decision that fails as well.
 			before := len(trips.get())
 			proxy.Stall()
@@ -217,7 +217,7 @@ func TestScriptCacheFlushedUnderASharedScript(t *testing.T) {
 	count := countCommands(client)
 	trips := &tripCounter{}
 	client.AddHook(trips)
-	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0), WithBatching(64, 1))
+	s := oneLane(New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0)))
 	ctx := context.Background()
 	decide(t, s, day("warm", 1))
 	calls := loneRequests(10)
@@ -239,7 +239,7 @@ func TestScriptCacheFlushedUnderASharedScript(t *testing.T) {
 
 // TestSharedScriptsKeepToASlot: on Cluster, lone decisions share a script
 // only with the consecutive ones of their own hash slot (a script runs on
-// one slot's keys); with WithRetries, each keeps its own recorded script.
+// one slot's keys).
 func TestSharedScriptsKeepToASlot(t *testing.T) {
 	ctx := context.Background()
 	mk := func(s *Store, key string, alg backend.Algorithm) *op {
@@ -283,10 +283,5 @@ func TestSharedScriptsKeepToASlot(t *testing.T) {
 	}
 	if got, want := shape(single.trips(ctx, three())), "shared(3)"; got != want {
 		t.Errorf("trips on one server = %s, want %s", got, want)
-	}
-	ops := three()
-	ops[1].retry = true // a recorded script (WithRetries)
-	if got, want := shape(single.trips(ctx, ops)), "own own own"; got != want {
-		t.Errorf("trips with a recorded script = %s, want %s", got, want)
 	}
 }

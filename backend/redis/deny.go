@@ -16,6 +16,10 @@ type denyCache struct {
 
 	mu      sync.Mutex
 	entries map[string]denial
+	// doubted are keys of a decision that was sent and whose outcome is
+	// unknown (its reply lost or late), and until when the cache does not
+	// answer them: see doubt.
+	doubted map[string]time.Time
 }
 
 // denial is one rejection: the same request (the same rule and cost) on
@@ -31,7 +35,7 @@ type denial struct {
 }
 
 func newDenyCache(size int) *denyCache {
-	return &denyCache{size: size, entries: make(map[string]denial)}
+	return &denyCache{size: size, entries: make(map[string]denial), doubted: make(map[string]time.Time)}
 }
 
 // answer rejects reqs locally, writing res, when one of its unforced,
@@ -45,7 +49,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 	defer d.mu.Unlock()
 	denied := false
 	for i, r := range reqs {
-		if r.Force || r.Shadow || r.Cost <= 0 {
+		if r.Force || r.Shadow || r.Cost <= 0 || d.doubtful(r.Key, now) {
 			continue
 		}
 		e, found := d.entries[r.Key]
@@ -120,6 +124,51 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 		}
 	}
 	d.n.Store(int64(len(d.entries)))
+}
+
+// doubtFor is how long after a decision on a key was sent and lost
+// (doubt) the cache does not answer the key: longer than the
+// caller that lost it takes to ask the cache next, even on a process too
+// busy to run it promptly (starvedWait).
+const doubtFor = starvedWait
+
+// doubt records that a decision on the keys of reqs was sent and may have
+// been applied, though its caller got an error (its reply was lost, or
+// came too late): for doubtFor, the cache answers no call on those keys.
+// The caller,
+// which asks the cache next (the limiter does, before its fail mode), then
+// never gets a cached rejection learned while its own decision was out: a
+// rejection of a state its own decision may have consumed from, which
+// would break "a rejected request consumes nothing". After doubtFor the
+// cache answers the key again from what it learned, since a rejection
+// learned meanwhile holds for every later decision.
+func (d *denyCache) doubt(reqs []backend.Request, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	until := now.Add(doubtFor)
+	for _, r := range reqs {
+		if _, found := d.doubted[r.Key]; !found && len(d.doubted) >= d.size {
+			for k := range d.doubted { // full: drop one, at random
+				delete(d.doubted, k)
+				break
+			}
+		}
+		d.doubted[r.Key] = until
+	}
+}
+
+// doubtful reports whether key is in doubt for a call made at now,
+// dropping a doubt that ended. d.mu is held.
+func (d *denyCache) doubtful(key string, now time.Time) bool {
+	until, found := d.doubted[key]
+	if !found {
+		return false
+	}
+	if now.Before(until) {
+		return true
+	}
+	delete(d.doubted, key)
+	return false
 }
 
 // roomBefore reports whether a request of the call before i, on i's key,

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -164,3 +165,56 @@ func TestDenyCacheOff(t *testing.T) {
 }
 
 var _ redis.Hook = (*commandCounter)(nil)
+
+// TestDenyCacheNeverAnswersASentDecision: a decision that Redis applied
+// but whose reply is lost (held, then dropped by the proxy) fails, and
+// meanwhile another decision on its key is rejected, which the cache would
+// learn. The failed decision's caller, which asks the cache next as the
+// limiter does before its fail mode, must not get that rejection: its own
+// decision took the unit the rejection saw taken. Nor may a rejection
+// learned just after the failure answer it. Once the doubt is over, the
+// cache answers the key again from the rejection it kept.
+func TestDenyCacheNeverAnswersASentDecision(t *testing.T) {
+	srv := redistest.Shared(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	prefix := redistest.KeyPrefix(t)
+	clock := newFakeClock()
+	s := New(defaultClient(t, proxy.Addr), WithPrefix(prefix), WithClock(clock.Now))
+	direct := New(defaultClient(t, srv.Addr), WithPrefix(prefix), WithClock(clock.Now), WithDenyCache(0))
+	one := backend.Request{Key: "k", Algorithm: backend.FixedWindow, Limit: 1, Period: 24 * time.Hour, Cost: 1}
+	decide(t, s, backend.Request{Key: "warm", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1})
+
+	lose := proxy.LoseReplyLate("evalsha")
+	defer lose()
+	sent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := s.Decide(ctx, []backend.Request{one})
+		sent <- err
+	}()
+	peek := one
+	peek.Cost = 0
+	waitFor(t, "the lost decision applied", func() bool { return decide(t, direct, peek)[0].Remaining == 0 })
+	if res := decide(t, s, one); res[0].Allowed || res[0].Cached {
+		t.Fatalf("a decision after the unit was taken: %+v, want rejected by Redis", res[0])
+	}
+	lose()
+	if err := <-sent; err == nil {
+		t.Fatal("the decision whose reply was lost answered")
+	}
+	out := make([]backend.Result, 1)
+	if s.DecideCached([]backend.Request{one}, out) {
+		t.Errorf("the caller of a decision Redis applied got a cached rejection learned while it was out: %+v", out[0])
+	}
+	if res := decide(t, s, one); res[0].Allowed || res[0].Cached {
+		t.Fatalf("a decision after the failure: %+v, want rejected by Redis", res[0])
+	}
+	if s.DecideCached([]backend.Request{one}, out) {
+		t.Errorf("the caller of a decision Redis applied got a cached rejection learned just after it failed: %+v", out[0])
+	}
+	clock.Advance(doubtFor)
+	if !s.DecideCached([]backend.Request{one}, out) || out[0].Allowed {
+		t.Errorf("once the doubt is over, the cache does not answer the spent key: %v %+v", out[0].Cached, out[0])
+	}
+}

@@ -20,8 +20,9 @@
 // Decisions made at the same time share round trips: while the store's
 // round trips to a node are all in flight, the decisions that arrive wait
 // and go out together in the next pipelined write, each still decided on
-// its own, all or nothing (see [WithBatching]); a lone decision is written
-// at once. Decide
+// its own, all or nothing; a lone decision is written at once, by its
+// caller when the client keeps its context's deadline
+// (ContextTimeoutEnabled). Decide
 // returns by its context's deadline whatever Redis does, and a decision or
 // a refund takes effect at most once: go-redis never sends a script again
 // after a lost reply, whatever the client's MaxRetries. Errors wrap the

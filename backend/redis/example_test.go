@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -92,38 +90,6 @@ func ExampleStore_Decide() {
 	// minute: allowed=true remaining=1; day: remaining=99
 	// minute: allowed=true remaining=0; day: remaining=98
 	// minute: allowed=false remaining=0; day: remaining=98
-}
-
-// Decisions made at the same time share round trips: the ones that arrive
-// while the store's round trips are in flight go out together in the next
-// pipelined write. Each is still decided on its own, so a limit of 5
-// admits 5 of 20 concurrent requests, however they were batched.
-func ExampleWithBatching() {
-	srv, err := miniredis.Run()
-	if err != nil {
-		panic(err)
-	}
-	defer srv.Close()
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer client.Close()
-
-	// Up to 32 scripts per write, 2 round trips in flight.
-	store := ceilingredis.New(client, ceilingredis.WithBatching(32, 2))
-	req := []backend.Request{{Key: "otp:phone:d1", Algorithm: backend.SlidingLog, Limit: 5, Period: time.Hour, Cost: 1}}
-	var wg sync.WaitGroup
-	var admitted atomic.Int64
-	for range 20 {
-		wg.Go(func() {
-			res, err := store.Decide(context.Background(), req)
-			if err == nil && res[0].Allowed {
-				admitted.Add(1)
-			}
-		})
-	}
-	wg.Wait()
-	fmt.Println("admitted:", admitted.Load())
-	// Output:
-	// admitted: 5
 }
 
 // A store's errors say what kind of failure stopped it, for the limiter's

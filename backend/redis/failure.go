@@ -116,9 +116,9 @@ func (s *Store) healCluster() {
 
 // dialLog remembers the last failed dial of a Store's client, so that a
 // call that runs out of budget while go-redis is still retrying the dial
-// names the refused connection instead of a timeout. With a logger, it
-// marks the dial errors it sees as the Store's, so that go-redis's line
-// about them goes to that logger (see WithLogger).
+// names the refused connection instead of a timeout, and logs it to the
+// Store's logger (see WithLogger), sampled, whoever's command the dial was
+// for.
 type dialLog struct {
 	last atomic.Pointer[dialFailure]
 	logs *atomic.Pointer[storeLog] // the Store's
@@ -145,11 +145,7 @@ func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 		c, err := next(ctx, network, addr)
 		if err != nil {
 			d.last.Store(&dialFailure{at: time.Now(), err: err})
-			if d.logs != nil {
-				if l := d.logs.Load(); l != nil {
-					err = &dialError{err: err, logs: l}
-				}
-			}
+			d.logs.Load().warn("dial", fmt.Sprintf("failed to dial %s: %v", addr, err))
 		}
 		return c, err
 	}
@@ -170,24 +166,3 @@ func (d *dialLog) watch(client redis.UniversalClient) {
 	}
 	client.AddHook(d)
 }
-
-// dialError is a failed dial of a Store's client with a logger: go-redis
-// logs it ("failed to dial after 5 attempts: ...") from a goroutine of its
-// own, on no context of the Store's, and the router finds the Store's
-// logger through it. It is the dial error in every other way.
-type dialError struct {
-	err  error
-	logs *storeLog
-}
-
-func (e *dialError) Error() string { return e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
-
-// Timeout and Temporary keep the dial error a net.Error, as go-redis's
-// metrics expect of a dial's error.
-func (e *dialError) Timeout() bool {
-	var ne net.Error
-	return errors.As(e.err, &ne) && ne.Timeout()
-}
-
-func (e *dialError) Temporary() bool { return false }

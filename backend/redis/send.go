@@ -25,8 +25,8 @@ func evalSha(ctx context.Context, script *redis.Script, keys []string, args []an
 }
 
 // eval runs script once on keys with args, sharing a round trip with the
-// decisions made at the same time (see [WithBatching]), and returns its
-// reply, or an error wrapping the kind of failure.
+// decisions made at the same time, and returns its reply, or an error
+// wrapping the kind of failure.
 func (s *Store) eval(ctx context.Context, script *redis.Script, keys []string, args []any) (any, error) {
 	w, ops := newWaiter(ctx, 1)
 	ops[0] = scriptOp(ctx, script, keys, args)
@@ -83,7 +83,7 @@ func (s *Store) settle(ctx context.Context, keys [][]string, reqs [][]backend.Re
 	s.runGroups(ctx, keys, reqs, stamps, false, true)
 }
 
-// del deletes keys, stored keys all, on the batchers of their nodes (one
+// del deletes keys, stored keys all, on the pipeliners of their nodes (one
 // DEL per key on Cluster, where a DEL over several slots is refused), and
 // returns by ctx's deadline like a decision.
 func (s *Store) del(ctx context.Context, keys []string) error {

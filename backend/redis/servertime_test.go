@@ -69,7 +69,7 @@ func TestBatchedDecisionsUseTheServersClock(t *testing.T) {
 	client := defaultClient(t, proxy.Addr)
 	trips := &tripCounter{}
 	client.AddHook(trips)
-	s := New(client, WithDenyCache(0), WithBatching(64, 1)) // the deny cache runs on this process's clock, by design
+	s := oneLane(New(client, WithDenyCache(0))) // the deny cache runs on this process's clock, by design
 
 	server := time.Date(2031, 3, 1, 10, 0, 0, 0, time.UTC)
 	mr.SetTime(server.Add(time.Second))

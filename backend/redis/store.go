@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,15 +42,12 @@ type Store struct {
 	clock   func() time.Time // nil: the script reads Redis TIME
 	deny    *denyCache       // nil: deny cache off
 
-	batchSize, inFlight int
-	batch               *batcher     // the one node's, without Cluster
-	nodes               sync.Map     // on Cluster: master address -> *batcher
-	reloaded            atomic.Int64 // UnixNano of the last slot map reload asked for
-	authRefused         atomic.Int64 // UnixNano of the last ErrAuth
-	dials               dialLog
-	retries             int // see WithRetries
-	ids                 atomic.Uint64
-	slowYield           atomic.Int64 // UnixNano of the last yield that showed a starved process
+	pipe        *pipeliner   // the one node's, without Cluster
+	nodes       sync.Map     // on Cluster: master address -> *pipeliner
+	reloaded    atomic.Int64 // UnixNano of the last slot map reload asked for
+	authRefused atomic.Int64 // UnixNano of the last ErrAuth
+	dials       dialLog
+	slowYield   atomic.Int64 // UnixNano of the last yield that showed a starved process
 	// inline: the client bounds a command by its context's deadline
 	// (ContextTimeoutEnabled), so a lone decision on an idle node can be
 	// sent by its caller, which returns by its budget all the same.
@@ -72,13 +71,11 @@ var (
 type Option func(*config)
 
 type config struct {
-	prefix              string
-	clock               func() time.Time
-	denySize            int
-	batchSize, inFlight int
-	logger              *slog.Logger
-	loggerSet           bool
-	retries             int
+	prefix    string
+	clock     func() time.Time
+	denySize  int
+	logger    *slog.Logger
+	loggerSet bool
 }
 
 // WithPrefix sets the prefix of every stored key, so several services can
@@ -121,6 +118,11 @@ func WithClock(now func() time.Time) Option {
 // key meanwhile, and when another rule of the call would reject too, for
 // longer, that rule's longer RetryAfter is not known. A refund or
 // [Store.Reset] through this Store forgets the key at once.
+//
+// The cache never answers a decision that was sent: when a decision fails
+// after it was written (its reply lost, or too late), so that Redis may
+// have applied it, the cache does not answer its keys for two seconds. Its caller then gets the error, and its fail mode, never a
+// cached rejection that its own decision may have caused.
 func WithDenyCache(size int) Option {
 	return func(c *config) { c.denySize = size }
 }
@@ -142,15 +144,9 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock, batchSize: cfg.batchSize, inFlight: cfg.inFlight, retries: cfg.retries}
+	s := &Store{client: client, prefix: cfg.prefix, clock: cfg.clock}
 	if cfg.prefix != "" {
 		s.prefix += ":"
-	}
-	if s.batchSize < 1 {
-		s.batchSize = DefaultBatchSize
-	}
-	if s.inFlight < 1 {
-		s.inFlight = DefaultInFlight
 	}
 	switch c := client.(type) {
 	case *redis.ClusterClient:
@@ -160,7 +156,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		s.inline = c.Options().ContextTimeoutEnabled
 	}
 	if s.cluster == nil {
-		s.batch = newBatcher(s)
+		s.pipe = newPipeliner(s)
 	}
 	s.ownLogs = cfg.loggerSet
 	if cfg.logger != nil {
@@ -232,6 +228,9 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		res, rejected = r.results, r.rejected
 	}
 	if err != nil {
+		if s.deny != nil && sentUnanswered(err) {
+			s.deny.doubt(reqs, micro(s.now()))
+		}
 		return err
 	}
 	copy(results, res)
@@ -239,6 +238,18 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		s.deny.learn(reqs, res, rejected, now)
 	}
 	return nil
+}
+
+// sentUnanswered reports whether a call that failed with err may have been
+// applied: it timed out, or lost its connection, after it was written. A
+// call that was never sent (a failed dial, no round trip free) or that
+// Redis refused (an error reply) was not.
+func sentUnanswered(err error) bool {
+	var op *net.OpError
+	if errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial") {
+		return false
+	}
+	return timedOut(err) || isUnreachable(err)
 }
 
 // DecideCached rejects reqs from the deny cache alone, with no round trip,

@@ -16,9 +16,9 @@ type trip struct {
 }
 
 // shareable reports whether o is a lone call (see loneCall) that may
-// share a run of batchScript: not yet built, without a request id.
+// share a run of batchScript: not yet built.
 func shareable(o *op) bool {
-	return o.cmd == nil && !o.retry && o.script == batchScript
+	return o.cmd == nil && o.script == batchScript
 }
 
 // trips groups ops into the commands of one round trip: each run of

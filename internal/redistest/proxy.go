@@ -26,12 +26,20 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	conns   map[*proxyConn]bool
-	drop    [][]byte // pending DropReply matches, lower case
+	drop    []dropping // pending DropReply matches
+	loses   []func()   // every LoseReplyLate's lose, for Close
 	stalled bool
 	thawed  chan struct{} // closed when a stall ends
 
 	dropped  atomic.Int64
 	refusing atomic.Bool // partitioned: new connections are closed at once
+}
+
+// dropping is a pending DropReply: a match, lower case, and the gate its
+// reply waits for before it is lost (nil: none).
+type dropping struct {
+	match []byte
+	gate  chan struct{}
 }
 
 // proxyConn is one client connection and its server connection.
@@ -40,6 +48,7 @@ type proxyConn struct {
 	// doomed is set when a command matching a DropReply went to the
 	// server: the next bytes it answers are dropped and the pair closed.
 	doomed atomic.Bool
+	gate   chan struct{} // a doomed reply waits for it (LoseReplyLate)
 }
 
 // NewProxy starts a proxy to target (a "host:port") and stops it, cutting
@@ -93,7 +102,8 @@ func (p *Proxy) upstream(pc *proxyConn) {
 	for {
 		n, err := pc.client.Read(buf)
 		if n > 0 {
-			if p.matchDrop(buf[:n]) {
+			if d, ok := p.matchDrop(buf[:n]); ok {
+				pc.gate = d.gate
 				pc.doomed.Store(true)
 			}
 			if _, werr := pc.server.Write(buf[:n]); werr != nil {
@@ -121,6 +131,9 @@ func (p *Proxy) downstream(pc *proxyConn) {
 			p.mu.Unlock()
 			<-thawed
 			if pc.doomed.Load() {
+				if pc.gate != nil {
+					<-pc.gate
+				}
 				p.dropped.Add(1)
 				return
 			}
@@ -134,20 +147,20 @@ func (p *Proxy) downstream(pc *proxyConn) {
 	}
 }
 
-func (p *Proxy) matchDrop(cmd []byte) bool {
+func (p *Proxy) matchDrop(cmd []byte) (dropping, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.drop) == 0 {
-		return false
+		return dropping{}, false
 	}
 	lower := bytes.ToLower(cmd)
-	for i, m := range p.drop {
-		if bytes.Contains(lower, m) {
+	for i, d := range p.drop {
+		if bytes.Contains(lower, d.match) {
 			p.drop = append(p.drop[:i], p.drop[i+1:]...)
-			return true
+			return d, true
 		}
 	}
-	return false
+	return dropping{}, false
 }
 
 func (p *Proxy) closePair(pc *proxyConn) {
@@ -166,7 +179,22 @@ func (p *Proxy) closePair(pc *proxyConn) {
 func (p *Proxy) DropReply(match string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.drop = append(p.drop, bytes.ToLower([]byte(match)))
+	p.drop = append(p.drop, dropping{match: bytes.ToLower([]byte(match))})
+}
+
+// LoseReplyLate is [Proxy.DropReply], except that the client keeps
+// waiting for the lost reply, its connection open, until lose is called:
+// a command the server ran whose caller does not yet know its outcome,
+// while other connections carry on.
+func (p *Proxy) LoseReplyLate(match string) (lose func()) {
+	gate := make(chan struct{})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drop = append(p.drop, dropping{match: bytes.ToLower([]byte(match)), gate: gate})
+	var once sync.Once
+	lose = func() { once.Do(func() { close(gate) }) }
+	p.loses = append(p.loses, lose)
+	return lose
 }
 
 // Dropped returns how many replies the proxy has lost so far.
@@ -215,6 +243,12 @@ func (p *Proxy) Cut() {
 func (p *Proxy) Close() {
 	p.ln.Close()
 	p.Resume()
+	p.mu.Lock()
+	loses := p.loses
+	p.mu.Unlock()
+	for _, lose := range loses {
+		lose()
+	}
 	p.Cut()
 	p.wg.Wait()
 }

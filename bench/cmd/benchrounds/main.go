@@ -56,7 +56,7 @@ func parse(r io.Reader) ([]sample, error) {
 			round, _ = strconv.Atoi(m[1])
 			continue
 		}
-		if text == "experiments" { // run.sh's one-off runs follow the rounds
+		if text == "experiments" || text == "pinned" { // run.sh's one-off runs follow the rounds
 			round = 0
 			continue
 		}

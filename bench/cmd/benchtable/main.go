@@ -130,6 +130,8 @@ func parse(r io.Reader) ([]result, error) {
 
 // A family says how one benchmark's results become a table.
 type family struct {
+	// name is the benchmark family the table reads; a name ending in CPU
+	// is a second table of the family without it (RedisKeysCPU).
 	name, title string
 	// cell formats one result; base is the result of the row's base (the
 	// framework without a limiter), or nil.
@@ -186,7 +188,8 @@ var families = []family{
 		{"ceiling-noheaders", "best peer", anyPeer, false},
 	}},
 	{"Redis", "Redis decision on a local redis-server: serial µs/op and parallel64 decisions/s; commands sent, round trips and calls Redis ran (scripts' calls included) per decision; allocs/op", redisCell, nsOp, "ns/op", publicAndStore},
-	{"RedisKeys", "Redis decision, one rule, on one hot key and over 100k keys: serial µs/op and parallel64 decisions/s; commands, round trips and Redis calls per decision; allocs/op", redisCell, nsOp, "ns/op", publicAndStore},
+	{"RedisKeys", "Redis decision, one rule, on one hot key and over 100k keys: serial µs/op and parallel64 decisions/s; commands, round trips and Redis calls per decision; allocs/op. The -pinned columns ran with redis-server on one core and the benchmark (GOMAXPROCS=1) on the other", redisCell, nsOp, "ns/op", publicAndStore},
+	{"RedisKeysCPU", "Client CPU per decision in the same runs (cpu-ns/op: the benchmark process's CPU, every thread and the GC, over the decisions; redis-server's is not in it)", cpuCell, cpuOp, "cpu-ns/op", publicAndStore},
 	{"ScriptServerTime", "Redis server time of one decision's script: usec of the script commands per call (INFO commandstats) · the server's CPU per decision (INFO cpu)", scriptCell, nil, "", nil},
 	{"Exact", "Exactness: limit 100/min, 1000 concurrent decisions on one key from 4 instances on one Redis (exactly 100 is correct)", exactCell, nil, "", nil},
 	{"Boundary", "Window boundary: requests admitted in the 100 ms around a boundary, limit 50/s", boundaryCell, nil, "", nil},
@@ -195,6 +198,10 @@ var families = []family{
 }
 
 func nsOp(r, _ *result) (float64, bool) { v, ok := r.metrics["ns/op"]; return v, ok }
+
+func cpuOp(r, _ *result) (float64, bool) { v, ok := r.metrics["cpu-ns/op"]; return v, ok }
+
+func cpuCell(r, _ *result) string { return fmt.Sprintf("%s µs", num(r.metrics["cpu-ns/op"]/1000)) }
 
 func overheadNs(r, base *result) (float64, bool) {
 	if base == nil {
@@ -296,7 +303,7 @@ func isCeiling(lib string) bool { return strings.HasPrefix(lib, "ceiling") }
 // table.
 func render(w io.Writer, results []result, embeds map[string]string) {
 	for _, f := range families {
-		variants, libs, cells := table(results, f.name)
+		variants, libs, cells := table(results, strings.TrimSuffix(f.name, "CPU"))
 		if len(libs) == 0 {
 			continue
 		}

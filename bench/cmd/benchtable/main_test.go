@@ -120,3 +120,31 @@ func TestRedisCellShowsErrors(t *testing.T) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())
 	}
 }
+
+// The Redis keys benchmark gets a second table of the client's CPU per
+// decision, with its own ratio row, and its pinned columns sit beside the
+// others.
+func TestRenderShowsRedisKeysClientCPU(t *testing.T) {
+	const lines = `BenchmarkRedisKeys/keys=1/serial/ceiling-decide-2 	 1000	 40000 ns/op	 1.000 cmds/op	 20000 cpu-ns/op	 1.000 trips/op	 4.000 srvcalls/op	 29 allocs/op
+BenchmarkRedisKeys/keys=1/serial/ulule-2 	 1000	 30000 ns/op	 1.000 cmds/op	 16000 cpu-ns/op	 1.000 trips/op	 3.000 srvcalls/op	 17 allocs/op
+BenchmarkRedisKeys/keys=1/serial-pinned/ceiling-decide 	 1000	 35000 ns/op	 1.000 cmds/op	 18000 cpu-ns/op	 1.000 trips/op	 4.000 srvcalls/op	 29 allocs/op
+BenchmarkRedisKeys/keys=1/serial-pinned/ulule 	 1000	 30000 ns/op	 1.000 cmds/op	 15000 cpu-ns/op	 1.000 trips/op	 3.000 srvcalls/op	 17 allocs/op
+`
+	rs, err := parse(strings.NewReader(lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	render(&b, rs, nil)
+	out := b.String()
+	for _, want := range []string{
+		"| library | keys=1/serial | keys=1/serial-pinned |",
+		"### Client CPU per decision",
+		"| ceiling-decide | 20 µs | 18 µs |",
+		"| **ceiling-decide ÷ best peer** (cpu-ns/op) | **1.25×** (ulule) | **1.20×** (ulule) |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

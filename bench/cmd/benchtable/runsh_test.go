@@ -43,7 +43,7 @@ func TestRunShShowsProgressAndRegeneratesCharts(t *testing.T) {
 	for _, s := range steps {
 		got = append(got, s[1]+"/"+s[2])
 	}
-	if want := "1/7 2/7 3/7 4/7 5/7 6/7 7/7"; strings.Join(got, " ") != want {
+	if want := "1/8 2/8 3/8 4/8 5/8 6/8 7/8 8/8"; strings.Join(got, " ") != want {
 		t.Errorf("steps = %v, want %s:\n%s", got, want, log)
 	}
 	raw, err := os.ReadFile(filepath.Join(out, "results.txt"))

@@ -182,9 +182,8 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 	if c.RedisPrefix != "" {
 		prefix = c.RedisPrefix
 	}
-	// go-redis's own lines ("failed to dial", one per dial while Redis is
-	// down) go to the limiter's logger, the service's, sampled: ceiling.New
-	// hands it to the store.
+	// The store logs its failed dials and error replies to the limiter's
+	// logger, the service's, sampled: ceiling.New hands it to the store.
 	opts = append(opts, ceiling.WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))))
 	return opts, client.Close, nil
 }
