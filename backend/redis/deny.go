@@ -32,6 +32,10 @@ type denial struct {
 	remaining int64
 	resetAt   time.Time
 	nextAt    time.Time
+	// seen is the latest call on the key that the backend answered: a
+	// clock that reads earlier is behind a state the backend anchors at its
+	// new now (ALGORITHMS.md), which shortens the wait until promised.
+	seen time.Time
 }
 
 func newDenyCache(size int) *denyCache {
@@ -56,7 +60,7 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 		if !found || e.rule != ruleOf(r) || roomBefore(reqs, i) {
 			continue
 		}
-		if !now.Before(e.until) {
+		if !now.Before(e.until) || now.Before(e.seen) {
 			delete(d.entries, r.Key)
 			d.n.Store(int64(len(d.entries)))
 			continue
@@ -114,12 +118,16 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 				remaining: res[i].Remaining,
 				resetAt:   now.Add(res[i].ResetAfter),
 				nextAt:    now.Add(res[i].NextAfter),
+				seen:      now,
 			}
 		case r.Cost < 0:
 			delete(d.entries, r.Key)
 		case r.Cost > 0 && res[i].Allowed:
 			if e, found := d.entries[r.Key]; found && e.rule != ruleOf(r) {
 				delete(d.entries, r.Key)
+			} else if found && now.After(e.seen) {
+				e.seen = now
+				d.entries[r.Key] = e
 			}
 		}
 	}

@@ -137,3 +137,20 @@ func TestDenyCacheOtherRuleOnTheKeyRegression(t *testing.T) {
 		{At: 5 * time.Minute, Decide: []backend.Request{one}},
 	})
 }
+
+// TestDenyCacheClockBehindRegression: a GCRA rejection was remembered until
+// its RetryAfter; the clock then stepped back, the backend anchored the
+// key's debt at the new now (shorter by the step), and the cache went on
+// refusing 1 ms past the instant the backend admits again. A clock earlier
+// than the latest call the cache saw on the key now forgets its denial.
+func TestDenyCacheClockBehindRegression(t *testing.T) {
+	c := backend.Request{Key: "c", Algorithm: backend.GCRA, Limit: 1, Period: 25 * time.Hour, Cost: 1}
+	peek := c
+	peek.Cost = 0
+	denyDifferential(t).Replay(t, []backendtest.Step{
+		{At: time.Millisecond, Decide: []backend.Request{c}},
+		{At: 1592673750 * time.Microsecond, Decide: []backend.Request{c}},
+		{At: 0, Decide: []backend.Request{peek}},
+		{At: 377 * time.Millisecond, Decide: []backend.Request{c}},
+	})
+}

@@ -14,6 +14,10 @@ type denyCache struct {
 type denial struct {
 	req                               backend.Request
 	until, remaining, resetAt, nextAt int64
+	// seen is the latest call on the key the backend answered: a clock
+	// that reads earlier is behind a state the backend anchors at its new
+	// now, which shortens the wait until promised.
+	seen int64
 }
 
 // answer rejects reqs locally when one of its unforced, non-shadow,
@@ -28,7 +32,7 @@ func (d *denyCache) answer(now int64, reqs []backend.Request) ([]backend.Result,
 		if !ok || !sameRule(e.req, r) || roomBefore(reqs, i) {
 			continue
 		}
-		if now >= e.until {
+		if now >= e.until || now < e.seen {
 			delete(d.entries, r.Key)
 			continue
 		}
@@ -71,6 +75,7 @@ func (d *denyCache) learn(now int64, reqs []backend.Request, res []backend.Resul
 					remaining: res[i].Remaining,
 					resetAt:   now + micros(res[i].ResetAfter),
 					nextAt:    now + micros(res[i].NextAfter),
+					seen:      now,
 				}
 			}
 		case r.Cost < 0:
@@ -78,6 +83,9 @@ func (d *denyCache) learn(now int64, reqs []backend.Request, res []backend.Resul
 		case r.Cost > 0 && res[i].Allowed:
 			if e, ok := d.entries[r.Key]; ok && !sameRule(e.req, r) {
 				delete(d.entries, r.Key)
+			} else if ok && now > e.seen {
+				e.seen = now
+				d.entries[r.Key] = e
 			}
 		}
 	}
