@@ -57,8 +57,12 @@ type Rule struct {
 	Name string
 	// Key is what the rule limits by for a call. Required.
 	Key KeyFunc
-	// Cost, when set, returns the units a call takes; nil means the
-	// limiter rule's Cost. Its errors are treated like the Key's.
+	// Cost, when set, returns the units a call takes; nil, zero and
+	// [ceiling.ErrNoKey] (a call that names no cost) mean the limiter
+	// rule's Cost, 1 unless it says otherwise. A call without a cost pays
+	// the default, never nothing: only Key leaves the rule out of a call.
+	// Any other error, or a negative cost, refuses the call as
+	// codes.InvalidArgument.
 	Cost func(ctx context.Context, method string) (int64, error)
 	// Limits, when set, gives the limit and burst that apply to a call (a
 	// limit per plan or tenant), as [ceiling.Rule.Limits] does for HTTP: a
@@ -302,7 +306,10 @@ func (g *Limiter) input(ctx context.Context, method string, i int, r *Rule) (in 
 	}
 	if r.Cost != nil {
 		if in.Cost, err = r.Cost(ctx, method); err != nil {
-			return in, false, keyError(r.Name, err)
+			if !errors.Is(err, ceiling.ErrNoKey) {
+				return in, false, status.Errorf(codes.InvalidArgument, "ceiling: rule %q: %v", r.Name, err)
+			}
+			in.Cost = 0 // no cost named: the rule's own, never "the rule does not apply"
 		}
 		if in.Cost < 0 {
 			return in, false, status.Errorf(codes.InvalidArgument, "ceiling: rule %q: negative cost %d", r.Name, in.Cost)
