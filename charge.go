@@ -129,12 +129,18 @@ func (l *Limiter) endExtras(r *http.Request, st *state) {
 
 // cost returns the units rule takes from r: its Cost, or its Estimate,
 // which st's extras remember for the settlement. An estimate of zero
-// reserves one unit, the least that asks "is any budget left".
+// reserves one unit, the least that asks "is any budget left". An Estimate
+// that returns ErrNoKey (the request names no cost) estimates the default
+// cost, one unit: were ErrNoKey passed on, the middleware would leave the
+// rule out, and a client would switch the rule off by sending no cost.
 func (l *Limiter) cost(r *http.Request, st *state, rule *Rule) (int64, error) {
 	if rule.Estimate == nil {
 		return rule.Cost, nil
 	}
 	n, err := rule.Estimate(r)
+	if errors.Is(err, ErrNoKey) {
+		n, err = 1, nil
+	}
 	if err != nil {
 		return 0, err
 	}

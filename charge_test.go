@@ -236,7 +236,7 @@ func TestEstimateErrorsAreBadInput(t *testing.T) {
 		{func(*http.Request) (int64, error) { return 0, errors.New("max_tokens: not a number") }, 400, 0},
 		{func(*http.Request) (int64, error) { return 0, ErrBodyTooLarge }, 413, 0},
 		{func(*http.Request) (int64, error) { return -5, nil }, 400, 0},
-		{func(*http.Request) (int64, error) { return 0, ErrNoKey }, 200, 0}, // the rule does not apply
+		{func(*http.Request) (int64, error) { return 0, ErrNoKey }, 200, 1}, // the default cost: only the Key leaves a rule out
 	} {
 		be := &recording{}
 		rules := []Rule{{Name: "tokens", Key: Static("s"), Limit: 100, Period: time.Hour, Estimate: tc.est}}

@@ -68,8 +68,10 @@ type Rule struct {
 	// Estimate, when set, makes the cost provisional: it returns the units
 	// to reserve for r when the request is decided, and the handler reports
 	// the real cost with [Settle]. Zero means the cost is charged only after
-	// the work: the request is admitted while any budget is left. Its errors
-	// are treated like the Key's. Set Cost or Estimate, not both.
+	// the work: the request is admitted while any budget is left.
+	// [ErrNoKey] (the request names no cost) estimates one unit, never
+	// leaves the rule out: only Key does that. Other errors are treated
+	// like the Key's. Set Cost or Estimate, not both.
 	Estimate func(r *http.Request) (int64, error)
 	// Limits, when set, gives the limit and burst that apply to r: a limit
 	// per plan or per tenant, read from a verified claim or a lookup. It is

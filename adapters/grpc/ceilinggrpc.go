@@ -57,8 +57,12 @@ type Rule struct {
 	Name string
 	// Key is what the rule limits by for a call. Required.
 	Key KeyFunc
-	// Cost, when set, returns the units a call takes; nil means the
-	// limiter rule's Cost. Its errors are treated like the Key's.
+	// Cost, when set, returns the units a call takes; nil, zero and
+	// [ceiling.ErrNoKey] (a call that names no cost) mean the limiter
+	// rule's Cost, 1 unless it says otherwise. A call without a cost pays
+	// the default, never nothing: only Key leaves the rule out of a call.
+	// Any other error, or a negative cost, refuses the call as
+	// codes.InvalidArgument.
 	Cost func(ctx context.Context, method string) (int64, error)
 	// Limits, when set, gives the limit and burst that apply to a call (a
 	// limit per plan or tenant), as [ceiling.Rule.Limits] does for HTTP: a
@@ -79,13 +83,15 @@ type Limiter struct {
 	rules  []Rule
 	logger *slog.Logger
 	logged []atomic.Int64 // per rule: when a limit error was last logged (Unix ns)
-	// concurrent: a bound rule is a concurrency rule, whose slots an
-	// admitted call holds until it ends.
-	concurrent bool
-	names      []string // the bound rules, which the policy lists
-	policy     string   // "ratelimit-policy" when no bound rule has Limits
-	dynamic    bool     // a bound rule has Limits: the policy is per call
-	noFields   bool     // WithoutRateLimitMetadata
+	// concurrent names the first bound [ceiling.Concurrency] rule, whose
+	// slots an admitted call holds until its handler returns ("" if none):
+	// Limit refuses to serve it.
+	concurrent    string
+	limitRefusals atomic.Bool // Limit's refusal of concurrent has been logged
+	names         []string    // the bound rules, which the policy lists
+	policy        string      // "ratelimit-policy" when no bound rule has Limits
+	dynamic       bool        // a bound rule has Limits: the policy is per call
+	noFields      bool        // WithoutRateLimitMetadata
 }
 
 // An Option configures [New].
@@ -131,7 +137,9 @@ func New(l *ceiling.Limiter, rules []Rule, opts ...Option) (*Limiter, error) {
 	}
 	g := &Limiter{l: l, rules: append([]Rule(nil), rules...), logger: slog.Default(), logged: make([]atomic.Int64, len(rules))}
 	for _, r := range rules {
-		g.concurrent = g.concurrent || concurrent[r.Name]
+		if concurrent[r.Name] && g.concurrent == "" {
+			g.concurrent = r.Name
+		}
 		g.names = append(g.names, r.Name)
 		g.dynamic = g.dynamic || r.Limits != nil
 	}
@@ -190,24 +198,39 @@ func (g *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // it into an existing chain. Those interceptors turn any error into
 // codes.ResourceExhausted with its text, so the RetryInfo detail and the
 // Unavailable code of a fail-closed refusal are lost on the way: prefer
-// this package's own interceptors where clients read them.
+// this package's own interceptors where clients read them. The rate-limit
+// metadata is set on ctx's call (grpc.SetHeader), as the interceptors set
+// it.
 //
-// The slots of [ceiling.Concurrency] rules taken by Limit are given back
-// when ctx ends. Limit cannot see the handler return (those interceptors
-// run nothing after it), and grpc-go ends a server call's context as it
-// sends the status, so the release races the client: a client's next
-// call can arrive while the slot of its previous one is still held, and
-// be refused. This package's interceptors give slots back when the
-// handler returns, before the status is sent; use them for Concurrency
-// rules. The rate-limit metadata is set on ctx's call (grpc.SetHeader),
-// as the interceptors set it.
+// Limit does not serve [ceiling.Concurrency] rules: a Limiter bound to one
+// refuses every call through Limit, with an error naming the rule, and
+// logs it once. Those interceptors run nothing after the handler, so Limit
+// cannot know when a call's slot is free. Giving it back when ctx ends
+// would free it while the handler still runs (a client that cancels, or
+// sends short deadlines, would run any number of handlers at once), and
+// holding it until its lease ends would free it under a handler that
+// outlives the lease; refusing is the only answer that never admits more
+// than the limit. This package's interceptors give the slot back when the
+// handler returns: use them for Concurrency rules.
 func (g *Limiter) Limit(ctx context.Context) error {
-	method, _ := grpc.Method(ctx)
-	d, err := g.decide(ctx, method, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
-	if err == nil && g.concurrent {
-		context.AfterFunc(ctx, d.Release)
+	if g.concurrent != "" {
+		return g.refuseConcurrency(ctx)
 	}
+	method, _ := grpc.Method(ctx)
+	_, err := g.decide(ctx, method, func(md metadata.MD) error { return grpc.SetHeader(ctx, md) })
 	return err
+}
+
+// refuseConcurrency is Limit's answer for a Limiter bound to a Concurrency
+// rule: the call is refused and the operator told, once per Limiter.
+func (g *Limiter) refuseConcurrency(ctx context.Context) error {
+	const fix = "use ceilinggrpc's UnaryServerInterceptor and StreamServerInterceptor, which give a slot back when the handler returns"
+	if g.limitRefusals.CompareAndSwap(false, true) {
+		g.logger.LogAttrs(ctx, slog.LevelError, "ceilinggrpc: Limit refuses every call: a bound rule is a Concurrency rule, "+
+			"whose slots go-grpc-middleware's ratelimit interceptors cannot give back when the handler returns; "+fix,
+			slog.String("rule", g.concurrent))
+	}
+	return status.Errorf(codes.FailedPrecondition, "ceilinggrpc: rule %q is a Concurrency rule, which Limit cannot serve; %s", g.concurrent, fix)
 }
 
 // decide decides one call and returns, when it is not admitted, the status
@@ -283,7 +306,10 @@ func (g *Limiter) input(ctx context.Context, method string, i int, r *Rule) (in 
 	}
 	if r.Cost != nil {
 		if in.Cost, err = r.Cost(ctx, method); err != nil {
-			return in, false, keyError(r.Name, err)
+			if !errors.Is(err, ceiling.ErrNoKey) {
+				return in, false, status.Errorf(codes.InvalidArgument, "ceiling: rule %q: %v", r.Name, err)
+			}
+			in.Cost = 0 // no cost named: the rule's own, never "the rule does not apply"
 		}
 		if in.Cost < 0 {
 			return in, false, status.Errorf(codes.InvalidArgument, "ceiling: rule %q: negative cost %d", r.Name, in.Cost)

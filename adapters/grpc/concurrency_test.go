@@ -10,7 +10,6 @@ import (
 	ceilinggrpc "github.com/ceiling-go/ceiling/adapters/grpc"
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
-	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -32,50 +31,40 @@ func openWatch(t *testing.T, s *server, key string) (cancel func(), err error) {
 }
 
 // A concurrency rule limits streams open at once per key: a stream holds
-// its slot until it ends, through this package's interceptor and through
-// go-grpc-middleware's ratelimit chain alike.
+// its slot until it ends.
 func TestConcurrencyLimitsOpenStreams(t *testing.T) {
-	for _, chain := range []string{"ceilinggrpc", "ratelimit"} {
-		t.Run(chain, func(t *testing.T) {
-			l := ceiling.MustNew([]ceiling.Rule{{Name: "streams", Limit: 2, Period: time.Minute, Algorithm: ceiling.Concurrency}})
-			t.Cleanup(func() { l.Close() })
-			g := ceilinggrpc.MustNew(l, []ceilinggrpc.Rule{{Name: "streams", Key: ceilinggrpc.Metadata("x-api-key")}})
-			var s *server
-			if chain == "ratelimit" {
-				s = serve(t, nil, []grpc.StreamServerInterceptor{ratelimit.StreamServerInterceptor(g)})
-			} else {
-				s = serveLimiter(t, g)
-			}
-			cancel1, err1 := openWatch(t, s, "k")
-			cancel2, err2 := openWatch(t, s, "k")
-			defer cancel2()
-			cancel3, err3 := openWatch(t, s, "k")
-			defer cancel3()
-			if err1 != nil || err2 != nil || status.Code(err3) != codes.ResourceExhausted {
-				t.Fatalf("three streams with 2 slots: %v, %v, %v", err1, err2, err3)
-			}
-			if chain == "ceilinggrpc" && retryDelay(err3) != time.Second {
-				t.Errorf("RetryInfo %v, want the one-second hint", retryDelay(err3))
-			}
-			if cancel, err := openWatch(t, s, "other"); err != nil {
-				t.Errorf("another key: %v", err)
-			} else {
-				cancel()
-			}
-			cancel1() // the first stream ends: its slot comes back
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				cancel, err := openWatch(t, s, "k")
-				if err == nil {
-					cancel()
-					break
-				}
-				if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
-					t.Fatalf("after a stream ended: %v", err)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-		})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "streams", Limit: 2, Period: time.Minute, Algorithm: ceiling.Concurrency}})
+	t.Cleanup(func() { l.Close() })
+	g := ceilinggrpc.MustNew(l, []ceilinggrpc.Rule{{Name: "streams", Key: ceilinggrpc.Metadata("x-api-key")}})
+	s := serveLimiter(t, g)
+	cancel1, err1 := openWatch(t, s, "k")
+	cancel2, err2 := openWatch(t, s, "k")
+	defer cancel2()
+	cancel3, err3 := openWatch(t, s, "k")
+	defer cancel3()
+	if err1 != nil || err2 != nil || status.Code(err3) != codes.ResourceExhausted {
+		t.Fatalf("three streams with 2 slots: %v, %v, %v", err1, err2, err3)
+	}
+	if retryDelay(err3) != time.Second {
+		t.Errorf("RetryInfo %v, want the one-second hint", retryDelay(err3))
+	}
+	if cancel, err := openWatch(t, s, "other"); err != nil {
+		t.Errorf("another key: %v", err)
+	} else {
+		cancel()
+	}
+	cancel1() // the first stream ends: its slot comes back
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cancel, err := openWatch(t, s, "k")
+		if err == nil {
+			cancel()
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("after a stream ended: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -121,33 +110,4 @@ func (b slowRelease) Decide(ctx context.Context, reqs []backend.Request) ([]back
 		}
 	}
 	return b.Backend.Decide(ctx, reqs)
-}
-
-// Through go-grpc-middleware's ratelimit interceptors, Limit cannot see
-// the handler return: the slot comes back when the call's context ends,
-// which grpc-go does as it sends the status, so the client's next call may
-// find it still taken. It does come back, call after call.
-func TestRatelimitChainGivesTheSlotBackWhenTheCallEnds(t *testing.T) {
-	onBackends(t, func(t *testing.T, opts ...ceiling.Option) {
-		l := ceiling.MustNew([]ceiling.Rule{{Name: "calls", Limit: 1, Period: time.Minute, Algorithm: ceiling.Concurrency}}, opts...)
-		t.Cleanup(func() { l.Close() })
-		g := ceilinggrpc.MustNew(l, []ceilinggrpc.Rule{{Name: "calls", Key: ceilinggrpc.Metadata("x-api-key")}})
-		s := serve(t, []grpc.UnaryServerInterceptor{ratelimit.UnaryServerInterceptor(g)}, nil)
-		for i := range 10 {
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				err := s.check(t, "x-api-key", "k")
-				if err == nil {
-					break
-				}
-				if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
-					t.Fatalf("call %d: %v, want the slot back within 10 s of the previous call's end", i, err)
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}
-		if got, want := s.handled.Load(), int64(10); got != want {
-			t.Errorf("%d calls reached the handler, want %d", got, want)
-		}
-	})
 }

@@ -2,6 +2,7 @@ package ceilinggrpc_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"testing"
@@ -15,13 +16,48 @@ import (
 )
 
 // costFromMetadata is a Rule.Cost that believes the caller: the units
-// named by the "x-cost" entry (an LLM call's max_tokens, say).
+// named by the "x-cost" entry (an LLM call's max_tokens, say). A call that
+// names no cost pays the rule's own; one whose entry is no number is
+// refused.
 func costFromMetadata(ctx context.Context, _ string) (int64, error) {
 	v, err := ceilinggrpc.Metadata("x-cost")(ctx, "")
+	if errors.Is(err, ceiling.ErrNoKey) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
 	return strconv.ParseInt(v, 10, 64)
+}
+
+// A Cost that returns ceiling.ErrNoKey, as a metadata lookup does for a
+// missing or empty entry, means the rule's default cost, never "the rule
+// does not apply": a caller that sends no x-cost, or an empty one, gets
+// the budget of 10 and no more (it got 30 of 30). Only the Key leaves a
+// rule out.
+func TestCostErrNoKeyIsTheDefaultCostRegression(t *testing.T) {
+	passThrough := func(ctx context.Context, _ string) (int64, error) {
+		v, err := ceilinggrpc.Metadata("x-cost")(ctx, "")
+		if err != nil {
+			return 0, err // ErrNoKey for a call that names no cost
+		}
+		return strconv.ParseInt(v, 10, 64)
+	}
+	onBackends(t, func(t *testing.T, opts ...ceiling.Option) {
+		for _, md := range [][]string{{"x-api-key", "missing"}, {"x-api-key", "empty", "x-cost", ""}} {
+			l := ceiling.MustNew([]ceiling.Rule{{Name: "api", Limit: 10, Period: time.Minute, Algorithm: ceiling.SlidingLog}}, opts...)
+			t.Cleanup(func() { l.Close() })
+			g := ceilinggrpc.MustNew(l, []ceilinggrpc.Rule{{Name: "api", Key: ceilinggrpc.Metadata("x-api-key"), Cost: passThrough}})
+			s := serveLimiter(t, g)
+			got := map[codes.Code]int{}
+			for range 30 {
+				got[status.Code(s.check(t, md...))]++
+			}
+			if got[codes.OK] != 10 || got[codes.ResourceExhausted] != 20 {
+				t.Errorf("metadata %q, 30 calls on a budget of 10: %v, want 10 OK and 20 ResourceExhausted", md, got)
+			}
+		}
+	})
 }
 
 // A cost that no limit can hold, sent by a caller, is that caller's

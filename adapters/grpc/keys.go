@@ -3,11 +3,13 @@ package ceilinggrpc
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ceiling-go/ceiling"
 	"google.golang.org/grpc/metadata"
@@ -89,14 +91,49 @@ func Metadata(name string) KeyFunc {
 	}
 }
 
-// PeerAddr keys by the IP address of the call's peer and reads no metadata
-// entry: behind a proxy it is the proxy's address. It is the gRPC form of
-// [ceiling.RemoteAddr] (IPv6 grouped by /64, IPv4-mapped addresses as
-// IPv4), the only address key that cannot be spoofed without trusting
-// anybody, and its cost does not grow with the call's metadata.
+// PeerAddr keys by the IP address of the call's peer and believes no
+// metadata entry: behind a proxy it is the proxy's address. It is the gRPC
+// form of [ceiling.RemoteAddr] (IPv6 grouped by /64, IPv4-mapped addresses
+// as IPv4), the only address key that cannot be spoofed without trusting
+// anybody. A Unix-socket peer has no address: every such call keys as "@".
+//
+// Like RemoteAddr, it warns once per process (logged, and in
+// [ceiling.Limiter.Health]) when a call from a private or loopback peer
+// carries "x-forwarded-for" or "forwarded": the sign of a proxy the
+// configuration left out, whose clients all share its budget. Until then,
+// a call from such a peer costs two entry lookups; any other call reads no
+// entry, so its cost does not grow with the call's metadata.
 func PeerAddr(ctx context.Context, _ string) (string, error) {
-	r := http.Request{RemoteAddr: peerAddr(ctx)}
+	var r http.Request
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		r.RemoteAddr = p.Addr.String()
+		if !proxyShown.Load() {
+			r.Header = untrustedForwarding(ctx, p.Addr)
+		}
+	}
 	return ceiling.RemoteAddr(&r)
+}
+
+// proxyShown is set once PeerAddr has shown ceiling.RemoteAddr a call from
+// a private or loopback peer with forwarding entries, which makes it warn
+// (once per process): later calls need not look for them.
+var proxyShown atomic.Bool
+
+// untrustedForwarding returns, for a call from a private or loopback TCP
+// peer, its forwarding entries as the headers ceiling.RemoteAddr checks,
+// or nil when the peer is public or the call has none.
+func untrustedForwarding(ctx context.Context, a net.Addr) http.Header {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsPrivate() && !tcp.IP.IsLoopback() {
+		return nil
+	}
+	xff := metadata.ValueFromIncomingContext(ctx, "x-forwarded-for")
+	fwd := metadata.ValueFromIncomingContext(ctx, "forwarded")
+	if len(xff) == 0 && len(fwd) == 0 {
+		return nil
+	}
+	proxyShown.Store(true)
+	return http.Header{"X-Forwarded-For": xff, "Forwarded": fwd}
 }
 
 // peerAddr is the address of ctx's peer, "" when it has none.

@@ -19,6 +19,14 @@ func TestAdminEndpointsStayOffThePublicListener(t *testing.T) {
 	p.Stop(t)
 }
 
+// The admin listener stays the operator's: an empty -admin is refused at
+// start, one that binds every interface (-admin :0, 0.0.0.0, [::] or
+// ADMIN_ADDR=:0) is logged as a warning, and on loopback it answers only
+// requests addressed to a loopback name, not a rebound DNS name.
+func TestAdminAddressIsLoopbackOrWarned(t *testing.T) {
+	servicetest.AdminAddresses(t, chatBinary.Path(t), nil)
+}
+
 // The real binary as `go run ./examples/chat` starts it on a fresh machine:
 // no Redis, no secret. It warns loudly about both, answers a token it
 // minted itself, and shuts down cleanly on SIGTERM.

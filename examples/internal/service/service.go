@@ -35,7 +35,8 @@ type Config struct {
 	Addr string
 	// AdminAddr is where GET /healthz and GET /metrics are served (-admin,
 	// else ADMIN_ADDR, else [DefaultAdminAddr]); the public listener
-	// answers them 404.
+	// answers them 404. [Serve] refuses an empty one and warns when it is
+	// not loopback.
 	AdminAddr string
 	// RedisURL names the Redis deployment (REDIS_URL): one server, a
 	// Cluster or Sentinels, in a form of [RedisURLForms]. Empty means the

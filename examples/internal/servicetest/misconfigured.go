@@ -41,15 +41,16 @@ func Misconfigurations(t *testing.T) []Misconfigured {
 	}
 }
 
-// Exit runs bin (with "-addr 127.0.0.1:0 -admin 127.0.0.1:0") with an environment of only PATH
-// plus env, and waits at most timeout for it to exit. It returns what the
-// service logged and its exit code, or -1 when it was still running at the
-// timeout (it is then killed).
-func Exit(t *testing.T, bin string, env []string, timeout time.Duration) (string, int) {
+// Exit runs bin (with "-addr 127.0.0.1:0 -admin 127.0.0.1:0", then args,
+// which may override them) with an environment of only PATH plus env, and
+// waits at most timeout for it to exit. It returns what the service logged
+// and its exit code, or -1 when it was still running at the timeout (it is
+// then killed).
+func Exit(t *testing.T, bin string, env []string, timeout time.Duration, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0")
+	cmd := exec.CommandContext(ctx, bin, append([]string{"-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
