@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/ceiling-go/ceiling/backend"
 )
@@ -70,46 +71,26 @@ var ErrEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule doe
 // [Decision.Release]: defer it when the work starts.
 //
 // The Decision's Results are the caller's, never written again by the
-// limiter; to spare an allocation per call they are carved with other
-// calls' from shared blocks (of 1.1 KB), which a Decision kept for long
-// keeps alive. [Limiter.DecideInto] reuses a Decision instead.
+// limiter.
 func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error) {
-	var d Decision
-	err := l.decideInputs(ctx, &d, inputs)
-	return d, err
-}
-
-// DecideInto is [Limiter.Decide] writing the decision into d and reusing
-// the array of d's Results: a caller that keeps a Decision per goroutine (a
-// worker's loop, an interceptor's pool) decides on the memory backend
-// without allocating. Results of an earlier decision in d, and any slice
-// of them kept, are overwritten. Whatever the error, d then holds this
-// call's outcome: on an error, a Decision that admits nothing, with no
-// Results.
-//
-// A d that still holds concurrency slots (an admitted decision on a
-// [Concurrency] rule, not yet released) is refused with an error wrapping
-// [ErrSlotsHeld], and left as it is: overwriting it would lose the only
-// handle that gives the slots back. Release it first.
-func (l *Limiter) DecideInto(ctx context.Context, d *Decision, inputs ...Input) error {
-	if d.leases != nil && d.leases.holding() {
-		return fmt.Errorf("ceiling: DecideInto: %w", ErrSlotsHeld)
-	}
-	return l.decideInputs(ctx, d, inputs)
-}
-
-// ErrSlotsHeld is wrapped by the error of [Limiter.DecideInto] given a
-// Decision whose concurrency slots are still held.
-var ErrSlotsHeld = errors.New("the Decision still holds concurrency slots; Release it before reusing it")
-
-// decideInputs is Decide and DecideInto: it decides inputs into d, whose
-// Results array it reuses.
-func (l *Limiter) decideInputs(ctx context.Context, d *Decision, inputs []Input) error {
-	results := d.Results[:0]
-	*d = Decision{Results: results}
 	st := l.states.Get().(*state)
 	defer l.states.Put(st)
 	st.reset()
+	if err := l.decideInputs(ctx, st, inputs); err != nil {
+		return Decision{}, err
+	}
+	d := st.decision
+	d.Results = nil
+	if len(st.decision.Results) > 0 {
+		d.Results = slices.Clone(st.decision.Results)
+	}
+	st.decision.leases = nil // d holds them now, not the pooled state
+	return d, nil
+}
+
+// decideInputs adds inputs to st, in the rules' declaration order, and
+// decides them.
+func (l *Limiter) decideInputs(ctx context.Context, st *state, inputs []Input) error {
 	matched := 0
 	for i := range l.rules {
 		rule := &l.rules[i]
@@ -148,48 +129,7 @@ func (l *Limiter) decideInputs(ctx context.Context, d *Decision, inputs []Input)
 			}
 		}
 	}
-	if err := l.decideAll(ctx, st); err != nil {
-		return err
-	}
-	*d = st.decision
-	if n := len(st.decision.Results); cap(results) < n {
-		results = st.slab.take(n)
-	} else {
-		results = results[:n]
-	}
-	copy(results, st.decision.Results)
-	d.Results = results
-	st.decision.leases = nil // d holds them now, not the pooled state
-	return nil
-}
-
-// resultSlab hands out the Results of the Decisions that
-// [Limiter.Decide] returns without an allocation per call: each
-// Decision's Results are carved from a block that is never carved again,
-// their capacity limited to their length, so they belong to that Decision
-// (an append copies). A full block is left to the Decisions holding parts
-// of it, which keep it alive, and a fresh one taken, as lineSlab does for
-// header values.
-type resultSlab []RuleResult
-
-// slabResults is the size of a block: a Decision kept for long keeps at
-// most this many RuleResults (1.1 KB) alive. Fourteen 80-byte results and
-// the allocator's 8-byte header for a block holding pointers fill the
-// 1152-byte size class: sixteen would take the 1408-byte one, 10% more
-// bytes for the garbage collector per decision.
-const slabResults = 14
-
-// take returns n RuleResults of s's current block, or of a fresh one.
-func (s *resultSlab) take(n int) []RuleResult {
-	if n > slabResults/4 {
-		return make([]RuleResult, n)
-	}
-	if cap(*s)-len(*s) < n {
-		*s = make([]RuleResult, 0, slabResults)
-	}
-	start := len(*s)
-	*s = (*s)[:start+n]
-	return (*s)[start : start+n : start+n]
+	return l.decideAll(ctx, st)
 }
 
 // reset empties st for a new decision.
@@ -255,7 +195,7 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 	// Field by field into the pooled arrays: appending a struct literal
 	// builds it on the stack and copies it in wide words, and reading back
 	// words just written narrower stalls the CPU (store forwarding), a
-	// tenth of DecideInto's time. TestAddOverwritesEveryField pins that no
+	// tenth of a decision's time. TestAddOverwritesEveryField pins that no
 	// field keeps an earlier decision's value.
 	st.reqs = grow(st.reqs)
 	r := &st.reqs[len(st.reqs)-1]

@@ -51,27 +51,6 @@ func ExampleLimiter_Decide() {
 	// globex +15550001 deferred by sms:to for 15m0s
 }
 
-// A worker deciding in a loop keeps one Decision and lets DecideInto reuse
-// it: on the memory store a decision then allocates nothing.
-func ExampleLimiter_DecideInto() {
-	limiter := ceiling.MustNew([]ceiling.Rule{{Name: "jobs:tenant", Limit: 3, Period: time.Minute}})
-	defer limiter.Close()
-	var d ceiling.Decision
-	for _, tenant := range []string{"acme", "acme", "globex", "acme", "acme"} {
-		if err := limiter.DecideInto(context.Background(), &d, ceiling.Input{Rule: "jobs:tenant", Key: tenant}); err != nil {
-			fmt.Println(tenant, "error:", err)
-			continue
-		}
-		fmt.Println(tenant, d.Allowed, d.Results[0].Remaining)
-	}
-	// Output:
-	// acme true 2
-	// acme true 1
-	// globex true 2
-	// acme true 0
-	// acme false 0
-}
-
 // A worker charges what a job really cost once it knows: the tokens a model
 // reply used, past the budget if need be, so the next jobs wait the debt
 // out. A refund (a negative cost) gives back what a failed job reserved.

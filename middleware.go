@@ -357,12 +357,11 @@ type state struct {
 	results  []backend.Result
 	decision Decision
 	buf      []byte
-	keys     []byte     // an in-process store's stored keys, valid until reset (storedKey)
-	lines    lineSlab   // header values handed to responses (headers.go)
-	x        *extras    // nil unless the limiter has prefetches or estimates
-	guard    bodyGuard  // r.Body while the key functions run (body.go)
-	slab     resultSlab // Results handed to Decide's callers (decide.go)
-	unfit    []bool     // per request: its cost can never fit (decide.go)
+	keys     []byte    // an in-process store's stored keys, valid until reset (storedKey)
+	lines    lineSlab  // header values handed to responses (headers.go)
+	x        *extras   // nil unless the limiter has prefetches or estimates
+	guard    bodyGuard // r.Body while the key functions run (body.go)
+	unfit    []bool    // per request: its cost can never fit (decide.go)
 }
 
 func newState(n int) *state {

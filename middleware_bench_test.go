@@ -99,8 +99,7 @@ func BenchmarkMiddlewareParallel(b *testing.B) {
 // it, beside the store alone, on one key and over 100k keys (each key
 // decided once before timing, so that the store's table has grown): store
 // is memory.Store.DecideInto with a prebuilt stored key, which no user
-// calls; decide is Limiter.Decide, decideinto Limiter.DecideInto reusing
-// one Decision; handler is the middleware with a
+// calls; decide is Limiter.Decide; handler is the middleware with a
 // RemoteAddr key and the IETF headers over a handler that does nothing;
 // noheaders sends no rate-limit headers. Issue 16 holds decide and handler
 // to at most 1.5× store. cpu-ns/op, the process's CPU time, is the steadier
@@ -139,17 +138,6 @@ func BenchmarkPublicPath(b *testing.B) {
 			loop(b, n, func(i int) {
 				in[0].Key = ips[i]
 				if d, err := l.Decide(ctx, in...); err != nil || !d.Allowed {
-					b.Fatalf("decide: %v %+v", err, d)
-				}
-			})
-		})
-		b.Run(fmt.Sprintf("keys=%d/decideinto", n), func(b *testing.B) {
-			l := ceiling.MustNew(rules(nil))
-			in := []ceiling.Input{{Rule: "ip"}}
-			var d ceiling.Decision
-			loop(b, n, func(i int) {
-				in[0].Key = ips[i]
-				if err := l.DecideInto(ctx, &d, in...); err != nil || !d.Allowed {
 					b.Fatalf("decide: %v %+v", err, d)
 				}
 			})

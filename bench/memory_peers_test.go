@@ -63,8 +63,7 @@ func noClose() {}
 // memLibs are ceiling and every in-memory peer, each used the way its
 // documentation shows, keyed by a string. ceiling is there three times: as
 // a user runs it (ceiling: the middleware with a key function and its
-// headers), through Limiter.Decide (ceiling-decide) and Limiter.DecideInto
-// with a Decision per goroutine (ceiling-decideinto), and its store alone
+// headers), through Limiter.Decide (ceiling-decide), and its store alone
 // (ceiling-store, which no user calls), all under the default algorithm,
 // so that what the limiter adds to the store is visible; ceiling-gcra is the
 // middleware with the GCRA algorithm.
@@ -72,7 +71,6 @@ var memLibs = []memLib{
 	{name: "ceiling", algo: "rolling window", addrs: true, new: ceilingHandler(backend.RollingWindow)},
 	{name: "ceiling-gcra", algo: "GCRA", addrs: true, variant: true, new: ceilingHandler(backend.GCRA)},
 	{name: "ceiling-decide", algo: "rolling window", variant: true, new: ceilingDecide},
-	{name: "ceiling-decideinto", algo: "rolling window", variant: true, new: ceilingDecideInto},
 	{name: "ceiling-store", algo: "rolling window", variant: true, new: func(limit int, period, idle time.Duration) memLimiter {
 		return ceilingMem(backend.RollingWindow, limit, period, idle)
 	}},
@@ -185,22 +183,6 @@ func ceilingDecide(limit int, period, idle time.Duration) memLimiter {
 		return func(key string) (bool, error) {
 			in[0].Key = key
 			d, err := l.Decide(ctx, in...)
-			return err == nil && d.Allowed, err
-		}
-	}, close: func() { l.Close(); s.Close() }}
-}
-
-// ceilingDecideInto is ceilingDecide through Limiter.DecideInto, each
-// goroutine reusing its own Decision: the call without an allocation.
-func ceilingDecideInto(limit int, period, idle time.Duration) memLimiter {
-	s := ceilingStore(idle)
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Limit: int64(limit), Period: period}}, ceiling.WithBackend(s))
-	return memLimiter{worker: func() allowFunc {
-		in := []ceiling.Input{{Rule: "ip"}}
-		var d ceiling.Decision
-		return func(key string) (bool, error) {
-			in[0].Key = key
-			err := l.DecideInto(ctx, &d, in...)
 			return err == nil && d.Allowed, err
 		}
 	}, close: func() { l.Close(); s.Close() }}

@@ -173,11 +173,9 @@ var publicAndStore = []comparison{
 	{"ceiling", "best peer", anyPeer, false},
 	{"ceiling-gcra", "best peer", anyPeer, false},
 	{"ceiling-decide", "best peer", anyPeer, false},
-	{"ceiling-decideinto", "best peer", anyPeer, false},
 	{"ceiling-store", "best peer", anyPeer, false},
 	{"ceiling", "ceiling-store", isStore, true},
 	{"ceiling-decide", "ceiling-store", isStore, true},
-	{"ceiling-decideinto", "ceiling-store", isStore, true},
 }
 
 var families = []family{
