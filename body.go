@@ -72,7 +72,7 @@ var ErrBodyTimeout = errors.New("ceiling: request body not received in time")
 // some of them apart. A number and the string of its digits are one key.
 //
 // BodyField returns an error for an empty path or segment; use
-// [MustBodyField] for literals. The KeyFunc is safe for simultaneous use on
+// [Must] for literals. The KeyFunc is safe for simultaneous use on
 // different requests.
 func BodyField(path string, opts ...BodyOption) (KeyFunc, error) {
 	if path == "" {
@@ -101,15 +101,6 @@ func BodyField(path string, opts ...BodyOption) (KeyFunc, error) {
 	}, nil
 }
 
-// MustBodyField is like [BodyField] but panics on a configuration error.
-func MustBodyField(path string, opts ...BodyOption) KeyFunc {
-	k, err := BodyField(path, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return k
-}
-
 // FormField returns a [KeyFunc] that keys by a form field, as
 // [http.Request.FormValue] would see it: URL-encoded bodies (whatever the
 // Content-Type says, unless it is multipart/form-data) and multipart forms
@@ -119,7 +110,7 @@ func MustBodyField(path string, opts ...BodyOption) KeyFunc {
 // the handler. A
 // missing or empty field yields [ErrNoKey]; copies with different values (in
 // the body, or the body and the query) or a malformed body are a 400.
-// FormField returns an error for an empty name; use [MustFormField] for
+// FormField returns an error for an empty name; use [Must] for
 // literals.
 func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
 	if name == "" {
@@ -148,15 +139,6 @@ func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
 		}
 		return single(vs, "form field "+name)
 	}, nil
-}
-
-// MustFormField is like [FormField] but panics on a configuration error.
-func MustFormField(name string, opts ...BodyOption) KeyFunc {
-	k, err := FormField(name, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return k
 }
 
 // A BodyOption configures [BodyField] and [FormField].

@@ -28,7 +28,7 @@ func FuzzBodyField(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	phone, form := MustBodyField("phone"), MustFormField("phone")
+	phone, form := Must(BodyField("phone")), Must(FormField("phone"))
 	f.Fuzz(func(t *testing.T, body string) {
 		r := httptest.NewRequest("POST", "/", strings.NewReader(body))
 		got, err := phone(r)

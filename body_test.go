@@ -75,7 +75,7 @@ func TestBodyFieldJSON(t *testing.T) {
 		{"phone", `{"phone": +1}`, "", errBad},
 		{"phone", `{phone: "+1"}`, "", errBad},
 	} {
-		got, err := MustBodyField(tc.path)(bodyRequest("application/json", tc.body))
+		got, err := Must(BodyField(tc.path))(bodyRequest("application/json", tc.body))
 		checkKey(t, tc.path+" in "+tc.body, got, err, tc.want, tc.err)
 	}
 }
@@ -100,7 +100,7 @@ func TestBodyFieldNumbersAreKeyedByValue(t *testing.T) {
 		{"1e99999999999999999999999", ""}, {"1" + strings.Repeat("0", 29) + "e-10", "1" + strings.Repeat("0", 19)},
 	} {
 		body := `{"n": ` + tc.num + `}`
-		got, err := MustBodyField("n")(bodyRequest("application/json", body))
+		got, err := Must(BodyField("n"))(bodyRequest("application/json", body))
 		if tc.want == "" {
 			checkKey(t, body, got, err, "", errBad)
 			continue
@@ -108,7 +108,7 @@ func TestBodyFieldNumbersAreKeyedByValue(t *testing.T) {
 		checkKey(t, body, got, err, tc.want, nil)
 	}
 	// A number and the string of its digits name one value.
-	if got := mustKey(t, MustBodyField("n"), bodyRequest("", `{"n": "1000"}`)); got != "1000" {
+	if got := mustKey(t, Must(BodyField("n")), bodyRequest("", `{"n": "1000"}`)); got != "1000" {
 		t.Errorf(`"1000" as a string: key %q`, got)
 	}
 }
@@ -117,7 +117,7 @@ func TestBodyFieldNumbersAreKeyedByValue(t *testing.T) {
 // and a fraction is a 400 that spends nothing.
 func TestNumericBodyKeysShareOneBudget(t *testing.T) {
 	be := &quota{}
-	h := MustNew([]Rule{{Name: "item", Key: MustBodyField("id"), Limit: 3, Period: time.Hour}}, WithBackend(be)).Handler(okHandler)
+	h := MustNew([]Rule{{Name: "item", Key: Must(BodyField("id")), Limit: 3, Period: time.Hour}}, WithBackend(be)).Handler(okHandler)
 	var got []int
 	for _, n := range []string{"1000", "1000.0", "1e3", "10E2", "1000.5"} {
 		got = append(got, serve(t, h, bodyRequest("application/json", `{"id": `+n+`}`)).Code)
@@ -125,7 +125,7 @@ func TestNumericBodyKeysShareOneBudget(t *testing.T) {
 	if want := []int{200, 200, 200, 429, 400}; !equalInts(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
-	phone := MustNew([]Rule{{Name: "phone", Key: MustBodyField("phone"), Limit: 1, Period: time.Hour}}, WithBackend(&quota{})).Handler(okHandler)
+	phone := MustNew([]Rule{{Name: "phone", Key: Must(BodyField("phone")), Limit: 1, Period: time.Hour}}, WithBackend(&quota{})).Handler(okHandler)
 	got = got[:0]
 	for _, n := range []string{"15550001111.0", "15550001111", "155500011110"} {
 		got = append(got, serve(t, phone, bodyRequest("application/json", `{"phone": `+n+`}`)).Code)
@@ -139,7 +139,7 @@ func TestBodyFieldIgnoresContentType(t *testing.T) {
 	// A handler decoding JSON does not look at Content-Type; neither may the
 	// limiter, or a text/plain request would skip the phone rule.
 	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded"} {
-		if got := mustKey(t, MustBodyField("phone"), bodyRequest(ct, `{"phone":"+1"}`)); got != "+1" {
+		if got := mustKey(t, Must(BodyField("phone")), bodyRequest(ct, `{"phone":"+1"}`)); got != "+1" {
 			t.Errorf("Content-Type %q: key %q", ct, got)
 		}
 	}
@@ -159,8 +159,8 @@ func TestBodyIsReadOnceAndLeftIntact(t *testing.T) {
 	})
 	be := &quota{}
 	h := MustNew([]Rule{
-		{Name: "phone", Key: Normalize(MustBodyField("phone"), Digits), Limit: 3, Period: time.Minute},
-		{Name: "user", Key: MustBodyField("user.id"), Limit: 3, Period: time.Minute},
+		{Name: "phone", Key: Normalize(Must(BodyField("phone")), Digits), Limit: 3, Period: time.Minute},
+		{Name: "user", Key: Must(BodyField("user.id")), Limit: 3, Period: time.Minute},
 		{Name: "ip", Key: RemoteAddr, Limit: 3, Period: time.Minute},
 	}, WithBackend(be)).Handler(handler)
 	if got := statuses(t, h, r); got[0] != 200 {
@@ -179,17 +179,17 @@ func TestBodyIsReadOnceAndLeftIntact(t *testing.T) {
 
 func TestBodyIsParsedOnce(t *testing.T) {
 	r := bodyRequest("application/json", `{"a": "1", "b": "2"}`)
-	mustKey(t, MustBodyField("a"), r)
+	mustKey(t, Must(BodyField("a")), r)
 	cb := r.Body.(*cachedBody)
 	tree := cb.tree
-	if got := mustKey(t, MustBodyField("b"), r); got != "2" || cb.tree != tree || r.Body != io.ReadCloser(cb) {
+	if got := mustKey(t, Must(BodyField("b")), r); got != "2" || cb.tree != tree || r.Body != io.ReadCloser(cb) {
 		t.Errorf("second rule re-read or re-parsed the body (key %q)", got)
 	}
 	form := bodyRequest("application/x-www-form-urlencoded", "a=1&b=2")
-	mustKey(t, MustFormField("a"), form)
+	mustKey(t, Must(FormField("a")), form)
 	fcb := form.Body.(*cachedBody)
 	values := fcb.form
-	if mustKey(t, MustFormField("b"), form); form.Body.(*cachedBody) != fcb || len(fcb.form) != len(values) {
+	if mustKey(t, Must(FormField("b")), form); form.Body.(*cachedBody) != fcb || len(fcb.form) != len(values) {
 		t.Error("second form rule re-parsed")
 	}
 }
@@ -202,7 +202,7 @@ func TestBodyUntouchedWhenNoRuleNeedsIt(t *testing.T) {
 	var body io.ReadCloser
 	h := MustNew([]Rule{
 		{Name: "ip", Key: RemoteAddr, Limit: 3, Period: time.Minute},
-		{Name: "phone", Key: Skip(func(*http.Request) bool { return true }, MustBodyField("phone")), Limit: 3, Period: time.Minute},
+		{Name: "phone", Key: Skip(func(*http.Request) bool { return true }, Must(BodyField("phone"))), Limit: 3, Period: time.Minute},
 	}, WithBackend(&quota{})).Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { body = r.Body }))
 	statuses(t, h, r)
 	if body != io.ReadCloser(src) || src.n != 0 {
@@ -212,7 +212,7 @@ func TestBodyUntouchedWhenNoRuleNeedsIt(t *testing.T) {
 
 func TestBodyLimits(t *testing.T) {
 	big := `{"phone": "+1", "pad": "` + strings.Repeat("x", 100) + `"}`
-	small, large := MustBodyField("phone", BodyLimit(50)), MustBodyField("phone", BodyLimit(1000))
+	small, large := Must(BodyField("phone", BodyLimit(50))), Must(BodyField("phone", BodyLimit(1000)))
 
 	// The small rule first: 413 for it, but the large rule reads on, and the
 	// handler still gets every byte.
@@ -262,7 +262,7 @@ func TestBadBodiesAreProblemsBeforeTheBackend(t *testing.T) {
 	be := &scripted{}
 	h := MustNew([]Rule{
 		{Name: "otp:ip", Key: RemoteAddr, Limit: 10, Period: time.Minute},
-		{Name: "otp:to", Key: MustBodyField("to", BodyLimit(64)), Limit: 3, Period: time.Minute},
+		{Name: "otp:to", Key: Must(BodyField("to", BodyLimit(64))), Limit: 3, Period: time.Minute},
 	}, WithBackend(be)).Handler(okHandler)
 	for _, tc := range []struct {
 		body   string
@@ -316,7 +316,7 @@ func TestFormField(t *testing.T) {
 	} {
 		r := httptest.NewRequest("POST", tc.target, strings.NewReader(tc.body))
 		r.Header.Set("Content-Type", tc.ct)
-		got, err := MustFormField("phone")(r)
+		got, err := Must(FormField("phone"))(r)
 		checkKey(t, tc.name, got, err, tc.want, tc.err)
 		if rest, _ := io.ReadAll(r.Body); string(rest) != tc.body {
 			t.Errorf("%s: handler reads %q, want %q", tc.name, rest, tc.body)
@@ -329,7 +329,7 @@ func TestFormField(t *testing.T) {
 // a lookup, not a parse).
 func BenchmarkBodyField(b *testing.B) {
 	body := `{"phone": "+254700000000", "user": {"id": "u1"}, "message": "hello"}`
-	phone, user := MustBodyField("phone"), MustBodyField("user.id")
+	phone, user := Must(BodyField("phone")), Must(BodyField("user.id"))
 	for _, bc := range []struct {
 		name string
 		fns  []KeyFunc
@@ -399,7 +399,7 @@ func rawPost(t *testing.T, srv *httptest.Server, declared int, body string, ever
 // bodyServer serves a limiter keyed on the body's phone, logging to logs.
 func bodyServer(t *testing.T, logs *bytes.Buffer, next http.Handler, opts ...BodyOption) *httptest.Server {
 	t.Helper()
-	l := MustNew([]Rule{{Name: "otp:phone", Key: MustBodyField("phone", opts...), Limit: 100, Period: time.Minute}},
+	l := MustNew([]Rule{{Name: "otp:phone", Key: Must(BodyField("phone", opts...)), Limit: 100, Period: time.Minute}},
 		WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	srv := httptest.NewServer(l.Handler(next)) // no ReadTimeout: the key function must bound itself
 	t.Cleanup(func() {
@@ -464,7 +464,7 @@ func TestBodyReadErrorIsAGeneric400(t *testing.T) {
 func TestBodyDeadlineIsGoneForTheHandler(t *testing.T) {
 	const bound = 200 * time.Millisecond
 	cancelled := make(chan bool, 1)
-	l := MustNew([]Rule{{Name: "otp:phone", Key: MustBodyField("phone", BodyTimeout(bound)), Limit: 100, Period: time.Minute}})
+	l := MustNew([]Rule{{Name: "otp:phone", Key: Must(BodyField("phone", BodyTimeout(bound))), Limit: 100, Period: time.Minute}})
 	defer l.Close()
 	srv := httptest.NewUnstartedServer(l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -487,7 +487,7 @@ func TestBodyDeadlineIsGoneForTheHandler(t *testing.T) {
 // The server's own ReadTimeout, when sooner, still ends a slow body.
 func TestServerReadTimeoutStillBoundsTheBody(t *testing.T) {
 	var logs bytes.Buffer
-	l := MustNew([]Rule{{Name: "otp:phone", Key: MustBodyField("phone"), Limit: 100, Period: time.Minute}},
+	l := MustNew([]Rule{{Name: "otp:phone", Key: Must(BodyField("phone")), Limit: 100, Period: time.Minute}},
 		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	defer l.Close()
 	srv := httptest.NewUnstartedServer(l.Handler(okHandler))

@@ -84,7 +84,7 @@ import (
 // r.RemoteAddr itself: one budget for every such connection. An empty
 // r.RemoteAddr yields [ErrNoKey].
 //
-// ClientIP returns an error naming the bad option; use [MustClientIP] for
+// ClientIP returns an error naming the bad option; use [Must] for
 // literals. The KeyFunc is safe for simultaneous use.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	c := &clientIP{v6bits: 64}
@@ -97,16 +97,6 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 		}
 	}
 	return c.key, nil
-}
-
-// MustClientIP is like [ClientIP] but panics on a configuration error; use
-// it for options written as literals.
-func MustClientIP(opts ...IPOption) KeyFunc {
-	k, err := ClientIP(opts...)
-	if err != nil {
-		panic(err)
-	}
-	return k
 }
 
 // RemoteAddr keys by the address of the connection's peer, ignoring every
@@ -488,7 +478,7 @@ func (c *clientIP) checkPeer(h http.Header, peer netip.Addr) {
 			opt = "TrustForwarded"
 		}
 		why = "the client-address key trusts no proxy"
-		fix = "If it is your load balancer or reverse proxy, key on ceiling.MustClientIP(ceiling." + opt + "(its address range)), or " +
+		fix = "If it is your load balancer or reverse proxy, key on ceiling.Must(ceiling.ClientIP(ceiling." + opt + "(its address range))), or " +
 			opt + "Hops(n) when its addresses are not known; if clients reach the service directly, the header is theirs and rightly ignored."
 	}
 	untrustedProxy.warning.Store(new(fmt.Sprintf("requests from a private-range peer carry %s, but %s, so every client behind it shares one budget. %s", header, why, fix)))

@@ -30,7 +30,7 @@ func TestClientIPWithoutProxiesIgnoresEveryHeader(t *testing.T) {
 		"Forwarded", "for=198.51.100.2",
 		"X-Real-IP", "198.51.100.3",
 		"True-Client-IP", "198.51.100.4")
-	for name, fn := range map[string]KeyFunc{"ClientIP()": MustClientIP(), "RemoteAddr": RemoteAddr} {
+	for name, fn := range map[string]KeyFunc{"ClientIP()": Must(ClientIP()), "RemoteAddr": RemoteAddr} {
 		if got, want := mustKey(t, fn, r), "203.0.113.7"; got != want {
 			t.Errorf("%s = %q, want the peer %q", name, got, want)
 		}
@@ -53,7 +53,7 @@ func TestClientIPNormalisesAddresses(t *testing.T) {
 		{"192.0.2.1", nil, "192.0.2.1"}, // a bare host, as some listeners give
 		{"@", nil, "@"},                 // a Unix socket: one shared budget
 	} {
-		if got := mustKey(t, MustClientIP(tc.opts...), ipRequest(tc.peer)); got != tc.want {
+		if got := mustKey(t, Must(ClientIP(tc.opts...)), ipRequest(tc.peer)); got != tc.want {
 			t.Errorf("peer %s: key %q, want %q", tc.peer, got, tc.want)
 		}
 	}
@@ -65,7 +65,7 @@ func TestClientIPNormalisesAddresses(t *testing.T) {
 // Every IPv6 address of one /64 is one client: rotating addresses inside it
 // buys nothing.
 func TestIPv6AddressRotationInsideA64BuysNothing(t *testing.T) {
-	fn := MustClientIP()
+	fn := Must(ClientIP())
 	first := mustKey(t, fn, ipRequest("[2001:db8:aa:bb::1]:1"))
 	for i := range 50 {
 		peer := fmt.Sprintf("[2001:db8:aa:bb:%x:%x:%x:%x]:1", rand.Uint32()&0xffff, rand.Uint32()&0xffff, i, rand.Uint32()&0xffff)
@@ -79,10 +79,10 @@ func TestClientIPBehindTrustedProxies(t *testing.T) {
 	// Some cases come from private peers that the key does not trust: keep
 	// the process-wide report they raise to this test.
 	resetUntrustedProxy(t, &bytes.Buffer{})
-	xff := MustClientIP(TrustXForwardedFor("10.0.0.0/8", "2001:db8:ffff::/48"))
-	fwd := MustClientIP(TrustForwarded("10.0.0.0/8"))
-	real := MustClientIP(TrustXRealIP("10.0.0.1"))
-	private := MustClientIP(TrustXForwardedFor(PrivateRanges()...))
+	xff := Must(ClientIP(TrustXForwardedFor("10.0.0.0/8", "2001:db8:ffff::/48")))
+	fwd := Must(ClientIP(TrustForwarded("10.0.0.0/8")))
+	real := Must(ClientIP(TrustXRealIP("10.0.0.1")))
+	private := Must(ClientIP(TrustXForwardedFor(PrivateRanges()...)))
 	for _, tc := range []struct {
 		name string
 		fn   KeyFunc
@@ -136,9 +136,9 @@ func TestClientIPBehindTrustedProxies(t *testing.T) {
 // TestClientIPByHopCount: behind n proxies whose addresses are not known,
 // the client is the n-th entry from the right, whoever the peer is.
 func TestClientIPByHopCount(t *testing.T) {
-	one := MustClientIP(TrustXForwardedForHops(1))
-	two := MustClientIP(TrustXForwardedForHops(2))
-	fwd2 := MustClientIP(TrustForwardedHops(2))
+	one := Must(ClientIP(TrustXForwardedForHops(1)))
+	two := Must(ClientIP(TrustXForwardedForHops(2)))
+	fwd2 := Must(ClientIP(TrustForwardedHops(2)))
 	for _, tc := range []struct {
 		name string
 		fn   KeyFunc
@@ -170,8 +170,8 @@ func TestClientIPByHopCount(t *testing.T) {
 // TestClientIPFromANamedHeader: a single-address header (CDNs and platforms)
 // read from trusted ranges only, or from anywhere when asked explicitly.
 func TestClientIPFromANamedHeader(t *testing.T) {
-	cf := MustClientIP(TrustHeader("cf-connecting-ip", "173.245.48.0/20", "2400:cb00::/32"))
-	fly := MustClientIP(TrustHeaderFromAnywhere("Fly-Client-IP"))
+	cf := Must(ClientIP(TrustHeader("cf-connecting-ip", "173.245.48.0/20", "2400:cb00::/32")))
+	fly := Must(ClientIP(TrustHeaderFromAnywhere("Fly-Client-IP")))
 	for _, tc := range []struct {
 		name string
 		fn   KeyFunc
@@ -210,7 +210,7 @@ func TestIPv6RotationInsideTheConfiguredPrefixBuysNothing(t *testing.T) {
 			return fmt.Sprintf("2001:db8:aa00:%x::%x", uint32(i)<<8|rand.Uint32()&0xff, i) // a distinct /64 for each i
 		}, "2001:db8:aa01::1", 22},
 	} {
-		key := MustClientIP(IPv6Prefix(tc.bits))
+		key := Must(ClientIP(IPv6Prefix(tc.bits)))
 		h := MustNew([]Rule{{Name: "ip", Key: key, Limit: 3, Period: time.Hour}}, WithBackend(&quota{})).Handler(okHandler)
 		var reqs []*http.Request
 		seen64 := map[string]bool{}
@@ -242,14 +242,14 @@ func TestRandomXForwardedForBuysNoQuota(t *testing.T) {
 		peer    string
 		appends string // what the trusted proxies append after the client's value
 	}{
-		{"no proxy", MustClientIP(), "203.0.113.9:1", ""},
-		{"no proxy, trust configured", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), "203.0.113.9:1", ""},
-		{"one proxy", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), "10.0.0.1:1", ", 203.0.113.9"},
-		{"two proxies", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), "10.0.0.1:1", ", 203.0.113.9, 10.0.0.2"},
-		{"two proxies, Forwarded", MustClientIP(TrustForwarded("10.0.0.0/8")), "10.0.0.1:1", ", for=203.0.113.9, for=10.0.0.2"},
-		{"one hop", MustClientIP(TrustXForwardedForHops(1)), "198.18.0.1:1", ", 203.0.113.9"},
-		{"two hops", MustClientIP(TrustXForwardedForHops(2)), "198.18.0.1:1", ", 203.0.113.9, 198.18.0.2"},
-		{"two hops, Forwarded", MustClientIP(TrustForwardedHops(2)), "198.18.0.1:1", ", for=203.0.113.9, for=198.18.0.2"},
+		{"no proxy", Must(ClientIP()), "203.0.113.9:1", ""},
+		{"no proxy, trust configured", Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), "203.0.113.9:1", ""},
+		{"one proxy", Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), "10.0.0.1:1", ", 203.0.113.9"},
+		{"two proxies", Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), "10.0.0.1:1", ", 203.0.113.9, 10.0.0.2"},
+		{"two proxies, Forwarded", Must(ClientIP(TrustForwarded("10.0.0.0/8"))), "10.0.0.1:1", ", for=203.0.113.9, for=10.0.0.2"},
+		{"one hop", Must(ClientIP(TrustXForwardedForHops(1))), "198.18.0.1:1", ", 203.0.113.9"},
+		{"two hops", Must(ClientIP(TrustXForwardedForHops(2))), "198.18.0.1:1", ", 203.0.113.9, 198.18.0.2"},
+		{"two hops, Forwarded", Must(ClientIP(TrustForwardedHops(2))), "198.18.0.1:1", ", for=203.0.113.9, for=198.18.0.2"},
 	} {
 		be := &quota{}
 		h := MustNew([]Rule{{Name: "ip", Key: tc.fn, Limit: 3, Period: time.Minute}}, WithBackend(be)).Handler(okHandler)
@@ -303,16 +303,16 @@ func TestClientIPConfigErrors(t *testing.T) {
 	}
 	defer func() {
 		if recover() == nil {
-			t.Error("MustClientIP did not panic on a bad prefix")
+			t.Error("Must did not panic on a bad prefix")
 		}
 	}()
-	MustClientIP(TrustXForwardedFor("nope"))
+	Must(ClientIP(TrustXForwardedFor("nope")))
 }
 
 // An IPv4-mapped trusted prefix must match the plain IPv4 peers it names,
 // else the proxy would be taken for the client.
 func TestMappedTrustedPrefixMatchesIPv4Peers(t *testing.T) {
-	fn := MustClientIP(TrustXForwardedFor("::ffff:10.0.0.0/104"))
+	fn := Must(ClientIP(TrustXForwardedFor("::ffff:10.0.0.0/104")))
 	if got, want := mustKey(t, fn, ipRequest("10.9.9.9:1", "X-Forwarded-For", "198.51.100.1")), "198.51.100.1"; got != want {
 		t.Errorf("key %q, want %q", got, want)
 	}
@@ -324,9 +324,9 @@ func BenchmarkClientIP(b *testing.B) {
 		fn   KeyFunc
 		r    *http.Request
 	}{
-		{"peer", MustClientIP(), ipRequest("203.0.113.9:1", "X-Forwarded-For", "1.1.1.1")},
-		{"xff=3", MustClientIP(TrustXForwardedFor(PrivateRanges()...)), ipRequest("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 203.0.113.9, 10.0.0.2")},
-		{"forwarded=3", MustClientIP(TrustForwarded(PrivateRanges()...)), ipRequest("10.0.0.1:1", "Forwarded", `for=6.6.6.6, for="[2001:db8::1]:80", for=10.0.0.2`)},
+		{"peer", Must(ClientIP()), ipRequest("203.0.113.9:1", "X-Forwarded-For", "1.1.1.1")},
+		{"xff=3", Must(ClientIP(TrustXForwardedFor(PrivateRanges()...))), ipRequest("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 203.0.113.9, 10.0.0.2")},
+		{"forwarded=3", Must(ClientIP(TrustForwarded(PrivateRanges()...))), ipRequest("10.0.0.1:1", "Forwarded", `for=6.6.6.6, for="[2001:db8::1]:80", for=10.0.0.2`)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -370,15 +370,15 @@ func TestUntrustedProxyIsReported(t *testing.T) {
 	}{
 		{"RemoteAddr behind a load balancer", RemoteAddr, ipRequest("10.0.3.7:1", "X-Forwarded-For", "198.51.100.1"), "TrustXForwardedFor(its address range)"},
 		{"RemoteAddr behind a local proxy, Forwarded", RemoteAddr, ipRequest("[::1]:1", "Forwarded", "for=198.51.100.1"), "TrustForwarded(its address range)"},
-		{"a load balancer outside the trusted range", MustClientIP(TrustXForwardedFor("10.0.0.0/16")), ipRequest("10.1.0.1:1", "X-Forwarded-For", "198.51.100.1"), "add its address range to TrustXForwardedFor"},
-		{"a CDN header from an untrusted private peer", MustClientIP(TrustHeader("CF-Connecting-IP", "173.245.48.0/20")), ipRequest("192.168.1.9:1", "CF-Connecting-IP", "198.51.100.1"), "add its address range to TrustHeader"},
+		{"a load balancer outside the trusted range", Must(ClientIP(TrustXForwardedFor("10.0.0.0/16"))), ipRequest("10.1.0.1:1", "X-Forwarded-For", "198.51.100.1"), "add its address range to TrustXForwardedFor"},
+		{"a CDN header from an untrusted private peer", Must(ClientIP(TrustHeader("CF-Connecting-IP", "173.245.48.0/20"))), ipRequest("192.168.1.9:1", "CF-Connecting-IP", "198.51.100.1"), "add its address range to TrustHeader"},
 
 		{"a public client forging the header", RemoteAddr, ipRequest("203.0.113.9:1", "X-Forwarded-For", "198.51.100.1"), ""},
 		{"a private peer without the header", RemoteAddr, ipRequest("10.0.3.7:1"), ""},
-		{"a trusted proxy", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), ipRequest("10.0.3.7:1", "X-Forwarded-For", "198.51.100.1"), ""},
-		{"a trusted proxy with a garbage entry", MustClientIP(TrustXForwardedFor("10.0.0.0/8")), ipRequest("10.0.3.7:1", "X-Forwarded-For", "nope"), ""},
-		{"another header than the one trusted", MustClientIP(TrustXForwardedFor("10.0.0.0/16")), ipRequest("10.1.0.1:1", "Forwarded", "for=198.51.100.1"), ""},
-		{"hop count", MustClientIP(TrustXForwardedForHops(1)), ipRequest("10.0.3.7:1", "X-Forwarded-For", "garbage"), ""},
+		{"a trusted proxy", Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), ipRequest("10.0.3.7:1", "X-Forwarded-For", "198.51.100.1"), ""},
+		{"a trusted proxy with a garbage entry", Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), ipRequest("10.0.3.7:1", "X-Forwarded-For", "nope"), ""},
+		{"another header than the one trusted", Must(ClientIP(TrustXForwardedFor("10.0.0.0/16"))), ipRequest("10.1.0.1:1", "Forwarded", "for=198.51.100.1"), ""},
+		{"hop count", Must(ClientIP(TrustXForwardedForHops(1))), ipRequest("10.0.3.7:1", "X-Forwarded-For", "garbage"), ""},
 	} {
 		var logs bytes.Buffer
 		resetUntrustedProxy(t, &logs)

@@ -4,7 +4,7 @@
 // cannot be enforced, somebody is told.
 //
 //	limiter := ceiling.MustNew([]ceiling.Rule{
-//		{Name: "otp:phone", Key: ceiling.MustBodyField("phone"), Limit: 3, Period: 15 * time.Minute},
+//		{Name: "otp:phone", Key: ceiling.Must(ceiling.BodyField("phone")), Limit: 3, Period: 15 * time.Minute},
 //		{Name: "otp:ip", Key: ceiling.RemoteAddr, Limit: 20, Period: 15 * time.Minute},
 //	})
 //	defer limiter.Close()

@@ -17,7 +17,7 @@ import (
 // client put on the left is ignored. A client that reaches the server
 // directly is its connection's address, headers or not.
 func ExampleClientIP() {
-	key := ceiling.MustClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8"))
+	key := ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8")))
 
 	viaProxy := httptest.NewRequest("GET", "/", nil)
 	viaProxy.RemoteAddr = "10.0.0.1:40000"                         // our load balancer
@@ -42,7 +42,7 @@ func ExampleClientIP() {
 // instead: behind one, the client is the right-most X-Forwarded-For entry,
 // whatever the client wrote to its left.
 func ExampleTrustXForwardedForHops() {
-	key := ceiling.MustClientIP(ceiling.TrustXForwardedForHops(1))
+	key := ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedForHops(1)))
 
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "100.64.3.2:40000"                       // the platform's router
@@ -56,7 +56,7 @@ func ExampleTrustXForwardedForHops() {
 // from Cloudflare's published ranges (two of them here). A client that
 // reaches the origin directly is its connection's address.
 func ExampleTrustHeader() {
-	key := ceiling.MustClientIP(ceiling.TrustHeader("CF-Connecting-IP", "173.245.48.0/20", "2400:cb00::/32"))
+	key := ceiling.Must(ceiling.ClientIP(ceiling.TrustHeader("CF-Connecting-IP", "173.245.48.0/20", "2400:cb00::/32")))
 
 	viaCDN := httptest.NewRequest("GET", "/", nil)
 	viaCDN.RemoteAddr = "173.245.48.7:40000"
@@ -77,7 +77,7 @@ func ExampleTrustHeader() {
 // client's own copy can be believed from any peer; without the header the
 // key is the peer.
 func ExampleTrustHeaderFromAnywhere() {
-	key := ceiling.MustClientIP(ceiling.TrustHeaderFromAnywhere("Fly-Client-IP"))
+	key := ceiling.Must(ceiling.ClientIP(ceiling.TrustHeaderFromAnywhere("Fly-Client-IP")))
 
 	viaEdge := httptest.NewRequest("GET", "/", nil)
 	viaEdge.RemoteAddr = "[fdaa:0:1::3]:40000"
@@ -97,7 +97,7 @@ func ExampleTrustHeaderFromAnywhere() {
 // get a fresh budget.
 func ExampleClientIP_spoofedHeader() {
 	limiter := ceiling.MustNew([]ceiling.Rule{{
-		Name: "ip", Key: ceiling.MustClientIP(), Limit: 2, Period: time.Minute, Algorithm: ceiling.SlidingLog,
+		Name: "ip", Key: ceiling.Must(ceiling.ClientIP()), Limit: 2, Period: time.Minute, Algorithm: ceiling.SlidingLog,
 	}})
 	defer limiter.Close()
 	h := limiter.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
@@ -119,7 +119,7 @@ func ExampleClientIP_spoofedHeader() {
 // forged subject is just an anonymous request from its address.
 func ExampleJWTClaim() {
 	secret := []byte("an example secret, 32 bytes long")
-	user := ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"})
+	user := ceiling.Must(ceiling.JWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}))
 	key := ceiling.FirstOf(user, ceiling.RemoteAddr)
 
 	for _, signer := range [][]byte{secret, []byte("not the server's secret at all!!")} {
@@ -139,7 +139,7 @@ func ExampleJWTClaim() {
 func ExampleBodyField() {
 	limiter := ceiling.MustNew([]ceiling.Rule{{
 		Name:      "otp:to",
-		Key:       ceiling.Normalize(ceiling.MustBodyField("to"), ceiling.Digits),
+		Key:       ceiling.Normalize(ceiling.Must(ceiling.BodyField("to")), ceiling.Digits),
 		Limit:     2,
 		Period:    15 * time.Minute,
 		Algorithm: ceiling.SlidingLog,

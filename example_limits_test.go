@@ -20,12 +20,12 @@ func ExampleRule_limits() {
 	secret := []byte("an example secret of at least 32 bytes")
 	keyfunc := func(*jwt.Token) (any, error) { return secret, nil }
 	methods := []string{"HS256"}
-	plan := ceiling.MustJWTClaim("plan", keyfunc, methods)
+	plan := ceiling.Must(ceiling.JWTClaim("plan", keyfunc, methods))
 	perPlan := map[string]int64{"pro": 5} // others: the rule's Limit
 
 	limiter := ceiling.MustNew([]ceiling.Rule{{
 		Name:   "api",
-		Key:    ceiling.MustJWTClaim("sub", keyfunc, methods),
+		Key:    ceiling.Must(ceiling.JWTClaim("sub", keyfunc, methods)),
 		Limit:  2,
 		Period: time.Minute, Algorithm: ceiling.SlidingLog,
 		Limits: func(r *http.Request) (limit, burst int64, err error) {

@@ -119,7 +119,7 @@ func TestHalfClosedClientsGetNoFreeRequests(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	phone := MustBodyField("phone")
+	phone := Must(BodyField("phone"))
 	const body = `{"phone":"+447400900777"}`
 	for _, tc := range []struct {
 		name    string

@@ -36,7 +36,7 @@ import (
 // milliseconds of base64 and JSON work per request before its signature
 // fails to verify.
 //
-// JWTClaim returns an error naming the bad argument; use [MustJWTClaim] for
+// JWTClaim returns an error naming the bad argument; use [Must] for
 // literals. The KeyFunc is safe for simultaneous use if keyfunc is.
 func JWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOption) (KeyFunc, error) {
 	if claim == "" {
@@ -69,15 +69,6 @@ func JWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOp
 	popts := append(append([]jwt.ParserOption(nil), k.extra...), jwt.WithValidMethods(methods), jwt.WithJSONNumber())
 	k.parser = jwt.NewParser(popts...)
 	return k.key, nil
-}
-
-// MustJWTClaim is like [JWTClaim] but panics on a configuration error.
-func MustJWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOption) KeyFunc {
-	k, err := JWTClaim(claim, keyfunc, methods, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return k
 }
 
 // JWTSubject is [JWTClaim] for the "sub" claim: the verified account.

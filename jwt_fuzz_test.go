@@ -23,7 +23,7 @@ func FuzzJWTClaim(f *testing.F) {
 	f.Add(paddedToken(f, DefaultJWTMaxSize+1))
 	f.Add("e30." + strings.Repeat("A", 20_000) + ".")
 	f.Add(strings.Repeat(".", 10_000))
-	fn := MustJWTClaim("sub", hmacKey, []string{"HS256"})
+	fn := Must(JWTClaim("sub", hmacKey, []string{"HS256"}))
 	f.Fuzz(func(t *testing.T, token string) {
 		r := bearerRequest("")
 		r.Header.Set("Authorization", "Bearer "+token)

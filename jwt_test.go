@@ -47,9 +47,9 @@ func TestJWTClaimOnlyFromVerifiedTokens(t *testing.T) {
 	}
 	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	pub, _ := x509.MarshalPKIXPublicKey(&ecKey.PublicKey)
-	sub := MustJWTClaim("sub", hmacKey, []string{"HS256"})
-	dest := MustJWTClaim("dest", hmacKey, []string{"HS256"})
-	es := MustJWTClaim("sub", func(*jwt.Token) (any, error) { return &ecKey.PublicKey, nil }, []string{"ES256"})
+	sub := Must(JWTClaim("sub", hmacKey, []string{"HS256"}))
+	dest := Must(JWTClaim("dest", hmacKey, []string{"HS256"}))
+	es := Must(JWTClaim("sub", func(*jwt.Token) (any, error) { return &ecKey.PublicKey, nil }, []string{"ES256"}))
 
 	for _, tc := range []struct {
 		name  string
@@ -92,17 +92,17 @@ func TestJWTTokenSources(t *testing.T) {
 	tok := sign(t, jwt.SigningMethodHS256, testJWTSecret, jwt.MapClaims{"sub": "alice"})
 	lower := httptest.NewRequest("GET", "/", nil)
 	lower.Header.Set("Authorization", "bearer  "+tok)
-	if got := mustKey(t, MustJWTClaim("sub", hmacKey, []string{"HS256"}), lower); got != "alice" {
+	if got := mustKey(t, Must(JWTClaim("sub", hmacKey, []string{"HS256"})), lower); got != "alice" {
 		t.Errorf("lower-case scheme: key %q", got)
 	}
 	hdr := httptest.NewRequest("GET", "/", nil)
 	hdr.Header.Set("X-Shopify-Session", tok)
-	if got := mustKey(t, MustJWTClaim("sub", hmacKey, []string{"HS256"}, JWTFromHeader("x-shopify-session")), hdr); got != "alice" {
+	if got := mustKey(t, Must(JWTClaim("sub", hmacKey, []string{"HS256"}, JWTFromHeader("x-shopify-session"))), hdr); got != "alice" {
 		t.Errorf("header: key %q", got)
 	}
 	ck := httptest.NewRequest("GET", "/", nil)
 	ck.AddCookie(&http.Cookie{Name: "session", Value: tok})
-	fn := MustJWTClaim("sub", hmacKey, []string{"HS256"}, JWTFromCookie("session"))
+	fn := Must(JWTClaim("sub", hmacKey, []string{"HS256"}, JWTFromCookie("session")))
 	if got := mustKey(t, fn, ck); got != "alice" {
 		t.Errorf("cookie: key %q", got)
 	}
@@ -153,7 +153,7 @@ func TestJWTClaimConfigErrors(t *testing.T) {
 // to the client address and its budget, through the middleware and the
 // default memory store.
 func TestForgedJWTSubjectsBuyNoQuota(t *testing.T) {
-	user := MustJWTClaim("sub", hmacKey, []string{"HS256"})
+	user := Must(JWTClaim("sub", hmacKey, []string{"HS256"}))
 	h := MustNew([]Rule{
 		{Name: "caller", Key: FirstOf(user, RemoteAddr), Limit: 3, Period: time.Hour, Algorithm: SlidingLog},
 	}).Handler(okHandler)
@@ -210,10 +210,10 @@ func paddedToken(t testing.TB, size int) string {
 func TestJWTOversizedTokensRefusedUnread(t *testing.T) {
 	var keyCalls int
 	counting := func(tok *jwt.Token) (any, error) { keyCalls++; return testJWTSecret, nil }
-	def := MustJWTClaim("sub", counting, []string{"HS256"})
-	cookie := MustJWTClaim("sub", counting, []string{"HS256"}, JWTFromCookie("session"))
-	small := MustJWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(1024))
-	large := MustJWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(64<<10))
+	def := Must(JWTClaim("sub", counting, []string{"HS256"}))
+	cookie := Must(JWTClaim("sub", counting, []string{"HS256"}, JWTFromCookie("session")))
+	small := Must(JWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(1024)))
+	large := Must(JWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(64<<10)))
 	atLimit, overLimit := paddedToken(t, DefaultJWTMaxSize), paddedToken(t, DefaultJWTMaxSize+1)
 	withCookie := func(tok string) *http.Request {
 		r := bearerRequest("")
@@ -256,7 +256,7 @@ func TestJWTOversizedTokensRefusedUnread(t *testing.T) {
 // TestJWTOversizedTokensFallBackToTheAddress: through the middleware, a flood
 // of huge tokens is neither a 400 nor fresh budget: the address rule applies.
 func TestJWTOversizedTokensFallBackToTheAddress(t *testing.T) {
-	user := MustJWTClaim("sub", hmacKey, []string{"HS256"})
+	user := Must(JWTClaim("sub", hmacKey, []string{"HS256"}))
 	h := MustNew([]Rule{
 		{Name: "caller", Key: FirstOf(user, RemoteAddr), Limit: 2, Period: time.Hour, Algorithm: SlidingLog},
 	}).Handler(okHandler)
@@ -278,8 +278,8 @@ func BenchmarkJWTOversized(b *testing.B) {
 		name string
 		fn   KeyFunc
 	}{
-		{"refused", MustJWTClaim("sub", hmacKey, []string{"HS256"})},
-		{"parsed", MustJWTClaim("sub", hmacKey, []string{"HS256"}, JWTMaxSize(1<<20))},
+		{"refused", Must(JWTClaim("sub", hmacKey, []string{"HS256"}))},
+		{"parsed", Must(JWTClaim("sub", hmacKey, []string{"HS256"}, JWTMaxSize(1<<20)))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			r := bearerRequest(tok)
@@ -294,7 +294,7 @@ func BenchmarkJWTOversized(b *testing.B) {
 }
 
 func BenchmarkJWTClaim(b *testing.B) {
-	fn := MustJWTClaim("sub", hmacKey, []string{"HS256"})
+	fn := Must(JWTClaim("sub", hmacKey, []string{"HS256"}))
 	r := bearerRequest(sign(b, jwt.SigningMethodHS256, testJWTSecret, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}))
 	b.ReportAllocs()
 	for b.Loop() {

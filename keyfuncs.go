@@ -29,6 +29,19 @@ var ErrNoKey = errors.New("ceiling: no key")
 // body larger than their bound; the middleware answers 413.
 var ErrBodyTooLarge = errors.New("ceiling: request body too large")
 
+// Must returns k, and panics if err is not nil: it wraps a call to a key
+// constructor that checks its arguments ([ClientIP], [BodyField],
+// [FormField], [JWTClaim], [JWTSubject]) when they are literals, as in
+// Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), so that a mistake
+// stops the program at start-up. Configuration read from a file should
+// check the error instead.
+func Must(k KeyFunc, err error) KeyFunc {
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 // Static keys every request the same: one budget shared by all callers.
 func Static(value string) KeyFunc {
 	return func(*http.Request) (string, error) { return value, nil }

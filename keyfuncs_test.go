@@ -189,3 +189,21 @@ func TestCompositionPanicsOnMisuse(t *testing.T) {
 		}()
 	}
 }
+
+// Must hands back the key function when its constructor succeeded and
+// panics with the constructor's own error when it did not.
+func TestMust(t *testing.T) {
+	fn := Must(FormField("user"))
+	r := httptest.NewRequest("POST", "/", strings.NewReader("user=ann"))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if got, want := mustKey(t, fn, r), "ann"; got != want {
+		t.Errorf("Must(FormField(%q)) keyed %q, want %q", "user", got, want)
+	}
+	_, want := FormField("")
+	defer func() {
+		if got, ok := recover().(error); !ok || got.Error() != want.Error() {
+			t.Errorf("Must(FormField(\"\")) panicked with %v, want %v", got, want)
+		}
+	}()
+	Must(FormField(""))
+}

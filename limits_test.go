@@ -21,7 +21,7 @@ import (
 // planLimits reads the verified "plan" claim: pro callers get 100 a
 // minute, everybody else the rule's own 10.
 func planLimits() func(*http.Request) (int64, int64, error) {
-	plan := MustJWTClaim("plan", hmacKey, []string{"HS256"})
+	plan := Must(JWTClaim("plan", hmacKey, []string{"HS256"}))
 	return func(r *http.Request) (int64, int64, error) {
 		p, err := plan(r)
 		if err != nil {
@@ -56,7 +56,7 @@ func TestLimitsPerPlanFromAJWTClaim(t *testing.T) {
 				opts = append(opts, WithBackend(b))
 			}
 			l := MustNew([]Rule{
-				{Name: "api", Key: MustJWTClaim("sub", hmacKey, []string{"HS256"}), Limit: 10, Period: time.Minute,
+				{Name: "api", Key: Must(JWTClaim("sub", hmacKey, []string{"HS256"})), Limit: 10, Period: time.Minute,
 					Algorithm: SlidingLog, Limits: planLimits()},
 				{Name: "ip", Key: RemoteAddr, Limit: 1000, Period: time.Minute, Algorithm: SlidingLog},
 			}, opts...)
@@ -123,7 +123,7 @@ func itoa(n int) string { return string(appendSeconds(nil, time.Duration(n)*time
 
 // The single-policy header styles report the limit that applied too.
 func TestLimitsInRateLimitLimitHeader(t *testing.T) {
-	l := MustNew([]Rule{{Name: "api", Key: MustJWTClaim("sub", hmacKey, []string{"HS256"}), Limit: 10, Period: time.Minute, Limits: planLimits()}},
+	l := MustNew([]Rule{{Name: "api", Key: Must(JWTClaim("sub", hmacKey, []string{"HS256"})), Limit: 10, Period: time.Minute, Limits: planLimits()}},
 		WithHeaders(HeadersXRateLimit))
 	defer l.Close()
 	pro := sign(t, jwt.SigningMethodHS256, testJWTSecret, jwt.MapClaims{"sub": "bob", "plan": "pro"})
@@ -285,8 +285,8 @@ func TestSlidingLogBoundHoldsForLimitsPerRequest(t *testing.T) {
 // for a missing claim, or one that is an object, an array or a boolean)
 // gets the rule's own limit. Leaving the rule out is said in its Key.
 func TestLimitsErrNoKeyGetsTheRulesLimit_UnlimitedPlanRegression(t *testing.T) {
-	plan := MustJWTClaim("plan", hmacKey, []string{"HS256"})
-	sub := MustJWTClaim("sub", hmacKey, []string{"HS256"})
+	plan := Must(JWTClaim("plan", hmacKey, []string{"HS256"}))
+	sub := Must(JWTClaim("sub", hmacKey, []string{"HS256"}))
 	l := MustNew([]Rule{{Name: "api", Limit: 2, Period: time.Minute, Algorithm: SlidingLog,
 		Key: func(r *http.Request) (string, error) {
 			if p, _ := plan(r); p == "internal" {

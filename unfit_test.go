@@ -53,7 +53,7 @@ func TestCostOverMaximumIsARejection_FailOpenRegression(t *testing.T) {
 // it is a 429 like any estimate over the budget (it was a 200 for
 // 1,000,000,001 and 2^40, where 10,001 got 429).
 func TestEstimateOverMaximumIs429_Regression(t *testing.T) {
-	maxTokens := MustBodyField("max_tokens")
+	maxTokens := Must(BodyField("max_tokens"))
 	l := MustNew([]Rule{{Name: "tokens", Key: Static("shop"), Limit: 10_000, Period: time.Minute,
 		Estimate: func(r *http.Request) (int64, error) {
 			v, err := maxTokens(r)

@@ -19,7 +19,7 @@ import (
 // client address, which a client cannot change by sending X-Forwarded-For.
 func Example() {
 	limiter := ceiling.MustNew([]ceiling.Rule{
-		{Name: "otp:phone", Key: ceiling.MustBodyField("phone"), Limit: 2, Period: time.Hour, Algorithm: ceiling.SlidingLog},
+		{Name: "otp:phone", Key: ceiling.Must(ceiling.BodyField("phone")), Limit: 2, Period: time.Hour, Algorithm: ceiling.SlidingLog},
 		{Name: "otp:ip", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Hour, Algorithm: ceiling.SlidingLog},
 	})
 

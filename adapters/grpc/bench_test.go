@@ -21,7 +21,7 @@ func BenchmarkKeys(b *testing.B) {
 		{"ClientIP", ceilinggrpc.MustClientIP()},
 		{"ClientIP-XFF", ceilinggrpc.MustClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8"))},
 		{"ClientIP-header", ceilinggrpc.MustClientIP(ceiling.TrustHeader("CF-Connecting-IP", "10.0.0.0/8"))},
-		{"ClientIP-XFF-named", ceilinggrpc.FromHTTP(ceiling.MustClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8")), "x-forwarded-for")},
+		{"ClientIP-XFF-named", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8"))), "x-forwarded-for")},
 		{"Metadata", ceilinggrpc.Metadata("x-api-key")},
 		{"Metadata-missing", ceilinggrpc.Join(ceilinggrpc.FullMethod, ceilinggrpc.Metadata("x-tenant"))},
 	}

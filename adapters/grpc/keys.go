@@ -155,7 +155,7 @@ func peerAddr(ctx context.Context) string {
 // With options, the key is handed every text entry, as by [FromHTTP]
 // without names, because the options do not say which header they read.
 // Pass the key through FromHTTP with the entry your proxies write,
-// FromHTTP(ceiling.MustClientIP(opts...), "x-forwarded-for"), and it
+// FromHTTP(ceiling.Must(ceiling.ClientIP(opts...)), "x-forwarded-for"), and it
 // reads that entry alone: a call padded with entries costs it no more.
 func ClientIP(opts ...ceiling.IPOption) (KeyFunc, error) {
 	k, err := ceiling.ClientIP(opts...)

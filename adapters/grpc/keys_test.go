@@ -42,10 +42,10 @@ func key(t *testing.T, fn ceilinggrpc.KeyFunc, ctx context.Context, method strin
 
 func TestKeyFunctions(t *testing.T) {
 	secret := []byte("a test secret of at least thirty-two bytes")
-	sub := ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}))
+	sub := ceilinggrpc.FromHTTP(ceiling.Must(ceiling.JWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"})))
 	token, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(secret)
 	forged, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory"}).SignedString([]byte("not the secret, but long enough!!"))
-	namedSub := ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}), "Authorization")
+	namedSub := ceilinggrpc.FromHTTP(ceiling.Must(ceiling.JWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"})), "Authorization")
 	hostKey := func(r *http.Request) (string, error) { return r.Host, nil }
 	host, namedHost := ceilinggrpc.FromHTTP(hostKey), ceilinggrpc.FromHTTP(hostKey, "x-tenant")
 	const m = "/shop.Orders/Create"
@@ -158,8 +158,8 @@ func TestKeysReadOnlyWhatTheyNeed(t *testing.T) {
 		{"PeerAddr", ceilinggrpc.PeerAddr},
 		{"ClientIP()", ceilinggrpc.MustClientIP()},
 		{"Metadata", ceilinggrpc.Metadata("x-api-key")},
-		{"FromHTTP(ClientIP, x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.MustClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8")), "x-forwarded-for")},
-		{"FromHTTP(JWTSubject, authorization)", ceilinggrpc.FromHTTP(ceiling.MustJWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"}), "Authorization")},
+		{"FromHTTP(ClientIP, x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8"))), "x-forwarded-for")},
+		{"FromHTTP(JWTSubject, authorization)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.JWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"})), "Authorization")},
 	} {
 		allocs := func(ctx context.Context) float64 {
 			return testing.AllocsPerRun(20, func() {
@@ -186,13 +186,13 @@ func TestAddressKeysAgreeWithHTTP(t *testing.T) {
 		http ceiling.KeyFunc
 	}{
 		{"PeerAddr", ceilinggrpc.PeerAddr, ceiling.RemoteAddr},
-		{"ClientIP()", ceilinggrpc.MustClientIP(), ceiling.MustClientIP()},
-		{"ClientIP(xff)", ceilinggrpc.MustClientIP(xff...), ceiling.MustClientIP(xff...)},
-		{"FromHTTP(ClientIP(xff), x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.MustClientIP(xff...), "x-forwarded-for"), ceiling.MustClientIP(xff...)},
-		{"ClientIP(forwarded)", ceilinggrpc.MustClientIP(fwd...), ceiling.MustClientIP(fwd...)},
-		{"FromHTTP(ClientIP(forwarded), forwarded)", ceilinggrpc.FromHTTP(ceiling.MustClientIP(fwd...), "forwarded"), ceiling.MustClientIP(fwd...)},
-		{"ClientIP(x-real-ip)", ceilinggrpc.MustClientIP(ceiling.TrustXRealIP("10.0.0.0/8")), ceiling.MustClientIP(ceiling.TrustXRealIP("10.0.0.0/8"))},
-		{"ClientIP(hops)", ceilinggrpc.MustClientIP(ceiling.TrustXForwardedForHops(2)), ceiling.MustClientIP(ceiling.TrustXForwardedForHops(2))},
+		{"ClientIP()", ceilinggrpc.MustClientIP(), ceiling.Must(ceiling.ClientIP())},
+		{"ClientIP(xff)", ceilinggrpc.MustClientIP(xff...), ceiling.Must(ceiling.ClientIP(xff...))},
+		{"FromHTTP(ClientIP(xff), x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.ClientIP(xff...)), "x-forwarded-for"), ceiling.Must(ceiling.ClientIP(xff...))},
+		{"ClientIP(forwarded)", ceilinggrpc.MustClientIP(fwd...), ceiling.Must(ceiling.ClientIP(fwd...))},
+		{"FromHTTP(ClientIP(forwarded), forwarded)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.ClientIP(fwd...)), "forwarded"), ceiling.Must(ceiling.ClientIP(fwd...))},
+		{"ClientIP(x-real-ip)", ceilinggrpc.MustClientIP(ceiling.TrustXRealIP("10.0.0.0/8")), ceiling.Must(ceiling.ClientIP(ceiling.TrustXRealIP("10.0.0.0/8")))},
+		{"ClientIP(hops)", ceilinggrpc.MustClientIP(ceiling.TrustXForwardedForHops(2)), ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedForHops(2)))},
 	} {
 		for _, peerAddr := range []string{"10.1.2.3:1", "203.0.113.5:1", "[2001:db8:1:2::9]:1"} {
 			for _, md := range [][]string{

@@ -194,7 +194,7 @@ type chatReply struct {
 
 // messageField reads the body's message for the token reservation, parsing
 // the body once for the limiter and leaving it whole for the handler.
-var messageField = ceiling.MustBodyField("message", ceiling.BodyLimit(maxBody))
+var messageField = ceiling.Must(ceiling.BodyField("message", ceiling.BodyLimit(maxBody)))
 
 // reserveTokens is the token rule's Estimate: the most r can cost, its
 // prompt (the instructions, the order and the message) plus the longest

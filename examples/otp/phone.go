@@ -17,7 +17,7 @@ const maxBody = 1 << 10
 // phoneField reads the body's "phone" once (however many rules ask) and
 // leaves the identical bytes for the handler; a body over maxBody is an error
 // wrapping [ceiling.ErrBodyTooLarge], so the middleware answers 413.
-var phoneField = ceiling.MustBodyField("phone", ceiling.BodyLimit(maxBody))
+var phoneField = ceiling.Must(ceiling.BodyField("phone", ceiling.BodyLimit(maxBody)))
 
 // phoneKey returns the key function of the destination phone number, read
 // in region when it is written nationally (see normalPhone). The limiter

@@ -45,7 +45,7 @@ const MaxBody = 64
 
 // to keys by the "to" field of a JSON body of at most MaxBody bytes, with
 // the core's body key, which leaves the body intact for the handler.
-var to = ceiling.MustBodyField("to", ceiling.BodyLimit(MaxBody))
+var to = ceiling.Must(ceiling.BodyField("to", ceiling.BodyLimit(MaxBody)))
 
 func get(target string) Step { return Step{Method: http.MethodGet, Target: target} }
 

@@ -26,7 +26,7 @@ import (
 func SlowBody(t *testing.T, mount Mount) {
 	t.Helper()
 	const bound = 300 * time.Millisecond
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "otp:phone", Key: ceiling.MustBodyField("phone", ceiling.BodyTimeout(bound)),
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "otp:phone", Key: ceiling.Must(ceiling.BodyField("phone", ceiling.BodyTimeout(bound))),
 		Limit: 100, Period: time.Minute}}, ceiling.WithBackend(&Counter{}))
 	srv := httptest.NewServer(mount(l, Handler, "/otp")) // no ReadTimeout: the key function must bound itself
 	defer srv.Close()
