@@ -22,8 +22,8 @@ import (
 // Behind reverse proxies the peer is the proxy, and all clients would share
 // its budget. Say how to find the client with exactly one of:
 //
-//   - [TrustXForwardedFor], [TrustForwarded], [TrustXRealIP] or
-//     [TrustHeader]: the header your proxies write, and the address ranges
+//   - [TrustXForwardedFor], [TrustForwarded] or [TrustHeader] (X-Real-IP,
+//     CF-Connecting-IP...): the header your proxies write, and the address ranges
 //     they connect from. This is the safest form: a request that did not
 //     come through your proxies cannot choose its key.
 //   - [TrustXForwardedForHops] or [TrustForwardedHops]: how many proxies
@@ -125,19 +125,13 @@ func TrustForwarded(proxies ...string) IPOption {
 	return trust(fromForwarded, "TrustForwarded", proxies)
 }
 
-// TrustXRealIP makes [ClientIP] read X-Real-IP when the peer is one of the
-// trusted proxies. Use it only with a proxy that overwrites the header on
-// every request (nginx's proxy_set_header X-Real-IP $remote_addr). It is
-// TrustHeader("X-Real-IP", proxies...).
-func TrustXRealIP(proxies ...string) IPOption {
-	return TrustHeader("X-Real-IP", proxies...)
-}
-
 // TrustHeader makes [ClientIP] read a header holding the one client address
 // (CF-Connecting-IP, Fly-Client-IP, True-Client-IP, X-Real-IP...) when the
 // peer is one of the trusted proxies, given as for [TrustXForwardedFor]. If
 // the header appears on several lines the last one counts; a missing or
-// malformed value keys the request by its peer.
+// malformed value keys the request by its peer. Use it only with a proxy
+// that overwrites the header on every request: for X-Real-IP, nginx's
+// proxy_set_header X-Real-IP $remote_addr.
 func TrustHeader(name string, proxies ...string) IPOption {
 	return func(c *clientIP) error {
 		if err := c.setHeader(name, "TrustHeader"); err != nil {

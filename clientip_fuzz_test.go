@@ -63,7 +63,7 @@ func FuzzXRealIP(f *testing.F) {
 	for _, s := range []string{"", "1.2.3.4", "[::1]:80", "::ffff:1.2.3.4", "10.0.0.1, 1.2.3.4"} {
 		f.Add(s)
 	}
-	fn := Must(ClientIP(TrustXRealIP("10.0.0.0/8")))
+	fn := Must(ClientIP(TrustHeader("X-Real-IP", "10.0.0.0/8")))
 	f.Fuzz(func(t *testing.T, v string) {
 		if got, err := fn(ipRequest("203.0.113.9:1", "X-Real-IP", v)); err != nil || got != "203.0.113.9" {
 			t.Fatalf("direct X-Real-IP %q: key %q, %v", v, got, err)

@@ -81,7 +81,7 @@ func TestClientIPBehindTrustedProxies(t *testing.T) {
 	resetUntrustedProxy(t, &bytes.Buffer{})
 	xff := Must(ClientIP(TrustXForwardedFor("10.0.0.0/8", "2001:db8:ffff::/48")))
 	fwd := Must(ClientIP(TrustForwarded("10.0.0.0/8")))
-	real := Must(ClientIP(TrustXRealIP("10.0.0.1")))
+	real := Must(ClientIP(TrustHeader("X-Real-IP", "10.0.0.1")))
 	private := Must(ClientIP(TrustXForwardedFor(PrivateRanges()...)))
 	for _, tc := range []struct {
 		name string
@@ -280,7 +280,7 @@ func TestClientIPConfigErrors(t *testing.T) {
 		{[]IPOption{TrustXForwardedFor("proxy.internal")}, `"proxy.internal"`},
 		{[]IPOption{TrustForwarded()}, "no trusted proxies"},
 		{[]IPOption{TrustXForwardedFor("10.0.0.1"), TrustForwarded("10.0.0.1")}, "already trusting X-Forwarded-For"},
-		{[]IPOption{TrustXRealIP("fe80::1%eth0")}, "zones"},
+		{[]IPOption{TrustHeader("X-Real-IP", "fe80::1%eth0")}, "zones"},
 		{[]IPOption{TrustXForwardedFor("0.0.0.0/0")}, "trusts every address"},
 		{[]IPOption{TrustXForwardedFor("::ffff:0.0.0.0/96")}, "trusts every address"},
 		{[]IPOption{IPv6Prefix(0)}, "IPv6Prefix(0)"},

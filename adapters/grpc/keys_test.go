@@ -191,7 +191,7 @@ func TestAddressKeysAgreeWithHTTP(t *testing.T) {
 		{"FromHTTP(ClientIP(xff), x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.ClientIP(xff...)), "x-forwarded-for"), ceiling.Must(ceiling.ClientIP(xff...))},
 		{"ClientIP(forwarded)", ceilinggrpc.MustClientIP(fwd...), ceiling.Must(ceiling.ClientIP(fwd...))},
 		{"FromHTTP(ClientIP(forwarded), forwarded)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.ClientIP(fwd...)), "forwarded"), ceiling.Must(ceiling.ClientIP(fwd...))},
-		{"ClientIP(x-real-ip)", ceilinggrpc.MustClientIP(ceiling.TrustXRealIP("10.0.0.0/8")), ceiling.Must(ceiling.ClientIP(ceiling.TrustXRealIP("10.0.0.0/8")))},
+		{"ClientIP(x-real-ip)", ceilinggrpc.MustClientIP(ceiling.TrustHeader("X-Real-IP", "10.0.0.0/8")), ceiling.Must(ceiling.ClientIP(ceiling.TrustHeader("X-Real-IP", "10.0.0.0/8")))},
 		{"ClientIP(hops)", ceilinggrpc.MustClientIP(ceiling.TrustXForwardedForHops(2)), ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedForHops(2)))},
 	} {
 		for _, peerAddr := range []string{"10.1.2.3:1", "203.0.113.5:1", "[2001:db8:1:2::9]:1"} {
