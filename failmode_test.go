@@ -452,7 +452,6 @@ func TestFailureOptionsAreValidated(t *testing.T) {
 		{WithBreaker(BreakerConfig{CoolDown: time.Minute, MaxCoolDown: time.Second}), "MaxCoolDown"},
 		{WithObserver(nil), "WithObserver(nil)"},
 		{OnDegraded(nil), "OnDegraded(nil)"},
-		{WithShadowLog(0), "WithShadowLog"},
 	} {
 		if _, err := New(ok, tc.opt); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("err = %v, want it to mention %q", err, tc.want)

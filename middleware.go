@@ -93,7 +93,9 @@ type Rule struct {
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
 	// Shadow evaluates and reports the rule but never rejects with it, so a
-	// new limit can be rolled out safely.
+	// new limit can be rolled out safely. Its would-be rejections are
+	// counted by the observer and the health report, and logged at most
+	// once per 10 seconds, with how many requests the line stands for.
 	Shadow bool
 	// Hidden keeps the rule's state out of every response: no
 	// RateLimit-Policy, RateLimit, single-policy or RateLimit-Shadow field

@@ -239,19 +239,6 @@ func WithShadowHeader() Option {
 	}
 }
 
-// WithShadowLog logs at most one line per interval per shadow rule that
-// would have rejected a request, with how many such requests the interval
-// held (default 10s).
-func WithShadowLog(interval time.Duration) Option {
-	return func(c *config) error {
-		if interval <= 0 {
-			return errors.New("ceiling: WithShadowLog: interval must be positive")
-		}
-		c.shadowLogEvery = interval
-		return nil
-	}
-}
-
 const hShadow = "Ratelimit-Shadow"
 
 // record reports a decided request: each rule's outcome, shadow
