@@ -17,13 +17,13 @@ import (
 	"time"
 )
 
-// DefaultBodyLimit is how many bytes of a request body [BodyField] and
+// defaultBodyLimit is how many bytes of a request body [BodyField] and
 // [FormField] read unless [BodyLimit] says otherwise.
-const DefaultBodyLimit = 64 << 10
+const defaultBodyLimit = 64 << 10
 
-// DefaultBodyTimeout is how long [BodyField] and [FormField] wait for a
+// defaultBodyTimeout is how long [BodyField] and [FormField] wait for a
 // body unless [BodyTimeout] says otherwise.
-const DefaultBodyTimeout = 5 * time.Second
+const defaultBodyTimeout = 5 * time.Second
 
 // ErrBodyTimeout is returned (wrapped) by key functions whose request body
 // did not arrive in time; the middleware answers 408.
@@ -41,8 +41,8 @@ var ErrBodyTimeout = errors.New("ceiling: request body not received in time")
 // that is never asked for is never touched.
 //
 // Reading is bounded in time as well as size: through the limiter's
-// middleware, the connection's read deadline is set to [DefaultBodyTimeout]
-// (see [BodyTimeout]) from the first read, unless the server's own
+// middleware, the connection's read deadline is set to 5 seconds (see
+// [BodyTimeout]) from the first read, unless the server's own
 // ReadTimeout is shorter; net/http lifts it once the body is read. A client
 // that sends one byte a second is answered 408 when it runs out, even on a
 // server without a ReadTimeout, and any other failure to read the body is a
@@ -84,7 +84,7 @@ func BodyField(path string, opts ...BodyOption) (KeyFunc, error) {
 			return nil, fmt.Errorf("ceiling: BodyField(%q): empty name in path", path)
 		}
 	}
-	b := bodyKey{limit: DefaultBodyLimit, timeout: DefaultBodyTimeout}
+	b := bodyKey{limit: defaultBodyLimit, timeout: defaultBodyTimeout}
 	if err := b.apply("BodyField", path, opts); err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
 	if name == "" {
 		return nil, errors.New("ceiling: FormField: empty name")
 	}
-	b := bodyKey{limit: DefaultBodyLimit, timeout: DefaultBodyTimeout}
+	b := bodyKey{limit: defaultBodyLimit, timeout: defaultBodyTimeout}
 	if err := b.apply("FormField", name, opts); err != nil {
 		return nil, err
 	}
@@ -144,8 +144,8 @@ func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
 // A BodyOption configures [BodyField] and [FormField].
 type BodyOption func(*bodyKey) error
 
-// BodyLimit sets how many bytes of the body may be read (default
-// [DefaultBodyLimit]). When rules with different limits read one body, each
+// BodyLimit sets how many bytes of the body may be read (default 64
+// KiB). When rules with different limits read one body, each
 // applies its own.
 func BodyLimit(n int64) BodyOption {
 	return func(b *bodyKey) error {
@@ -158,7 +158,7 @@ func BodyLimit(n int64) BodyOption {
 }
 
 // BodyTimeout sets how long the body may take to arrive, from the first
-// read (default [DefaultBodyTimeout]); past it the request is answered 408.
+// read (default 5 seconds); past it the request is answered 408.
 // A server ReadTimeout that ends sooner still applies.
 func BodyTimeout(d time.Duration) BodyOption {
 	return func(b *bodyKey) error {

@@ -30,7 +30,7 @@ func TestConfigObserverIsToldTheRulesAndTheTimeout(t *testing.T) {
 		timeout time.Duration
 	}{
 		{"remote", []Option{WithBackend(remote), WithTimeout(250 * time.Millisecond)}, 250 * time.Millisecond},
-		{"remote default", []Option{WithBackend(remote)}, DefaultTimeout},
+		{"remote default", []Option{WithBackend(remote)}, defaultTimeout},
 		{"in process", []Option{WithBackend(newCounting()), WithTimeout(250 * time.Millisecond)}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

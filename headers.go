@@ -252,12 +252,12 @@ type Problem struct {
 	RetryAfter int64 `json:"retry-after,omitempty"`
 }
 
-// QuotaExceededType is the problem type registered by the rate-limit headers
+// quotaExceededType is the problem type registered by the rate-limit headers
 // draft for requests refused because a quota is exhausted.
-const QuotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+const quotaExceededType = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
-// WriteProblem writes p as application/problem+json with p.Status.
-func WriteProblem(w http.ResponseWriter, p *Problem) {
+// writeProblem writes p as application/problem+json with p.Status.
+func writeProblem(w http.ResponseWriter, p *Problem) {
 	body, err := json.Marshal(p)
 	if err != nil { // a Problem always marshals; be safe anyway
 		body = []byte(`{"type":"about:blank","status":500}`)
@@ -274,7 +274,7 @@ func WriteProblem(w http.ResponseWriter, p *Problem) {
 // problem body naming every rejecting rule in declaration order
 // ([RejectionProblem]).
 func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
-	WriteProblem(w, RejectionProblem(d))
+	writeProblem(w, RejectionProblem(d))
 }
 
 // RejectionProblem is the problem body of a rejected decision: 429
@@ -286,7 +286,7 @@ func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
 // other rule rejects too (see [Rule.Hidden]).
 func RejectionProblem(d *Decision) *Problem {
 	p := &Problem{
-		Type:   QuotaExceededType,
+		Type:   quotaExceededType,
 		Title:  "Too Many Requests",
 		Status: http.StatusTooManyRequests,
 	}
@@ -383,7 +383,7 @@ func (l *Limiter) writeInputError(w http.ResponseWriter, r *http.Request, e *inp
 		l.cfg.logger.LogAttrs(r.Context(), slog.LevelInfo, "ceiling: refused a request whose input could not be read",
 			slog.String("rule", e.rule), slog.Int("status", e.status), slog.String("remote_addr", r.RemoteAddr), slog.Any("err", e.err))
 	}
-	WriteProblem(w, &Problem{Type: "about:blank", Title: title, Status: e.status, Detail: detail})
+	writeProblem(w, &Problem{Type: "about:blank", Title: title, Status: e.status, Detail: detail})
 }
 
 // hides reports whether err's text must not reach a client: a failure to
@@ -407,7 +407,7 @@ func hides(err error) bool {
 // closed. The cause goes to logs and hooks, never to the client.
 func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
 	w.Header()[hRetryAfter] = []string{seconds(retry)}
-	WriteProblem(w, &Problem{
+	writeProblem(w, &Problem{
 		Type:       "about:blank",
 		Title:      "Service Unavailable",
 		Status:     http.StatusServiceUnavailable,

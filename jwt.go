@@ -30,7 +30,7 @@ import (
 // (audience, issuer); options that would accept expired tokens are refused.
 // String and number claims make keys; other kinds yield [ErrNoKey].
 //
-// A token longer than [DefaultJWTMaxSize] (8 KiB, or [JWTMaxSize]) yields
+// A token longer than 8 KiB (or [JWTMaxSize]) yields
 // [ErrNoKey] at once, before any decoding: a real token is a few hundred
 // bytes to a few KiB, and a megabyte of junk would otherwise cost
 // milliseconds of base64 and JSON work per request before its signature
@@ -53,7 +53,7 @@ func JWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOp
 			return nil, fmt.Errorf("ceiling: JWTClaim(%q): signing method %q is not accepted", claim, m)
 		}
 	}
-	k := &jwtKey{claim: claim, keyfunc: keyfunc, token: bearer("Authorization"), maxSize: DefaultJWTMaxSize}
+	k := &jwtKey{claim: claim, keyfunc: keyfunc, token: bearer("Authorization"), maxSize: defaultJWTMaxSize}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("ceiling: JWTClaim(%q): nil option", claim)
@@ -108,12 +108,12 @@ func JWTFromCookie(name string) JWTOption {
 	}
 }
 
-// DefaultJWTMaxSize is the longest token, in bytes, that [JWTClaim] parses
+// defaultJWTMaxSize is the longest token, in bytes, that [JWTClaim] parses
 // unless [JWTMaxSize] says otherwise.
-const DefaultJWTMaxSize = 8 << 10
+const defaultJWTMaxSize = 8 << 10
 
 // JWTMaxSize sets the longest token, in bytes, that [JWTClaim] parses
-// (default [DefaultJWTMaxSize]); a longer one is refused unread, as an
+// (default 8 KiB); a longer one is refused unread, as an
 // invalid token is: [ErrNoKey]. Raise it for identity providers that pack
 // many claims (group lists) into their tokens.
 func JWTMaxSize(n int) JWTOption {

@@ -20,7 +20,7 @@ func FuzzJWTClaim(f *testing.F) {
 	f.Add(sign(f, jwt.SigningMethodHS256, testJWTSecret, jwt.MapClaims{"sub": "alice", "exp": 1}))
 	f.Add("e30.e30.")
 	// Oversized: a genuine token one byte over the limit, junk, dots.
-	f.Add(paddedToken(f, DefaultJWTMaxSize+1))
+	f.Add(paddedToken(f, defaultJWTMaxSize+1))
 	f.Add("e30." + strings.Repeat("A", 20_000) + ".")
 	f.Add(strings.Repeat(".", 10_000))
 	fn := Must(JWTClaim("sub", hmacKey, []string{"HS256"}))

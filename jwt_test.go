@@ -214,7 +214,7 @@ func TestJWTOversizedTokensRefusedUnread(t *testing.T) {
 	cookie := Must(JWTClaim("sub", counting, []string{"HS256"}, JWTFromCookie("session")))
 	small := Must(JWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(1024)))
 	large := Must(JWTClaim("sub", counting, []string{"HS256"}, JWTMaxSize(64<<10)))
-	atLimit, overLimit := paddedToken(t, DefaultJWTMaxSize), paddedToken(t, DefaultJWTMaxSize+1)
+	atLimit, overLimit := paddedToken(t, defaultJWTMaxSize), paddedToken(t, defaultJWTMaxSize+1)
 	withCookie := func(tok string) *http.Request {
 		r := bearerRequest("")
 		r.AddCookie(&http.Cookie{Name: "session", Value: tok})

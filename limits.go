@@ -115,7 +115,7 @@ func (l *Limiter) limitFailed(ctx context.Context, e *LimitError, attrs ...slog.
 // server's fault, so 500, naming the rule but not the cause, which may
 // hold a tenant's configuration.
 func writeLimitError(w http.ResponseWriter, e *LimitError) {
-	WriteProblem(w, &Problem{
+	writeProblem(w, &Problem{
 		Type:   "about:blank",
 		Title:  "Internal Server Error",
 		Status: http.StatusInternalServerError,

@@ -131,7 +131,7 @@ func TestRejectedRequestNeverReachesNext(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil {
 		t.Fatalf("body is not JSON: %v: %s", err, w.Body)
 	}
-	if p.Type != QuotaExceededType || p.Status != 429 || p.RetryAfter != 2 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "ip" || p.Title == "" || p.Detail == "" {
+	if p.Type != quotaExceededType || p.Status != 429 || p.RetryAfter != 2 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "ip" || p.Title == "" || p.Detail == "" {
 		t.Errorf("problem body = %+v", p)
 	}
 }

@@ -37,14 +37,14 @@ type config struct {
 	localStore     backend.Backend // FailLocal's store; nil means a new memory store
 }
 
-// DefaultTimeout bounds every decision by a backend that does I/O.
-const DefaultTimeout = 100 * time.Millisecond
+// defaultTimeout bounds every decision by a backend that does I/O.
+const defaultTimeout = 100 * time.Millisecond
 
 func defaultConfig() config {
 	return config{
 		headers:  HeadersIETF,
 		failMode: FailLocal,
-		timeout:  DefaultTimeout,
+		timeout:  defaultTimeout,
 		reject:   WriteRejection,
 		logger:   slog.Default(),
 
@@ -80,8 +80,8 @@ func WithHeaders(s HeaderStyle) Option {
 	}
 }
 
-// MinKeySecret is the shortest secret [WithKeySecret] takes, in bytes.
-const MinKeySecret = 32
+// minKeySecret is the shortest secret [WithKeySecret] takes, in bytes.
+const minKeySecret = 32
 
 // WithKeySecret makes stored keys an HMAC-SHA256 of the key value under
 // secret, so that nobody who reads the backend can recover an IP address or
@@ -91,15 +91,15 @@ const MinKeySecret = 32
 // secret logs a warning at start and its health report carries it. Use the
 // same secret on every instance.
 //
-// A secret shorter than [MinKeySecret] (32 bytes, the length of a SHA-256
+// A secret shorter than 32 bytes (the length of a SHA-256
 // output, below which RFC 2104 says an HMAC key weakens the function) is an
 // error. The length is checked, not the randomness: 32 random bytes, or 32
 // hex characters of 16 random bytes (`openssl rand -hex 16` and longer), not
 // a phrase.
 func WithKeySecret(secret []byte) Option {
 	return func(c *config) error {
-		if len(secret) < MinKeySecret {
-			return fmt.Errorf("ceiling: WithKeySecret: %d bytes is too short (want at least %d, e.g. from `openssl rand -hex 32`)", len(secret), MinKeySecret)
+		if len(secret) < minKeySecret {
+			return fmt.Errorf("ceiling: WithKeySecret: %d bytes is too short (want at least %d, e.g. from `openssl rand -hex 32`)", len(secret), minKeySecret)
 		}
 		c.secret = append([]byte(nil), secret...)
 		return nil
@@ -122,7 +122,7 @@ func WithFailMode(m FailMode) Option {
 	}
 }
 
-// WithTimeout bounds each backend decision (default [DefaultTimeout]); past
+// WithTimeout bounds each backend decision (default 100 ms); past
 // it the fail mode applies. In-process backends are never timed out.
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ceiling-go/ceiling"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -46,9 +45,9 @@ func authenticate(secret []byte, next http.Handler) http.Handler {
 	})
 }
 
-// maxToken is the longest bearer token authenticate parses: the size cap
-// of the library's own JWT key functions.
-const maxToken = ceiling.DefaultJWTMaxSize
+// maxToken is the longest bearer token authenticate parses: 8 KiB, the
+// size cap of the library's own JWT key functions.
+const maxToken = 8 << 10
 
 // bearerToken returns the token of "Authorization: Bearer <token>".
 func bearerToken(r *http.Request) (string, bool) {

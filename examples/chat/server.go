@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,7 +68,7 @@ func defaultConfig() config {
 			Tokens: 200_000, TokenWindow: 24 * time.Hour,
 			Answers: 4, AnswerLease: time.Minute,
 		},
-		Timeout:         ceiling.DefaultTimeout,
+		Timeout:         100 * time.Millisecond,
 		Orders:          fakeOrders(lookupLatency),
 		Model:           fakeModel,
 		MaxOutputTokens: 512,
@@ -270,7 +271,13 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(chatReply{Reply: reply, Order: order, Tokens: tokens})
 }
 
-// problem writes an RFC 9457 problem body.
+// problem writes an RFC 9457 problem body, as ceiling writes its own.
 func problem(w http.ResponseWriter, status int, detail string) {
-	ceiling.WriteProblem(w, &ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	body, _ := json.Marshal(ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(body)
 }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
@@ -61,7 +63,7 @@ func defaultConfig() config {
 			PerIP: 20, IPWindow: 15 * time.Minute,
 			PerUser: 5, UserWindow: time.Hour,
 		},
-		Timeout: ceiling.DefaultTimeout,
+		Timeout: 100 * time.Millisecond,
 	}
 }
 
@@ -175,7 +177,13 @@ func newCode() (string, error) {
 	return fmt.Sprintf("%06d", n.Int64()), nil
 }
 
-// problem writes an RFC 9457 problem body.
+// problem writes an RFC 9457 problem body, as ceiling writes its own.
 func problem(w http.ResponseWriter, status int, detail string) {
-	ceiling.WriteProblem(w, &ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	body, _ := json.Marshal(ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	w.Write(body)
 }

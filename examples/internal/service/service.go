@@ -47,7 +47,7 @@ type Config struct {
 	// only their X-Forwarded-For entries are believed.
 	TrustedProxies []string
 	// KeySecret makes stored keys HMACs (KEY_SECRET, at least
-	// [ceiling.MinKeySecret] bytes), so that nobody who
+	// 32 bytes), so that nobody who
 	// reads Redis can recover a phone number or an address by hashing
 	// candidates. Empty means plain SHA-256 digests.
 	KeySecret []byte
@@ -130,6 +130,10 @@ func (c *Config) ClientIP() (ceiling.KeyFunc, error) {
 	return k, nil
 }
 
+// minKeySecret is the shortest secret ceiling.WithKeySecret takes: a
+// shorter KEY_SECRET is refused here, naming the variable.
+const minKeySecret = 32
+
 // Backend returns the limiter options that choose where limits are counted,
 // and a function that releases what it opened.
 //
@@ -152,8 +156,8 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 		opts = append(opts, ceiling.WithInstances(c.Instances))
 	}
 	if len(c.KeySecret) > 0 {
-		if len(c.KeySecret) < ceiling.MinKeySecret {
-			return nil, nil, fmt.Errorf("KEY_SECRET is %d bytes: want at least %d, e.g. from `openssl rand -hex 32`", len(c.KeySecret), ceiling.MinKeySecret)
+		if len(c.KeySecret) < minKeySecret {
+			return nil, nil, fmt.Errorf("KEY_SECRET is %d bytes: want at least %d, e.g. from `openssl rand -hex 32`", len(c.KeySecret), minKeySecret)
 		}
 		opts = append(opts, ceiling.WithKeySecret(c.KeySecret))
 	}
