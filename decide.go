@@ -17,8 +17,8 @@ type Input struct {
 	Rule string
 	// Key is the value the rule limits by (an address, an account, a phone
 	// number): what the rule's KeyFunc would return. It is stored as a
-	// digest, never raw. Required: an empty key is an error wrapping
-	// [ErrEmptyKey], never a budget shared by every caller without one.
+	// digest, never raw. Required: an empty key is an error, never a budget
+	// shared by every caller without one.
 	Key string
 	// Cost is the number of units this call takes; zero means the rule's
 	// Cost. Negative costs are refused: give units back with
@@ -38,12 +38,12 @@ type Input struct {
 	Limit, Burst int64
 }
 
-// ErrEmptyKey is wrapped by the error of a decision whose key value is
+// errEmptyKey is wrapped by the error of a decision whose key value is
 // empty: a [KeyFunc] that returns "" (the request is answered 400, naming
 // the rule) or an [Input] without a Key. An empty value would otherwise put
 // every such caller into one shared budget, silently; a key function whose
 // rule does not apply to a request returns [ErrNoKey] instead.
-var ErrEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule does not apply`)
+var errEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule does not apply`)
 
 // Decide decides inputs, one per rule that applies, as one request: in one
 // backend call, all or nothing (an input that any rule rejects consumes
@@ -160,7 +160,7 @@ const maxPooledKeys = 4 << 10
 func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64) error {
 	if v == "" {
 		l.emptyKey(rule)
-		return fmt.Errorf("ceiling: rule %q: %w", rule.Name, ErrEmptyKey)
+		return fmt.Errorf("ceiling: rule %q: %w", rule.Name, errEmptyKey)
 	}
 	req := backend.Request{
 		Algorithm: rule.Algorithm,

@@ -111,8 +111,8 @@ func TestDecideRefusesBadInputs(t *testing.T) {
 			t.Errorf("%s: a refused call reports Allowed", tc.name)
 		}
 	}
-	if _, err := l.Decide(context.Background(), Input{Rule: "a"}); !errors.Is(err, ErrEmptyKey) {
-		t.Errorf("empty key: %v, want ErrEmptyKey", err)
+	if _, err := l.Decide(context.Background(), Input{Rule: "a"}); !errors.Is(err, errEmptyKey) {
+		t.Errorf("empty key: %v, want errEmptyKey", err)
 	}
 	if n := be.callCount(); n != 0 {
 		t.Errorf("backend called %d times for bad inputs", n)

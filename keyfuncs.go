@@ -16,8 +16,8 @@ import (
 // request (an anonymous caller for a per-user rule) and the rule is left out
 // of the decision. Any other error is bad input: the request is answered 400
 // (413 when it wraps [ErrBodyTooLarge]) before any backend call. An empty
-// value with a nil error is bad input too (a 400 naming the rule, wrapping
-// [ErrEmptyKey], logged once per rule), never one budget shared by every
+// value with a nil error is bad input too (a 400 naming the rule, logged
+// once per rule), never one budget shared by every
 // request without a key: return ErrNoKey when the rule does not apply.
 type KeyFunc func(r *http.Request) (string, error)
 

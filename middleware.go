@@ -420,7 +420,7 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 			if errors.As(err, &le) {
 				return err
 			}
-			if errors.Is(err, ErrEmptyKey) {
+			if errors.Is(err, errEmptyKey) {
 				// add named the rule already.
 				return &inputError{status: http.StatusBadRequest, err: err}
 			}
