@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
-	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+	"github.com/ceiling-go/ceiling/backend/internal/model"
 )
 
 // Concurrent races goroutines on one backend and checks the outcome against

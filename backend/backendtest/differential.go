@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
-	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+	"github.com/ceiling-go/ceiling/backend/internal/model"
 )
 
 // Environment knobs of [Differential.Run] (see README.md beside this file).
@@ -67,7 +67,9 @@ type Target struct {
 	// model's state after a step that named the key: want is the state
 	// written last (ok false: the key holds none, it was never written or
 	// its last write took it back to full) and written reports that this
-	// step wrote it. It returns an error describing a difference.
+	// step wrote it. It returns an error describing a difference. The
+	// model is internal to this module, so only its own backends set
+	// Inspect; any backend is compared result by result without it.
 	Inspect func(key string, want model.State, ok, written bool) error
 }
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
-	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+	"github.com/ceiling-go/ceiling/backend/internal/model"
 )
 
 // modelAlgorithms are the rate algorithms: every one, so that a new

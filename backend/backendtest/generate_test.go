@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/ceiling-go/ceiling/backend"
-	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+	"github.com/ceiling-go/ceiling/backend/internal/model"
 )
 
 // TestGeneratedStampsWereReturned replays generated sequences on the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/backendtest"
-	refmodel "github.com/ceiling-go/ceiling/backend/backendtest/model"
+	refmodel "github.com/ceiling-go/ceiling/backend/internal/model"
 )
 
 // differential is the model-based test of the Store, inspecting its tables

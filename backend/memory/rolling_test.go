@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
-	refmodel "github.com/ceiling-go/ceiling/backend/backendtest/model"
+	refmodel "github.com/ceiling-go/ceiling/backend/internal/model"
 )
 
 // modelRun decides calls on a Store and on the reference model at the same

@@ -12,7 +12,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/backendtest"
-	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+	"github.com/ceiling-go/ceiling/backend/internal/model"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/backendtest"
-	"github.com/ceiling-go/ceiling/backend/backendtest/model"
+	"github.com/ceiling-go/ceiling/backend/internal/model"
 )
 
 // modelBackend serves a Model as a backend, so that the conformance
