@@ -8,7 +8,21 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/ceiling-go/ceiling/backend/memory"
 )
+
+// keyHasher is the capability of a backend that keeps nothing of a key
+// but a hash under seeds of its own and no reference to the key's string
+// once its call returns, as [memory.Store] does: for it a digest buys no
+// privacy, and the stored key is built without an allocation (see
+// [Limiter.storedKey]). A backend opts in by a method, not by its type, so
+// that the limiter knows no concrete backend.
+type keyHasher interface {
+	HashesKeys() bool
+}
+
+var _ keyHasher = (*memory.Store)(nil)
 
 // digestLen is how many bytes of the SHA-256 (or HMAC) a stored key keeps:
 // 128 bits, so collisions are out of reach while keys stay short.
@@ -61,9 +75,10 @@ func (l *Limiter) keyWarnings() []string {
 // (Rule names hold no NUL, so the join is unambiguous.) This changed the
 // stored keys once: state kept under the old digests is not found again.
 //
-// The memory store keeps nothing of a key but a 128-bit hash under seeds
-// random to the process, so for it the digest buys no privacy and costs a
-// quarter of the middleware's time: it gets "rule\x00value" instead (rule
+// A backend that hashes keys itself ([keyHasher]: the memory store keeps
+// nothing of a key but a 128-bit hash under seeds random to the process)
+// gains no privacy from the digest, which costs a quarter of the
+// middleware's time: it gets "rule\x00value" instead (rule
 // names cannot hold a NUL, so the join is unambiguous). Nor does it keep
 // the key's string past the call, so that key is built in st's key arena
 // without an allocation, and is valid only while st is checked out of the

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 )
@@ -97,6 +99,42 @@ func TestNoKeySecretWithARemoteBackendWarns(t *testing.T) {
 		}
 		if tc.warn && (logged != 1 || !inHealth) || !tc.warn && (logged != 0 || inHealth) {
 			t.Errorf("%s: warned %d times in the log, in the health report: %v; want a warning: %v\n%s", tc.name, logged, inHealth, tc.warn, logs.String())
+		}
+		l.Close()
+	}
+}
+
+// hashingBackend is a backend that says it hashes keys itself, or that it
+// does not.
+type hashingBackend struct {
+	scripted
+	hashes bool
+}
+
+func (h *hashingBackend) HashesKeys() bool { return h.hashes }
+
+// A backend that hashes keys itself, the memory store or any other, is sent
+// "rule\x00value" undigested; one that does not say so, or says false (a
+// wrapper that keeps the keys it sees), is sent the digest.
+func TestBackendsThatHashKeysGetThemUndigested(t *testing.T) {
+	store := memory.New()
+	defer store.Close()
+	sum := sha256.Sum256([]byte("ip\x00192.0.2.1"))
+	digested := "ip:" + base64.RawURLEncoding.EncodeToString(sum[:digestLen])
+	for _, tc := range []struct {
+		name    string
+		backend backend.Backend
+		want    string
+	}{
+		{"memory store", store, "ip\x00192.0.2.1"},
+		{"a backend that hashes keys", &hashingBackend{hashes: true}, "ip\x00192.0.2.1"},
+		{"a backend that says it does not", &hashingBackend{hashes: false}, digested},
+		{"a backend that does not say", &scripted{}, digested},
+	} {
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1, Period: time.Second}},
+			WithBackend(tc.backend), WithLogger(slog.New(slog.DiscardHandler)))
+		if got := l.request(&l.rules[0], "192.0.2.1").Key; got != tc.want {
+			t.Errorf("%s: stored key %q, want %q", tc.name, got, tc.want)
 		}
 		l.Close()
 	}

@@ -209,7 +209,9 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 		l.backend = memory.New(memory.WithLogger(l.cfg.logger))
 	}
 	l.into, _ = l.backend.(backend.DecideInto)
-	_, l.rawKeys = l.backend.(*memory.Store)
+	if kh, ok := l.backend.(keyHasher); ok && kh.HashesKeys() {
+		l.rawKeys = true
+	}
 	if ip, ok := l.backend.(backend.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
 	}

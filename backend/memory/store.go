@@ -189,6 +189,13 @@ func (s *Store) Close() error {
 // I/O, so the middleware skips its timeout and circuit breaker.
 func (s *Store) InProcess() bool { return true }
 
+// HashesKeys reports true: a Store keeps nothing of a key but a hash under
+// seeds random to the process, and no reference to the key's string once a
+// call returns. A caller may then send raw key values, undigested, built in
+// a buffer it reuses; ceiling's limiter does. A type that embeds a Store
+// and keeps the keys it is sent must override it to return false.
+func (s *Store) HashesKeys() bool { return true }
+
 // Evictions returns how many keys holding units in their open window (not
 // back to full) were evicted to respect the key bound since the Store was
 // created. Each gave its caller quota back: a limit enforced less strictly
