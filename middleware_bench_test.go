@@ -12,6 +12,7 @@ import (
 	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
+	"github.com/ceiling-go/ceiling/internal/cputime"
 )
 
 // benchServe runs h over one reused request and a recorder whose header map
@@ -22,7 +23,7 @@ func benchServe(b *testing.B, h http.Handler, addrs []string) {
 	w := httptest.NewRecorder()
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Now()
 	for i := 0; i < b.N; i++ {
 		clear(w.HeaderMap)
 		w.Code = 200
@@ -38,7 +39,7 @@ func benchServe(b *testing.B, h http.Handler, addrs []string) {
 
 // reportCPU reports the process's CPU time since cpu per operation.
 func reportCPU(b *testing.B, cpu time.Duration) {
-	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+	cputime.Report(b, cpu)
 }
 
 var bare = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
@@ -170,7 +171,7 @@ func loop(b *testing.B, n int, op func(i int)) {
 	}
 	b.ReportAllocs()
 	i := 0
-	cpu := cpuTime()
+	cpu := cputime.Now()
 	for b.Loop() {
 		op(i)
 		if i++; i == n {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ceiling-go/ceiling/internal/cputime"
 )
 
 // huge is a limit no benchmark reaches: every timed decision is an
@@ -56,7 +58,7 @@ func decideSerial(b *testing.B, l memLimiter, ks []string) {
 	i := 0
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Now()
 	for range b.N {
 		ok, err := allow(ks[i])
 		switch {
@@ -70,7 +72,7 @@ func decideSerial(b *testing.B, l memLimiter, ks []string) {
 		}
 	}
 	b.StopTimer()
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 	verdict(b, rejected, errs)
 }
 
@@ -89,7 +91,7 @@ func decideParallel(b *testing.B, l memLimiter, ks []string) {
 	var rejected, errs, start atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		allow := l.worker()
 		i := int(start.Add(7919)) % len(ks)
@@ -110,7 +112,7 @@ func decideParallel(b *testing.B, l memLimiter, ks []string) {
 		errs.Add(e)
 	})
 	b.StopTimer()
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 	verdict(b, int(rejected.Load()), int(errs.Load()))
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ceiling-go/ceiling/internal/cputime"
 )
 
 // BenchmarkMiddleware is a whole request through each library's middleware
@@ -53,7 +55,7 @@ func serveSerial(b *testing.B, h http.Handler, as []string) {
 	ok, i := 0, 0
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Now()
 	for range b.N {
 		w.reset()
 		r.RemoteAddr = as[i]
@@ -66,7 +68,7 @@ func serveSerial(b *testing.B, h http.Handler, as []string) {
 		}
 	}
 	b.StopTimer()
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 	if ok != b.N {
 		b.Fatalf("%d of %d timed requests were answered with a status: the benchmark timed rejections", b.N-ok, b.N)
 	}
@@ -76,7 +78,7 @@ func serveParallel(b *testing.B, h http.Handler, as []string) {
 	var admitted, start atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		r := httptest.NewRequest("GET", "/", nil)
 		w := newSink()
@@ -96,7 +98,7 @@ func serveParallel(b *testing.B, h http.Handler, as []string) {
 		admitted.Add(n)
 	})
 	b.StopTimer()
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 	if got := admitted.Load(); got != int64(b.N) {
 		b.Fatalf("%d of %d timed requests were answered with a status: the benchmark timed rejections", int64(b.N)-got, b.N)
 	}

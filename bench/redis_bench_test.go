@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/cputime"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -82,10 +83,10 @@ func measure(b *testing.B, f *redisFixture, timed func() (rejected, errs int64))
 	srv0, fb0 := serverCalls(b, f.admin), fallbacks(f.prefix)
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := cpuTime()
+	cpu := cputime.Now()
 	rejected, errs := timed()
 	b.StopTimer()
-	reportCPU(b, cpu)
+	cputime.Report(b, cpu)
 	srv := serverCalls(b, f.admin) - srv0
 	errs += fallbacks(f.prefix) - fb0
 	verdict(b, int(rejected), int(errs))

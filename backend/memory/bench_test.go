@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/cputime"
 )
 
 // benchRules are three rules as a request might carry them: a per-second
@@ -271,14 +272,14 @@ func BenchmarkMemoryAlgorithm(b *testing.B) {
 				}
 				b.ReportAllocs()
 				i := 0
-				cpu := cpuTime()
+				cpu := cputime.Now()
 				for b.Loop() {
 					decide(i)
 					if i++; i == nKeys {
 						i = 0
 					}
 				}
-				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+				cputime.Report(b, cpu)
 			})
 		}
 	}
