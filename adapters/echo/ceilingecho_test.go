@@ -1,14 +1,11 @@
 package ceilingecho_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/ceiling-go/ceiling"
 	ceilingecho "github.com/ceiling-go/ceiling/adapters/echo"
@@ -26,8 +23,33 @@ func mount(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler 
 	return e
 }
 
+// native is mount with Echo's own handlers, for the checks of what
+// handlers reach through c.Request().
+func native(l *ceiling.Limiter, perRoute bool, method, pattern string, fn adaptertest.NativeFunc) http.Handler {
+	e := echo.New()
+	mw := ceilingecho.Middleware(l)
+	var routeMW []echo.MiddlewareFunc
+	if perRoute {
+		routeMW = append(routeMW, mw)
+	} else {
+		e.Use(mw)
+	}
+	e.Add(method, adaptertest.Colon(pattern), func(c echo.Context) error {
+		status, body := fn(c.Request())
+		return c.String(status, body)
+	}, routeMW...)
+	e.GET("/open", func(c echo.Context) error { return c.String(http.StatusOK, "open") })
+	return e
+}
+
 func TestAnswersExactlyAsNetHTTP(t *testing.T) {
 	adaptertest.Run(t, mount)
+}
+
+// Echo's own handlers: route-level middleware, route keys as Echo spells
+// them, and prefetched work and settlement reached through the request.
+func TestEchoHandlers(t *testing.T) {
+	adaptertest.RunNative(t, native, "/users/:id/orders/:order")
 }
 
 func TestRejectionStopsTheChain(t *testing.T) {
@@ -73,19 +95,6 @@ func TestRejectionStopsTheChain(t *testing.T) {
 	}
 }
 
-func TestRouteMiddlewareRejectsOnlyItsRoute(t *testing.T) {
-	e := echo.New()
-	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
-	e.POST("/otp", ok, ceilingecho.Middleware(adaptertest.Limiter(1, ceiling.RemoteAddr)))
-	e.GET("/health", ok)
-	steps := []adaptertest.Step{
-		{Method: "POST", Target: "/otp"}, {Method: "POST", Target: "/otp"}, {Method: "GET", Target: "/health"},
-	}
-	if got, want := adaptertest.Statuses(e, steps...), []int{200, 429, 200}; !slices.Equal(got, want) {
-		t.Errorf("statuses = %v, want %v", got, want)
-	}
-}
-
 // The handler's error goes back up the chain to Echo's error handler, after
 // the core has seen the handler return.
 func TestAdmittedHandlerErrorReachesEcho(t *testing.T) {
@@ -117,15 +126,6 @@ func TestHandlersSeeTheCoresRequest(t *testing.T) {
 	}
 }
 
-func spoofing(n int) []adaptertest.Step {
-	var steps []adaptertest.Step
-	for i := range n {
-		steps = append(steps, adaptertest.Step{Method: "GET", Target: "/", RemoteAddr: "192.0.2.1:1234",
-			Header: map[string]string{"X-Forwarded-For": "203.0.113." + string(rune('1'+i)), "X-Real-IP": "198.51.100.9"}})
-	}
-	return steps
-}
-
 // TestSpoofedForwardedForBuysNoQuota pins the default: a client that writes
 // a new X-Forwarded-For on every request is still one client. The opt-in
 // key shows what the test guards against: with Echo's default extraction the
@@ -148,12 +148,11 @@ func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
 		e.IPExtractor = tc.extractor
 		e.Use(ceilingecho.Middleware(adaptertest.Limiter(1, tc.key)))
 		e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
-		steps := spoofing(3)
+		peer := "192.0.2.1:1234"
 		if tc.extractor != nil {
-			for i := range steps {
-				steps[i].RemoteAddr = "10.0.0.7:1234" // a private peer, trusted by default
-			}
+			peer = "10.0.0.7:1234" // a private peer, trusted by default
 		}
+		steps := adaptertest.Spoofing(3, peer)
 		if got := adaptertest.Statuses(e, steps...); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: statuses = %v, want %v", tc.name, got, tc.want)
 		}
@@ -168,62 +167,6 @@ func TestFrameworkRealIPOutsideTheMiddlewareIsLoud(t *testing.T) {
 	}
 	if _, err := ceilingecho.FrameworkRealIP(httptest.NewRequest("GET", "/", nil)); err == nil || errors.Is(err, ceiling.ErrNoKey) {
 		t.Errorf("FrameworkRealIP outside the middleware: err = %v, want a configuration error", err)
-	}
-}
-
-// Route keys are Echo's matched route, never the raw path.
-func TestRouteKeyIsTheMatchedRoute(t *testing.T) {
-	var seen []string
-	route := func(r *http.Request) (string, error) {
-		k, err := ceiling.Route(r)
-		seen = append(seen, k)
-		return k, err
-	}
-	e := echo.New()
-	e.Use(ceilingecho.Middleware(adaptertest.Limiter(100, route)))
-	e.GET("/users/:id/orders/:order", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
-	for _, target := range []string{"/users/1/orders/7", "/users/2/orders/8", "/nowhere"} {
-		adaptertest.Capture(e, httptest.NewRequest("GET", target, nil))
-	}
-	if want := []string{"/users/:id/orders/:order", "/users/:id/orders/:order", ceiling.UnmatchedRoute}; !slices.Equal(seen, want) {
-		t.Errorf("route keys = %q, want %q", seen, want)
-	}
-}
-
-// Prefetched work and the post-work settlement are reached from an Echo
-// handler through c.Request().
-func TestPrefetchAndSettleFromEchoHandlers(t *testing.T) {
-	order := ceiling.Prefetch("order", func(_ context.Context, r *http.Request) (string, error) {
-		return "order " + r.URL.Query().Get("id"), nil
-	})
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "tokens", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Hour,
-		Estimate: func(*http.Request) (int64, error) { return 1, nil }}},
-		ceiling.WithBackend(&adaptertest.Counter{}), ceiling.WithPrefetch(order))
-	e := echo.New()
-	e.Use(ceilingecho.Middleware(l))
-	e.POST("/chat", func(c echo.Context) error {
-		o, err := order.Get(c.Request())
-		if err != nil {
-			return err
-		}
-		if err := ceiling.Settle(c.Request(), "tokens", 60); err != nil {
-			return err
-		}
-		return c.String(http.StatusOK, o)
-	})
-	steps := []adaptertest.Step{{Method: "POST", Target: "/chat?id=7"}, {Method: "POST", Target: "/chat?id=8"}}
-	var got []string
-	for _, s := range steps {
-		res := adaptertest.Capture(e, s.Request())
-		got = append(got, fmt.Sprint(res.Status, " ", res.Body))
-	}
-	// 60 settled by the first request leaves 40, so the second one settles
-	// 60 too (debt): a third would be refused.
-	if want := []string{"200 order 7", "200 order 8"}; !slices.Equal(got, want) {
-		t.Fatalf("responses = %q, want %q", got, want)
-	}
-	if res := adaptertest.Capture(e, steps[0].Request()); res.Status != http.StatusTooManyRequests {
-		t.Errorf("after settling 120 of 100 units: status %d, want 429", res.Status)
 	}
 }
 

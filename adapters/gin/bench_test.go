@@ -2,64 +2,22 @@ package ceilinggin_test
 
 import (
 	"net/http"
-	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/ceiling-go/ceiling"
 	ceilinggin "github.com/ceiling-go/ceiling/adapters/gin"
+	"github.com/ceiling-go/ceiling/internal/adaptertest"
 	"github.com/gin-gonic/gin"
 )
 
-// sink is a ResponseWriter that keeps only the status, reused across
-// iterations so that the numbers are the routing and middleware work only.
-type sink struct {
-	h    http.Header
-	code int
-}
-
-func (s *sink) Header() http.Header         { return s.h }
-func (s *sink) WriteHeader(code int)        { s.code = code }
-func (s *sink) Write(p []byte) (int, error) { return len(p), nil }
-
-func serveLoop(b *testing.B, h http.Handler) {
-	b.Helper()
-	req := httptest.NewRequest("GET", "/items/42", nil)
-	w := &sink{h: make(http.Header)}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		clear(w.h)
-		w.code = 0
-		h.ServeHTTP(w, req)
-		if w.code != http.StatusNoContent {
-			b.Fatalf("request %d: status %d: the limit must not be reached in this benchmark", i, w.code)
-		}
-	}
-}
-
-// BenchmarkGin compares a Gin route without a limiter, with the adapter,
-// and the core on net/http (one default-algorithm rule on the memory backend each):
-// "adapter" minus "bare" is what a limited Gin route pays.
+// BenchmarkGin is [adaptertest.Bench] on a Gin route.
 func BenchmarkGin(b *testing.B) {
-	rules := []ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1_000_000_000, Period: time.Second}}
-	noContent := func(c *gin.Context) { c.Status(http.StatusNoContent) }
-	b.Run("bare", func(b *testing.B) {
+	adaptertest.Bench(b, func(l *ceiling.Limiter) http.Handler {
 		r := gin.New()
-		r.GET("/items/:id", noContent)
-		serveLoop(b, r)
-	})
-	b.Run("adapter", func(b *testing.B) {
-		r := gin.New()
-		r.Use(ceilinggin.Middleware(ceiling.MustNew(rules)))
-		r.GET("/items/:id", noContent)
-		serveLoop(b, r)
-	})
-	b.Run("nethttp-core", func(b *testing.B) {
-		mux := http.NewServeMux()
-		mux.Handle("/items/{id}", ceiling.MustNew(rules).Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.WriteHeader(http.StatusNoContent)
-		})))
-		serveLoop(b, mux)
+		if l != nil {
+			r.Use(ceilinggin.Middleware(l))
+		}
+		r.GET("/items/:id", func(c *gin.Context) { c.Status(http.StatusNoContent) })
+		return r
 	})
 }

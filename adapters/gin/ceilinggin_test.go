@@ -1,15 +1,12 @@
 package ceilinggin_test
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/ceiling-go/ceiling"
 	ceilinggin "github.com/ceiling-go/ceiling/adapters/gin"
@@ -32,8 +29,34 @@ func mount(l *ceiling.Limiter, h http.Handler, patterns ...string) http.Handler 
 	return r
 }
 
+// native is mount with Gin's own handlers, for the checks of what
+// handlers reach through c.Request.
+func native(l *ceiling.Limiter, perRoute bool, method, pattern string, fn adaptertest.NativeFunc) http.Handler {
+	r := gin.New()
+	mw := ceilinggin.Middleware(l)
+	var handlers []gin.HandlerFunc
+	if perRoute {
+		handlers = append(handlers, mw)
+	} else {
+		r.Use(mw)
+	}
+	handlers = append(handlers, func(c *gin.Context) {
+		status, body := fn(c.Request)
+		c.String(status, body)
+	})
+	r.Handle(method, adaptertest.Colon(pattern), handlers...)
+	r.GET("/open", func(c *gin.Context) { c.String(http.StatusOK, "open") })
+	return r
+}
+
 func TestAnswersExactlyAsNetHTTP(t *testing.T) {
 	adaptertest.Run(t, mount)
+}
+
+// Gin's own handlers: route-level middleware, route keys as Gin spells
+// them, and prefetched work and settlement reached through the request.
+func TestGinHandlers(t *testing.T) {
+	adaptertest.RunNative(t, native, "/users/:id/orders/:order")
 }
 
 func TestRejectionAbortsTheChain(t *testing.T) {
@@ -70,19 +93,6 @@ func TestRejectionAbortsTheChain(t *testing.T) {
 	}
 }
 
-func TestRouteMiddlewareRejectsOnlyItsRoute(t *testing.T) {
-	r := gin.New()
-	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	r.POST("/otp", ceilinggin.Middleware(adaptertest.Limiter(1, ceiling.RemoteAddr)), ok)
-	r.GET("/health", ok)
-	steps := []adaptertest.Step{
-		{Method: "POST", Target: "/otp"}, {Method: "POST", Target: "/otp"}, {Method: "GET", Target: "/health"},
-	}
-	if got, want := adaptertest.Statuses(r, steps...), []int{200, 429, 200}; !slices.Equal(got, want) {
-		t.Errorf("statuses = %v, want %v", got, want)
-	}
-}
-
 // The handlers see the request the core handed on, not the one Gin started
 // with.
 func TestHandlersSeeTheCoresRequest(t *testing.T) {
@@ -100,15 +110,6 @@ func TestHandlersSeeTheCoresRequest(t *testing.T) {
 	if c := ceilinggin.Context(httptest.NewRequest("GET", "/", nil)); c != nil {
 		t.Errorf("Context of a plain request = %v, want nil", c)
 	}
-}
-
-func spoofing(n int, peer string) []adaptertest.Step {
-	var steps []adaptertest.Step
-	for i := range n {
-		steps = append(steps, adaptertest.Step{Method: "GET", Target: "/", RemoteAddr: peer,
-			Header: map[string]string{"X-Forwarded-For": "203.0.113." + string(rune('1'+i)), "X-Real-IP": "198.51.100.9"}})
-	}
-	return steps
 }
 
 // TestSpoofedForwardedForBuysNoQuota pins the default: a client that writes
@@ -134,7 +135,7 @@ func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
 		}
 		r.Use(ceilinggin.Middleware(adaptertest.Limiter(1, tc.key)))
 		r.GET("/", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-		if got := adaptertest.Statuses(r, spoofing(3, "192.0.2.1:1234")...); !slices.Equal(got, tc.want) {
+		if got := adaptertest.Statuses(r, adaptertest.Spoofing(3, "192.0.2.1:1234")...); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: statuses = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -148,63 +149,6 @@ func TestFrameworkClientIPOutsideTheMiddlewareIsLoud(t *testing.T) {
 	}
 	if _, err := ceilinggin.FrameworkClientIP(httptest.NewRequest("GET", "/", nil)); err == nil || errors.Is(err, ceiling.ErrNoKey) {
 		t.Errorf("FrameworkClientIP outside the middleware: err = %v, want a configuration error", err)
-	}
-}
-
-// Route keys are Gin's matched route, never the raw path.
-func TestRouteKeyIsTheMatchedRoute(t *testing.T) {
-	var seen []string
-	route := func(r *http.Request) (string, error) {
-		k, err := ceiling.Route(r)
-		seen = append(seen, k)
-		return k, err
-	}
-	r := gin.New()
-	r.Use(ceilinggin.Middleware(adaptertest.Limiter(100, route)))
-	r.GET("/users/:id/orders/:order", func(c *gin.Context) { c.Status(http.StatusNoContent) })
-	for _, target := range []string{"/users/1/orders/7", "/users/2/orders/8", "/nowhere"} {
-		adaptertest.Capture(r, httptest.NewRequest("GET", target, nil))
-	}
-	if want := []string{"/users/:id/orders/:order", "/users/:id/orders/:order", ceiling.UnmatchedRoute}; !slices.Equal(seen, want) {
-		t.Errorf("route keys = %q, want %q", seen, want)
-	}
-}
-
-// Prefetched work and the post-work settlement are reached from a Gin
-// handler through c.Request.
-func TestPrefetchAndSettleFromGinHandlers(t *testing.T) {
-	order := ceiling.Prefetch("order", func(_ context.Context, r *http.Request) (string, error) {
-		return "order " + r.URL.Query().Get("id"), nil
-	})
-	l := ceiling.MustNew([]ceiling.Rule{{Name: "tokens", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Hour,
-		Estimate: func(*http.Request) (int64, error) { return 1, nil }}},
-		ceiling.WithBackend(&adaptertest.Counter{}), ceiling.WithPrefetch(order))
-	r := gin.New()
-	r.Use(ceilinggin.Middleware(l))
-	r.POST("/chat", func(c *gin.Context) {
-		o, err := order.Get(c.Request)
-		if err == nil {
-			err = ceiling.Settle(c.Request, "tokens", 60)
-		}
-		if err != nil {
-			c.String(http.StatusInternalServerError, err.Error())
-			return
-		}
-		c.String(http.StatusOK, o)
-	})
-	steps := []adaptertest.Step{{Method: "POST", Target: "/chat?id=7"}, {Method: "POST", Target: "/chat?id=8"}}
-	var got []string
-	for _, s := range steps {
-		res := adaptertest.Capture(r, s.Request())
-		got = append(got, fmt.Sprint(res.Status, " ", res.Body))
-	}
-	// 60 settled by the first request leaves 40, so the second one settles
-	// 60 too (debt): a third would be refused.
-	if want := []string{"200 order 7", "200 order 8"}; !slices.Equal(got, want) {
-		t.Fatalf("responses = %q, want %q", got, want)
-	}
-	if res := adaptertest.Capture(r, steps[0].Request()); res.Status != http.StatusTooManyRequests {
-		t.Errorf("after settling 120 of 100 units: status %d, want 429", res.Status)
 	}
 }
 

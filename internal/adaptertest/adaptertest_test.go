@@ -1,6 +1,7 @@
 package adaptertest
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -93,4 +94,32 @@ func TestColon(t *testing.T) {
 // The reference holds the slow-body bound that SlowBody checks adapters for.
 func TestSlowBodyNetHTTP(t *testing.T) {
 	SlowBody(t, NetHTTP)
+}
+
+// nativeNetHTTP is [Native] on a ServeMux, whose handlers are net/http's
+// own.
+func nativeNetHTTP(l *ceiling.Limiter, perRoute bool, method, pattern string, fn NativeFunc) http.Handler {
+	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		status, body := fn(r)
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	})
+	if perRoute {
+		h = l.Handler(h)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(method+" "+pattern, h)
+	mux.HandleFunc("GET /open", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "open") })
+	if perRoute {
+		return mux
+	}
+	return l.Handler(mux)
+}
+
+// The framework checks hold on net/http, so a framework that fails one
+// differs from the reference. (RouteKeys needs the route matched before
+// the middleware runs, which a ServeMux behind l.Handler is not.)
+func TestNativeChecksOnNetHTTP(t *testing.T) {
+	RouteMiddleware(t, nativeNetHTTP)
+	PrefetchAndSettle(t, nativeNetHTTP)
 }
