@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -231,7 +230,7 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 	c, ok := claimsFrom(r)
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="chat", error="invalid_token"`)
-		problem(w, http.StatusUnauthorized, "a valid bearer token (HS256, with dest and sub) is required")
+		service.Problem(w, http.StatusUnauthorized, "a valid bearer token (HS256, with dest and sub) is required")
 		return
 	}
 	var body chatRequest
@@ -241,22 +240,22 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 		var tooLarge *http.MaxBytesError
 		s.unused(r)
 		if errors.As(err, &tooLarge) {
-			problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", maxBody))
+			service.Problem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", maxBody))
 			return
 		}
-		problem(w, http.StatusBadRequest, `the body must be JSON: {"message": "..."}`)
+		service.Problem(w, http.StatusBadRequest, `the body must be JSON: {"message": "..."}`)
 		return
 	}
 	if strings.TrimSpace(body.Message) == "" {
 		s.unused(r)
-		problem(w, http.StatusBadRequest, "the message is empty")
+		service.Problem(w, http.StatusBadRequest, "the message is empty")
 		return
 	}
 	order, err := s.orders.Get(r)
 	if err != nil {
 		s.unused(r)
 		s.cfg.Logger.ErrorContext(r.Context(), "order lookup failed", slog.String("shop", c.Shop), slog.Any("err", err))
-		problem(w, http.StatusBadGateway, "the order lookup failed; retry later")
+		service.Problem(w, http.StatusBadGateway, "the order lookup failed; retry later")
 		return
 	}
 	reply, tokens := s.cfg.Model(body.Message, order, s.cfg.MaxOutputTokens)
@@ -269,15 +268,4 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(chatReply{Reply: reply, Order: order, Tokens: tokens})
-}
-
-// problem writes an RFC 9457 problem body, as ceiling writes its own.
-func problem(w http.ResponseWriter, status int, detail string) {
-	body, _ := json.Marshal(ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(body)
 }

@@ -2,13 +2,11 @@ package main
 
 import (
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
@@ -148,18 +146,18 @@ func sendOTP(phoneKey ceiling.KeyFunc, s sender, logger *slog.Logger) http.Handl
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		phone, err := phoneKey(r)
 		if err != nil {
-			problem(w, http.StatusBadRequest, err.Error())
+			service.Problem(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		code, err := newCode()
 		if err != nil {
 			logger.ErrorContext(r.Context(), "generating a code failed", slog.Any("err", err))
-			problem(w, http.StatusInternalServerError, "could not generate a code")
+			service.Problem(w, http.StatusInternalServerError, "could not generate a code")
 			return
 		}
 		if err := s.Send(r.Context(), phone, code); err != nil {
 			logger.ErrorContext(r.Context(), "sending the sms failed", slog.String("to", maskPhone(phone)), slog.Any("err", err))
-			problem(w, http.StatusBadGateway, "the sms could not be sent; retry later")
+			service.Problem(w, http.StatusBadGateway, "the sms could not be sent; retry later")
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -175,15 +173,4 @@ func newCode() (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%06d", n.Int64()), nil
-}
-
-// problem writes an RFC 9457 problem body, as ceiling writes its own.
-func problem(w http.ResponseWriter, status int, detail string) {
-	body, _ := json.Marshal(ceiling.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
-	h := w.Header()
-	h.Set("Content-Type", "application/problem+json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	w.Write(body)
 }
