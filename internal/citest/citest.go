@@ -17,3 +17,7 @@ func Only(t testing.TB) {
 		t.Skip("a CI-only test (it floods the CPU): run it with go test -tags ceilingci, as .ci/run does")
 	}
 }
+
+// Enabled reports whether the tests were built with the ceilingci tag: a
+// CI run, which may also reach the network (the module proxy).
+func Enabled() bool { return enabled }
