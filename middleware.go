@@ -271,12 +271,23 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := l.states.Get().(*state)
 		defer l.states.Put(st)
-		r = l.watching(r)
 		if l.extras {
 			l.beginExtras(st)
 			defer l.endExtras(r, st)
 		}
-		if err := l.decideGuarded(w, r, st); err != nil {
+		// While the limiter watches its first requests for a Route key
+		// mounted before routing (route.go), the keys see a copy of r
+		// that records it; the handler still gets r, with the body the
+		// keys read.
+		rk := l.watching(r)
+		err := l.decideGuarded(w, rk, st)
+		if rk != r {
+			r.Body = rk.Body
+			if err == nil {
+				l.watchRoute(rk)
+			}
+		}
+		if err != nil {
 			var in *inputError
 			if errors.As(err, &in) {
 				l.writeInputError(w, r, in)
@@ -291,7 +302,6 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.failed(w, r, err)
 			return
 		}
-		l.watchRoute(r)
 		d := &st.decision
 		if l.cfg.shadowHeader {
 			writeShadowHeader(w.Header(), d)
