@@ -36,6 +36,19 @@ func TestInstallRecipeBuildsAFreshModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The recipe this test runs is the README's, with ../ceiling the clone.
+	for _, line := range []string{
+		"go mod edit -require=github.com/ceiling-go/ceiling@v0.0.0 -replace=github.com/ceiling-go/ceiling=../ceiling\ngo mod tidy\n",
+		"go mod edit -require=github.com/ceiling-go/ceiling/adapters/echo@v0.0.0 \\\n\t-replace=github.com/ceiling-go/ceiling/adapters/echo=../ceiling/adapters/echo\ngo mod tidy\n",
+	} {
+		if !strings.Contains(string(readme), line) {
+			t.Errorf("README.md no longer gives the recipe this test runs:\n%s", line)
+		}
+	}
 	for _, tc := range []struct {
 		name    string
 		modules []string // the nested modules it requires besides the core
