@@ -11,10 +11,15 @@
 //	mux.Handle("POST /otp", limiter.Handler(sendOTP)) // 429 with Retry-After past a limit
 //
 // A [Rule] is one limit on one dimension of a request: at most Limit units
-// per Period for each value of its Key. The key ([KeyFunc]) says whom the
-// rule stops, and there is no default: [RemoteAddr] or [ClientIP] for the
-// client address, [JWTSubject] for a verified account, [BodyField] for the
-// destination of an SMS, [Route], [Static] for everybody at once.
+// per Period for each value of its Key. The key function ([KeyFunc]) says
+// whom the rule stops, and there is no default: [RemoteAddr] or [ClientIP]
+// for the client address, [JWTClaim] with "sub" for a verified account,
+// [BodyField] for the destination of an SMS, [Route], [Static] for
+// everybody at once. (A rule decided only by [Limiter.Decide], as the gRPC
+// adapter's are, has no key function: its callers pass the key value.)
+//
+// A Limiter keeps a goroutine until [Limiter.Close]: close every limiter
+// you build.
 //
 // The algorithm says how a rule counts. The zero value, [RollingWindow],
 // never admits more than Limit in any rolling Period, with bounded state

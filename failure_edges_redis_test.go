@@ -17,6 +17,7 @@ import (
 	"time"
 
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/citest"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -461,6 +462,7 @@ func TestFailLocalBoundAcrossAPartition(t *testing.T) {
 // outage. TestStarvedTimeoutsAreConfirmed... pins the limiter's part
 // hermetically.
 func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
+	citest.Only(t)
 	inst := redistest.Server(t)
 	var transitions atomic.Int64
 	errs := &errTally{}

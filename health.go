@@ -7,9 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,9 +33,77 @@ func WithInstances(n int) Option {
 		if n < 1 {
 			return fmt.Errorf("ceiling: WithInstances(%d): must be at least 1", n)
 		}
-		c.instances = n
+		c.instances, c.instancesSet = n, true
 		return nil
 	}
+}
+
+// platforms are environment variables that platforms which run several
+// instances of a service set, each with the platform's name.
+var platforms = []struct{ env, name string }{
+	{"K_SERVICE", "Cloud Run or Knative"},
+	{"AWS_LAMBDA_FUNCTION_NAME", "AWS Lambda"},
+	{"VERCEL", "Vercel"},
+	{"KUBERNETES_SERVICE_HOST", "Kubernetes"},
+}
+
+// platformWarned makes the per-process limits warning a log line once per
+// process, however many limiters raise it.
+var platformWarned atomic.Bool
+
+// warnPlatform warns, when the limiter counts in process with no
+// [WithInstances], that the environment looks like a platform that runs
+// several instances: each would enforce the full limit. It does not guess
+// how many. Logged once per process; every such limiter's health report
+// keeps it.
+func (l *Limiter) warnPlatform() {
+	if l.remote || l.cfg.instancesSet {
+		return
+	}
+	for _, p := range platforms {
+		if os.Getenv(p.env) == "" {
+			continue
+		}
+		note := fmt.Sprintf("limits are per process (in-process backend), and %s is set: on %s several instances may run, each enforcing the full limit; "+
+			"share a backend (package backend/redis), or declare the count with ceiling.WithInstances(n), 1 if this is the only instance", p.env, p.name)
+		if platformWarned.CompareAndSwap(false, true) {
+			l.notes.warn(l.cfg.logger, note)
+		} else {
+			l.notes.add(note)
+		}
+		return
+	}
+}
+
+// notes are a limiter's warnings about its own configuration, found in New
+// or in its first requests, for [Limiter.Health].
+type notes struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// warn logs note once and keeps it.
+func (n *notes) warn(logger *slog.Logger, note string) {
+	if n.add(note) {
+		logger.Warn("ceiling: " + note)
+	}
+}
+
+// add keeps note, reporting whether it is new.
+func (n *notes) add(note string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if slices.Contains(n.list, note) {
+		return false
+	}
+	n.list = append(n.list, note)
+	return true
+}
+
+func (n *notes) all() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.list)
 }
 
 // WithLocalShare sets the fraction of each rule's limit (and burst) that
@@ -118,6 +191,8 @@ func (l *Limiter) Health() Health {
 		h.Warnings = []string{l.fo.warning}
 	}
 	h.Warnings = append(h.Warnings, l.keyWarnings()...)
+	h.Warnings = append(h.Warnings, spoofable.list()...)
+	h.Warnings = append(h.Warnings, l.notes.all()...)
 	if h.EvictedKeys = l.evictions(); h.EvictedKeys > 0 {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
 	}

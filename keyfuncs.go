@@ -3,10 +3,13 @@ package ceiling
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // A KeyFunc returns the value a rule limits by: a client address, an account,
@@ -55,16 +58,85 @@ func Static(value string) KeyFunc {
 // your own gateway sets (and strips from clients), or on one whose value is
 // the thing limited and checked later (an API key), never on one a client
 // can vary freely to obtain fresh budgets: use [ClientIP] for addresses.
+// Header on X-Forwarded-For, X-Real-IP, Forwarded or True-Client-IP, which
+// any client can write, logs a warning naming the [ClientIP] option to use
+// instead, once per process, and every limiter's [Limiter.Health] keeps it.
+// It is a warning, not an error, because a gateway that overwrites the
+// header makes the key sound; ClientIP with that gateway trusted is still
+// the better key, since it also refuses requests that bypass the gateway.
 // Header panics if name is empty.
 func Header(name string) KeyFunc {
 	if name == "" {
 		panic("ceiling: Header(\"\")")
 	}
 	name = http.CanonicalHeaderKey(name)
+	if fix, ok := addressHeaders[name]; ok {
+		spoofable.add(fmt.Sprintf("ceiling.Header(%q) keys on a value every client can write, so each spoofed value is a fresh budget; "+
+			"key on the client address instead: ceiling.Must(ceiling.ClientIP(ceiling.%s))", name, fix))
+	}
 	what := "header " + name // built once: the key function does not allocate
 	return func(r *http.Request) (string, error) {
 		return single(r.Header[name], what)
 	}
+}
+
+// addressHeaders are the headers that carry a client address, any client
+// can write, and [ClientIP] reads safely: each with the option to use.
+var addressHeaders = map[string]string{
+	"X-Forwarded-For": "TrustXForwardedFor(your proxies' address ranges...)",
+	"Forwarded":       "TrustForwarded(your proxies' address ranges...)",
+	"X-Real-Ip":       `TrustHeader("X-Real-IP", your proxies' address ranges...)`,
+	"True-Client-Ip":  `TrustHeader("True-Client-IP", your CDN's address ranges...)`,
+}
+
+// spoofable holds the warnings about [Header] keys on address headers,
+// process-wide like the key functions themselves: each logged once, by the
+// logger of the first limiter (or at once when one exists), and kept for
+// every limiter's health report.
+var spoofable keyFuncNotes
+
+// keyFuncNotes are warnings raised while key functions are built, before
+// any limiter (and so any logger) may exist.
+type keyFuncNotes struct {
+	mu     sync.Mutex
+	notes  []string
+	logged int // notes[:logged] were logged
+}
+
+// add records note (once) and logs it if a limiter has set the logger.
+func (n *keyFuncNotes) add(note string) {
+	n.mu.Lock()
+	if slices.Contains(n.notes, note) {
+		n.mu.Unlock()
+		return
+	}
+	n.notes = append(n.notes, note)
+	n.mu.Unlock()
+	if processLogger.Load() != nil {
+		n.flush()
+	}
+}
+
+// flush logs the notes not logged yet, with the process's logger.
+func (n *keyFuncNotes) flush() {
+	n.mu.Lock()
+	fresh := n.notes[n.logged:]
+	n.logged = len(n.notes)
+	n.mu.Unlock()
+	logger := processLogger.Load()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	for _, note := range fresh {
+		logger.Warn("ceiling: " + note + " (Logged once per process.)")
+	}
+}
+
+// list returns the notes, for [Limiter.Health].
+func (n *keyFuncNotes) list() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.notes)
 }
 
 // Query keys by the value of a URL query parameter; a missing or empty

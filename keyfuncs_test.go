@@ -1,7 +1,9 @@
 package ceiling
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -206,4 +208,49 @@ func TestMust(t *testing.T) {
 		}
 	}()
 	Must(FormField(""))
+}
+
+// A Header key on a header that carries a client address, which any client
+// can write, is the issue 26 trap: five spoofed values bought five fresh
+// budgets in silence. It is logged once per process, pointing to ClientIP,
+// whatever the name's case, and every limiter's health report keeps it;
+// other headers raise nothing.
+func TestHeaderOnAnAddressHeaderWarnsOnce(t *testing.T) {
+	var logs bytes.Buffer
+	saved, savedNotes := processLogger.Load(), spoofable.list()
+	processLogger.Store(nil)
+	spoofable = keyFuncNotes{}
+	t.Cleanup(func() {
+		processLogger.Store(saved)
+		spoofable = keyFuncNotes{notes: savedNotes, logged: len(savedNotes)}
+	})
+
+	Header("X-Api-Key")
+	xff := Header("x-forwarded-for") // before any limiter: logged by New
+	Header("X-Forwarded-For")        // the same warning: not repeated
+	l := MustNew([]Rule{{Name: "by-xff", Key: xff, Limit: 2, Period: time.Minute}},
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	defer l.Close()
+	if !strings.Contains(logs.String(), `ceiling.Header(\"X-Forwarded-For\")`) {
+		t.Errorf("New did not log the warning about a Header key built before it:\n%s", logs.String())
+	}
+	MustNew([]Rule{{Name: "other", Key: RemoteAddr, Limit: 2, Period: time.Minute}},
+		WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))).Close()
+	Header("True-Client-IP") // after a limiter: logged at once
+
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `ceiling.Header(\"X-Forwarded-For\")`) ||
+		!strings.Contains(lines[0], "ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedFor(") ||
+		!strings.Contains(lines[1], `ceiling.Header(\"True-Client-Ip\")`) || !strings.Contains(lines[1], `TrustHeader(\"True-Client-IP\"`) {
+		t.Errorf("want one line for X-Forwarded-For, then one for True-Client-IP; logged:\n%s", logs.String())
+	}
+	var found int
+	for _, w := range l.Health().Warnings {
+		if strings.Contains(w, "ceiling.Header(") {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Errorf("Health().Warnings holds %d Header warnings, want 2: %q", found, l.Health().Warnings)
+	}
 }

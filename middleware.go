@@ -23,16 +23,12 @@ const (
 )
 
 // MaxSlidingLogLimit is the largest Limit of a [SlidingLog] rule. A sliding
-// log keeps one record per admission in its window (34 bytes on Redis,
-// whatever the cost of each admission is in units), and a key is as large
-// as its log: measured with MEMORY USAGE on a local redis-server 7.0
-// (BenchmarkSlidingLogKeySize in backend/redis), a full log of 1,000 takes
-// 82 KB, of 10,000 393 KB, of 50,000 2.1 MB, per key, for each client the
-// rule tracks. (An admission costs the same
-// 17 µs of Redis CPU at any size.) Past 10,000 the rule is a configuration
-// error, and a limit a request brings past it ([Rule.Limits],
-// [Input.Limit]) a [*LimitError] for that request: RollingWindow holds the
-// same ceiling in 19 integers per key.
+// log keeps one record per admission in its window, and a key is as large
+// as its log, for each client the rule tracks (BenchmarkSlidingLogKeySize
+// in backend/redis measures it; an admission costs the same at any length). Past it
+// the rule is a configuration error, and a limit a request brings past it
+// ([Rule.Limits], [Input.Limit]) a [*LimitError] for that request:
+// RollingWindow holds the same ceiling in bounded state per key.
 const MaxSlidingLogLimit = 10_000
 
 // A Rule is one limit on one dimension of a request: at most Limit units per
@@ -175,14 +171,29 @@ type Limiter struct {
 	dynamic    bool     // a rule has Limits: RateLimit-Policy is per request
 	concurrent bool     // a rule is a Concurrency rule: admitted decisions hold slots
 	states     sync.Pool
-	extras     bool      // prefetches or estimates: requests carry an extras
-	rawKeys    bool      // the backend keeps only its own hashes: skip the digest
-	fo         *failover // fail modes, breaker, reporting (failmode.go)
+	extras     bool       // prefetches or estimates: requests carry an extras
+	rawKeys    bool       // the backend keeps only its own hashes: skip the digest
+	fo         *failover  // fail modes, breaker, reporting (failmode.go)
+	notes      notes      // warnings about the configuration (health.go)
+	routes     routeWatch // a Route key mounted before routing (route.go)
 }
 
 // New validates the rules and options and returns a Limiter. Errors name the
 // rule or option at fault; use it for configuration that may come from a
 // file, and [MustNew] for literals.
+//
+// Close the limiter when done with it ([Limiter.Close], deferred in main):
+// until then it keeps a goroutine and the memory of its counts (the default
+// memory store's janitor and its keys), and with a remote backend also
+// FailLocal's store and, while degraded, the background probe. A program
+// that builds limiters per test, per tenant or per reload and never closes
+// them leaks a goroutine for each.
+//
+// New warns (logged once, and kept in [Limiter.Health]) about
+// configurations weaker than they read: an in-process backend where the
+// environment shows a platform that runs several instances (K_SERVICE,
+// AWS_LAMBDA_FUNCTION_NAME, VERCEL, KUBERNETES_SERVICE_HOST) and no
+// [WithInstances], and a remote backend without [WithKeySecret].
 func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	if len(rules) == 0 {
 		return nil, errors.New("ceiling: no rules")
@@ -220,6 +231,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	}
 	l.digest = l.newDigester()
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
+	spoofable.flush()
 	l.policy = policyHeader(l.rules)
 	l.dynamic = hasLimits(l.rules)
 	for i := range l.rules {
@@ -231,6 +243,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	if err := l.initFailover(); err != nil {
 		return nil, err
 	}
+	l.warnPlatform()
 	l.observeConfig()
 	if dl, ok := l.backend.(backend.DefaultLogger); ok {
 		dl.UseDefaultLogger(l.cfg.logger) // go-redis's lines, with the limiter's
@@ -271,7 +284,19 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.beginExtras(st)
 			defer l.endExtras(r, st)
 		}
-		if err := l.decideGuarded(w, r, st); err != nil {
+		// While the limiter watches its first requests for a Route key
+		// mounted before routing (route.go), the keys see a copy of r
+		// that records it; the handler still gets r, with the body the
+		// keys read.
+		rk := l.watching(r)
+		err := l.decideGuarded(w, rk, st)
+		if rk != r {
+			r.Body = rk.Body
+			if err == nil {
+				l.watchRoute(rk)
+			}
+		}
+		if err != nil {
 			var in *inputError
 			if errors.As(err, &in) {
 				l.writeInputError(w, r, in)

@@ -28,6 +28,7 @@ type config struct {
 	// observer.go, health.go).
 	localShare     float64
 	instances      int
+	instancesSet   bool // WithInstances was given
 	breaker        BreakerConfig
 	observer       Observer
 	onDegraded     func(DegradedEvent)

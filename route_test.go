@@ -1,9 +1,12 @@
 package ceiling
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +88,62 @@ func TestRouteOnChiWithUser(t *testing.T) {
 		req("alice", "/orders/1"), req("bob", "/users/1"))
 	if want := []int{200, 200, 429, 200, 200}; !equalInts(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
+	}
+}
+
+// A limiter mounted before routing (chi's router.Use) with a Route key is
+// the issue 26 trap: every route shared the "(unmatched)" budget, silently.
+// After its first routeWatchAfter requests without a pattern it names the
+// rules keyed on the route, inside Join too, and the fix, once, in the log
+// and in Health; a rule that ignores the route is not named, and a limiter
+// that has seen a pattern never warns.
+func TestRouteKeyBeforeRoutingWarnsOnce(t *testing.T) {
+	var logs bytes.Buffer
+	rules := []Rule{
+		{Name: "per-route", Key: Route, Limit: 1 << 20, Period: time.Minute},
+		{Name: "per-user-route", Key: Join(Static("u"), RouteWithMethod), Limit: 1 << 20, Period: time.Minute},
+		{Name: "per-addr", Key: RemoteAddr, Limit: 1 << 20, Period: time.Minute},
+	}
+	l := MustNew(rules, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	defer l.Close()
+	router := chi.NewRouter()
+	router.Use(l.Handler)
+	router.Get("/a", func(http.ResponseWriter, *http.Request) {})
+	for i := range routeWatchAfter + 50 {
+		w := httptest.NewRecorder()
+		router.ServeHTTP(w, httptest.NewRequest("GET", "/a", nil))
+		if w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, w.Code)
+		}
+		if i == routeWatchAfter-2 && logs.Len() > 0 {
+			t.Fatalf("warned before %d requests:\n%s", routeWatchAfter, logs.String())
+		}
+	}
+	if n := strings.Count(logs.String(), "keyed on the route"); n != 1 {
+		t.Fatalf("logged %d route warnings, want 1:\n%s", n, logs.String())
+	}
+	for _, want := range []string{`rules \"per-route\", \"per-user-route\" are keyed on the route`, "router.With(limiter.Handler)"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the warning lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "per-addr") {
+		t.Errorf("the warning names a rule that ignores the route:\n%s", logs.String())
+	}
+	if w := l.Health().Warnings; len(w) == 0 || !strings.Contains(strings.Join(w, "\n"), "keyed on the route") {
+		t.Errorf("Health().Warnings = %q, want the route warning", w)
+	}
+
+	// Mounted on the route, the same rules see patterns: no warning.
+	var quiet bytes.Buffer
+	l2 := MustNew(rules, WithLogger(slog.New(slog.NewTextHandler(&quiet, nil))))
+	defer l2.Close()
+	onRoute := chi.NewRouter()
+	onRoute.With(l2.Handler).Get("/a", func(http.ResponseWriter, *http.Request) {})
+	for range routeWatchAfter + 1 {
+		onRoute.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/a", nil))
+	}
+	if quiet.Len() > 0 || strings.Contains(strings.Join(l2.Health().Warnings, "\n"), "keyed on the route") {
+		t.Errorf("a limiter on the route warned:\n%s%q", quiet.String(), l2.Health().Warnings)
 	}
 }

@@ -28,5 +28,7 @@ func main() {
 
 	addr := "127.0.0.1:" + cmp.Or(os.Getenv("PORT"), "8080")
 	log.Printf("listening on %s", addr)
-	log.Fatal(http.ListenAndServe(addr, mux))
+	err := http.ListenAndServe(addr, mux)
+	limiter.Close() // stops its memory store's goroutine (log.Fatal runs no defers)
+	log.Fatal(err)
 }

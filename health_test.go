@@ -1,0 +1,112 @@
+package ceiling
+
+import (
+	"bytes"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend/memory"
+)
+
+// The memory backend on a platform that runs several instances, with no
+// WithInstances, is the issue 26 trap: three instances admitted three times
+// the limit in silence. Each variable the platforms set is seen; the
+// warning is logged once per process, kept by every such limiter's health
+// report, and names no instance count; WithInstances (any n) and a remote
+// backend silence it.
+func TestMemoryBackendOnAMultiInstancePlatformWarns(t *testing.T) {
+	for _, p := range platforms {
+		t.Setenv(p.env, "")
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	rules := []Rule{{Name: "r", Key: RemoteAddr, Limit: 1, Period: time.Minute}}
+	warned := func(l *Limiter) bool {
+		return strings.Contains(strings.Join(l.Health().Warnings, "\n"), "limits are per process")
+	}
+	if l := MustNew(rules, WithLogger(quiet)); warned(l) {
+		t.Fatal("warned with no platform variable set")
+	} else {
+		l.Close()
+	}
+	for _, p := range platforms {
+		t.Run(p.env, func(t *testing.T) {
+			t.Setenv(p.env, "x")
+			platformWarned.Store(false)
+			var logs bytes.Buffer
+			logger := slog.New(slog.NewTextHandler(&logs, nil))
+			a := MustNew(rules, WithLogger(logger))
+			defer a.Close()
+			b := MustNew(rules, WithLogger(logger))
+			defer b.Close()
+			if n := strings.Count(logs.String(), "limits are per process"); n != 1 || !strings.Contains(logs.String(), p.env+" is set") {
+				t.Errorf("logged %d warnings naming %s, want 1:\n%s", n, p.env, logs.String())
+			}
+			if strings.Contains(logs.String(), "instances declared") {
+				t.Errorf("the warning guesses a count:\n%s", logs.String())
+			}
+			if !warned(a) || !warned(b) {
+				t.Errorf("Health().Warnings of each limiter: %q, %q", a.Health().Warnings, b.Health().Warnings)
+			}
+			for _, opt := range []Option{WithInstances(1), WithInstances(3)} {
+				if l := MustNew(rules, WithLogger(quiet), opt); warned(l) {
+					t.Errorf("warned despite WithInstances: %q", l.Health().Warnings)
+				} else {
+					l.Close()
+				}
+			}
+			remote := &remoteMemory{memory.New()}
+			defer remote.Close()
+			if l := MustNew(rules, WithLogger(quiet), WithBackend(remote), WithKeySecret(bytes.Repeat([]byte("k"), 32))); warned(l) {
+				t.Errorf("warned with a shared backend: %q", l.Health().Warnings)
+			} else {
+				l.Close()
+			}
+		})
+	}
+}
+
+// remoteMemory is a memory store that calls itself remote, as a shared
+// backend does.
+type remoteMemory struct{ *memory.Store }
+
+func (remoteMemory) InProcess() bool { return false }
+
+// New's doc says what leaks without Close: a limiter on the default memory
+// store keeps its janitor goroutine until closed (issue 26: 1000 limiters
+// never closed left 1000 goroutines running).
+func TestLimiterNotClosedKeepsAGoroutine(t *testing.T) {
+	const n = 50
+	before := janitors()
+	ls := make([]*Limiter, n)
+	for i := range ls {
+		ls[i] = MustNew([]Rule{{Name: "r", Key: RemoteAddr, Limit: 1, Period: time.Minute}})
+	}
+	if open := janitors() - before; open != n {
+		t.Fatalf("%d limiters left open run %d more memory janitors, want %d (New's doc says so)", n, open, n)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for janitors() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d memory janitors after closing every limiter, %d before", janitors(), before)
+		}
+		runtime.Gosched()
+	}
+}
+
+// janitors counts the goroutines running a memory store's janitor.
+func janitors() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "backend/memory.(*Store).janitor(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
