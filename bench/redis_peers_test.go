@@ -42,12 +42,9 @@ func redisAddr(tb testing.TB) string {
 const poolSize = 64
 
 // newClient returns a client of its own (one "instance") that counts what
-// it sends, closed when the test ends. It keeps context deadlines itself
-// (ContextTimeoutEnabled), as backend/redis's README asks of a client for
-// ceiling, so that a lone decision is sent by its caller; every library
-// gets the same options.
+// it sends, closed when the test ends.
 func newClient(tb testing.TB, addr string) (*redis.Client, *counter) {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, DisableIdentity: true, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, DisableIdentity: true})
 	n := &counter{}
 	c.AddHook(n)
 	tb.Cleanup(func() { c.Close() })
