@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/base64"
 	"fmt"
+	"github.com/ceiling-go/ceiling/internal/citest"
 	"io"
 	"net/http"
 	"regexp"
@@ -45,6 +46,7 @@ func hugeToken() string {
 // starved-process patience of the Redis store and the limiter, without
 // which it fails, cap or no cap.
 func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
+	citest.Only(t)
 	srv := redistest.Server(t)
 	p := servicetest.Start(t, chatBinary.Path(t), []string{
 		"REDIS_URL=redis://" + srv.Addr + "/0", "CHAT_JWT_SECRET=" + testSecret, "TRUSTED_PROXIES=127.0.0.0/8",

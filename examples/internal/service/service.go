@@ -39,7 +39,7 @@ type Config struct {
 	// not loopback.
 	AdminAddr string
 	// RedisURL names the Redis deployment (REDIS_URL): one server, a
-	// Cluster or Sentinels, in a form of [RedisURLForms]. Empty means the
+	// Cluster or Sentinels, in a form of [ceilingredis.URLForms]. Empty means the
 	// in-process memory backend: limits per process.
 	RedisURL string
 	// TrustedProxies are the CIDR prefixes or addresses of the reverse
@@ -138,7 +138,7 @@ const minKeySecret = 32
 // and a function that releases what it opened.
 //
 // With RedisURL, the options name a Redis store whose keys start with
-// RedisPrefix, else prefix, on the client [RedisDeployment.Client] makes.
+// RedisPrefix, else prefix, on the client [ceilingredis.URL.Client] makes.
 // Without KeySecret, the limiter built with them warns that stored keys
 // can be reversed (ceiling warns about every remote backend without a
 // secret); Backend does not repeat it.
@@ -167,7 +167,7 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 			slog.String("backend", "memory"))
 		return opts, func() error { return nil }, nil
 	}
-	d, err := ParseRedisURL(c.RedisURL)
+	d, err := ceilingredis.ParseURL(c.RedisURL)
 	if err != nil {
 		return nil, nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
