@@ -468,9 +468,9 @@ defs['5'] = function()
     local at = tonum(h[2]) or now
     s.count, s.off = tonum(h[1]) or 0, tonum(h[3]) or 0
     local wrote = at > now
-    s.at = min(at, now)
+    s.at = at
     if wrote then
-      s.off = s.off + at - now
+      s.off, s.at = s.off + at - now, now
       redis.call('HSET', s.hkey, '@', now, '+', s.off)
     end
     local gone = redis.pcall('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000)
@@ -489,7 +489,7 @@ defs['5'] = function()
         return s
       end
       redis.call('HSET', s.hkey, '#', s.count, '@', now)
-      gone, wrote = redis.call('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000), true
+      s.at, gone, wrote = now, redis.call('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000), true
     end
     if wrote then -- both expire with the last lease
       local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
