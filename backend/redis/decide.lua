@@ -28,6 +28,11 @@
 -- ARGV[3] = "u" puts such keys back, when they still hold what the call
 -- left (never another client's write): ARGV[4i..] is key i's action, value
 -- left, value before and PTTL. Reply: per key, 1 when put back, else 0.
+local uses = {} -- the requests' algorithms, whose functions lib.lua defines
+if ARGV[3] ~= 'u' then
+  for i = 0, #KEYS - 1 do uses[ARGV[4 + 8 * i]] = true end
+end
+-- lib.lua
 -- leaseList is the companion's offset and last write ("off at;") and the
 -- leases named in list ("id ..." entries) as key holds them now, in the
 -- same form.
@@ -113,7 +118,7 @@ local function state(i, alg)
   local s = states[key]
   if s == nil or s.alg ~= alg then
     if s == nil then order[#order + 1] = key end
-    s = load(key, alg, raws[i], now, minTTL)
+    s = ops[alg].load(key, raws[i] or '', now, minTTL)
     s.alg, states[key] = alg, s
   end
   return s
@@ -124,12 +129,12 @@ end
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 8
   local alg, key = ARGV[a], KEYS[i]
-  if anchor(state(i, alg), alg, now, tonum(ARGV[a + 2])) then
+  if ops[alg].anchor(state(i, alg), now, tonum(ARGV[a + 2])) then
     store(states[key], alg, now, minTTL)
     for j = 1, #KEYS do
       if KEYS[j] == key and raws[j] ~= nil then raws[j] = redis.call('GET', key) end
     end
-    states[key] = load(key, alg, raws[i], now, minTTL)
+    states[key] = ops[alg].load(key, raws[i] or '', now, minTTL)
     states[key].alg = alg
   end
 end
@@ -139,7 +144,7 @@ local function run(i, s, c)
   local a = 4 + (i - 1) * 8
   local alg, x = ARGV[a], ARGV[a + 7]
   if alg == '5' then x = ARGV[a + 3] end
-  return decideOne(alg, s, now, tonum(ARGV[a + 1]), tonum(ARGV[a + 2]), tonum(ARGV[a + 3]), c, ARGV[a + 5] == '1', x)
+  return ops[alg].decide(s, now, tonum(ARGV[a + 1]), tonum(ARGV[a + 2]), tonum(ARGV[a + 3]), c, ARGV[a + 5] == '1', x)
 end
 
 local per = 6
@@ -193,7 +198,7 @@ if rejected then
       out[o + 2], out[o + 3], out[o + 5] = out[o + 7], out[o + 8], out[o + 9]
     elseif out[o + 1] == 1 then
       local a = 4 + (i - 1) * 8
-      local _, remaining, reset, _, nx = run(i, load(KEYS[i], ARGV[a], raws[i], now, minTTL), 0)
+      local _, remaining, reset, _, nx = run(i, ops[ARGV[a]].load(KEYS[i], raws[i] or '', now, minTTL), 0)
       out[o + 2], out[o + 3], out[o + 5] = remaining, max(0, reset), nx
     end
   end
