@@ -13,6 +13,9 @@
 -- Reply: {now (0 when no decision read TIME), then per decision rejected,
 -- allowed, remaining, reset µs, retry µs (-1 never), next µs, stamp}; a
 -- decision that failed has its error in place of rejected, and 0s.
+local uses = {} -- the rules' algorithms, whose functions lib.lua defines
+for r = 0, tonumber(ARGV[2]) - 1 do uses[ARGV[3 + 4 * r]] = true end
+-- lib.lua
 local minTTL, nrules = tonum(ARGV[1]), tonum(ARGV[2])
 local time, out = 0, { 0 }
 
@@ -28,15 +31,15 @@ local function one(i)
   else
     now = time
   end
-  local raw, P = nil, tonum(ARGV[r + 3])
-  if alg ~= '1' and alg ~= '5' then raw = redis.call('GET', KEYS[i]) end
-  local s = load(KEYS[i], alg, raw, now, minTTL)
-  if anchor(s, alg, now, P) then -- a clock behind the state: written whatever follows
+  local op, raw, P = ops[alg], '', tonum(ARGV[r + 3])
+  if alg ~= '1' and alg ~= '5' then raw = redis.call('GET', KEYS[i]) or '' end
+  local s = op.load(KEYS[i], raw, now, minTTL)
+  if op.anchor(s, now, P) then -- a clock behind the state: written whatever follows
     store(s, alg, now, minTTL)
-    if alg ~= '1' then raw = redis.call('GET', KEYS[i]) end
-    s = load(KEYS[i], alg, raw, now, minTTL)
+    if alg ~= '1' then raw = redis.call('GET', KEYS[i]) or '' end
+    s = op.load(KEYS[i], raw, now, minTTL)
   end
-  local ok, remaining, reset, retry, nx, placed = decideOne(alg, s, now, tonum(ARGV[r + 2]), P,
+  local ok, remaining, reset, retry, nx, placed = op.decide(s, now, tonum(ARGV[r + 2]), P,
     tonum(ARGV[r + 4]), tonum(ARGV[a + 3]), flags == '1' or flags == '3', ARGV[a + 5])
   local rejected = 0
   if ok == 0 and flags ~= '2' and flags ~= '3' then

@@ -28,16 +28,22 @@
 -- ARGV[3] = "u" puts such keys back, when they still hold what the call
 -- left (never another client's write): ARGV[4i..] is key i's action, value
 -- left, value before and PTTL. Reply: per key, 1 when put back, else 0.
--- leaseList is the leases named in list ("id ..." entries) as key holds
--- them now, in the same form.
+local uses = {} -- the requests' algorithms, whose functions lib.lua defines
+if ARGV[3] ~= 'u' then
+  for i = 0, #KEYS - 1 do uses[ARGV[4 + 8 * i]] = true end
+end
+-- lib.lua
+-- leaseList is the companion's offset and last write ("off at;") and the
+-- leases named in list ("id ..." entries) as key holds them now, in the
+-- same form.
 local function leaseList(key, list)
   local hkey, parts = companion(key), {}
-  for entry in string.gmatch(list, '[^,]+') do
-    local id = string.match(entry, '^(%d+)')
+  local h = redis.call('HMGET', hkey, '+', '@')
+  for id in string.gmatch(list, '(%d+)[^,]*') do
     local e, n = redis.call('ZSCORE', key, id), redis.call('HGET', hkey, id)
     if e and n then parts[#parts + 1] = fmt('%s %d %d', id, tonum(e), tonum(n)) else parts[#parts + 1] = id end
   end
-  return table.concat(parts, ',')
+  return fmt('%s %s;', h[1] or '', h[2] or '') .. table.concat(parts, ',')
 end
 
 if ARGV[3] == 'u' then
@@ -49,9 +55,9 @@ if ARGV[3] == 'u' then
     if action == '3' then
       local hkey = companion(key)
       local off, at, entries = string.match(old, '^(%d+) (%d+);(.*)$')
-      if leaseList(key, after) == after then
+      if leaseList(key, entries) == after then
         local count = tonum(redis.call('HGET', hkey, '#')) or 0
-        for _, _, n in string.gmatch(after, '(%d+) (%d+) (%d+)') do count = count - tonum(n) end
+        for _, _, n in string.gmatch(string.match(after, ';(.*)$'), '(%d+) (%d+) (%d+)') do count = count - tonum(n) end
         for entry in string.gmatch(entries, '[^,]+') do
           local id, e, n = string.match(entry, '^(%d+) (%d+) (%d+)$')
           if id then
@@ -67,7 +73,9 @@ if ARGV[3] == 'u' then
         if ARGV[1] == '' then now = serverTime() end
         redis.call('HSET', hkey, '#', count, '+', off, '@', at)
         local exp = top[2] and tonum(top[2]) - tonum(off)
-        if exp and exp > now then -- both expire with the last lease
+        if not exp then
+          redis.call('DEL', hkey) -- no lease left: nor its companion
+        elseif exp > now then -- both expire with the last lease
           local ttl = max(1, cdiv(exp - now, 1000), tonum(ARGV[2]))
           redis.call('PEXPIRE', key, ttl)
           redis.call('PEXPIRE', hkey, ttl)
@@ -110,7 +118,7 @@ local function state(i, alg)
   local s = states[key]
   if s == nil or s.alg ~= alg then
     if s == nil then order[#order + 1] = key end
-    s = load(key, alg, raws[i], now, minTTL)
+    s = ops[alg].load(key, raws[i] or '', now, minTTL)
     s.alg, states[key] = alg, s
   end
   return s
@@ -121,12 +129,12 @@ end
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 8
   local alg, key = ARGV[a], KEYS[i]
-  if anchor(state(i, alg), alg, now, tonum(ARGV[a + 2])) then
+  if ops[alg].anchor(state(i, alg), now, tonum(ARGV[a + 2])) then
     store(states[key], alg, now, minTTL)
     for j = 1, #KEYS do
       if KEYS[j] == key and raws[j] ~= nil then raws[j] = redis.call('GET', key) end
     end
-    states[key] = load(key, alg, raws[i], now, minTTL)
+    states[key] = ops[alg].load(key, raws[i] or '', now, minTTL)
     states[key].alg = alg
   end
 end
@@ -136,7 +144,7 @@ local function run(i, s, c)
   local a = 4 + (i - 1) * 8
   local alg, x = ARGV[a], ARGV[a + 7]
   if alg == '5' then x = ARGV[a + 3] end
-  return decideOne(alg, s, now, tonum(ARGV[a + 1]), tonum(ARGV[a + 2]), tonum(ARGV[a + 3]), c, ARGV[a + 5] == '1', x)
+  return ops[alg].decide(s, now, tonum(ARGV[a + 1]), tonum(ARGV[a + 2]), tonum(ARGV[a + 3]), c, ARGV[a + 5] == '1', x)
 end
 
 local per = 6
@@ -170,7 +178,7 @@ local function undo(written)
       local s, old, w = states[KEYS[i]], {}, 0
       for id, o in pairs(s.orig) do old[#old + 1] = (id .. ' ' .. o):gsub(' $', '') end
       old = table.concat(old, ',')
-      if written[KEYS[i]] and old ~= '' then w = 3 end
+      if written[KEYS[i]] then w = 3 end -- its leases, or its last write's now
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = fmt('%d %d;', s.off, s.at or now) .. old, '', w,
         leaseList(KEYS[i], old)
     else
@@ -190,7 +198,7 @@ if rejected then
       out[o + 2], out[o + 3], out[o + 5] = out[o + 7], out[o + 8], out[o + 9]
     elseif out[o + 1] == 1 then
       local a = 4 + (i - 1) * 8
-      local _, remaining, reset, _, nx = run(i, load(KEYS[i], ARGV[a], raws[i], now, minTTL), 0)
+      local _, remaining, reset, _, nx = run(i, ops[ARGV[a]].load(KEYS[i], raws[i] or '', now, minTTL), 0)
       out[o + 2], out[o + 3], out[o + 5] = remaining, max(0, reset), nx
     end
   end

@@ -1,16 +1,16 @@
 -- The algorithms of ceiling's Redis backend, each written once, as
 -- backend/ALGORITHMS.md gives them in whole µs: every value stays an integer
 -- under 2^53, where doubles are exact (no intermediate passes it: nt - now
--- before + T), and floor division is corrected to stay exact. It comes first
--- in batch.lua (independent decisions) and decide.lua (all or nothing).
+-- before + T), and floor division is corrected to stay exact. It replaces the
+-- line "-- lib.lua" of batch.lua (independent decisions) and decide.lua (all
+-- or nothing), after the lines that set uses to the call's algorithms.
 --
--- A decision on a key: load parses its state (a value in a layout other than
--- ALGORITHMS.md's counts as absent), anchor reads a clock behind it, decideOne
--- runs the algorithm over the parsed state in memory and store writes it.
--- Each algorithm returns allowed, remaining, reset µs, retry µs (-1 never),
--- next µs and the admission's stamp (0 if none; Concurrency: 1 for a lease
--- added, for the Cluster undo). A state left empty is deleted, and the next
--- request of the call reads it as absent.
+-- A decision on a key loads its state, anchors it, decides over it in
+-- memory and stores it (ops, below). Each algorithm returns allowed,
+-- remaining, reset µs, retry µs (-1 never), next µs and the admission's
+-- stamp (0 if none; Concurrency: 1 for a lease added, for the Cluster
+-- undo). A state left empty is deleted; the call's next request on it
+-- reads it as absent.
 
 local floor, max, min, sub, fmt, tonum = math.floor, math.max, math.min, string.sub, string.format, tonumber
 
@@ -33,11 +33,18 @@ local function cdiv(a, b) return fdiv(a + b - 1, b) end
 
 local function serverTime() local t = redis.call('TIME') return tonum(t[1]) * 1000000 + tonum(t[2]) end
 
--- Each family of functions below is defined only when a call uses it (a
--- script defines its functions on every run): defs[alg]() defines alg's.
-local defs, rcount, rwait, rafter, rolling, rollingWrite = {}
-local logHeader, logRecord, logEmpty, logLoad, logRec, logUnit, slidingLog, logWrite
-local leaseTouch, leaseLoad, leaseWait, leaseLast, leases, leaseWrite
+-- ops[alg] holds algorithm alg's functions, defined only when the call uses
+-- alg (a script creates every function it defines, and what they capture,
+-- on every run), over a key's state s:
+-- load(key, raw, now, minTTL) parses it (raw: the value of the algorithms
+-- stored as one string, '' when absent; a value in another layout is
+-- absent); anchor(s, now, P) reads a clock behind it as ALGORITHMS.md says,
+-- under period P, and reports whether it did (the anchored state is then
+-- written before the call is decided, whatever it decides);
+-- decide(s, now, L, P, B, c, force, x) runs the algorithm (limit L, period
+-- P µs, burst B, cost c; x, an ARGV string, is the lease id or the stamp);
+-- write(s, ttl, now, minTTL) is store's.
+local ops = {}
 
 -- The rolling window: "R2 W last S " (15 digits each), then the K+1 counts,
 -- 10 digits and a space each, the current bucket's first.
@@ -46,10 +53,10 @@ local K, NMAX, RH, RW = 16, 4294967295, 51, 11
 local RZEROS = '0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
 local RFRESH = 'R2 %015d %015d %015d %010d 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
 
-defs['0'] = function()
+if uses['0'] then
   -- rcount is count i (0..K, oldest first; i < 0: one that left) of rolling
   -- state s in bucket b: a count this call changed, or the stored one.
-  function rcount(s, b, i)
+  local function rcount(s, b, i)
     local v = s.set[i]
     if v then return v end
     local d = b - s.rawLast
@@ -59,7 +66,7 @@ defs['0'] = function()
   end
 
   -- rwait is when the buckets still counting hold at most x of S units.
-  function rwait(s, b, W, now, S, x)
+  local function rwait(s, b, W, now, S, x)
     local acc = 0
     for i = 0, K do
       acc = acc + rcount(s, b, i)
@@ -68,7 +75,7 @@ defs['0'] = function()
     return (b + K + 1) * W - now -- a value whose sum disagrees with its counts
   end
 
-  function rafter(s, b, W, now, L, S)
+  local function rafter(s, b, W, now, L, S)
     local reset, nx = 0, 0
     if S > 0 then
       local h = K
@@ -79,7 +86,8 @@ defs['0'] = function()
     return max(0, L - S), reset, nx
   end
 
-  function rolling(s, now, L, P, c, force, stamp)
+  local function rolling(s, now, L, P, _, c, force, stamp)
+    stamp = tonum(stamp) or 0
     local W = cdiv(P, K)
     if s.W ~= W and c == 0 then
       return 1, L, 0, 0, 0, 0 -- a peek under another period sees nothing and clears nothing
@@ -141,7 +149,7 @@ defs['0'] = function()
   -- count was above 0, rewrites S and that count in place and keeps the
   -- expiry (it depends only on the bucket); any other write sets the value,
   -- cut from the read one when only the current count changed.
-  function rollingWrite(s, ttl, minTTL)
+  local function rollingWrite(s, ttl, _, minTTL)
     local b, raw, top = s.last, s.raw, s.set[K]
     local d = b - s.rawLast
     local only = type(s.topOnly) == 'number' -- only the current count changed
@@ -167,73 +175,133 @@ defs['0'] = function()
     end
     redis.call('SET', s.key, v, 'PX', ttl)
   end
+
+  local function load(key, raw)
+    local s = { key = key }
+    if #raw == RH + (K + 1) * RW and sub(raw, 1, 3) == 'R2 ' then
+      local W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
+      if W and last and S then
+        s.raw, s.stored, s.W, s.last, s.rawLast, s.S, s.set = raw, true, W, last, last, S, {}
+      end
+    end
+    return s
+  end
+
+  local function anchor(s, now, P)
+    if not (s.W == cdiv(P, K) and s.last > fdiv(now, s.W)) then return false end
+    -- The units of the buckets from now / W on are read as now / W's, the
+    -- older buckets move up as many.
+    local W = s.W
+    local cur = fdiv(now, W)
+    local e, n, S, h = s.last - cur, {}, 0, -1
+    for i = 0, K do n[i] = 0 end
+    for i = 0, K do n[min(K, i + e)] = n[min(K, i + e)] + rcount(s, s.last, i) end
+    n[K] = min(NMAX, n[K])
+    for i = 0, K do S, h = S + n[i], n[i] > 0 and i or h end
+    s.raw, s.set, s.last, s.S, s.topOnly, s.exp = nil, n, cur, S, false, (cur + h + 1) * W
+    return true
+  end
+
+  ops['0'] = { load = load, anchor = anchor, decide = rolling, write = rollingWrite }
 end
 
-local function gcra(s, now, L, P, B, c, force, stamp)
-  if B == 0 then B = L end
-  local T = cdiv(P, L)
-  local tau = T * B
-  local t0 = max(s.tat or now, now)
-  local function after(t)
+if uses['4'] then
+  local function after(t, now, T, tau)
     local remaining, nx = fdiv(max(0, tau - (t - now)), T), 0
     if remaining == 0 then nx = (t - now) - tau + T end
     return remaining, t - now, nx
   end
-  if c > 0 and not force and (c > B or (t0 - now) + c * T > tau) then
-    local retry = -1
-    if c <= B then retry = (t0 - now) + c * T - tau end
-    local remaining, reset, nx = after(t0)
-    return 0, remaining, reset, retry, nx, 0
+
+  local function gcra(s, now, L, P, B, c, force, stamp)
+    stamp = tonum(stamp) or 0
+    if B == 0 then B = L end
+    local T = cdiv(P, L)
+    local tau = T * B
+    local t0 = max(s.tat or now, now)
+    if c > 0 and not force and (c > B or (t0 - now) + c * T > tau) then
+      local retry = -1
+      if c <= B then retry = (t0 - now) + c * T - tau end
+      local remaining, reset, nx = after(t0, now, T, tau)
+      return 0, remaining, reset, retry, nx, 0
+    end
+    local nt = t0
+    if c > 0 then
+      nt = now + min((t0 - now) + c * T, debtHorizon) -- a forced charge saturates
+    elseif c < 0 and stamp ~= 0 then
+      -- only the part of the stamped admission still outstanding comes back
+      nt = max(t0 - min(-c * T, max(0, stamp - now)), now)
+    elseif c < 0 then
+      nt = max(t0 + c * T, now)
+    end
+    if c ~= 0 then s.tat, s.at, s.exp, s.dirty = nt, now, nt, true end
+    local remaining, reset, nx = after(nt, now, T, tau)
+    return 1, remaining, reset, 0, nx, c > 0 and nt or 0
   end
-  local nt = t0
-  if c > 0 then
-    nt = now + min((t0 - now) + c * T, debtHorizon) -- a forced charge saturates
-  elseif c < 0 and stamp ~= 0 then
-    -- only the part of the stamped admission still outstanding comes back
-    nt = max(t0 - min(-c * T, max(0, stamp - now)), now)
-  elseif c < 0 then
-    nt = max(t0 + c * T, now)
+
+  local function load(key, raw)
+    local tat, at = string.match(raw, '^(%d+) (%d+)$')
+    return { key = key, tat = tonum(tat), at = tonum(at) }
   end
-  if c ~= 0 then s.tat, s.at, s.exp, s.dirty = nt, now, nt, true end
-  local remaining, reset, nx = after(nt)
-  return 1, remaining, reset, 0, nx, c > 0 and nt or 0
+
+  local function anchor(s, now)
+    if not (s.at and s.at > now) then return false end
+    s.tat, s.at, s.exp = s.tat - (s.at - now), now, s.tat - (s.at - now)
+    return true
+  end
+
+  local function write(s, ttl) redis.call('SET', s.key, fmt('%d %d', s.tat, s.at), 'PX', ttl) end
+  ops['4'] = { load = load, anchor = anchor, decide = gcra, write = write }
 end
 
-local function fixed(s, now, L, P, c, force, stamp)
-  local ws = fdiv(now, P) * P
-  local fin = ws + P
-  local count = s.ws == ws and s.count or 0
-  if c > 0 and not force and count + c > L then
-    local retry, reset, nx = fin - now, 0, 0
-    if c > L then retry = -1 end
+-- windowAnchor is the fixed and sliding windows' anchor.
+local windowAnchor
+if uses['2'] or uses['3'] then
+  function windowAnchor(s, now, P)
+    if not (s.ws and s.ws > now) then return false end
+    local ws = fdiv(now, P) * P
+    s.ws, s.exp = ws, now
+    if s.cur and s.cur > 0 then s.exp = ws + 2 * P elseif (s.count or s.prev + s.cur) > 0 then s.exp = ws + P end
+    return true
+  end
+end
+
+if uses['3'] then
+  local function fixed(s, now, L, P, _, c, force, stamp)
+    stamp = tonum(stamp) or 0
+    local ws = fdiv(now, P) * P
+    local fin = ws + P
+    local count = s.ws == ws and s.count or 0
+    if c > 0 and not force and count + c > L then
+      local retry, reset, nx = fin - now, 0, 0
+      if c > L then retry = -1 end
+      if count > 0 then reset = fin - now end
+      if count >= L then nx = fin - now end
+      return 0, max(0, L - count), reset, retry, nx, 0
+    end
+    if c ~= 0 then
+      if not (c < 0 and stamp ~= 0 and fdiv(stamp, P) * P ~= ws) then count = min(countMax, max(0, count + c)) end
+      s.ws, s.count, s.dirty, s.exp = ws, count, true, fin
+      if count == 0 then s.exp = now end
+    end
+    local reset, nx = 0, 0
     if count > 0 then reset = fin - now end
     if count >= L then nx = fin - now end
-    return 0, max(0, L - count), reset, retry, nx, 0
+    return 1, max(0, L - count), reset, 0, nx, c > 0 and now or 0
   end
-  if c ~= 0 then
-    if not (c < 0 and stamp ~= 0 and fdiv(stamp, P) * P ~= ws) then count = min(countMax, max(0, count + c)) end
-    s.ws, s.count, s.dirty, s.exp = ws, count, true, fin
-    if count == 0 then s.exp = now end
+
+  local function load(key, raw)
+    local ws, count = string.match(raw, '^f (%d+) (%d+)$')
+    return { key = key, ws = tonum(ws), count = ws and tonum(count) }
   end
-  local reset, nx = 0, 0
-  if count > 0 then reset = fin - now end
-  if count >= L then nx = fin - now end
-  return 1, max(0, L - count), reset, 0, nx, c > 0 and now or 0
+
+  local function write(s, ttl) redis.call('SET', s.key, fmt('f %d %d', s.ws, s.count), 'PX', ttl) end
+  ops['3'] = { load = load, anchor = windowAnchor, decide = fixed, write = write }
 end
 
-local function window(s, now, L, P, c, force, stamp)
-  local ws = fdiv(now, P) * P
-  local prev, cur = 0, 0
-  if s.ws == ws then
-    prev, cur = s.prev, s.cur
-  elseif s.ws == ws - P then
-    prev = s.cur
-  end
-  local rem = ws + P - now
-  local Pm = fdiv(P, 1000)
-  local w = fdiv(fdiv(rem, 1000) * 1000000, Pm)
-  -- wait is the time until c units (at most L) fit, when they do not now.
-  local function wait(prev, cur, c)
+if uses['2'] then
+  -- wait is the time until c units (at most L) fit, when they do not now,
+  -- rem µs before the window ends (Pm: P in ms).
+  local function wait(L, P, Pm, rem, prev, cur, c)
     if cur + c <= L then
       local X = min(1000000, fdiv((L - cur - c) * 1000000, prev))
       local R = cdiv((X + 1) * Pm, 1000000) - 1
@@ -244,45 +312,56 @@ local function window(s, now, L, P, c, force, stamp)
     if R >= Pm then return rem end
     return rem + P - ((R + 1) * 1000 - 1)
   end
-  local function after(prev, cur)
+  local function after(L, P, Pm, rem, w, prev, cur)
     local remaining = fdiv(max(0, L * 1000000 - (prev * w + cur * 1000000)), 1000000)
-    local reset, nx = 0, 0
-    if cur > 0 then
-      reset = rem + P
-    elseif prev > 0 then
-      reset = rem
-    end
-    if remaining == 0 then nx = wait(prev, cur, 1) end
+    local reset, nx = cur > 0 and rem + P or prev > 0 and rem or 0, 0
+    if remaining == 0 then nx = wait(L, P, Pm, rem, prev, cur, 1) end
     return remaining, reset, nx
   end
-  if c > 0 and not force and prev * w + (cur + c) * 1000000 > L * 1000000 then
-    local retry = -1
-    if c <= L then retry = wait(prev, cur, c) end
-    local remaining, reset, nx = after(prev, cur)
-    return 0, remaining, reset, retry, nx, 0
-  end
-  if c ~= 0 then
-    if c < 0 and stamp ~= 0 then
-      local sws = fdiv(stamp, P) * P -- only from the stamp's window
-      if sws == ws then
-        cur = max(0, cur + c)
-      elseif sws == ws - P then
-        prev = max(0, prev + c)
+
+  local function window(s, now, L, P, _, c, force, stamp)
+    stamp = tonum(stamp) or 0
+    local ws = fdiv(now, P) * P
+    local prev, cur = 0, 0
+    if s.ws == ws then
+      prev, cur = s.prev, s.cur
+    elseif s.ws == ws - P then
+      prev = s.cur
+    end
+    local rem = ws + P - now
+    local Pm = fdiv(P, 1000)
+    local w = fdiv(fdiv(rem, 1000) * 1000000, Pm)
+    if c > 0 and not force and prev * w + (cur + c) * 1000000 > L * 1000000 then
+      local retry = -1
+      if c <= L then retry = wait(L, P, Pm, rem, prev, cur, c) end
+      local remaining, reset, nx = after(L, P, Pm, rem, w, prev, cur)
+      return 0, remaining, reset, retry, nx, 0
+    end
+    if c ~= 0 then
+      if c < 0 and stamp ~= 0 then
+        local sws = fdiv(stamp, P) * P -- only from the stamp's window
+        if sws == ws then
+          cur = max(0, cur + c)
+        elseif sws == ws - P then
+          prev = max(0, prev + c)
+        end
+      else
+        cur = min(countMax, max(0, cur + c))
       end
-    else
-      cur = min(countMax, max(0, cur + c))
+      s.ws, s.prev, s.cur, s.dirty = ws, prev, cur, true
+      s.exp = cur > 0 and ws + 2 * P or prev > 0 and ws + P or now
     end
-    s.ws, s.prev, s.cur, s.dirty = ws, prev, cur, true
-    if cur > 0 then
-      s.exp = ws + 2 * P
-    elseif prev > 0 then
-      s.exp = ws + P
-    else
-      s.exp = now
-    end
+    local remaining, reset, nx = after(L, P, Pm, rem, w, prev, cur)
+    return 1, remaining, reset, 0, nx, c > 0 and now or 0
   end
-  local remaining, reset, nx = after(prev, cur)
-  return 1, remaining, reset, 0, nx, c > 0 and now or 0
+
+  local function load(key, raw)
+    local ws, prev, cur = string.match(raw, '^w (%d+) (%d+) (%d+)$')
+    return { key = key, ws = tonum(ws), prev = ws and tonum(prev), cur = ws and tonum(cur) }
+  end
+
+  local function write(s, ttl) redis.call('SET', s.key, fmt('w %d %d %d', s.ws, s.prev, s.cur), 'PX', ttl) end
+  ops['2'] = { load = load, anchor = windowAnchor, decide = window, write = write }
 end
 
 -- The sliding log (ALGORITHMS.md): a header of LH bytes, "L2 k newest head
@@ -292,16 +371,16 @@ end
 -- or adds are held in s.mods (offset -> {t, n}) until store writes them.
 local LH, LR = 59, 34
 
-defs['1'] = function()
-  function logHeader(k, newest, head, fin) return fmt('L2 %016d %016d %010d %010d\n', k, newest, head, fin) end
-  function logRecord(t, n) return fmt('%016d %016d\n', t, n) end
+if uses['1'] then
+  local function logHeader(k, newest, head, fin) return fmt('L2 %016d %016d %010d %010d\n', k, newest, head, fin) end
+  local function logRecord(t, n) return fmt('%016d %016d\n', t, n) end
 
-  function logEmpty(s)
+  local function logEmpty(s)
     s.k, s.newest, s.head, s.fin, s.sfin, s.stored, s.mods, s.at, s.chunk = 0, 0, LH, LH, LH, false, {}, -1, ''
     return s
   end
 
-  function logLoad(key)
+  local function logLoad(key)
     local s = logEmpty({ key = key })
     local h = redis.call('GETRANGE', key, 0, LH - 1)
     if #h == LH and sub(h, 1, 3) == 'L2 ' then
@@ -316,7 +395,7 @@ defs['1'] = function()
 
   -- logRec is the instant and units of the record at byte offset o, reading
   -- up to 8 stored records at a time, forward (or, backward, ending at o).
-  function logRec(s, o, backward)
+  local function logRec(s, o, backward)
     local m = s.mods[o]
     if m then return m[1], m[2] end
     if o < s.at or o + LR > s.at + #s.chunk then
@@ -330,7 +409,7 @@ defs['1'] = function()
 
   -- logUnit is the instant of the live unit at 0-based position idx, or now
   -- when the live records hold fewer.
-  function logUnit(s, head, idx, now)
+  local function logUnit(s, head, idx, now)
     local seen = 0
     for o = head, s.fin - LR, LR do
       local t, n = logRec(s, o)
@@ -340,7 +419,8 @@ defs['1'] = function()
     return now
   end
 
-  function slidingLog(s, now, L, P, c, force, stamp)
+  local function slidingLog(s, now, L, P, _, c, force, stamp)
+    stamp = tonum(stamp) or 0
     -- Drop the records whose units no longer count (in s only when writing:
     -- a peek under another period must not forget them).
     local head, k = s.head, s.k
@@ -408,7 +488,7 @@ defs['1'] = function()
   -- bytes (expired records before head, records taken back after fin)
   -- outweigh its live ones is rewritten with the live ones only, so that it
   -- holds about twice its live records at most.
-  function logWrite(s, ttl)
+  local function logWrite(s, ttl)
     if not s.stored then
       local parts = { logHeader(s.k, s.newest, LH, s.fin) }
       for o = LH, s.fin - LR, LR do parts[#parts + 1] = logRecord(s.mods[o][1], s.mods[o][2]) end
@@ -427,6 +507,20 @@ defs['1'] = function()
       redis.call('PEXPIRE', s.key, ttl)
     end
   end
+
+  local function anchor(s, now, P)
+    if not (s.k > 0 and s.newest > now) then return false end
+    local o = s.fin - LR -- the records later than now are read as now
+    while o >= s.head do
+      local t, n = logRec(s, o, true)
+      if t <= now then break end
+      s.mods[o], o = { now, n }, o - LR
+    end
+    s.newest, s.exp = now, now + P
+    return true
+  end
+
+  ops['1'] = { load = logLoad, anchor = anchor, decide = slidingLog, write = logWrite }
 end
 
 -- Concurrency: the key is a sorted set of lease ids scored by expiry, and
@@ -447,10 +541,10 @@ local function companion(key)
   return '{' .. key .. '}#n'
 end
 
-defs['5'] = function()
+if uses['5'] then
   -- leaseTouch records lease id as stored (expiring at e with n units, or
   -- absent when e is nil) before the call first changes it.
-  function leaseTouch(s, id, e, n)
+  local function leaseTouch(s, id, e, n)
     if s.orig[id] ~= nil then return end
     if e then s.orig[id] = fmt('%d %d', e + s.off, n) else s.orig[id] = '' end
   end
@@ -458,7 +552,7 @@ defs['5'] = function()
   -- leaseLoad reads key's state and writes at once, whatever the call then
   -- decides, the drop of expired leases and a clock behind the last write
   -- (ALGORITHMS.md): an expired lease never counts again.
-  function leaseLoad(key, now, minTTL)
+  local function leaseLoad(key, _, now, minTTL)
     local s = { key = key, hkey = companion(key), pend = {}, orig = {}, count = 0, off = 0 }
     if redis.call('EXISTS', key) == 0 then
       s.clean = true -- what the companion still holds is stale (a Reset deletes only the key)
@@ -468,9 +562,9 @@ defs['5'] = function()
     local at = tonum(h[2]) or now
     s.count, s.off = tonum(h[1]) or 0, tonum(h[3]) or 0
     local wrote = at > now
-    s.at = min(at, now)
+    s.at = at
     if wrote then
-      s.off = s.off + at - now
+      s.off, s.at = s.off + at - now, now
       redis.call('HSET', s.hkey, '@', now, '+', s.off)
     end
     local gone = redis.pcall('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000)
@@ -489,7 +583,7 @@ defs['5'] = function()
         return s
       end
       redis.call('HSET', s.hkey, '#', s.count, '@', now)
-      gone, wrote = redis.call('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000), true
+      s.at, gone, wrote = now, redis.call('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000), true
     end
     if wrote then -- both expire with the last lease
       local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
@@ -502,7 +596,7 @@ defs['5'] = function()
 
   -- leaseWait is the time until enough live leases expire for x more units
   -- when count are held, walking them by expiry (those of s.pend merged in).
-  function leaseWait(s, now, L, count, x)
+  local function leaseWait(s, now, L, count, x)
     local extra = {}
     for _, p in pairs(s.pend) do
       if p then extra[#extra + 1] = p end
@@ -535,7 +629,7 @@ defs['5'] = function()
   end
 
   -- leaseLast is the largest expiry of a live lease.
-  function leaseLast(s)
+  local function leaseLast(s)
     local top, from = 0, 0
     for _, p in pairs(s.pend) do
       if p then top = max(top, p[2]) end
@@ -550,7 +644,7 @@ defs['5'] = function()
     end
   end
 
-  function leases(s, now, L, P, c, force, id)
+  local function leases(s, now, L, P, _, c, force, id)
     local n, e
     if c ~= 0 then
       local p = s.pend[id]
@@ -594,7 +688,7 @@ defs['5'] = function()
     return 1, max(0, L - count), reset, 0, nx, placed
   end
 
-  function leaseWrite(s, now, ttl)
+  local function leaseWrite(s, ttl, now)
     if s.clean then
       redis.call('DEL', s.hkey)
       s.clean = false
@@ -613,119 +707,14 @@ defs['5'] = function()
     redis.call('PEXPIRE', s.key, ttl)
     redis.call('PEXPIRE', s.hkey, ttl)
   end
-end
 
--- anchor reads a state written at a later time than now (the clock is
--- behind it) as ALGORITHMS.md says, under period P, and reports whether
--- it did: the anchored state is then written before the call is decided,
--- whatever the call decides. (Concurrency's anchor is leaseLoad's.)
-local function anchor(s, alg, now, P)
-  if alg == '4' and s.at and s.at > now then
-    s.tat, s.at, s.exp = s.tat - (s.at - now), now, s.tat - (s.at - now)
-    return true
-  elseif (alg == '3' or alg == '2') and s.ws and s.ws > now then
-    local ws = fdiv(now, P) * P
-    local held = s.count or s.prev + s.cur
-    s.ws, s.exp = ws, now
-    if alg == '2' and s.cur > 0 then s.exp = ws + 2 * P elseif held > 0 then s.exp = ws + P end
-    return true
-  elseif alg == '1' and s.k > 0 and s.newest > now then
-    local o = s.fin - LR -- the records later than now are read as now
-    while o >= s.head do
-      local t, n = logRec(s, o, true)
-      if t <= now then break end
-      s.mods[o], o = { now, n }, o - LR
-    end
-    s.newest, s.exp = now, now + P
-    return true
-  elseif alg == '0' and s.W == cdiv(P, K) and s.last > fdiv(now, cdiv(P, K)) then
-    -- The units of the buckets from now / W on are read as now / W's, the
-    -- older buckets move up as many.
-    local W = s.W
-    local cur = fdiv(now, W)
-    local e, n, S, h = s.last - cur, {}, 0, -1
-    for i = 0, K do n[i] = 0 end
-    for i = 0, K do n[min(K, i + e)] = n[min(K, i + e)] + rcount(s, s.last, i) end
-    n[K] = min(NMAX, n[K])
-    for i = 0, K do S, h = S + n[i], n[i] > 0 and i or h end
-    s.raw, s.set, s.last, s.S, s.topOnly, s.exp = nil, n, cur, S, false, (cur + h + 1) * W
-    return true
-  end
-  return false
-end
-
--- load parses key's state for algorithm alg (a string of ARGV); raw is its
--- value for the algorithms stored as one string (false or nil: absent).
-local function load(key, alg, raw, now, minTTL)
-  if defs[alg] then defs[alg]() defs[alg] = nil end
-  if alg == '1' then
-    return logLoad(key)
-  elseif alg == '5' then
-    return leaseLoad(key, now, minTTL)
-  end
-  local s = { key = key, alg = alg }
-  if not raw then return s end
-  if alg == '0' then
-    if #raw == RH + (K + 1) * RW and sub(raw, 1, 3) == 'R2 ' then
-      local W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
-      if W and last and S then
-        s.raw, s.stored, s.W, s.last, s.rawLast, s.S, s.set = raw, true, W, last, last, S, {}
-      end
-    end
-  elseif alg == '4' then
-    local tat, at = string.match(raw, '^(%d+) (%d+)$')
-    s.tat, s.at = tonum(tat), tonum(at)
-  elseif alg == '3' then
-    local ws, count = string.match(raw, '^f (%d+) (%d+)$')
-    if ws then s.ws, s.count = tonum(ws), tonum(count) end
-  elseif alg == '2' then
-    local ws, prev, cur = string.match(raw, '^w (%d+) (%d+) (%d+)$')
-    if ws then s.ws, s.prev, s.cur = tonum(ws), tonum(prev), tonum(cur) end
-  end
-  return s
-end
-
--- decideOne runs algorithm alg on state s: limit L, period P µs, burst B,
--- cost c, force; x (an ARGV string) is the lease id or the stamp.
-local function decideOne(alg, s, now, L, P, B, c, force, x)
-  if alg == '0' then
-    return rolling(s, now, L, P, c, force, tonum(x) or 0)
-  elseif alg == '4' then
-    return gcra(s, now, L, P, B, c, force, tonum(x) or 0)
-  elseif alg == '1' then
-    return slidingLog(s, now, L, P, c, force, tonum(x) or 0)
-  elseif alg == '2' then
-    return window(s, now, L, P, c, force, tonum(x) or 0)
-  elseif alg == '5' then
-    return leases(s, now, L, P, c, force, x)
-  end
-  return fixed(s, now, L, P, c, force, tonum(x) or 0)
+  ops['5'] = { load = leaseLoad, anchor = function() return false end, decide = leases, write = leaseWrite }
 end
 
 -- store writes s, a state a decision changed, with its TTL (when it is
 -- full again, in whole ms, at least 1 and minTTL), or deletes it when it is
--- empty. Numbers go as arguments: Redis writes an integer's digits exactly.
+-- empty (a Concurrency key with its companion).
 local function store(s, alg, now, minTTL)
-  if s.exp <= now then
-    if alg == '5' then
-      redis.call('DEL', s.key, s.hkey)
-    else
-      redis.call('DEL', s.key)
-    end
-    return
-  end
-  local ttl = max(1, cdiv(s.exp - now, 1000), minTTL)
-  if alg == '0' then
-    rollingWrite(s, ttl, minTTL)
-  elseif alg == '1' then
-    logWrite(s, ttl)
-  elseif alg == '5' then
-    leaseWrite(s, now, ttl)
-  elseif alg == '4' then
-    redis.call('SET', s.key, fmt('%d %d', s.tat, s.at), 'PX', ttl)
-  elseif alg == '3' then
-    redis.call('SET', s.key, fmt('f %d %d', s.ws, s.count), 'PX', ttl)
-  else
-    redis.call('SET', s.key, fmt('w %d %d %d', s.ws, s.prev, s.cur), 'PX', ttl)
-  end
+  if s.exp > now then return ops[alg].write(s, max(1, cdiv(s.exp - now, 1000), minTTL), now, minTTL) end
+  if s.hkey then redis.call('DEL', s.key, s.hkey) else redis.call('DEL', s.key) end
 end

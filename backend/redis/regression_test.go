@@ -154,3 +154,47 @@ func TestDenyCacheClockBehindRegression(t *testing.T) {
 		{At: 377 * time.Millisecond, Decide: []backend.Request{c}},
 	})
 }
+
+// TestClusterLeaseUndoClockBehindRegression: a rejected cross-slot call
+// that renewed (released) a lease was undone; the clock then stepped back
+// about 4 s behind the key's last write.
+func TestClusterLeaseUndoClockBehindRegression(t *testing.T) {
+	for name, d := range map[string]func(testing.TB) backendtest.Differential{
+		"cluster": clusterDifferential, "cluster+deny": clusterDenyDifferential,
+	} {
+		t.Run(name, func(t *testing.T) {
+			d(t).Replay(t, []backendtest.Step{
+				{At: 18576002999999 * time.Microsecond, Decide: []backend.Request{
+					{Key: "{x}b", Algorithm: backend.Concurrency, Limit: 1, Period: 1 * time.Second, Cost: 1, Lease: 1},
+				}},
+				{At: 18576003999998 * time.Microsecond, Decide: []backend.Request{
+					{Key: "{x}b", Algorithm: backend.Concurrency, Limit: 1, Period: 1 * time.Second, Cost: -1, Lease: 4503599627370495},
+					{Key: "{y}d", Algorithm: backend.RollingWindow, Limit: 1, Period: 2160 * time.Hour, Cost: 3},
+				}},
+				{At: 18576000000001 * time.Microsecond, Decide: []backend.Request{
+					{Key: "{x}b", Algorithm: backend.Concurrency, Limit: 1, Period: 1 * time.Second, Cost: 0, Lease: 2},
+				}},
+			})
+		})
+	}
+}
+
+// TestClusterLeaseUndoAfterDropRegression: the undo of a rejected
+// cross-slot call put back the time of the key's write before the call,
+// although the call's drop of an expired lease is written whatever it
+// decides (at its own now): after a clock step back the live lease then
+// counted 1 s longer than the model says.
+func TestClusterLeaseUndoAfterDropRegression(t *testing.T) {
+	short := backend.Request{Key: "{x}b", Algorithm: backend.Concurrency, Limit: 2, Period: time.Second, Cost: 1, Lease: 1}
+	long := short
+	long.Period, long.Lease = 10*time.Second, 2
+	release := short
+	release.Cost, release.Lease = -1, 99 // no such lease, yet a write
+	peek := long
+	peek.Cost = 0
+	clusterDifferential(t).Replay(t, []backendtest.Step{
+		{At: 10 * time.Second, Decide: []backend.Request{short, long}},
+		{At: 12 * time.Second, Decide: []backend.Request{release, rejects}},
+		{At: 11 * time.Second, Decide: []backend.Request{peek}}, // full again in 8s, not 9s
+	})
+}

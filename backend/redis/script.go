@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -20,15 +21,20 @@ var decideSource string
 //go:embed batch.lua
 var batchSource string
 
+// withLib is script src with lib.lua in place of its line "-- lib.lua",
+// which follows the lines that name the algorithms its call uses: the
+// library defines the functions of those only.
+func withLib(src string) string { return strings.Replace(src, "\n-- lib.lua\n", "\n"+libSource, 1) }
+
 // batchScript decides independent decisions of one request each, in turn
 // (see batch.lua): a lone call is a batch of one.
-var batchScript = redis.NewScript(libSource + batchSource)
+var batchScript = redis.NewScript(withLib(batchSource))
 
 // decideScript decides the requests of one call all or nothing. It runs as
 // EVALSHA first; go-redis falls back to EVAL (which also reloads the script
 // cache) on NOSCRIPT: after SCRIPT FLUSH, a restart, or a failover to a
 // replica that never saw the script.
-var decideScript = redis.NewScript(libSource + decideSource)
+var decideScript = redis.NewScript(withLib(decideSource))
 
 // fakeClockMinTTL is the shortest TTL, in ms, of a key written under
 // WithClock (see there).
