@@ -241,11 +241,15 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 }
 
 // sentUnanswered reports whether a call that failed with err may have been
-// applied: it timed out, or lost its connection, after it was written. A
-// call that was never sent (a failed dial, no round trip free) or that
-// Redis refused (an error reply) was not.
+// applied: it was written (errWritten: it timed out, or its caller gave up,
+// after the write, whatever else failed meanwhile), or it lost its
+// connection. A call that was never sent (a failed dial of its own, no
+// round trip free) or that Redis refused (an error reply) was not.
 func sentUnanswered(err error) bool {
 	var op *net.OpError
+	if errors.Is(err, errWritten) {
+		return true
+	}
 	if errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial") {
 		return false
 	}
