@@ -215,9 +215,11 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	var (
 		res      []backend.Result
 		rejected bool
+		split    bool
 		err      error
 	)
 	if groups := s.slotGroups(reqs); len(groups) > 1 {
+		split = true
 		res, rejected, err = s.decideSlots(ctx, reqs, groups)
 	} else if script := loneScript(reqs, nil); script != decideScript {
 		rejected, err = s.runLone(ctx, script, reqs[0], &results[0])
@@ -235,7 +237,14 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	copy(results, res)
 	if s.deny != nil {
-		s.deny.learn(reqs, res, rejected, now)
+		// A call split across slots is decided slot by slot, then undone
+		// where another slot rejected: its rejection may be of units that
+		// such an undo (its own or a simultaneous call's) gives back
+		// milliseconds later, with the RetryAfter of a full window. The
+		// cache learns no rejection of it, so that such a burst costs one
+		// wrong answer per call, not a lockout of every caller until that
+		// RetryAfter; it still forgets what the call's refunds freed.
+		s.deny.learn(reqs, res, rejected && !split, now)
 	}
 	return nil
 }
