@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -307,9 +308,11 @@ func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	stored := make([]string, len(keys))
-	for i, k := range keys {
-		stored[i] = s.prefix + k
+	stored := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		// A Concurrency key's companion goes too: a companion left alone
+		// reads as leases whose sorted set was evicted (lib.lua).
+		stored = append(stored, s.prefix+k, companionOf(s.prefix+k))
 	}
 	if s.deny != nil {
 		s.deny.forget(keys...)
@@ -326,4 +329,16 @@ func (s *Store) keys(reqs []backend.Request) []string {
 		keys[i] = s.prefix + r.Key
 	}
 	return keys
+}
+
+// companionOf is the companion hash of a Concurrency key (lib.lua's
+// companion): in the key's own hash tag when it has one, else in a tag of
+// the whole key, so that both are in one slot.
+func companionOf(key string) string {
+	if a := strings.IndexByte(key, '{'); a >= 0 {
+		if b := strings.IndexByte(key[a+1:], '}'); b > 0 {
+			return key + "#n"
+		}
+	}
+	return "{" + key + "}#n"
 }
