@@ -132,6 +132,12 @@ type Request struct {
 	// placed and that still count, never units another request took since
 	// (nothing, once they have stopped counting). Zero gives back the
 	// newest units (a refund tied to no admission). Other costs ignore it.
+	// A stamp names an instant, a bucket or a window, not one admission:
+	// the backend cannot tell the admission's units from others placed at
+	// the same stamp, so a stamped refund must not exceed the admission's
+	// cost and must be sent at most once (a refund whose reply was lost is
+	// not sent again); one that is larger, or sent twice, gives back other
+	// requests' units. The limiter's Settle keeps to both.
 	// Its magnitude must stay below 2^53, as every stamp a backend returns
 	// does, so that it is exact in a double-precision Lua number.
 	Stamp int64

@@ -90,6 +90,9 @@ type Differential struct {
 	// DenyCache says the backend answers from the Redis deny cache; the
 	// model then answers as that cache is documented to.
 	DenyCache bool
+	// Split, when set, says which calls the backend splits across Redis
+	// Cluster hash slots, whose rejections its deny cache does not learn.
+	Split func([]backend.Request) bool
 	// Sequences is how many sequences Run drives; zero means
 	// [DefaultSequences], unless [SequencesEnv] is set, which wins.
 	Sequences int
@@ -375,6 +378,9 @@ func (d Differential) replay(c *calls, clock *Clock, target Target, steps []Step
 	var opts []model.Option
 	if d.DenyCache {
 		opts = append(opts, model.WithDenyCache())
+	}
+	if d.Split != nil {
+		opts = append(opts, model.WithSplit(d.Split))
 	}
 	m := model.New(opts...)
 	defer func() {

@@ -54,6 +54,7 @@ type waiter struct {
 	// waits for it.
 	detached bool
 
+	n         int32        // its ops
 	pending   atomic.Int32 // ops not yet answered
 	unclaimed atomic.Int32 // ops no round trip has taken yet
 	written   atomic.Int64 // UnixNano of the latest write of one of its ops
@@ -115,6 +116,19 @@ func starvedLimit(budget time.Duration) time.Duration {
 // decision: every one to the node was in flight and none came back.
 var errNotSent = errors.New("not sent: every round trip to the node in flight")
 
+// errWritten marks the error of a call a round trip took one of whose ops
+// (it was written, or may still be by a round trip that other callers
+// wait for) and that was not answered: Redis may have applied it, whatever
+// else failed meanwhile (a dial of another connection, the caller's
+// cancellation), so sentUnanswered counts it as sent.
+var errWritten = errors.New("written, not answered")
+
+// taken reports whether a round trip took one of w's ops, which may then
+// have been applied.
+func (w *waiter) taken() bool {
+	return w.written.Load() != 0 || w.unclaimed.Load() < w.n
+}
+
 // call sends ops (whose cmds are ready) and waits until every one is
 // answered. It returns early only when ctx is cancelled, or once the
 // budget has run out: the budget [backend.WithBudget] put in ctx, or else
@@ -139,6 +153,7 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 		w.budget = max(dl.Sub(entry), time.Nanosecond)
 	}
 	w.detached = detached
+	w.n = int32(len(ops))
 	w.pending.Store(int32(len(ops)))
 	w.unclaimed.Store(int32(len(ops)))
 	w.written.Store(0)
@@ -171,6 +186,9 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	}
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		w.giveUp()
+		if w.taken() {
+			return fmt.Errorf("%w: %w", errWritten, err)
+		}
 		return err
 	}
 	if s.cluster != nil {
@@ -382,15 +400,20 @@ func (w *waiter) answered() bool {
 // timeoutError says why a call ran out of budget: a dial that failed since
 // the call began makes it unreachable (the dial's own retries can outlast
 // the budget, and "timed out" would hide a refused connection); otherwise
-// it is a timeout, waiting for a reply or for a round trip to be free.
+// it is a timeout, waiting for a reply or for a round trip to be free. A
+// call a round trip took is marked errWritten either way: a failed dial,
+// perhaps of another connection, does not make it unsent.
 func (s *Store) timeoutError(w *waiter, entry time.Time) error {
-	if err := s.dials.since(entry); err != nil {
-		return unreachable(err)
-	}
-	if w.unclaimed.Load() > 0 {
+	dial := s.dials.since(entry)
+	switch {
+	case !w.taken() && dial != nil:
+		return unreachable(dial)
+	case !w.taken():
 		return fmt.Errorf("%w within %v: %w", errNotSent, w.budget, context.DeadlineExceeded)
+	case dial != nil:
+		return fmt.Errorf("%w (%w: no reply within %v of the write)", unreachable(dial), errWritten, w.budget)
 	}
-	return fmt.Errorf("no reply within %v of the write: %w", w.budget, context.DeadlineExceeded)
+	return fmt.Errorf("%w: no reply within %v of the write: %w", errWritten, w.budget, context.DeadlineExceeded)
 }
 
 // pipeliner queues the ops bound for one Redis node while its lanes (the

@@ -23,6 +23,14 @@ func differential(client redis.UniversalClient, denySize int, keys ...string) ba
 	return backendtest.Differential{
 		Keys:      keys,
 		DenyCache: denySize > 0,
+		Split: func(reqs []backend.Request) bool { // the hash tags of clusterKeys name the slots
+			for _, r := range reqs {
+				if len(keys) > 0 && slot(r.Key) != slot(reqs[0].Key) {
+					return true
+				}
+			}
+			return false
+		},
 		New: func(t testing.TB, now func() time.Time) backendtest.Target {
 			prefix := redistest.KeyPrefix(t)
 			s := New(client, WithPrefix(prefix), WithClock(now), WithDenyCache(denySize))

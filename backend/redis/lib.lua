@@ -532,6 +532,11 @@ end
 -- cost does not grow with the number of leases. The leases a call changes
 -- are held in s.pend (id -> {n, exp}, false: released) until store writes
 -- them, and s.orig keeps them as they were, for the Cluster undo.
+-- unknownUnits are the units a lease whose own were lost counts for: the
+-- largest limit (backend.MaxLimit), so that the key is full until it
+-- expires.
+local unknownUnits = 1000000000
+
 local function companion(key)
   local a = string.find(key, '{', 1, true)
   if a then
@@ -549,16 +554,67 @@ if uses['5'] then
     if e then s.orig[id] = fmt('%d %d', e + s.off, n) else s.orig[id] = '' end
   end
 
+  -- leaseCheck reads the companion's '#', '@' and '+' and, when the
+  -- companion is missing, of another type, or a field is missing or out of
+  -- range ('#' below the number of leases, '+' at or past the earliest
+  -- score), rebuilds it from the leases that survive before they are read:
+  -- a lease whose units are lost counts as unknownUnits, so the key stays
+  -- full until it expires rather than admit past the limit (eviction can
+  -- drop one of the two keys, and the count must never lose a lease).
+  local function leaseCheck(key, hkey, now)
+    local h = redis.pcall('HMGET', hkey, '#', '@', '+')
+    local cnt, at, off = false, false, false
+    if not h.err then cnt, at, off = tonum(h[1]), tonum(h[2]), tonum(h[3]) end
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local int = function(v) return v and v >= 0 and v < 2 ^ 53 and v == math.floor(v) end
+    if int(cnt) and int(at) and int(off) and cnt >= redis.call('ZCARD', key) and off < tonum(first[2]) then
+      return h
+    end
+    if not int(off) or off >= tonum(first[2]) then off = 0 end -- later expiries: never earlier
+    local ids = redis.call('ZRANGE', key, 0, -1)
+    local ns = {}
+    if not h.err then ns = redis.call('HMGET', hkey, unpack(ids)) end
+    redis.call('DEL', hkey)
+    cnt = 0
+    for j, id in ipairs(ids) do
+      local n = tonum(ns[j])
+      if not int(n) or n < 1 or n > unknownUnits then n = unknownUnits end
+      redis.call('HSET', hkey, id, n)
+      cnt = cnt + n
+    end
+    redis.call('HSET', hkey, '#', cnt, '@', now, '+', off)
+    return { cnt, now, off }
+  end
+
+  -- leaseOrphans gives the leases of a companion whose sorted set was lost
+  -- (a Reset deletes both; eviction can drop one) the companion's own
+  -- expiry, the latest of theirs, and reports whether there were any: the
+  -- key stays full until they could all have expired.
+  local function leaseOrphans(key, hkey, now)
+    local ttl = redis.call('PTTL', hkey)
+    if ttl <= 0 or redis.call('TYPE', hkey).ok ~= 'hash' then return false end
+    local off = tonum(redis.call('HGET', hkey, '+')) or 0
+    local kv, any = redis.call('HGETALL', hkey), false
+    for j = 1, #kv, 2 do
+      if kv[j] ~= '#' and kv[j] ~= '@' and kv[j] ~= '+' then
+        redis.call('ZADD', key, now + ttl * 1000 + max(0, off), kv[j])
+        any = true
+      end
+    end
+    if any then redis.call('PEXPIRE', key, ttl) end
+    return any
+  end
+
   -- leaseLoad reads key's state and writes at once, whatever the call then
   -- decides, the drop of expired leases and a clock behind the last write
   -- (ALGORITHMS.md): an expired lease never counts again.
   local function leaseLoad(key, _, now, minTTL)
     local s = { key = key, hkey = companion(key), pend = {}, orig = {}, count = 0, off = 0 }
-    if redis.call('EXISTS', key) == 0 then
-      s.clean = true -- what the companion still holds is stale (a Reset deletes only the key)
+    if redis.call('EXISTS', key) == 0 and not leaseOrphans(key, s.hkey, now) then
+      s.clean = true -- what the companion still holds is stale
       return s
     end
-    local h = redis.call('HMGET', s.hkey, '#', '@', '+')
+    local h = leaseCheck(key, s.hkey, now)
     local at = tonum(h[2]) or now
     s.count, s.off = tonum(h[1]) or 0, tonum(h[3]) or 0
     local wrote = at > now

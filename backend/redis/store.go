@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,9 +216,11 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	var (
 		res      []backend.Result
 		rejected bool
+		split    bool
 		err      error
 	)
 	if groups := s.slotGroups(reqs); len(groups) > 1 {
+		split = true
 		res, rejected, err = s.decideSlots(ctx, reqs, groups)
 	} else if script := loneScript(reqs, nil); script != decideScript {
 		rejected, err = s.runLone(ctx, script, reqs[0], &results[0])
@@ -235,17 +238,28 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	copy(results, res)
 	if s.deny != nil {
-		s.deny.learn(reqs, res, rejected, now)
+		// A call split across slots is decided slot by slot, then undone
+		// where another slot rejected: its rejection may be of units that
+		// such an undo (its own or a simultaneous call's) gives back
+		// milliseconds later, with the RetryAfter of a full window. The
+		// cache learns no rejection of it, so that such a burst costs one
+		// wrong answer per call, not a lockout of every caller until that
+		// RetryAfter; it still forgets what the call's refunds freed.
+		s.deny.learn(reqs, res, rejected && !split, now)
 	}
 	return nil
 }
 
 // sentUnanswered reports whether a call that failed with err may have been
-// applied: it timed out, or lost its connection, after it was written. A
-// call that was never sent (a failed dial, no round trip free) or that
-// Redis refused (an error reply) was not.
+// applied: it was written (errWritten: it timed out, or its caller gave up,
+// after the write, whatever else failed meanwhile), or it lost its
+// connection. A call that was never sent (a failed dial of its own, no
+// round trip free) or that Redis refused (an error reply) was not.
 func sentUnanswered(err error) bool {
 	var op *net.OpError
+	if errors.Is(err, errWritten) {
+		return true
+	}
 	if errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial") {
 		return false
 	}
@@ -294,9 +308,11 @@ func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	stored := make([]string, len(keys))
-	for i, k := range keys {
-		stored[i] = s.prefix + k
+	stored := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		// A Concurrency key's companion goes too: a companion left alone
+		// reads as leases whose sorted set was evicted (lib.lua).
+		stored = append(stored, s.prefix+k, companionOf(s.prefix+k))
 	}
 	if s.deny != nil {
 		s.deny.forget(keys...)
@@ -313,4 +329,16 @@ func (s *Store) keys(reqs []backend.Request) []string {
 		keys[i] = s.prefix + r.Key
 	}
 	return keys
+}
+
+// companionOf is the companion hash of a Concurrency key (lib.lua's
+// companion): in the key's own hash tag when it has one, else in a tag of
+// the whole key, so that both are in one slot.
+func companionOf(key string) string {
+	if a := strings.IndexByte(key, '{'); a >= 0 {
+		if b := strings.IndexByte(key[a+1:], '}'); b > 0 {
+			return key + "#n"
+		}
+	}
+	return "{" + key + "}#n"
 }

@@ -71,8 +71,9 @@ func (s State) clone() *State {
 
 // Model is the reference store. The zero value is not usable: call [New].
 type Model struct {
-	keys map[string]*State
-	deny *denyCache // nil: no deny cache
+	keys  map[string]*State
+	deny  *denyCache                   // nil: no deny cache
+	split func([]backend.Request) bool // nil: no call is split
 }
 
 // Option configures a Model.
@@ -83,6 +84,13 @@ type Option func(*Model)
 // rejected locally until T for the same cost.
 func WithDenyCache() Option {
 	return func(m *Model) { m.deny = &denyCache{entries: map[string]denial{}} }
+}
+
+// WithSplit says which calls the backend splits across Redis Cluster hash
+// slots: the deny cache learns no rejection of such a call (a slot may
+// reject against units another slot's undo gives back at once).
+func WithSplit(split func([]backend.Request) bool) Option {
+	return func(m *Model) { m.split = split }
 }
 
 // New returns an empty model.
@@ -153,7 +161,7 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 		}
 	}
 	if m.deny != nil {
-		m.deny.learn(now, reqs, res, rejected)
+		m.deny.learn(now, reqs, res, rejected && (m.split == nil || !m.split(reqs)))
 	}
 	return res, nil
 }
