@@ -273,7 +273,10 @@ func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 // debt and the next decisions wait it out; a negative Cost gives units back
 // (never below empty). It is the non-HTTP counterpart of [Settle]. Each
 // input names its rule and key value as for [Limiter.Decide] (a Limit or
-// Burst in an input applies as there); a zero Cost is an error.
+// Burst in an input applies as there); a zero Cost is an error. A refund
+// of units an admission reserved passes that admission's Stamp
+// ([Input].Stamp), so that it gives back those units and not another
+// caller's.
 //
 // A [Concurrency] rule cannot be charged: its units are slots held by
 // lease, taken by a decision and given back by [Decision.Release], and a
@@ -307,6 +310,9 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 		}
 		q := st.reqs[len(st.reqs)-1]
 		q.Force, q.Shadow = in.Cost > 0, false
+		if in.Cost < 0 {
+			q.Stamp = in.Stamp
+		}
 		reqs = append(reqs, q)
 	}
 	if err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))}); err != nil {

@@ -35,6 +35,15 @@ type Input struct {
 	// and a [SlidingLog] limit over [MaxSlidingLogLimit], are a
 	// [*LimitError] for this call.
 	Limit, Burst int64
+	// Stamp, for a refund with [Limiter.Charge] (a negative Cost), names
+	// the admission whose units it gives back: pass the Stamp of that
+	// admission's [RuleResult] (from [Limiter.Decide]). The refund then
+	// gives back only units that admission placed and that still count,
+	// never another caller's. Without it the newest units come back, which
+	// may be somebody else's, handing their quota out again. Pass 0 for an
+	// admission a fail mode decided (its Fallback is set): its units are
+	// not on the backend. Decide and positive charges ignore it.
+	Stamp int64
 }
 
 // ErrEmptyKey is wrapped by the error of a decision whose key value is
