@@ -255,7 +255,10 @@ func (l *Limiter) Peek(ctx context.Context, rule, keyValue string) (backend.Resu
 // Reset forgets the rule's state for keyValue, restoring its full budget
 // (and forgiving any debt). It is for operators and support tooling: a
 // customer locked out by a bug, a test account. It is bounded and fails
-// while degraded like [Limiter.Peek].
+// while degraded like [Limiter.Peek]. A stamped refund of an admission
+// from before the Reset ([Input].Stamp, or a settlement) can then give back
+// units taken since on [FixedWindow], [RollingWindow] and [GCRA], whose
+// stamps name a window, a bucket or an instant, not the units.
 func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 	rl, err := l.rule(rule)
 	if err != nil {
