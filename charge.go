@@ -74,6 +74,12 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // before returning. A panic is re-raised after settling. Settle is safe for
 // simultaneous use by the handler's goroutines.
 //
+// A refund comes off the units the reservation placed, which the backend
+// names by the stamp it returned ([backend.Result].Stamp). A backend that
+// returns none (Stamp 0 for an admission: one that does not implement
+// stamps) gets no refund: the reservation stands at its estimate, which
+// may admit fewer requests than the limit, never more.
+//
 // A settlement whose backend call fails is logged, and sent again in the
 // background once the backend answers if its call surely never reached
 // the backend (the circuit breaker was open); one that was sent and not
@@ -189,6 +195,10 @@ func (x *extras) settle(ctx context.Context) {
 		if delta < 0 {
 			// The units the reservation placed, not the newest: those may
 			// be another request's, which the refund would hand out again.
+			// A backend that placed them without a stamp gets no refund.
+			if rv.stamp == 0 {
+				continue
+			}
 			q.Stamp = rv.stamp
 		}
 		reqs = append(reqs, q)

@@ -346,11 +346,13 @@ func (l *Limiter) neverFits(st *state, results []backend.Result) (decided, unfit
 }
 
 // refuseUnfit writes the rejection of every request marked in unfit: it
-// can never be admitted, and consumed nothing.
+// can never be admitted, and consumed nothing. The result is Unread: no
+// backend read the key, so the headers advertise no remaining units or
+// reset for it.
 func refuseUnfit(reqs []backend.Request, unfit []bool, results []backend.Result) {
 	for i := range reqs {
 		if unfit[i] {
-			results[i] = backend.Result{Limit: reqs[i].Limit, RetryAfter: backend.Never}
+			results[i] = backend.Result{Limit: reqs[i].Limit, RetryAfter: backend.Never, Unread: true}
 		}
 	}
 }
