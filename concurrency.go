@@ -213,12 +213,13 @@ func (l *Limiter) retake(ctx context.Context, hs []*held) error {
 		}
 	}()
 	var acquire []backend.Request
+	var holding []*held
 	moved := 0
-	for i, h := range hs {
+	for _, h := range hs {
 		if !h.holding() {
-			hs[i] = nil // released: its release gives the slots back
-			continue
+			continue // released: its release gives the slots back
 		}
+		holding = append(holding, h)
 		for j, q := range h.reqs {
 			q.Force, q.Shadow = true, false
 			acquire = append(acquire, q)
@@ -233,10 +234,8 @@ func (l *Limiter) retake(ctx context.Context, hs []*held) error {
 	if _, err := l.bounded(ctx, op{reqs: acquire, out: make([]backend.Result, len(acquire))}); err != nil {
 		return fmt.Errorf("ceiling: recovery: taking %d concurrency slots again on the backend: %w", len(acquire), err)
 	}
-	for _, h := range hs {
-		if h != nil {
-			h.markMoved()
-		}
+	for _, h := range holding {
+		h.markMoved()
 	}
 	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: took the concurrency slots this instance holds again on the backend",
 		slog.Int("slots", len(acquire)), slog.Int("from_fail_local", moved))
