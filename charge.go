@@ -74,6 +74,12 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // before returning. A panic is re-raised after settling. Settle is safe for
 // simultaneous use by the handler's goroutines.
 //
+// A refund comes off the units the reservation placed, which the backend
+// names by the stamp it returned ([backend.Result].Stamp). A backend that
+// returns none (Stamp 0 for an admission: one that does not implement
+// stamps) gets no refund: the reservation stands at its estimate, which
+// may admit fewer requests than the limit, never more.
+//
 // A settlement whose backend call fails is logged, and sent again in the
 // background once the backend answers if its call surely never reached
 // the backend (the circuit breaker was open); one that was sent and not
@@ -195,6 +201,10 @@ func (x *extras) settle(ctx context.Context) {
 		if delta < 0 {
 			// The units the reservation placed, not the newest: those may
 			// be another request's, which the refund would hand out again.
+			// A backend that placed them without a stamp gets no refund.
+			if rv.stamp == 0 {
+				continue
+			}
 			q.Stamp = rv.stamp
 		}
 		reqs = append(reqs, q)
@@ -261,7 +271,10 @@ func (l *Limiter) Peek(ctx context.Context, rule, keyValue string) (backend.Resu
 // Reset forgets the rule's state for keyValue, restoring its full budget
 // (and forgiving any debt). It is for operators and support tooling: a
 // customer locked out by a bug, a test account. It is bounded and fails
-// while degraded like [Limiter.Peek].
+// while degraded like [Limiter.Peek]. A stamped refund of an admission
+// from before the Reset ([Input].Stamp, or a settlement) can then give back
+// units taken since on [FixedWindow], [RollingWindow] and [GCRA], whose
+// stamps name a window, a bucket or an instant, not the units.
 func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 	rl, err := l.rule(rule)
 	if err != nil {
@@ -279,7 +292,10 @@ func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 // debt and the next decisions wait it out; a negative Cost gives units back
 // (never below empty). It is the non-HTTP counterpart of [Settle]. Each
 // input names its rule and key value as for [Limiter.Decide] (a Limit or
-// Burst in an input applies as there); a zero Cost is an error.
+// Burst in an input applies as there); a zero Cost is an error. A refund
+// of units an admission reserved passes that admission's Stamp
+// ([Input].Stamp), so that it gives back those units and not another
+// caller's.
 //
 // A [Concurrency] rule cannot be charged: its units are slots held by
 // lease, taken by a decision and given back by [Decision.Release], and a
@@ -313,6 +329,9 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 		}
 		q := st.reqs[len(st.reqs)-1]
 		q.Force, q.Shadow = in.Cost > 0, false
+		if in.Cost < 0 {
+			q.Stamp = in.Stamp
+		}
 		reqs = append(reqs, q)
 	}
 	if err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))}); err != nil {

@@ -15,7 +15,8 @@ import (
 )
 
 // recording is a scripted backend that also remembers whether each call's
-// context was already done and which keys were reset.
+// context was already done and which keys were reset. It stamps what it
+// admits (a settlement refunds only stamped units).
 type recording struct {
 	scripted
 	ctxErrs []error
@@ -26,7 +27,13 @@ func (b *recording) Decide(ctx context.Context, reqs []backend.Request) ([]backe
 	b.mu.Lock()
 	b.ctxErrs = append(b.ctxErrs, ctx.Err())
 	b.mu.Unlock()
-	return b.scripted.Decide(ctx, reqs)
+	out, err := b.scripted.Decide(ctx, reqs)
+	for i := range out {
+		if out[i].Allowed && reqs[i].Cost > 0 && reqs[i].Algorithm != Concurrency {
+			out[i].Stamp = 1
+		}
+	}
+	return out, err
 }
 
 func (b *recording) Reset(_ context.Context, keys ...string) error {

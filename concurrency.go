@@ -86,6 +86,7 @@ type held struct {
 	l     *Limiter
 	reqs  []backend.Request // the acquisitions (Cost > 0, Lease set)
 	local []bool            // per request: taken on FailLocal's store (h.op guards it)
+	moved []bool            // per request: moved to the backend, still counted locally (h.op guards it)
 	rules []string          // per request: the rule, for logs
 	every time.Duration
 
@@ -131,23 +132,25 @@ func (l *Limiter) hold(st *state) *held {
 		}
 	})
 	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules})
-	if slices.Contains(h.local, true) {
-		l.fo.localSlots.add(wp)
+	if l.remote {
+		l.fo.slots.add(wp)
 	}
 	return h
 }
 
-// localSlots is the set of decisions holding slots on FailLocal's store,
-// for the recovery to move to the backend (moveLocalSlots) before anyone
-// decides there again: the other instances must count them at once, not
-// at their next renewal. It holds them weakly, so that a Decision dropped
-// without Release is still released by its cleanup.
-type localSlots struct {
+// heldSlots is the set of decisions holding slots, for the recovery to
+// take them again on the backend (retakeSlots) before anyone decides there
+// again: the slots FailLocal took locally, which the other instances must
+// count at once, and the slots taken on the backend before the outage,
+// whose leases may have lapsed meanwhile. Neither may wait for its next
+// renewal. It holds them weakly, so that a Decision dropped without
+// Release is still released by its cleanup.
+type heldSlots struct {
 	mu sync.Mutex
 	m  map[weak.Pointer[held]]struct{}
 }
 
-func (s *localSlots) add(p weak.Pointer[held]) {
+func (s *heldSlots) add(p weak.Pointer[held]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
@@ -156,14 +159,14 @@ func (s *localSlots) add(p weak.Pointer[held]) {
 	s.m[p] = struct{}{}
 }
 
-func (s *localSlots) remove(h *held) {
+func (s *heldSlots) remove(h *held) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.m, weak.Make(h))
 }
 
 // live returns the decisions still in the set, forgetting those collected.
-func (s *localSlots) live() []*held {
+func (s *heldSlots) live() []*held {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*held
@@ -177,25 +180,30 @@ func (s *localSlots) live() []*held {
 	return out
 }
 
-// moveLocalSlots moves every slot held on FailLocal's store to the
-// backend: a forced acquisition of the same lease there, then its release
-// here. The probe calls it when the backend answers, before the breaker
-// closes (so it calls the backend directly), with the journal's charges:
-// from then on every instance counts the slots taken during the outage.
-// On error the slots not moved stay local, and the backend is not yet
-// trusted.
-func (l *Limiter) moveLocalSlots(ctx context.Context) error {
-	hs := l.fo.localSlots.live()
+// retakeSlots takes every slot this instance holds again on the backend,
+// each by its lease and forced: the slots FailLocal took on its store move
+// there, and those the backend held before the outage come back if their
+// leases lapsed during it. The probe calls it when the backend answers,
+// before the breaker closes (so it calls the backend directly), with the
+// journal's charges: from then on every instance counts this one's slots.
+// A moved slot stays counted on the local store too until the hand-over
+// ends (its first renewal after it, or its release), as the rate rules'
+// units do: otherwise the local store would admit a fresh share beside
+// it during the hand-over, which the other instances' slots, not yet
+// moved, leave no room for. On error the slots not moved stay local, and
+// the backend is not yet trusted.
+func (l *Limiter) retakeSlots(ctx context.Context) error {
+	hs := l.fo.slots.live()
 	for lo := 0; lo < len(hs); lo += chargeBatch {
-		if err := l.moveSlots(ctx, hs[lo:min(lo+chargeBatch, len(hs))]); err != nil {
+		if err := l.retake(ctx, hs[lo:min(lo+chargeBatch, len(hs))]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// moveSlots moves the local slots of hs in one backend call.
-func (l *Limiter) moveSlots(ctx context.Context, hs []*held) error {
+// retake takes the slots of hs again on the backend in one call.
+func (l *Limiter) retake(ctx context.Context, hs []*held) error {
 	for _, h := range hs {
 		h.op.Lock() // no renewal or release of h meanwhile
 	}
@@ -204,33 +212,47 @@ func (l *Limiter) moveSlots(ctx context.Context, hs []*held) error {
 			h.op.Unlock()
 		}
 	}()
-	var acquire, release []backend.Request
+	var acquire []backend.Request
+	var holding []*held
+	moved := 0
 	for _, h := range hs {
 		if !h.holding() {
-			continue // released: its release gives the local slots back
+			continue // released: its release gives the slots back
 		}
-		for i, q := range h.reqs {
-			if h.local[i] {
-				q.Force, q.Shadow = true, false
-				acquire = append(acquire, q)
-				q.Cost = -q.Cost
-				release = append(release, q)
+		holding = append(holding, h)
+		for j, q := range h.reqs {
+			q.Force, q.Shadow = true, false
+			acquire = append(acquire, q)
+			if h.local[j] {
+				moved++
 			}
 		}
 	}
-	if len(acquire) > 0 {
-		if _, err := l.bounded(ctx, op{reqs: acquire, out: make([]backend.Result, len(acquire))}); err != nil {
-			return fmt.Errorf("ceiling: recovery: moving %d concurrency slots to the backend: %w", len(acquire), err)
-		}
-		_ = l.localStore().decide(ctx, release, make([]backend.Result, len(release)))
-		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: moved the concurrency slots FailLocal held to the backend",
-			slog.Int("slots", len(acquire)))
+	if len(acquire) == 0 {
+		return nil
 	}
-	for _, h := range hs {
-		clear(h.local)
-		l.fo.localSlots.remove(h)
+	if _, err := l.bounded(ctx, op{reqs: acquire, out: make([]backend.Result, len(acquire))}); err != nil {
+		return fmt.Errorf("ceiling: recovery: taking %d concurrency slots again on the backend: %w", len(acquire), err)
 	}
+	for _, h := range holding {
+		h.markMoved()
+	}
+	l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: took the concurrency slots this instance holds again on the backend",
+		slog.Int("slots", len(acquire)), slog.Int("from_fail_local", moved))
 	return nil
+}
+
+// markMoved records that h's local slots are on the backend now, and still
+// counted on the local store until the hand-over ends. h.op is held.
+func (h *held) markMoved() {
+	for i := range h.local {
+		if h.local[i] {
+			if h.moved == nil {
+				h.moved = make([]bool, len(h.reqs))
+			}
+			h.moved[i], h.local[i] = true, false
+		}
+	}
 }
 
 // leaseSet is what the cleanup of a dropped held needs, without the held.
@@ -301,9 +323,7 @@ func (h *held) releaseWith(extra []backend.Request) error {
 	h.mu.Unlock()
 	h.op.Lock()
 	defer h.op.Unlock()
-	if slices.Contains(h.local, true) {
-		h.l.fo.localSlots.remove(h)
-	}
+	h.l.fo.slots.remove(h)
 	remote, _ := h.l.leaseCalls(h.reqs, h.local, -1, extra)
 	return remote
 }
@@ -311,9 +331,10 @@ func (h *held) releaseWith(extra []backend.Request) error {
 // renew takes the slots again for another lease, forced: a lease that
 // expired meanwhile (the backend was unreachable for longer) is taken back
 // even over the limit, since the work is still running. Slots taken on
-// FailLocal's store move to the backend when it recovers
-// (moveLocalSlots); a renewal moves those that move missed, so that the
-// other instances count them.
+// FailLocal's store move to the backend when it recovers (retakeSlots); a
+// renewal moves those that move missed, so that the other instances count
+// them. A moved slot is renewed on the local store too while the hand-over
+// lasts, and given back there at the first renewal after it.
 func (h *held) renew() {
 	h.op.Lock()
 	defer h.op.Unlock()
@@ -326,17 +347,28 @@ func (h *held) renew() {
 	local := h.local // h.op guards it
 	l := h.l
 	if slices.Contains(local, true) && l.remote && l.fo.breaker.closed() {
-		var moved []backend.Request
+		var moving []backend.Request
 		for i, q := range h.reqs {
 			if local[i] {
+				moving = append(moving, q)
+			}
+		}
+		if l.leaseCall(moving, make([]bool, len(moving)), +1) == nil {
+			h.markMoved()
+		}
+	}
+	if h.moved != nil {
+		var moved []backend.Request
+		for i, q := range h.reqs {
+			if h.moved[i] {
 				moved = append(moved, q)
 			}
 		}
-		if l.leaseCall(moved, make([]bool, len(moved)), +1) == nil {
-			l.leaseCall(moved, slices.Repeat([]bool{true}, len(moved)), -1)
-			clear(local)
-			l.fo.localSlots.remove(h)
+		sign := int64(+1)
+		if !l.fo.handingOver(l.cfg.clock()) {
+			sign, h.moved = -1, nil
 		}
+		_, _ = l.leaseCalls(moved, slices.Repeat([]bool{true}, len(moved)), sign, nil)
 	}
 	l.leaseCall(h.reqs, local, +1)
 	h.mu.Lock()

@@ -36,6 +36,15 @@ type Input struct {
 	// and a [SlidingLog] limit over [MaxSlidingLogLimit], are a
 	// [*LimitError] for this call.
 	Limit, Burst int64
+	// Stamp, for a refund with [Limiter.Charge] (a negative Cost), names
+	// the admission whose units it gives back: pass the Stamp of that
+	// admission's [RuleResult] (from [Limiter.Decide]). The refund then
+	// gives back only units that admission placed and that still count,
+	// never another caller's. Without it the newest units come back, which
+	// may be somebody else's, handing their quota out again. Pass 0 for an
+	// admission a fail mode decided (its Fallback is set): its units are
+	// not on the backend. Decide and positive charges ignore it.
+	Stamp int64
 }
 
 // errEmptyKey is wrapped by the error of a decision whose key value is
@@ -277,11 +286,13 @@ func (l *Limiter) neverFits(st *state, results []backend.Result) (decided, unfit
 }
 
 // refuseUnfit writes the rejection of every request marked in unfit: it
-// can never be admitted, and consumed nothing.
+// can never be admitted, and consumed nothing. The result is Unread: no
+// backend read the key, so the headers advertise no remaining units or
+// reset for it.
 func refuseUnfit(reqs []backend.Request, unfit []bool, results []backend.Result) {
 	for i := range reqs {
 		if unfit[i] {
-			results[i] = backend.Result{Limit: reqs[i].Limit, RetryAfter: backend.Never}
+			results[i] = backend.Result{Limit: reqs[i].Limit, RetryAfter: backend.Never, Unread: true}
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
 // A queue worker limits without an *http.Request: each job names its
@@ -73,4 +74,32 @@ func ExampleLimiter_Charge() {
 	// first job admitted: true
 	// second job admitted: false
 	// third job admitted: true
+}
+
+// A worker reserves 5 units for a job, the job fails and uses none, and it
+// gives the 5 back with the Stamp of the admission that reserved them, so
+// that the refund comes off those units and not off the units other jobs
+// took since (without it, the newest units come back, and the budget those
+// jobs used would be handed out again). The store's clock is set by hand
+// to show the window.
+func ExampleLimiter_Charge_refund() {
+	now := time.Unix(1_700_000_000, 0)
+	store := memory.New(memory.WithClock(func() time.Time { return now }))
+	defer store.Close()
+	limiter := ceiling.MustNew([]ceiling.Rule{
+		{Name: "tokens", Limit: 10, Period: time.Minute, Algorithm: ceiling.SlidingLog},
+	}, ceiling.WithBackend(store))
+	defer limiter.Close()
+	ctx := context.Background()
+	job, _ := limiter.Decide(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: 5}) // reserves 5
+	now = now.Add(4 * time.Second)
+	_, _ = limiter.Decide(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: 5}) // another job uses 5
+	now = now.Add(46 * time.Second)
+	// The first job failed: it gives back what it reserved.
+	_ = limiter.Charge(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: -5, Stamp: job.Results[0].Stamp})
+	now = now.Add(11 * time.Second) // 61 s: the other job's units still count
+	res, _ := limiter.Peek(ctx, "tokens", "shop-1")
+	fmt.Println("remaining at 61 s:", res.Remaining)
+	// Output:
+	// remaining at 61 s: 5
 }

@@ -13,9 +13,13 @@ import (
 // A limit per plan: the verified "plan" claim of the caller's token picks
 // the limit, pro 5 a minute and every other plan the rule's 2, decided in
 // the same backend call as every other rule. A token without a plan (the
-// claim lookup's ErrNoKey, passed on) gets the rule's own limit too, never
-// none. RateLimit-Policy and the 429's problem body show the limit that
-// applied to each request.
+// claim lookup's ErrNoKey, passed on) gets the rule's own limit too. A
+// request without a verified token has no "sub", so this rule skips it: it
+// is not limited here. To limit those callers too, key the rule by
+// ceiling.FirstOf(sub, ceiling.RemoteAddr) (the account, else the address;
+// see the JWTClaim example) or add a rule keyed by the address.
+// RateLimit-Policy and the 429's problem body show the limit that applied
+// to each request.
 func ExampleRule_limits() {
 	secret := []byte("an example secret of at least 32 bytes")
 	keyfunc := func(*jwt.Token) (any, error) { return secret, nil }

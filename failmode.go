@@ -118,8 +118,8 @@ type failover struct {
 
 	unenforcedAtDegrade counter
 
-	resend     resends    // writes to send again after their call failed (resend.go)
-	localSlots localSlots // decisions holding slots on FailLocal's store (concurrency.go)
+	resend resends   // writes to send again after their call failed (resend.go)
+	slots  heldSlots // decisions holding concurrency slots (concurrency.go)
 }
 
 // ruleCounts are a rule's totals, reported by the health handler.

@@ -33,8 +33,8 @@ import (
 //     round trip per few hundred keys, with what the local store still
 //     counts in the key's open window, before the breaker closes; the
 //     concurrency slots it holds move to the backend then too, each by
-//     its lease (moveLocalSlots), so the other instances count them at
-//     once;
+//     its lease (retakeSlots), so the other instances count them at
+//     once, and stay counted locally until the hand-over ends;
 //   - the instances do not find the backend back at the same moment (each
 //     probes on its own schedule, up to MaxCoolDown apart), and until the
 //     last has charged it the backend knows only part of what was admitted.
@@ -146,7 +146,7 @@ func (l *Limiter) decideLocal(ctx context.Context, st *state, sc *localScratch, 
 		}
 		out[i] = lo[j]
 		// A concurrency slot is not charged from the journal: the recovery
-		// moves it to the backend by its lease (moveLocalSlots).
+		// moves it to the backend by its lease (retakeSlots).
 		if !blocked && lo[j].Allowed && sc.reqs[j].Cost > 0 && sc.reqs[j].Algorithm != Concurrency {
 			f.journal.add(st.reqs[i], localRequest(st.reqs[i], l.cfg.localShare))
 		}
@@ -165,15 +165,15 @@ func seedOf(used int64, share float64) int64 {
 
 // chargeLocal charges the backend with what the local store still counts
 // for every key it admitted while degraded, forced, then forgets those keys
-// locally, and moves the concurrency slots it holds to the backend. The
-// prober calls it once the backend answers, before closing the breaker; on
-// error the journal keeps what was not charged, and the slots not moved
-// stay local.
+// locally, and takes every concurrency slot this instance holds again on
+// the backend (retakeSlots). The prober calls it once the backend answers,
+// before closing the breaker; on error the journal keeps what was not
+// charged, and the slots not moved stay local.
 func (l *Limiter) chargeLocal() error {
 	if err := l.chargeJournal(); err != nil {
 		return err
 	}
-	return l.moveLocalSlots(context.Background())
+	return l.retakeSlots(context.Background())
 }
 
 // chargeJournal charges the backend with the rate rules' units the local

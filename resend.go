@@ -39,8 +39,9 @@ import (
 //     estimate, at most the rule's capacity (settle caps it), as when the
 //     settlement failed before anything was resent.
 
-// maxResends bounds the requests pending a resend; past it a write is
-// dropped at once (counted and logged).
+// maxResends bounds the requests pending a resend, those a round is
+// sending included; past it a write is dropped at once (counted and
+// logged).
 const maxResends = 4096
 
 // resendEvery is the longest wait between two rounds of resends while the
@@ -58,7 +59,7 @@ var errNeverSent = errors.New("this process never got to call it")
 type resends struct {
 	mu      sync.Mutex
 	items   []resendItem
-	n       int  // requests in items
+	n       int  // requests in items and in the round that runs
 	running bool // a resend loop runs
 	wake    chan struct{}
 	pending atomic.Int64 // requests in items, read on the hot path
@@ -221,43 +222,72 @@ func (l *Limiter) resendLoop() {
 	}
 }
 
-// resendRound sends every pending write the backend may take now, one call
-// per item, and keeps what failed. It reports whether any is left; when
-// none is, the loop is marked stopped before it returns.
+// resendBatch is how many requests one call of a resend round carries at
+// most (an item larger than that goes alone).
+const resendBatch = 256
+
+// resendRound sends every pending write the backend may take now, the
+// items together in as few calls as resendBatch allows, and keeps what
+// failed. It stops early on Close, between calls. It reports whether any
+// write is left; when none is, the loop is marked stopped before it
+// returns.
 func (l *Limiter) resendRound() bool {
-	r := &l.fo.resend
+	f, r := l.fo, &l.fo.resend
 	r.mu.Lock()
 	items := r.items
-	r.items, r.n = nil, 0
+	r.items = nil // r.n still counts them: the cap holds during the round
 	r.mu.Unlock()
+	sent := 0
+	for _, it := range items {
+		sent += len(it.reqs)
+	}
 	var keep []resendItem
 	now := time.Now()
-	for i, it := range items {
-		if now.After(it.until) {
-			l.dropResends(len(it.reqs), it.what, "pending for longer than its units count")
+	for lo := 0; lo < len(items); {
+		if now.After(items[lo].until) {
+			l.dropResends(len(items[lo].reqs), items[lo].what, "pending for longer than its units count")
+			lo++
 			continue
 		}
-		if b := l.fo.breaker; b != nil && !b.closed() {
-			keep = append(keep, items[i:]...) // wait for the recovery
+		stopped := false
+		select {
+		case <-f.stop:
+			stopped = true
+		default:
+		}
+		if b := f.breaker; stopped || b != nil && !b.closed() {
+			keep = append(keep, items[lo:]...) // wait for the recovery, or for Close to drop them
 			break
 		}
-		err := l.callOutside(context.Background(), op{reqs: it.reqs, out: make([]backend.Result, len(it.reqs))})
-		if err == nil {
-			continue
+		var reqs []backend.Request
+		hi := lo
+		for hi < len(items) && !now.After(items[hi].until) && (hi == lo || len(reqs)+len(items[hi].reqs) <= resendBatch) {
+			reqs = append(reqs, items[hi].reqs...)
+			hi++
 		}
-		again := resendable(it.reqs, err)
-		l.dropResends(len(it.reqs)-len(again), it.what, "its outcome is unknown, and applying it twice would be wrong")
-		if len(again) > 0 {
-			it.reqs = again
-			keep = append(keep, it)
+		err := l.callOutside(context.Background(), op{reqs: reqs, out: make([]backend.Result, len(reqs))})
+		for _, it := range items[lo:hi] {
+			if err == nil {
+				continue
+			}
+			again := resendable(it.reqs, err)
+			l.dropResends(len(it.reqs)-len(again), it.what, "its outcome is unknown, and applying it twice would be wrong")
+			if len(again) > 0 {
+				it.reqs = again
+				keep = append(keep, it)
+			}
 		}
+		lo = hi
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.items = append(keep, r.items...)
-	for _, it := range r.items {
+	r.n -= sent
+	for _, it := range keep {
 		r.n += len(it.reqs)
 	}
+	// Writes queued meanwhile were counted against the cap with the round's,
+	// so the merge cannot pass it.
+	r.items = append(keep, r.items...)
 	r.pending.Store(int64(r.n))
 	if len(r.items) == 0 {
 		r.running = false
