@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,30 +104,6 @@ func BenchmarkScriptServerTime(b *testing.B) {
 			}
 		}
 	}
-	// script is the Store's script for a call of one request of alg, made
-	// of files as the Store makes it: an algorithm's function, then the
-	// lone call's driver (or decide.lua alone).
-	script := func(alg backend.Algorithm, files ...string) func(b *testing.B) func(i int) error {
-		return func(b *testing.B) func(i int) error {
-			var src []byte
-			for _, f := range files {
-				part, err := os.ReadFile("../backend/redis/" + f)
-				if err != nil {
-					b.Fatal(err)
-				}
-				src = append(src, part...)
-			}
-			sc := redis.NewScript(string(src))
-			p := prefix(b)
-			args := []any{"", 0, 0, int(alg), limit, time.Minute.Microseconds(), 0, 1, 0, 0, 0}
-			if err := sc.Run(ctx, c, []string{p}, args...).Err(); err != nil {
-				b.Fatal(err)
-			}
-			return func(i int) error {
-				return sc.EvalSha(ctx, c, []string{p + ":" + ks[i%len(ks)]}, args...).Err()
-			}
-		}
-	}
 	cases := []struct {
 		name string
 		new  func(b *testing.B) func(i int) error
@@ -147,9 +122,6 @@ func BenchmarkScriptServerTime(b *testing.B) {
 		// comparison of script with script. Through the Store (above and
 		// below) the server time per call also moves with the client's
 		// scheduling on a busy machine.
-		{"script-gcra.lua", script(backend.GCRA, "div.lua", "gcra.lua", "lone.lua")},
-		{"script-rolling.lua", script(backend.RollingWindow, "div.lua", "rolling.lua", "lone.lua")},
-		{"script-decide.lua-rolling", script(backend.RollingWindow, "decide.lua")},
 		{"ceiling-gcra", ceilingOne(backend.GCRA)},
 		{"ceiling-rolling", ceilingOne(backend.RollingWindow)},
 		{"ceiling-rolling-moved12", rollingMoved(12)},
