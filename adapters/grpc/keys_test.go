@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -161,12 +162,19 @@ func TestKeysReadOnlyWhatTheyNeed(t *testing.T) {
 		{"FromHTTP(ClientIP, x-forwarded-for)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.ClientIP(ceiling.TrustXForwardedFor("10.0.0.0/8"))), "x-forwarded-for")},
 		{"FromHTTP(JWTSubject, authorization)", ceilinggrpc.FromHTTP(ceiling.Must(ceiling.JWTClaim("sub", func(*jwt.Token) (any, error) { return secret, nil }, []string{"HS256"})), "Authorization")},
 	} {
+		// AllocsPerRun counts the whole process's allocations, so another
+		// test's goroutines still winding down can only add to a count: the
+		// fewest of three runs is the key's own.
 		allocs := func(ctx context.Context) float64 {
-			return testing.AllocsPerRun(20, func() {
-				if _, err := tc.fn(ctx, checkMethod); err != nil {
-					t.Fatalf("%s: %v", tc.name, err)
-				}
-			})
+			fewest := math.Inf(1)
+			for range 3 {
+				fewest = min(fewest, testing.AllocsPerRun(20, func() {
+					if _, err := tc.fn(ctx, checkMethod); err != nil {
+						t.Fatalf("%s: %v", tc.name, err)
+					}
+				}))
+			}
+			return fewest
 		}
 		bare, pad := allocs(padded("10.1.2.3:4711", 0, md...)), allocs(padded("10.1.2.3:4711", 10000, md...))
 		if pad != bare {
