@@ -119,9 +119,10 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 		// never take the day past its budget: a reservation that does not
 		// fit is a 429 before any work. A fixed window is a budget per UTC
 		// day and costs two integers, where a log of 200,000 entries
-		// would not.
+		// would not. Its unit goes in RateLimit-Policy (qu="tokens"), so
+		// that a client reads its q as tokens, not requests.
 		{Name: ruleTokens, Key: shopKey, Limit: lim.Tokens, Period: lim.TokenWindow, Algorithm: ceiling.FixedWindow,
-			Estimate: s.reserveTokens},
+			Estimate: s.reserveTokens, Unit: "tokens"},
 		// A model answer costs by how long it runs, not by the count: at
 		// most 4 answers of one shop at once, on every instance together.
 		// The slot is taken with the other rules, all or nothing, and
