@@ -6,6 +6,7 @@ require (
 	github.com/ceiling-go/ceiling v0.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 )
 
 require (
@@ -15,7 +16,6 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 )
 
 replace github.com/ceiling-go/ceiling => ../..
