@@ -72,7 +72,7 @@ type Observer struct {
 	attrs  []attribute.KeyValue // Options.Attributes
 	plain  []metric.AddOption   // attrs alone
 	record []metric.RecordOption
-	kinds  map[string][]metric.AddOption // by failure kind
+	kinds  map[ceiling.FailureKind][]metric.AddOption
 
 	// rules holds each configured rule's measurement options, built once
 	// so that a decision allocates nothing; replaced, never changed, when
@@ -120,7 +120,7 @@ func New(o Options) (*Observer, error) {
 	obs.decisions = counter("ceiling.decisions", "{decision}",
 		"Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.")
 	obs.errors = counter("ceiling.backend.errors", "{call}",
-		"Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.")
+		"Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.")
 	obs.cached = counter("ceiling.deny_cache.hits", "{decision}",
 		"Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.")
 	obs.transitions = counter("ceiling.degraded.transitions", "{transition}",
@@ -166,9 +166,9 @@ func New(o Options) (*Observer, error) {
 	// that its first increase is one that increase() and rate() can see.
 	obs.transitions.Add(context.Background(), 0, obs.plain...)
 	obs.cached.Add(context.Background(), 0, obs.plain...)
-	obs.kinds = map[string][]metric.AddOption{}
+	obs.kinds = map[ceiling.FailureKind][]metric.AddOption{}
 	for _, kind := range ceiling.FailureKinds() {
-		opts := obs.with(attribute.String("kind", kind))
+		opts := obs.with(attribute.String("kind", string(kind)))
 		obs.kinds[kind] = opts
 		obs.errors.Add(context.Background(), 0, opts...)
 	}
@@ -203,10 +203,10 @@ func (o *Observer) rule(name string) *ruleOpts {
 	return o.optsOf(name)
 }
 
-// configure starts each rule's fail-mode counters at zero, builds its
-// options, and keeps the limiter's timeout and evictions for the
-// callback.
-func (o *Observer) configure(rules []string, timeout time.Duration, evictions func() uint64) {
+// ObserveConfig starts each rule's fail-mode counters at zero, builds its
+// measurement options, and keeps the limiter's backend timeout and
+// evictions for export. [ceiling.New] calls it.
+func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	next := map[string]*ruleOpts{}
@@ -232,12 +232,6 @@ func (o *Observer) configure(rules []string, timeout time.Duration, evictions fu
 	}
 }
 
-// ObserveConfig starts each rule's fail-mode counters at zero and exports
-// the limiter's backend timeout. [ceiling.New] calls it.
-func (o *Observer) ObserveConfig(c ceiling.LimiterConfig) {
-	o.configure(c.Rules, c.Timeout, c.Evictions)
-}
-
 // ObserveDecision counts one rule's decision.
 func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 	var opts []metric.AddOption
@@ -250,16 +244,16 @@ func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 }
 
 // ObserveBackend records a backend call's latency and, if it failed, its
-// kind ([ceiling.FailureKind]), which unlike the error's text names no
+// kind ([ceiling.KindOf]), which unlike the error's text names no
 // address or key.
 func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 	ctx := context.Background()
 	o.duration.Record(ctx, latency.Seconds(), o.record...)
 	if err != nil {
-		kind := ceiling.FailureKind(err)
+		kind := ceiling.KindOf(err)
 		opts, ok := o.kinds[kind]
 		if !ok {
-			opts = o.with(attribute.String("kind", kind))
+			opts = o.with(attribute.String("kind", string(kind)))
 		}
 		o.errors.Add(ctx, 1, opts...)
 	}
