@@ -31,7 +31,9 @@ func (b *breakable) Decide(ctx context.Context, reqs []backend.Request) ([]backe
 	return b.store.Decide(ctx, reqs)
 }
 
-func (b *breakable) Reset(ctx context.Context, keys ...string) error { return b.store.Reset(ctx, keys...) }
+func (b *breakable) Reset(ctx context.Context, keys ...string) error {
+	return b.store.Reset(ctx, keys...)
+}
 
 // requestRecorder notes, for each ObserveRequest, the request's context
 // value, whether it was admitted, the first rejecting rule and the error.
