@@ -18,7 +18,8 @@ const (
 	// AttrRule is the rule that decided: on a rejection the first
 	// rejecting rule in declaration order (the one the 429 names), on a
 	// 503 the first rule failing closed, on an admission the rule with
-	// the fewest units remaining, the nearest to refusing.
+	// the fewest units remaining, the nearest to refusing. Absent when no
+	// rule counted the request (every rule failed open).
 	AttrRule = attribute.Key("ceiling.rate_limiting.rule")
 	// AttrResult is "admitted", "rejected" (429) or "unavailable" (503: a
 	// rule fails closed and the backend could not decide).
@@ -127,8 +128,8 @@ func refused(d *ceiling.Decision) (*ceiling.RuleResult, time.Duration) {
 }
 
 // nearest is the admitting rule with the fewest units remaining, the
-// first such in declaration order; shadow rules and rules admitted
-// failing open (nothing was counted) only when there is no other.
+// first such in declaration order, among those that counted the request:
+// not shadow rules, nor rules admitted failing open. nil when none did.
 func nearest(d *ceiling.Decision) *ceiling.RuleResult {
 	var best *ceiling.RuleResult
 	for i := range d.Results {
@@ -140,18 +141,18 @@ func nearest(d *ceiling.Decision) *ceiling.RuleResult {
 			best = rr
 		}
 	}
-	if best == nil && len(d.Results) > 0 {
-		best = &d.Results[0]
-	}
 	return best
 }
 
 // fallback is the fail mode that decided an admitted request: local when
-// any rule was decided by the in-process store, else open when any rule
-// was admitted unenforced, else none.
+// an enforced rule was decided by the in-process store, else open when one
+// was admitted unenforced, else none. Shadow rules enforce nothing.
 func fallback(d *ceiling.Decision) ceiling.FailMode {
 	var m ceiling.FailMode
 	for i := range d.Results {
+		if d.Results[i].Rule.Shadow {
+			continue
+		}
 		switch d.Results[i].Fallback {
 		case ceiling.FailLocal:
 			return ceiling.FailLocal
