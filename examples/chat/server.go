@@ -55,6 +55,9 @@ type config struct {
 	Orders          func(ctx context.Context, shop string) (Order, error)
 	Model           func(message string, o Order, maxOutput int64) (reply string, tokens int64)
 	MaxOutputTokens int64
+	// Telemetry exports spans and metrics over OTLP; the zero value
+	// exports nothing.
+	Telemetry telemetry
 }
 
 func defaultConfig() config {
@@ -143,6 +146,9 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 		ceiling.WithObserver(obs),
 		ceiling.WithPrefetch(s.orders),
 	)
+	if o := cfg.Telemetry.observer; o != nil {
+		opts = append(opts, ceiling.WithObserver(o))
+	}
 	limiter, err := ceiling.New(rules, opts...)
 	if err != nil {
 		closeBackend()
@@ -165,7 +171,11 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 		limiter.Close()
 		closeBackend()
 	}
-	return service.Handlers{Public: mux, Admin: admin}, cleanup, nil
+	public := http.Handler(mux)
+	if wrap := cfg.Telemetry.wrap; wrap != nil {
+		public = wrap(mux)
+	}
+	return service.Handlers{Public: public, Admin: admin}, cleanup, nil
 }
 
 var errUnauthenticated = errors.New("no valid bearer token")
