@@ -35,7 +35,9 @@ func BenchmarkMiddlewareObserved(b *testing.B) {
 		}
 		return ceiling.WithObserver(obs)
 	}
-	sdk := func() *sdkmetric.MeterProvider { return sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader())) }
+	sdk := func() *sdkmetric.MeterProvider {
+		return sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	}
 	for _, tc := range []struct {
 		name    string
 		opts    func(b *testing.B) []ceiling.Option
