@@ -2,6 +2,7 @@ package check_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -130,4 +131,63 @@ func TestAlertsFireOnTheOTelExportOfARedisOutage(t *testing.T) {
 // outage it reported.
 func TestDashboardShowsTheOTelExportOfARedisOutage(t *testing.T) {
 	checkDashboard(t, otelOutage(t))
+}
+
+// The Prometheus names that metrics/otel's README gives its instruments
+// are the names, and the attributes the labels, that the OpenTelemetry
+// exporter exports.
+func TestOTelREADMENamesWhatTheExporterExports(t *testing.T) {
+	b, err := os.ReadFile("../../otel/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, found := strings.Cut(string(b), "| instrument | kind | unit | attributes | Prometheus name |")
+	if !found {
+		t.Fatal("metrics/otel/README.md has no instrument table")
+	}
+	obs, rec := otelObserved(t)
+	local, flooded := memoryLimiters(t, obs)
+	get(local.Handler(ok), 3)
+	flood(flooded)
+	obs.ObserveConfig(nil, time.Second, nil)
+	obs.ObserveBackend(time.Millisecond, ceiling.ErrTimeout)
+	rec.scrape()
+	labels := map[string]string{} // series name → its labels but the scrape's and the scope's
+	for s := range rec.series {
+		name, rest, _ := strings.Cut(strings.TrimSuffix(s, "}"), "{")
+		var keys []string
+		for _, kv := range strings.Split(rest, ",") {
+			k, _, _ := strings.Cut(kv, "=")
+			switch k {
+			case "instance", "job", "limiter", "le", "otel_scope_name", "otel_scope_version", "otel_scope_schema_url", "":
+			default:
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		labels[name] = strings.Join(keys, ",")
+	}
+	rows := 0
+	for _, line := range strings.Split(table, "\n")[2:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		rows++
+		c := strings.Split(line, "|")
+		instrument, kind := strings.Trim(strings.TrimSpace(c[1]), "`"), strings.TrimSpace(c[2])
+		attrs := strings.Split(strings.NewReplacer("`", "", " ", "").Replace(c[4]), ",")
+		slices.Sort(attrs)
+		prom := strings.Trim(strings.TrimSpace(c[5]), "`")
+		series := prom
+		if kind == "histogram" {
+			series += "_count"
+		}
+		got, ok := labels[series]
+		if want := strings.Trim(strings.Join(attrs, ","), ","); !ok || got != want {
+			t.Errorf("%s: the exporter gives no %s with labels %q (got %q, present %v)", instrument, series, want, got, ok)
+		}
+	}
+	if rows == 0 {
+		t.Error("the instrument table has no rows")
+	}
 }
