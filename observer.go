@@ -52,7 +52,7 @@ func (o Outcome) String() string {
 // An Observer is told what the limiter does, for metrics and alerts. Its
 // methods are called synchronously, on the request path, from many
 // goroutines at once: they must be safe for simultaneous use and must not
-// block. Package metrics/prometheus implements it.
+// block. Packages metrics/prometheus and metrics/otel implement it.
 //
 // Embed [NopObserver] to implement only some of the methods; methods added
 // to Observer later come with a no-op there.
