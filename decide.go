@@ -171,11 +171,12 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 		l.emptyKey(rule)
 		return fmt.Errorf("ceiling: rule %q: %w", rule.Name, errEmptyKey)
 	}
+	pl := planOf(rule)
 	req := backend.Request{
 		Algorithm: rule.Algorithm,
-		Limit:     rule.Limit,
+		Limit:     pl.limit,
 		Period:    rule.Period,
-		Burst:     rule.Burst,
+		Burst:     pl.burst,
 		Cost:      cost,
 		Shadow:    rule.Shadow,
 	}
