@@ -171,8 +171,8 @@ type Limiter struct {
 	digest     digester
 	plans      []atomic.Pointer[plan] // each rule's limit in force (setlimit.go)
 	planMu     sync.Mutex             // serialises SetLimit
-	dynamic    bool     // a rule has Limits: RateLimit-Policy is per request
-	concurrent bool     // a rule is a Concurrency rule: admitted decisions hold slots
+	dynamic    bool                   // a rule has Limits: RateLimit-Policy is per request
+	concurrent bool                   // a rule is a Concurrency rule: admitted decisions hold slots
 	states     sync.Pool
 	extras     bool       // prefetches or estimates: requests carry an extras
 	rawKeys    bool       // the backend keeps only its own hashes: skip the digest
