@@ -83,9 +83,12 @@ type Rule struct {
 	// could not hold (a sliding log over [MaxSlidingLogLimit] included), is
 	// the server's fault, not the client's: the request is answered 500 and
 	// the error is logged (see [LimitError]). The headers and the problem
-	// body show the limit that applied. Period and Algorithm are the rule's;
-	// callers of one key should agree on its limit, since they share its
-	// state. [Limiter.Decide] ignores it: its callers pass [Input.Limit].
+	// body show the limit that applied. Period and Algorithm are the rule's.
+	// Requests of one key under different limits share its state, each
+	// judged by its own limit against every unit the key holds (see
+	// [Input.Limit]). [Limiter.Decide] ignores it: its callers pass
+	// [Input.Limit]. [Limiter.SetLimit] changes the rule's own Limit and
+	// Burst, the ones a request without a plan gets.
 	Limits func(r *http.Request) (limit, burst int64, err error)
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
