@@ -3,12 +3,14 @@ package ceiling
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
 // Waiters on one key are admitted as the limit frees room, never more
@@ -173,4 +175,53 @@ func (b *countingDown) calls() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.n
+}
+
+// callTimes is a backend that notes when each call came.
+type callTimes struct {
+	backend.Backend
+	mu    sync.Mutex
+	start time.Time
+	at    []time.Duration
+}
+
+func (b *callTimes) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	b.mu.Lock()
+	b.at = append(b.at, time.Since(b.start))
+	b.mu.Unlock()
+	return b.Backend.Decide(ctx, reqs)
+}
+
+// Waiters refused together do not all come back at one instant: each
+// retries after the RetryAfter it was given, never before it, plus a
+// jitter of at most a quarter of it.
+func TestWaitJittersItsRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memory.New()
+		defer store.Close()
+		b := &callTimes{Backend: store, start: time.Now()}
+		l := MustNew([]Rule{{Name: "job", Algorithm: SlidingLog, Limit: 1, Period: 10 * time.Second}},
+			WithBackend(b), WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range 10 {
+			wg.Go(func() { l.Wait(ctx, Input{Rule: "job", Key: "k"}) })
+		}
+		time.Sleep(13 * time.Second) // past every first retry
+		cancel()
+		wg.Wait()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		retries := map[time.Duration]bool{}
+		for _, at := range b.at[10:] {
+			if at < 10*time.Second || at > 12500*time.Millisecond {
+				t.Errorf("a retry at %v, want in 10s..12.5s", at)
+			}
+			retries[at] = true
+		}
+		if len(b.at) != 19 || len(retries) < 2 {
+			t.Errorf("%d calls, retries at %d distinct instants; want 10 at 0 and 9 spread retries", len(b.at), len(retries))
+		}
+	})
 }
