@@ -41,11 +41,12 @@ func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 		}
 		wait = max(wait, minWait)
 		if dl, ok := ctx.Deadline(); ok {
+			// A retry at the deadline itself would find ctx done.
 			left := time.Until(dl)
-			if wait > left {
-				return d, fmt.Errorf("ceiling: the rejected request would be retried in %v, past the context's deadline in %v: %w", wait, left, context.DeadlineExceeded)
+			if wait >= left {
+				return d, fmt.Errorf("ceiling: the rejected request would be retried in %v, at or past the context's deadline in %v: %w", wait, left, context.DeadlineExceeded)
 			}
-			wait += jitter(wait, left-wait)
+			wait += jitter(wait, (left-wait)/2)
 		} else {
 			wait += jitter(wait, wait)
 		}

@@ -225,3 +225,26 @@ func TestWaitJittersItsRetries(t *testing.T) {
 		}
 	})
 }
+
+// A retry due at the deadline itself is not waited for (ctx would be
+// done by then); one due just before it is made, the jitter keeping it
+// before the deadline.
+func TestWaitAtItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := MustNew([]Rule{{Name: "job", Algorithm: SlidingLog, Limit: 1, Period: time.Second}})
+		defer l.Close()
+		in := Input{Rule: "job", Key: "k"}
+		l.Wait(context.Background(), in)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := l.Wait(ctx, in); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 0 {
+			t.Errorf("Wait for a retry at the deadline: %v after %v, want DeadlineExceeded at once", err, time.Since(start))
+		}
+		ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second+time.Millisecond)
+		defer cancel2()
+		if d, err := l.Wait(ctx2, in); err != nil || !d.Allowed {
+			t.Errorf("Wait with 1ms to spare: %v, allowed %v", err, d.Allowed)
+		}
+	})
+}
