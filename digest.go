@@ -77,8 +77,9 @@ func (l *Limiter) keyWarnings() []string {
 // by one of them leaves no other slot to refund. The price is linkability:
 // someone who reads the backend sees which keys belong to one caller (one
 // tag under several rules), though never who that caller is. The rule name
-// outside the tag keeps the keys of different rules apart, and a 128-bit
-// tag keeps different values apart: collisions are out of reach.
+// outside the tag keeps the keys of different rules apart (a digest in
+// its place would hide nothing the tag does not already link), and a
+// 128-bit tag keeps different values apart: collisions are out of reach.
 //
 // A backend that hashes keys itself ([keyHasher]: the memory store keeps
 // nothing of a key but a 128-bit hash under seeds random to the process)
