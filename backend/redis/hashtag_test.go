@@ -309,3 +309,29 @@ func TestSameValueRejectionRefundsNoOtherSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestSpentShopIsAnsweredFromTheDenyCacheOnCluster: a shop's rules are one
+// slot, so the rejection of a shop whose minute is spent is not a call
+// split across slots, which the deny cache never learns: the shop's next
+// requests are refused in process, at no cost to Redis. With the shop's
+// rules in four slots, each of them cost four scripts and three refunds.
+func TestSpentShopIsAnsweredFromTheDenyCacheOnCluster(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	log := logScripts(t, client)
+	shopOnly := slices.DeleteFunc(chatRules(2), func(r ceiling.Rule) bool { return r.Name == "chat:ip" })
+	_, h := chatHandler(t, shopOnly, ceilingredis.New(client, ceilingredis.WithPrefix(redistest.KeyPrefix(t))))
+	var codes []int
+	for range 3 {
+		codes = append(codes, chatRequest(t, h, "shop-1", "192.0.2.1"))
+	}
+	log.take()
+	for range 5 {
+		codes = append(codes, chatRequest(t, h, "shop-1", "192.0.2.1"))
+	}
+	if want := []int{200, 200, 429, 429, 429, 429, 429, 429}; !slices.Equal(codes, want) {
+		t.Errorf("statuses %v, want %v", codes, want)
+	}
+	if runs := log.take(); len(runs) != 0 {
+		t.Errorf("a spent shop's requests after its rejection ran %d scripts %v, want none", len(runs), runs)
+	}
+}
