@@ -3,9 +3,12 @@ package bench
 import (
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,7 +30,9 @@ import (
 // masters, cpu-us/req (used_cpu_sys + used_cpu_user, less what the nodes
 // spent idle over as long, measured just before), srv-us/req (the usec of
 // the script commands, INFO commandstats), scripts/req and nodes/req (the
-// masters a request's calls reached, counted from the slots of its keys).
+// masters a request's calls reached, counted from the slots of its keys),
+// from one goroutine (par=1) or from 16 (par=16), whose calls share
+// pipelined round trips.
 //
 // The store cases send those calls to the Store directly, with the keys
 // the limiter builds, "{tag}:rule" (layout=tagged), or the alternative
@@ -38,7 +43,7 @@ import (
 // limiter case is the public path: the middleware with a key secret, the
 // handler settling its tokens.
 //
-//	cd bench && go test -run '^$' -bench ClusterChatRedisCPU -benchtime 4000x -count 3
+//	cd bench && go test -run '^$' -bench ClusterChatRedisCPU -benchtime 3000x -count 3
 func BenchmarkClusterChatRedisCPU(b *testing.B) {
 	cl := redistest.Cluster(b)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs(), ContextTimeoutEnabled: true})
@@ -64,42 +69,46 @@ func BenchmarkClusterChatRedisCPU(b *testing.B) {
 	}
 	for _, outcome := range []string{"admitted", "rejected"} {
 		for _, lay := range layouts {
-			b.Run(outcome+"/store/layout="+lay.name, func(b *testing.B) {
-				pfx := prefix(b)
-				s := credis.New(client, credis.WithPrefix(pfx), credis.WithDenyCache(0))
-				req := func(i int) chatCall { return newChatCall(lay.key, i, outcome == "rejected") }
-				if outcome == "rejected" {
-					for i := range chatShops {
-						c := req(i)
-						c.decide[0].Limit = 1
-						if _, err := s.Decide(ctx, c.decide[:1]); err != nil { // spends the shop's minute
-							b.Fatal(err)
+			for _, par := range []int{1, 16} {
+				b.Run(outcome+"/store/layout="+lay.name+"/par="+strconv.Itoa(par), func(b *testing.B) {
+					pfx := prefix(b)
+					s := credis.New(client, credis.WithPrefix(pfx), credis.WithDenyCache(0))
+					req := func(i int) chatCall {
+						c := newChatCall(lay.key, i, outcome == "rejected")
+						if outcome == "rejected" {
+							c.decide[0].Limit = 1
+						}
+						return c
+					}
+					if outcome == "rejected" {
+						for i := range chatShops {
+							if _, err := s.Decide(ctx, req(i).decide[:1]); err != nil { // spends the shop's minute
+								b.Fatal(err)
+							}
 						}
 					}
-				}
-				var nodes nodeCounter
-				clusterCost(b, client, masters, &nodes, func(i int) {
-					c := req(i)
-					if outcome == "rejected" {
-						c.decide[0].Limit = 1
-					}
-					nodes.add(b, pfx, c.decide)
-					res, err := s.Decide(ctx, c.decide)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if allowed := res[0].Allowed && res[1].Allowed && res[2].Allowed && res[3].Allowed && res[4].Allowed; allowed != (outcome == "admitted") {
-						b.Fatalf("request %d: %+v, want admitted: %v", i, res, outcome == "admitted")
-					}
-					if outcome == "rejected" {
-						return
-					}
-					c.settle[1].Stamp = res[3].Stamp
-					if _, err := s.Decide(ctx, c.settle); err != nil {
-						b.Fatal(err)
-					}
+					nodes := &nodeCounter{client: client}
+					clusterCost(b, masters, nodes, par, func(i int) error {
+						c := req(i)
+						if err := nodes.add(pfx, c.decide); err != nil {
+							return err
+						}
+						res, err := s.Decide(ctx, c.decide)
+						if err != nil {
+							return err
+						}
+						if allowed := res[0].Allowed && res[1].Allowed && res[2].Allowed && res[3].Allowed && res[4].Allowed; allowed != (outcome == "admitted") {
+							return fmt.Errorf("request %d: %+v, want admitted: %v", i, res, outcome == "admitted")
+						}
+						if outcome == "rejected" {
+							return nil
+						}
+						c.settle[1].Stamp = res[3].Stamp
+						_, err = s.Decide(ctx, c.settle)
+						return err
+					})
 				})
-			})
+			}
 		}
 	}
 	b.Run("admitted/limiter", func(b *testing.B) {
@@ -122,15 +131,16 @@ func BenchmarkClusterChatRedisCPU(b *testing.B) {
 				b.Error(err)
 			}
 		}))
-		clusterCost(b, client, masters, nil, func(i int) {
+		clusterCost(b, masters, nil, 1, func(i int) error {
 			r := httptest.NewRequest("POST", "/api/chat", nil)
 			r.Header.Set("X-Shop", chatShop(i))
 			r.RemoteAddr = chatAddr(i) + ":4711"
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
 			if w.Code != 200 {
-				b.Fatalf("request %d: status %d", i, w.Code)
+				return fmt.Errorf("request %d: status %d", i, w.Code)
 			}
+			return nil
 		})
 	})
 }
@@ -182,27 +192,28 @@ type nodeCounter struct {
 	n      atomic.Int64
 }
 
-func (c *nodeCounter) add(b *testing.B, pfx string, reqs []backend.Request) {
-	b.Helper()
-	seen := map[string]bool{}
+func (c *nodeCounter) add(pfx string, reqs []backend.Request) error {
+	var seen []string
 	for _, r := range reqs {
 		m, err := c.client.MasterForKey(ctx, pfx+":"+r.Key)
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
-		seen[m.Options().Addr] = true
+		if a := m.Options().Addr; !slices.Contains(seen, a) {
+			seen = append(seen, a)
+		}
 	}
 	c.n.Add(int64(len(seen)))
+	return nil
 }
 
-// clusterCost runs b.N requests, one after another, and reports what the
-// masters spent on them.
-func clusterCost(b *testing.B, client *redis.ClusterClient, masters []*redis.Client, nodes *nodeCounter, run func(i int)) {
-	if nodes != nil {
-		nodes.client = client
-	}
+// clusterCost runs b.N requests from par goroutines (one after another
+// for par 1) and reports what the masters spent on them.
+func clusterCost(b *testing.B, masters []*redis.Client, nodes *nodeCounter, par int, run func(i int) error) {
 	for i := range chatShops { // loads the scripts on every master, writes every key
-		run(i)
+		if err := run(i); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if nodes != nil {
 		nodes.n.Store(0)
@@ -215,8 +226,23 @@ func clusterCost(b *testing.B, client *redis.ClusterClient, masters []*redis.Cli
 	calls0, usec0 := clusterScriptStats(b, masters)
 	start := time.Now()
 	b.ResetTimer()
-	for i := range b.N {
-		run(i)
+	if par == 1 {
+		for i := range b.N {
+			if err := run(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		b.SetParallelism(max(1, par/runtime.GOMAXPROCS(0)))
+		var next atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := run(int(next.Add(1) - 1)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	}
 	b.StopTimer()
 	took := time.Since(start)
