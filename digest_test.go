@@ -102,7 +102,8 @@ func TestStoredKeysTagTheValueAndNameTheRule(t *testing.T) {
 	// Without a secret the tag is SHA-256 of the value: pinned, since a
 	// change moves every stored key.
 	sum := sha256.Sum256([]byte("192.0.2.1"))
-	if got, want := limiter().request(&Rule{Name: "otp:ip"}, "192.0.2.1").Key, "{"+base64.RawURLEncoding.EncodeToString(sum[:digestLen])+"}:otp:ip"; got != want {
+	plain := limiter()
+	if got, want := plain.request(&plain.rules[2], "192.0.2.1").Key, "{"+base64.RawURLEncoding.EncodeToString(sum[:digestLen])+"}:otp:ip"; got != want {
 		t.Errorf("otp:ip key of 192.0.2.1 = %q, want %q", got, want)
 	}
 }
