@@ -39,6 +39,12 @@ func TestRedisKilledFailsClosedThenRecovers(t *testing.T) {
 	if got := sms.count(); got != 1 {
 		t.Errorf("%d SMS sent in all, want 1 (none during the outage)", got)
 	}
+	// A report is refused as plainly: 503 with Retry-After, never a 202
+	// for a report nobody counted, nor one silently dropped.
+	resp := report(t, ts.URL, "", "198.51.100.1", "flat-42", "scam")
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); resp.Status != http.StatusServiceUnavailable || err != nil || ra < 1 {
+		t.Errorf("a report during the outage: %d, Retry-After %q; want 503 and whole seconds", resp.Status, resp.Header.Get("Retry-After"))
+	}
 	if resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/healthz"); err != nil || resp.Status != http.StatusServiceUnavailable {
 		t.Errorf("/healthz during the outage: %d %v, want 503", resp.Status, err)
 	}
