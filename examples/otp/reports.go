@@ -101,7 +101,11 @@ func (rp *reports) file() http.Handler {
 		var b reportBody
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
 		dec.DisallowUnknownFields()
-		if err := dec.Decode(&b); err != nil {
+		err := dec.Decode(&b)
+		if err == nil && dec.More() {
+			err = errors.New("more than one JSON value")
+		}
+		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
 				service.Problem(w, http.StatusRequestEntityTooLarge, "a report is at most 1 KiB")
@@ -188,9 +192,21 @@ func (rp *reports) undecided(w http.ResponseWriter, r *http.Request, err error) 
 		service.Problem(w, http.StatusInternalServerError, "the report could not be filed")
 		return
 	}
-	secs := int64((ue.RetryAfter + time.Second - 1) / time.Second)
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	service.Problem(w, http.StatusServiceUnavailable, "the report could not be filed right now; retry later")
+	unavailable(w, ue.RetryAfter)
+}
+
+// unavailable refuses a report for now as ceiling refuses a request it
+// cannot decide: 503 with Retry-After, in the header and the body.
+func unavailable(w http.ResponseWriter, retry time.Duration) {
+	secs := max(int64((retry+time.Second-1)/time.Second), 1)
+	body, _ := json.Marshal(ceiling.Problem{Type: "about:blank", Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+		Detail: "the report could not be filed right now; retry later", RetryAfter: secs})
+	h := w.Header()
+	h.Set("Retry-After", strconv.FormatInt(secs, 10))
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write(body)
 }
 
 // full refuses a report that the review list has no room for, loudly: the
@@ -198,8 +214,7 @@ func (rp *reports) undecided(w http.ResponseWriter, r *http.Request, err error) 
 func (rp *reports) full(w http.ResponseWriter, r *http.Request, listing string) {
 	rp.logger.ErrorContext(r.Context(), "the review list is full: report refused; review and clear listings, or raise the limit",
 		slog.String("listing", listing), slog.Int("held", rp.list.max))
-	w.Header().Set("Retry-After", "60")
-	service.Problem(w, http.StatusServiceUnavailable, "the report could not be filed right now; retry later")
+	unavailable(w, time.Minute)
 }
 
 // review serves the review list to a request that carries the admin

@@ -222,6 +222,7 @@ func TestBadReportsAreRefusedAndCountForNothing(t *testing.T) {
 		{"a listing with spaces", `{"listing": "flat 1", "reason": "scam"}`, 400},
 		{"a listing of 65 characters", `{"listing": "` + strings.Repeat("a", 65) + `", "reason": "scam"}`, 400},
 		{"a reason of 281 characters", `{"listing": "flat-1", "reason": "` + strings.Repeat("é", 281) + `"}`, 400},
+		{"two JSON values", `{"listing": "flat-1", "reason": "scam"} {"listing": "flat-2", "reason": "scam"}`, 400},
 		{"an unknown field", `{"listing": "flat-1", "reason": "scam", "phone": "+254700000000"}`, 400},
 		{"over 1 KiB", `{"listing": "flat-1", "reason": "` + strings.Repeat("x", 1024) + `"}`, 413},
 	} {
@@ -254,8 +255,13 @@ func TestAFullReviewListRefusesReportsLoudly(t *testing.T) {
 	if want := []int{202, 202, 503}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
-	if r := report(t, ts.URL, "", "198.51.100.2", "flat-9", "scam"); r.Header.Get("Retry-After") == "" {
-		t.Error("the 503 has no Retry-After")
+	r := report(t, ts.URL, "", "198.51.100.2", "flat-9", "scam")
+	var p struct {
+		Status     int
+		RetryAfter int64 `json:"retry-after"`
+	}
+	if err := json.Unmarshal([]byte(r.Body), &p); err != nil || p.Status != 503 || r.Header.Get("Retry-After") != strconv.FormatInt(p.RetryAfter, 10) || p.RetryAfter < 1 {
+		t.Errorf("the 503: Retry-After %q, body %s; want whole seconds in both", r.Header.Get("Retry-After"), r.Body)
 	}
 	if !strings.Contains(logs.String(), "the review list is full") || !strings.Contains(logs.String(), "listing=flat-2") {
 		t.Errorf("the refusal is not logged:\n%s", logs.String())
