@@ -83,7 +83,7 @@ func defaultConfig() config {
 // newServer builds the service's handlers: POST /api/otp behind the limiter,
 // POST /api/reports and GET /api/review (reports.go) on the public one,
 // GET /healthz and GET /metrics on the admin one.
-// cleanup releases the Redis client and the limiter; call it after the
+// cleanup releases the Redis client and the limiters; call it after the
 // HTTP servers have stopped.
 func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 	if len(cfg.JWTSecret) == 0 {
