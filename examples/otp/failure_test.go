@@ -62,3 +62,42 @@ func TestRedisKilledFailsClosedThenRecovers(t *testing.T) {
 		t.Errorf("/healthz after recovery: %d %v, want 200", resp.Status, err)
 	}
 }
+
+// Reports alone find Redis down: the reports' limiter has a breaker of
+// its own, and /healthz says degraded while they are refused, though no
+// OTP request has asked Redis; it says healthy again once they are filed.
+func TestReportsAloneMakeTheServiceDegraded(t *testing.T) {
+	srv := redistest.Server(t)
+	cfg, _ := testConfig(t)
+	cfg.RedisURL = "redis://" + srv.Addr + "/0"
+	cfg.Timeout = 50 * time.Millisecond
+	cfg.Breaker = ceiling.BreakerConfig{Failures: 2, CoolDown: 20 * time.Millisecond, MaxCoolDown: 100 * time.Millisecond}
+	ts := start(t, cfg)
+	health := func() int {
+		resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Status
+	}
+	if r := report(t, ts.URL, "", "198.51.100.1", "flat-1", "scam"); r.Status != 202 || health() != 200 {
+		t.Fatalf("before the outage: report %d, /healthz %d; want 202 and 200", r.Status, health())
+	}
+
+	srv.Kill()
+	for i := range 4 {
+		if r := report(t, ts.URL, "", "198.51.100.1", "flat-2", "scam"); r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("report %d during the outage: %d, want 503", i, r.Status)
+		}
+	}
+	if got := health(); got != http.StatusServiceUnavailable {
+		t.Errorf("/healthz while reports are refused: %d, want 503", got)
+	}
+
+	srv.Restart(t)
+	if !servicetest.Eventually(5*time.Second, func() bool {
+		return report(t, ts.URL, "", "198.51.100.1", "flat-3", "scam").Status == http.StatusAccepted && health() == 200
+	}) {
+		t.Fatalf("5s after Redis came back: /healthz %d, want reports filed and 200", health())
+	}
+}

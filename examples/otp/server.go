@@ -154,7 +154,7 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 	// The health report says when the limits are off and the metrics
 	// count each rule's traffic: the operator's, on the admin listener.
 	admin := http.NewServeMux()
-	admin.Handle("GET /healthz", limiter.HealthHandler())
+	admin.Handle("GET /healthz", healthOf(limiter, reports.limiter))
 	admin.Handle("GET /metrics", metrics)
 	cleanup = func() {
 		reports.limiter.Close()
@@ -198,4 +198,20 @@ func newCode() (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%06d", n.Int64()), nil
+}
+
+// healthOf reports the first of limiters that is degraded, else the first:
+// the OTP and the reports limiters share a backend but each has its own
+// breaker, and a service that refuses reports while Redis is down is
+// degraded even when no OTP request has found it down yet.
+func healthOf(limiters ...*ceiling.Limiter) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, l := range limiters {
+			if l.Health().Status != "healthy" {
+				l.HealthHandler().ServeHTTP(w, r)
+				return
+			}
+		}
+		limiters[0].HealthHandler().ServeHTTP(w, r)
+	})
 }
