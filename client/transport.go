@@ -83,6 +83,12 @@ type Transport struct {
 
 	mu    sync.Mutex
 	hosts map[string]time.Time // host → until when its quota is spent
+
+	// Tests of a server on a fake clock (Redis under WithClock, outside a
+	// synctest bubble) read and pass time through these; nil means the
+	// real clock and timers.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 const (
@@ -116,7 +122,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		wait, ok := t.observe(host, resp)
 		if !ok || retries >= t.maxRetries() || !replayable(req, t.RetryAnyMethod) ||
-			wait > t.maxWait() || passesDeadline(ctx, time.Now(), wait) {
+			wait > t.maxWait() || passesDeadline(ctx, t.clock(), wait) {
 			return resp, nil
 		}
 		next, err := again(req)
@@ -126,7 +132,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !buffer(resp) {
 			return resp, nil
 		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := t.pause(ctx, wait); err != nil {
 			return resp, nil
 		}
 		resp, err = t.base().RoundTrip(next)
@@ -157,7 +163,21 @@ func (t *Transport) maxWait() time.Duration {
 	return t.MaxWait
 }
 
-// sleep sleeps for d or until ctx ends, whichever is first.
+func (t *Transport) clock() time.Time {
+	if t.now != nil {
+		return t.now()
+	}
+	return time.Now()
+}
+
+// pause sleeps for d or until ctx ends, whichever is first.
+func (t *Transport) pause(ctx context.Context, d time.Duration) error {
+	if t.sleep != nil {
+		return t.sleep(ctx, d)
+	}
+	return sleep(ctx, d)
+}
+
 func sleep(ctx context.Context, d time.Duration) error {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -180,7 +200,7 @@ func passesDeadline(ctx context.Context, now time.Time, d time.Duration) bool {
 // that names one (ok false otherwise), and, under Pace, what it says about
 // the host's quota.
 func (t *Transport) observe(host string, resp *http.Response) (wait time.Duration, ok bool) {
-	now := time.Now()
+	now := t.clock()
 	rejected := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
 	if rejected {
 		wait, ok = retryWait(resp.Header, now)
@@ -250,12 +270,12 @@ func (t *Transport) hold(ctx context.Context, host string) error {
 	if !ok {
 		return nil
 	}
-	now := time.Now()
+	now := t.clock()
 	d := until.Sub(now)
 	if d <= 0 || d > t.maxWait() || passesDeadline(ctx, now, d) {
 		return nil
 	}
-	if err := sleep(ctx, d); err != nil {
+	if err := t.pause(ctx, d); err != nil {
 		return fmt.Errorf("client: waiting for the quota of %s: %w", host, err)
 	}
 	return nil
