@@ -64,7 +64,7 @@ type Transport struct {
 	MaxRetries int
 
 	// MaxWait is the longest wait honoured; a response that asks for more
-	// is returned at once. Zero means one minute.
+	// is returned at once. Zero or less means one minute.
 	MaxWait time.Duration
 
 	// RetryAnyMethod sends POST and PATCH requests again too. Set it only

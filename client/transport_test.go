@@ -287,6 +287,7 @@ func TestTransportReadsTheWait(t *testing.T) {
 			return []string{"Retry-After: 3", `RateLimit: "api";r=0;t=9`}
 		}, 3 * time.Second},
 		{"no wait", func(time.Time) []string { return nil }, -1},
+		{"RateLimit with units left", func(time.Time) []string { return []string{`RateLimit: "api";r=3;t=0`} }, -1},
 		{"negative", func(time.Time) []string { return []string{"Retry-After: -5", `RateLimit: "api";r=0;t=-5`} }, -1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -436,4 +437,50 @@ func TestTransportOverLoopback(t *testing.T) {
 	if !slices.Equal(codes, []int{200, 429}) || ctx.Err() != nil {
 		t.Errorf("statuses %v (context %v), want [200 429] before the deadline", codes, ctx.Err())
 	}
+}
+
+// ceiling refuses a request that costs more than the quota can ever admit
+// with neither Retry-After nor a RateLimit member: there is nothing to
+// wait for, so the 429 is returned at once, and Pace holds nothing.
+func TestTransportDoesNotRetryWhatCanNeverFit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, err := ceiling.New([]ceiling.Rule{{
+			Name: "api", Key: ceiling.Static("all"), Limit: 5, Period: 10 * time.Second, Algorithm: ceiling.SlidingLog,
+			Estimate: func(*http.Request) (int64, error) { return 10, nil },
+		}}, ceiling.WithKeySecret(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		srv := &server{h: l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))}
+		tr := &Transport{Base: srv, Pace: true}
+		for i := range 2 {
+			resp, took := send(t, t.Context(), tr, "GET", nil)
+			if resp.StatusCode != 429 || took != 0 || resp.Header.Get("Retry-After") != "" {
+				t.Errorf("request %d: status %d after %v, Retry-After %q; want ceiling's 429 without one, at once",
+					i, resp.StatusCode, took, resp.Header.Get("Retry-After"))
+			}
+		}
+		checkSeen(t, srv, 429, 429)
+	})
+}
+
+// A refusal whose body is too large to keep across the wait is returned
+// as it came, every byte still readable: a caller whose context ended
+// during the wait could not have been given it whole.
+func TestTransportReturnsALargeRefusalAsItCame(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		big := strings.Repeat("x", maxBuffered+1)
+		srv := &server{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			io.WriteString(w, big)
+		})}
+		resp, _ := send(t, t.Context(), &Transport{Base: srv}, "GET", nil)
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || string(body) != big || resp.Body.Close() != nil {
+			t.Errorf("read %d bytes (%v), want all %d", len(body), err, len(big))
+		}
+		checkSeen(t, srv, 429)
+	})
 }

@@ -13,22 +13,21 @@ const maxSeconds = int64(math.MaxInt64 / time.Second)
 
 // retryWait is how long resp asks its client to wait before sending the
 // request again, read at now: Retry-After (delta-seconds or an HTTP-date,
-// RFC 9110 section 10.2.3) when it parses, else the t of the RateLimit
-// field (draft-ietf-httpapi-ratelimit-headers-11). ok is false when resp
-// says neither, or says it in a form that does not parse: a client that
-// guesses a wait it was not given only adds rejected calls.
+// RFC 9110 section 10.2.3) when it parses, else the largest t of the
+// RateLimit field's members that have no units left (r=0,
+// draft-ietf-httpapi-ratelimit-headers-11). ok is false when resp says
+// neither, or says it in a form that does not parse: a client that guesses
+// a wait it was not given only adds rejected calls. A member with units
+// left says nothing about this refusal (its t is 0), as when ceiling
+// refuses a request that costs more than the quota can ever admit.
 func retryWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	if v := h.Values("Retry-After"); len(v) > 0 {
 		if d, ok := parseRetryAfter(v[0], now); ok {
 			return d, true
 		}
 	}
-	q := parseRateLimit(h.Values("Ratelimit"))
-	switch {
-	case q.exhausted:
+	if q := parseRateLimit(h.Values("Ratelimit")); q.exhausted {
 		return q.exhaustedWait, true
-	case q.any:
-		return q.anyWait, true
 	}
 	return 0, false
 }
@@ -82,9 +81,7 @@ func parseDigits(s string) (int64, bool) {
 type quotas struct {
 	exhausted     bool          // some member has r=0 and a t
 	exhaustedWait time.Duration // the largest t of those
-	any           bool          // some member has a t
-	anyWait       time.Duration // the largest t of all members
-	seen          bool          // some member parsed, with or without t
+	seen          bool          // some member parsed, with or without r and t
 }
 
 // parseRateLimit reads the RateLimit field's members, one
@@ -104,15 +101,9 @@ func parseRateLimit(lines []string) quotas {
 				continue
 			}
 			q.seen = true
-			if t < 0 {
-				continue
-			}
-			d := seconds(t)
-			q.any = true
-			q.anyWait = max(q.anyWait, d)
-			if r == 0 {
+			if r == 0 && t >= 0 {
 				q.exhausted = true
-				q.exhaustedWait = max(q.exhaustedWait, d)
+				q.exhaustedWait = max(q.exhaustedWait, seconds(t))
 			}
 		}
 	}

@@ -51,39 +51,35 @@ func TestRateLimitMembers(t *testing.T) {
 	for _, c := range []struct {
 		in        []string
 		exhausted time.Duration // -1: no member with r=0 and t
-		any       time.Duration // -1: no member with t
 	}{
-		{[]string{`"chat:minute";r=0;t=42, "chat:day";r=970;t=0`}, 42 * time.Second, 42 * time.Second},
-		{[]string{`"a";r=0;t=5, "b";r=0;t=9`}, 9 * time.Second, 9 * time.Second},
-		{[]string{`"a";r=3;t=0`}, -1, 0},
-		{[]string{`"a";r=0;t=5`, `"b";r=0;t=8`}, 8 * time.Second, 8 * time.Second}, // over two lines
-		{[]string{`default;r=0;t=5`}, 5 * time.Second, 5 * time.Second},            // a token, not a string
-		{[]string{`"a, \"b\"; c";r=0;t=6`}, 6 * time.Second, 6 * time.Second},      // commas and quotes inside the string
-		{[]string{` "a" ; r=0 ; t=7 `}, 7 * time.Second, 7 * time.Second},
-		{[]string{`"a";pk=:AAE=:;r=0;t=4`}, 4 * time.Second, 4 * time.Second}, // a parameter not ours
-		{[]string{`"a";t=4`}, -1, 4 * time.Second},
-		{[]string{`"a";r=0`}, -1, -1},
-		{[]string{`"a";r=0;t=-5`}, -1, -1},
-		{[]string{`"a";r=-1;t=5`}, -1, -1},
-		{[]string{`"a";r=0;t=5.5`}, -1, -1},
-		{[]string{`"a";r=0;t`}, -1, -1},
-		{[]string{`"a;r=0;t=5`}, -1, -1},                                     // unterminated string
-		{[]string{`"a";r=0;t=5 junk`}, -1, -1},                               // trailing bytes
-		{[]string{`garbage, "b";r=0;t=3`}, 3 * time.Second, 3 * time.Second}, // one bad member hides no other
-		{[]string{`=;=;, ,,;;"`}, -1, -1},
-		{[]string{`"a";r=0;t=99999999999999999999999`}, math.MaxInt64, math.MaxInt64},
-		{nil, -1, -1},
+		{[]string{`"chat:minute";r=0;t=42, "chat:day";r=970;t=0`}, 42 * time.Second},
+		{[]string{`"a";r=0;t=5, "b";r=0;t=9`}, 9 * time.Second},
+		{[]string{`"a";r=3;t=0`}, -1},
+		{[]string{`"a";r=0;t=5`, `"b";r=0;t=8`}, 8 * time.Second}, // over two lines
+		{[]string{`default;r=0;t=5`}, 5 * time.Second},            // a token, not a string
+		{[]string{`"a, \"b\"; c";r=0;t=6`}, 6 * time.Second},      // commas and quotes inside the string
+		{[]string{` "a" ; r=0 ; t=7 `}, 7 * time.Second},
+		{[]string{`"a";pk=:AAE=:;r=0;t=4`}, 4 * time.Second}, // a parameter not ours
+		{[]string{`"a";t=4`}, -1},
+		{[]string{`"a";r=0`}, -1},
+		{[]string{`"a";r=0;t=-5`}, -1},
+		{[]string{`"a";r=-1;t=5`}, -1},
+		{[]string{`"a";r=0;t=5.5`}, -1},
+		{[]string{`"a";r=0;t`}, -1},
+		{[]string{`"a;r=0;t=5`}, -1},                        // unterminated string
+		{[]string{`"a";r=0;t=5 junk`}, -1},                  // trailing bytes
+		{[]string{`garbage, "b";r=0;t=3`}, 3 * time.Second}, // one bad member hides no other
+		{[]string{`=;=;, ,,;;"`}, -1},
+		{[]string{`"a";r=0;t=99999999999999999999999`}, math.MaxInt64},
+		{nil, -1},
 	} {
 		q := parseRateLimit(c.in)
-		gotEx, gotAny := time.Duration(-1), time.Duration(-1)
+		got := time.Duration(-1)
 		if q.exhausted {
-			gotEx = q.exhaustedWait
+			got = q.exhaustedWait
 		}
-		if q.any {
-			gotAny = q.anyWait
-		}
-		if gotEx != c.exhausted || gotAny != c.any {
-			t.Errorf("RateLimit %q: exhausted %v, any %v; want %v, %v", c.in, gotEx, gotAny, c.exhausted, c.any)
+		if got != c.exhausted {
+			t.Errorf("RateLimit %q: wait %v, want %v", c.in, got, c.exhausted)
 		}
 	}
 }
@@ -136,8 +132,8 @@ func FuzzRetryWait(f *testing.F) {
 			t.Fatalf("Retry-After %q gave %v", retryAfter, wait)
 		}
 		q := parseRateLimit([]string{rateLimit})
-		if !raOK && ok != q.any {
-			t.Fatalf("no Retry-After, RateLimit %q has a t: %v, but ok = %v", rateLimit, q.any, ok)
+		if !raOK && ok != q.exhausted {
+			t.Fatalf("no Retry-After, RateLimit %q has a spent quota: %v, but ok = %v", rateLimit, q.exhausted, ok)
 		}
 	})
 }
