@@ -189,11 +189,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// passesDeadline reports whether a wait of d from now ends after ctx's
-// deadline: sleeping it would only end in the context's error.
+// passesDeadline reports whether a wait of d from now ends at or after
+// ctx's deadline: sleeping it would only end in the context's error, with
+// nothing sent.
 func passesDeadline(ctx context.Context, now time.Time, d time.Duration) bool {
 	deadline, ok := ctx.Deadline()
-	return ok && now.Add(d).After(deadline)
+	return ok && !now.Add(d).Before(deadline)
 }
 
 // observe reads resp: the wait before a retry when resp is a 429 or 503
@@ -323,6 +324,10 @@ func again(req *http.Request) (*http.Request, error) {
 // maxBuffered or fails to read.
 func buffer(resp *http.Response) bool {
 	body := resp.Body
+	if body == nil { // a Base that breaks the RoundTripper contract
+		resp.Body = http.NoBody
+		return true
+	}
 	b, err := io.ReadAll(io.LimitReader(body, maxBuffered+1))
 	if err != nil || len(b) > maxBuffered {
 		resp.Body = struct {

@@ -95,7 +95,9 @@ func TestTransportReturnsAtOnceWhenTheWaitPassesTheDeadline(t *testing.T) {
 				srv := limited(t, 1, 10*time.Second, e.opts...)
 				tr := e.transport(&Transport{Base: srv, Pace: pace})
 				sendOn(t, e, t.Context(), tr, "GET", nil)
-				ctx, cancel := context.WithDeadline(t.Context(), e.now().Add(5*time.Second))
+				// A deadline at the very end of the wait: the retry would be
+				// sent with a context already done.
+				ctx, cancel := context.WithDeadline(t.Context(), e.now().Add(10*time.Second))
 				defer cancel()
 				resp, took := sendOn(t, e, ctx, tr, "GET", nil)
 				if resp.StatusCode != http.StatusTooManyRequests || took != 0 {
@@ -484,3 +486,53 @@ func TestTransportReturnsALargeRefusalAsItCame(t *testing.T) {
 		checkSeen(t, srv, 429)
 	})
 }
+
+// An http.Client's Timeout is a deadline on the request's context: a wait
+// past it is not started either.
+func TestTransportHonoursClientTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := stub(2, "Retry-After: 10")
+		c := &http.Client{Transport: &Transport{Base: srv}, Timeout: 5 * time.Second}
+		start := time.Now()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 429 || time.Since(start) != 0 {
+			t.Errorf("status %d after %v, want the 429 at once", resp.StatusCode, time.Since(start))
+		}
+		c.Timeout = 11 * time.Second
+		start = time.Now()
+		resp, err = c.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || time.Since(start) != 10*time.Second {
+			t.Errorf("status %d after %v, want 200 after the wait of 10s", resp.StatusCode, time.Since(start))
+		}
+	})
+}
+
+// A Base that returns a refusal with a nil Body (which the RoundTripper
+// contract forbids) does not make the Transport panic.
+func TestTransportSurvivesANilBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := 0
+		base := roundTripper(func(req *http.Request) (*http.Response, error) {
+			if n++; n == 1 {
+				return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"1"}}, Request: req}, nil
+			}
+			return &http.Response{StatusCode: 200, Body: http.NoBody, Request: req}, nil
+		})
+		resp, _ := send(t, t.Context(), &Transport{Base: base}, "GET", nil)
+		if resp.StatusCode != 200 || n != 2 {
+			t.Errorf("status %d after %d sends, want 200 after 2", resp.StatusCode, n)
+		}
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
