@@ -4,16 +4,20 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
 const url = "http://api.test/"
@@ -536,3 +540,54 @@ func TestTransportSurvivesANilBody(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// flaky is a memory store that fails while down is set, as a backend
+// that cannot be reached.
+type flaky struct {
+	m    *memory.Store // not embedded: its InProcess and DecideInto would bypass Decide
+	down atomic.Bool
+}
+
+func (f *flaky) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	if f.down.Load() {
+		return nil, fmt.Errorf("%w: connection refused", backend.ErrUnreachable)
+	}
+	return f.m.Decide(ctx, reqs)
+}
+
+func (f *flaky) Reset(ctx context.Context, keys ...string) error { return f.m.Reset(ctx, keys...) }
+
+// DeadlineBound: it never blocks, so the limiter calls it inline, inside
+// the test's bubble.
+func (f *flaky) DeadlineBound() bool { return true }
+
+// ceiling failing closed answers 503 with a Retry-After while its backend
+// is down; the Transport waits that out and is admitted once the backend
+// is back.
+func TestTransportWaitsOutCeilingFailingClosed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flaky{m: memory.New()}
+		defer store.m.Close()
+		l, err := ceiling.New([]ceiling.Rule{{
+			Name: "api", Key: ceiling.Static("all"), Limit: 5, Period: 10 * time.Second, Algorithm: ceiling.SlidingLog,
+		}}, ceiling.WithBackend(store), ceiling.WithFailMode(ceiling.FailClosed), ceiling.WithKeySecret(secret),
+			ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		srv := &server{h: l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))}
+		store.down.Store(true)
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() {
+			time.Sleep(500 * time.Millisecond)
+			store.down.Store(false)
+		})
+		resp, took := send(t, t.Context(), &Transport{Base: srv}, "GET", nil)
+		if resp.StatusCode != 200 || took < time.Second {
+			t.Errorf("status %d after %v, want 200 after the 503's Retry-After (at least 1s)", resp.StatusCode, took)
+		}
+		checkSeen(t, srv, 503, 200)
+	})
+}
