@@ -125,8 +125,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			wait > t.maxWait() || passesDeadline(ctx, t.clock(), wait) {
 			return resp, nil
 		}
-		next, err := again(req)
-		if err != nil {
+		next, bodyErr := again(req)
+		if bodyErr != nil {
 			return resp, nil // GetBody failed: the response is all there is
 		}
 		if !buffer(resp) {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -589,5 +590,25 @@ func TestTransportWaitsOutCeilingFailingClosed(t *testing.T) {
 			t.Errorf("status %d after %v, want 200 after the 503's Retry-After (at least 1s)", resp.StatusCode, took)
 		}
 		checkSeen(t, srv, 503, 200)
+	})
+}
+
+// A retry that fails in the network returns that error, and closes the
+// refusal it was retrying.
+func TestTransportReturnsTheRetrysError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errDown := errors.New("connection refused")
+		n := 0
+		base := roundTripper(func(req *http.Request) (*http.Response, error) {
+			if n++; n == 1 {
+				return &http.Response{StatusCode: 429, Header: http.Header{"Retry-After": {"1"}}, Body: http.NoBody, Request: req}, nil
+			}
+			return nil, errDown
+		})
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+		resp, err := (&Transport{Base: base}).RoundTrip(req)
+		if !errors.Is(err, errDown) || resp != nil || n != 2 {
+			t.Errorf("RoundTrip = %v, %v after %d sends; want the retry's error after 2", resp, err, n)
+		}
 	})
 }
