@@ -612,3 +612,50 @@ func TestTransportReturnsTheRetrysError(t *testing.T) {
 		}
 	})
 }
+
+// A body whose GetBody fails is not sent again: the refusal is returned.
+func TestTransportKeepsTheRefusalWhenGetBodyFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := stub(1, "Retry-After: 1")
+		req, _ := http.NewRequestWithContext(t.Context(), "PUT", url, strings.NewReader("payload"))
+		req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("spooled file gone") }
+		resp, err := (&Transport{Base: srv}).RoundTrip(req)
+		if err != nil || resp.StatusCode != 429 {
+			t.Errorf("RoundTrip = %v, %v; want the 429", resp, err)
+		}
+		checkSeen(t, srv, 429)
+	})
+}
+
+// closeCounter counts the Close calls of a request body.
+type closeCounter struct {
+	io.Reader
+	closed int
+}
+
+func (c *closeCounter) Close() error { c.closed++; return nil }
+
+// A request whose context ends during Pace's hold is not sent: the caller
+// gets the context's error, and the body is closed as a RoundTripper must.
+func TestTransportPaceHoldEndsWithTheContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &server{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("RateLimit", `"api";r=0;t=30`)
+		})}
+		tr := &Transport{Base: srv, Pace: true}
+		send(t, t.Context(), tr, "GET", nil)
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(3*time.Second, cancel)
+		body := &closeCounter{Reader: strings.NewReader("payload")}
+		req, _ := http.NewRequestWithContext(ctx, "PUT", url, body)
+		start := time.Now()
+		resp, err := tr.RoundTrip(req)
+		if !errors.Is(err, context.Canceled) || resp != nil || time.Since(start) != 3*time.Second {
+			t.Errorf("RoundTrip = %v, %v after %v; want context.Canceled at 3s", resp, err, time.Since(start))
+		}
+		if body.closed != 1 {
+			t.Errorf("body closed %d times, want 1", body.closed)
+		}
+		checkSeen(t, srv, 200)
+	})
+}
