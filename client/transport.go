@@ -47,7 +47,9 @@ import (
 //     [http.NewRequest] sets for in-memory bodies);
 //   - the response says how long to wait, that wait is at most MaxWait,
 //     and it ends before the request context's deadline;
-//   - fewer than MaxRetries retries were made.
+//   - fewer than MaxRetries retries were made;
+//   - the refusal's body is at most 64 KiB, so that it can be kept whole
+//     across the wait while its connection goes back to the pool.
 //
 // Otherwise the response is returned as the server sent it. When the
 // request's context ends during a wait, the last response is returned,
@@ -76,9 +78,11 @@ type Transport struct {
 	// quota has no units left (RateLimit r=0, or a 429 or 503 with a
 	// wait) until that quota's t has passed. The memory is per host, not
 	// per policy, so a spent quota on one path also holds requests for
-	// another path of the same host; and it is bounded (maxHosts hosts).
+	// another path of the same host; and it is bounded (1024 hosts, the
+	// holds that end soonest dropped first).
 	// A hold that would pass MaxWait or the request's deadline is skipped
-	// and the request sent: the server decides.
+	// and the request sent: the server decides. A context that ends during
+	// a hold ends the request with the context's error, unsent.
 	Pace bool
 
 	mu    sync.Mutex
