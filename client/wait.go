@@ -153,15 +153,17 @@ func parseMember(m string) (r, t int64, ok bool) {
 		params = m[i:]
 	}
 	r, t = -1, -1
-	for params = strings.TrimSpace(params); params != ""; {
-		if params[0] != ';' {
+	for rest := strings.TrimSpace(params); rest != ""; {
+		if rest[0] != ';' {
 			return 0, 0, false
 		}
-		var p string
-		p, params, _ = strings.Cut(params[1:], ";")
-		params = strings.TrimSpace(params)
-		if params != "" {
-			params = ";" + params
+		// Slicing, never concatenating: the scan stays linear however
+		// many parameters a member has.
+		p := rest[1:]
+		if i := strings.IndexByte(p, ';'); i >= 0 {
+			p, rest = p[:i], p[i:]
+		} else {
+			rest = ""
 		}
 		key, val, hasVal := strings.Cut(strings.TrimSpace(p), "=")
 		if key != "r" && key != "t" {

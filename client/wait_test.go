@@ -137,3 +137,14 @@ func FuzzRetryWait(f *testing.F) {
 		}
 	})
 }
+
+// A member with a huge number of parameters is read in one linear pass
+// too (the field is the server's, or a proxy's, to make as large as its
+// header limit allows).
+func TestRateLimitHugeMember(t *testing.T) {
+	m := `"a"` + strings.Repeat(";x=1", 200_000) + ";r=0;t=11"
+	q := parseRateLimit([]string{m})
+	if !q.exhausted || q.exhaustedWait != 11*time.Second {
+		t.Errorf("exhausted %v after %v, want 11s from the last parameters", q.exhausted, q.exhaustedWait)
+	}
+}
