@@ -11,15 +11,14 @@ import (
 // wait saturates there instead of overflowing into a negative one.
 const maxSeconds = int64(math.MaxInt64 / time.Second)
 
-// retryWait is how long resp asks its client to wait before sending the
-// request again, read at now: Retry-After (delta-seconds or an HTTP-date,
-// RFC 9110 section 10.2.3) when it parses, else the largest t of the
-// RateLimit field's members that have no units left (r=0,
-// draft-ietf-httpapi-ratelimit-headers-11). ok is false when resp says
-// neither, or says it in a form that does not parse: a client that guesses
-// a wait it was not given only adds rejected calls. A member with units
-// left says nothing about this refusal (its t is 0), as when ceiling
-// refuses a request that costs more than the quota can ever admit.
+// retryWait is how long a refusal with header h asks its client to wait
+// before sending the request again, read at now: Retry-After
+// (delta-seconds or an HTTP-date, RFC 9110 section 10.2.3) when it parses,
+// else the largest t of the RateLimit field's members that have no units
+// left (r=0, draft-ietf-httpapi-ratelimit-headers-11). ok is false when h
+// says neither, or says it in a form that does not parse: a client that
+// guesses a wait it was not given only adds rejected calls. A member with
+// units left says nothing about this refusal (its t is 0).
 func retryWait(h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	if v := h.Values("Retry-After"); len(v) > 0 {
 		if d, ok := parseRetryAfter(v[0], now); ok {
