@@ -91,3 +91,26 @@ func TestTransportStalledRefusalBody_Regression(t *testing.T) {
 		t.Errorf("RoundTrip took %v on a stalled refusal body with Retry-After 0", took)
 	}
 }
+
+// A parameter whose string value holds semicolons (a proxy's or a future
+// draft's) is one parameter: it neither hides the member's own r and t
+// nor lends it an r or a t of its own.
+func TestRateLimitQuotedParameter_Regression(t *testing.T) {
+	for _, c := range []struct {
+		in        string
+		exhausted time.Duration // -1: no member with r=0 and t
+	}{
+		{`"a";r=0;t=5;note="x;t=1"`, 5 * time.Second},
+		{`"a";r=5;t=0;note="q;r=0;t=50;y="`, -1},
+		{`"a";note="\";r=0;t=9;";r=2;t=0`, -1},
+	} {
+		q := parseRateLimit([]string{c.in})
+		got := time.Duration(-1)
+		if q.exhausted {
+			got = q.exhaustedWait
+		}
+		if got != c.exhausted {
+			t.Errorf("RateLimit %q: wait %v, want %v", c.in, got, c.exhausted)
+		}
+	}
+}
