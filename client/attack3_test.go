@@ -1,0 +1,87 @@
+package client
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Over loopback: refusals with a small body and a short wait are retried
+// on one kept-alive connection, and neither cancelled waits nor retries
+// leave goroutines or connections behind.
+func TestTransportReusesConnectionsAndLeaksNothing_Attack(t *testing.T) {
+	var mu sync.Mutex
+	conns := map[net.Conn]http.ConnState{}
+	n := 0
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		refuse := n%3 != 0
+		mu.Unlock()
+		if refuse {
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("RateLimit", `"api";r=0;t=0`)
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(`{"title":"Too Many Requests"}`))
+		}
+	}))
+	ts.Config.ConnState = func(c net.Conn, s http.ConnState) {
+		mu.Lock()
+		conns[c] = s
+		mu.Unlock()
+	}
+	ts.Start()
+	defer ts.Close()
+	base := ts.Client().Transport.(*http.Transport)
+	before := runtime.NumGoroutine()
+	tr := &Transport{Base: base, Pace: true}
+	for range 30 {
+		req, _ := http.NewRequest("GET", ts.URL, nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	// Waits cut short by the context.
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer slow.Close()
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", slow.URL, nil)
+		time.AfterFunc(5*time.Millisecond, cancel)
+		resp, err := (&Transport{Base: base}).RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 503 {
+			t.Errorf("status %d, want the 503", resp.StatusCode)
+		}
+		cancel()
+	}
+	mu.Lock()
+	if len(conns) != 1 {
+		t.Errorf("%d connections for 30 GETs and their retries, want 1", len(conns))
+	}
+	mu.Unlock()
+	base.CloseIdleConnections()
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > before+2 {
+		t.Errorf("%d goroutines, %d before", g, before)
+	}
+}
