@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -89,4 +90,61 @@ func TestTransportReusesConnectionsAndLeaksNothing_Attack(t *testing.T) {
 	if g := runtime.NumGoroutine(); g > before+2 {
 		t.Errorf("%d goroutines, %d before", g, before)
 	}
+}
+
+// idleCloser is a Base that counts CloseIdleConnections calls.
+type idleCloser struct {
+	http.RoundTripper
+	closes int
+}
+
+func (c *idleCloser) CloseIdleConnections() { c.closes++ }
+
+// http.Client.CloseIdleConnections reaches Base through the Transport: a
+// client that wraps http.DefaultTransport can still drop its idle
+// connections.
+func TestTransportForwardsCloseIdleConnections_Regression(t *testing.T) {
+	base := &idleCloser{RoundTripper: http.DefaultTransport}
+	c := &http.Client{Transport: &Transport{Base: base}}
+	c.CloseIdleConnections()
+	if base.closes != 1 {
+		t.Errorf("Base's CloseIdleConnections called %d times, want 1", base.closes)
+	}
+}
+
+// Many goroutines share one Pace Transport on ceiling's middleware: every
+// request ends admitted, within the limit the server keeps.
+func TestTransportConcurrentPace_Attack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := limited(t, 5, 10*time.Second)
+		tr := &Transport{Base: srv, Pace: true, MaxRetries: 100, MaxWait: time.Hour}
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 5 {
+					req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+					resp, err := tr.RoundTrip(req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					resp.Body.Close()
+					if resp.StatusCode != 200 {
+						t.Errorf("status %d", resp.StatusCode)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		ok := 0
+		for _, c := range srv.seen() {
+			if c == 200 {
+				ok++
+			}
+		}
+		if ok != 40 {
+			t.Errorf("%d admitted, want 40", ok)
+		}
+		t.Logf("%d refusals for 40 requests", srv.rejected())
+	})
 }

@@ -166,6 +166,15 @@ func (t *Transport) base() http.RoundTripper {
 	return http.DefaultTransport
 }
 
+// CloseIdleConnections closes Base's idle connections when Base can, so
+// that [http.Client.CloseIdleConnections] reaches them through the
+// Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (t *Transport) maxRetries() int {
 	switch {
 	case t.MaxRetries == 0:
