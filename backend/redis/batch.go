@@ -65,6 +65,7 @@ type waiter struct {
 	node      *pipeliner    // the node its (first) op was queued for
 	one       [1]op         // the ops of a one-script decision
 	self      [maxBatch]*op // the batches of a decision its caller sends itself
+	wd        writeDeadline // the context of such a batch's round trip
 }
 
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
@@ -88,7 +89,7 @@ func (w *waiter) release(answered bool) {
 		return
 	}
 	w.one[0] = op{}
-	w.ctx, w.budget, w.detached, w.node = nil, 0, false, nil
+	w.ctx, w.budget, w.detached, w.node, w.wd = nil, 0, false, nil, writeDeadline{}
 	w.gone.Store(false)
 	w.mu.Lock()
 	clear(w.flights)
@@ -232,7 +233,7 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 		if len(batch) == 0 {
 			break // a caller that took a lane at the same time sends w's op
 		}
-		s.exec(batch, true)
+		s.exec(batch, w)
 		b.back.Store(time.Now().UnixNano())
 	}
 	clear(batch)
@@ -529,7 +530,7 @@ func (b *pipeliner) flush() {
 			return
 		}
 		b.mu.Unlock()
-		b.s.exec(batch, false)
+		b.s.exec(batch, nil)
 		b.back.Store(time.Now().UnixNano())
 		clear(batch)
 	}
@@ -593,9 +594,11 @@ func (noRetry) NoRetry() bool { return true }
 // exec sends one batch in one round trip (a pipeline of its scripts, or
 // the lone script) with a deadline of its own, counted from the write,
 // then re-sends with EVAL the scripts a node did not have cached, and
-// wakes every waiter whose ops are all answered. inline is a batch its
-// caller sends itself (callInline): its deadline is the budget.
-func (s *Store) exec(batch []*op, inline bool) {
+// wakes every waiter whose ops are all answered. self is the waiter of a
+// caller that sends the batch itself (callInline), nil for a goroutine
+// that sends a queue: the caller's deadline is its budget.
+func (s *Store) exec(batch []*op, self *waiter) {
+	inline := self != nil
 	if beforeWrite != nil {
 		beforeWrite()
 	}
@@ -624,10 +627,14 @@ func (s *Store) exec(batch []*op, inline bool) {
 	}
 	var ctx context.Context
 	switch {
+	case !bounded && inline:
+		self.wd = writeDeadline{Context: self.ctx}
+		ctx = &self.wd
 	case !bounded: // neither deadline nor Done: the waiters wait as long as it takes
 		ctx = &writeDeadline{Context: batch[0].w.ctx}
-	case inline: // the caller is its own waiter
-		ctx = &writeDeadline{Context: batch[0].w.ctx, at: now.Add(budget), done: doneUnlessPast(batch[0].w.ctx, now)}
+	case inline: // the caller is its own waiter, held until exec returns
+		self.wd = writeDeadline{Context: self.ctx, at: now.Add(budget), done: doneUnlessPast(self.ctx, now)}
+		ctx = &self.wd
 	default:
 		// The waiters' patience with a starved process, and half the
 		// budget again, let a reply that came in time be read by a process
