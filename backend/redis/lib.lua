@@ -556,21 +556,20 @@ if uses['5'] then
 
   -- leaseCheck reads the companion's '#', '@' and '+' and, when the
   -- companion is missing, of another type, or a field is missing or out of
-  -- range ('#' below the number of leases, '+' at or past the earliest
-  -- score), rebuilds it from the leases that survive before they are read:
-  -- a lease whose units are lost counts as unknownUnits, so the key stays
-  -- full until it expires rather than admit past the limit (eviction can
-  -- drop one of the two keys, and the count must never lose a lease).
-  local function leaseCheck(key, hkey, now)
+  -- range ('#' below card, the number of leases, '+' at or past the
+  -- earliest score), rebuilds it from the leases that survive before they
+  -- are read: a lease whose units are lost counts as unknownUnits, so the
+  -- key stays full until it expires rather than admit past the limit
+  -- (eviction can drop one of the two keys, and the count must never lose
+  -- a lease). It also returns the earliest score.
+  local function leaseCheck(key, hkey, now, card)
     local h = redis.pcall('HMGET', hkey, '#', '@', '+')
     local cnt, at, off = false, false, false
     if not h.err then cnt, at, off = tonum(h[1]), tonum(h[2]), tonum(h[3]) end
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local first = tonum(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
     local int = function(v) return v and v >= 0 and v < 2 ^ 53 and v == math.floor(v) end
-    if int(cnt) and int(at) and int(off) and cnt >= redis.call('ZCARD', key) and off < tonum(first[2]) then
-      return h
-    end
-    if not int(off) or off >= tonum(first[2]) then off = 0 end -- later expiries: never earlier
+    if int(cnt) and int(at) and int(off) and cnt >= card and off < first then return h, first end
+    if not int(off) or off >= first then off = 0 end -- later expiries: never earlier
     local ids = redis.call('ZRANGE', key, 0, -1)
     local ns = {}
     if not h.err then ns = redis.call('HMGET', hkey, unpack(ids)) end
@@ -583,7 +582,7 @@ if uses['5'] then
       cnt = cnt + n
     end
     redis.call('HSET', hkey, '#', cnt, '@', now, '+', off)
-    return { cnt, now, off }
+    return { cnt, now, off }, first
   end
 
   -- leaseOrphans gives the leases of a companion whose sorted set was lost
@@ -607,14 +606,19 @@ if uses['5'] then
 
   -- leaseLoad reads key's state and writes at once, whatever the call then
   -- decides, the drop of expired leases and a clock behind the last write
-  -- (ALGORITHMS.md): an expired lease never counts again.
+  -- (ALGORITHMS.md): an expired lease never counts again. A key of another
+  -- type is an error (ZCARD's WRONGTYPE).
   local function leaseLoad(key, _, now, minTTL)
     local s = { key = key, hkey = companion(key), pend = {}, orig = {}, count = 0, off = 0 }
-    if redis.call('EXISTS', key) == 0 and not leaseOrphans(key, s.hkey, now) then
-      s.clean = true -- what the companion still holds is stale
-      return s
+    local card = redis.call('ZCARD', key)
+    if card == 0 then
+      if not leaseOrphans(key, s.hkey, now) then
+        s.clean = true -- what the companion still holds is stale
+        return s
+      end
+      card = redis.call('ZCARD', key)
     end
-    local h = leaseCheck(key, s.hkey, now)
+    local h, first = leaseCheck(key, s.hkey, now, card)
     local at = tonum(h[2]) or now
     s.count, s.off = tonum(h[1]) or 0, tonum(h[3]) or 0
     local wrote = at > now
@@ -623,12 +627,8 @@ if uses['5'] then
       s.off, s.at = s.off + at - now, now
       redis.call('HSET', s.hkey, '@', now, '+', s.off)
     end
-    local gone = redis.pcall('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000)
-    if gone.err then -- another algorithm's state: absent
-      redis.call('DEL', key, s.hkey)
-      s.count, s.off = 0, 0
-      return s
-    end
+    local gone = {} -- the earliest lease tells whether any expired
+    if first <= now + s.off then gone = redis.call('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000) end
     while #gone > 0 do
       for _, n in ipairs(redis.call('HMGET', s.hkey, unpack(gone))) do s.count = s.count - (tonum(n) or 0) end
       redis.call('HDEL', s.hkey, unpack(gone))
@@ -701,9 +701,9 @@ if uses['5'] then
   end
 
   local function leases(s, now, L, P, _, c, force, id)
-    local n, e
+    local n, e, p
     if c ~= 0 then
-      local p = s.pend[id]
+      p = s.pend[id]
       if p then
         n, e = p[1], p[2]
       elseif p == nil then
@@ -719,7 +719,7 @@ if uses['5'] then
     end
     local count, placed = s.count, 0
     if c > 0 and e then
-      s.pend[id] = { n, now + P } -- a renewal
+      s.pend[id] = { n, now + P, not p or p[3] } -- a renewal: stored units stay as stored
     elseif c > 0 and not force and count + c > L then
       local retry, reset, nx = -1, 0, 0
       if c <= L then retry = leaseWait(s, now, L, count, c) end
@@ -752,7 +752,7 @@ if uses['5'] then
     for id, p in pairs(s.pend) do
       if p then
         redis.call('ZADD', s.key, p[2] + s.off, id)
-        redis.call('HSET', s.hkey, id, p[1])
+        if not p[3] then redis.call('HSET', s.hkey, id, p[1]) end
       else
         redis.call('ZREM', s.key, id)
         redis.call('HDEL', s.hkey, id)
