@@ -14,11 +14,7 @@ local debtHorizon, countMax = 4503599627370496, 1099511627776
 -- quotient can round up to the next integer when a/b is just below it.
 local function fdiv(a, b)
   local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
+  if q * b > a then return q - 1 elseif (q + 1) * b <= a then return q + 1 end
   return q
 end
 
@@ -65,14 +61,13 @@ if uses['0'] then
   end
 
   local function rafter(s, b, W, now, L, S)
-    local reset, nx = 0, 0
+    local reset = 0
     if S > 0 then
       local h = K
       while h > 0 and rcount(s, b, h) == 0 do h = h - 1 end
       reset = (b + h + 1) * W - now
     end
-    if S >= L then nx = rwait(s, b, W, now, S, L - 1) end
-    return max(0, L - S), reset, nx
+    return max(0, L - S), reset, S >= L and rwait(s, b, W, now, S, L - 1) or 0
   end
 
   local function rolling(s, now, L, P, _, c, force, stamp)
@@ -100,8 +95,7 @@ if uses['0'] then
       end
     end
     if c > 0 and not force and S + c > L then
-      local retry = -1
-      if c <= L then retry = rwait(s, b, W, now, S, L - c) end
+      local retry = c <= L and rwait(s, b, W, now, S, L - c) or -1
       local remaining, reset, nx = rafter(s, b, W, now, L, S)
       return 0, remaining, reset, retry, nx, 0
     end
@@ -193,9 +187,8 @@ end
 
 if uses['4'] then
   local function after(t, now, T, tau)
-    local remaining, nx = fdiv(max(0, tau - (t - now)), T), 0
-    if remaining == 0 then nx = (t - now) - tau + T end
-    return remaining, t - now, nx
+    local remaining = fdiv(max(0, tau - (t - now)), T)
+    return remaining, t - now, remaining == 0 and (t - now) - tau + T or 0
   end
 
   -- gcraOtherRate decides on a state written under another emission
@@ -207,8 +200,7 @@ if uses['4'] then
     local remaining, nx = max(0, B - u), 0
     if remaining == 0 then nx = d - (B - 1) * s.T end
     if c > 0 and not force and (c > B or u + c > B) then
-      local retry = -1
-      if c <= B then retry = d - (B - c) * s.T end
+      local retry = c <= B and d - (B - c) * s.T or -1
       return 0, remaining, d, retry, nx, 0
     end
     if c == 0 then return 1, remaining, d, 0, nx, 0 end
@@ -227,8 +219,7 @@ if uses['4'] then
     if s.T and s.T ~= T and s.tat > now then return gcraOtherRate(s, now, L, B, T, tau, c, force, stamp) end
     local t0 = max(s.tat or now, now)
     if c > 0 and not force and (c > B or (t0 - now) + c * T > tau) then
-      local retry = -1
-      if c <= B then retry = (t0 - now) + c * T - tau end
+      local retry = c <= B and (t0 - now) + c * T - tau or -1
       local remaining, reset, nx = after(t0, now, T, tau)
       return 0, remaining, reset, retry, nx, 0
     end
@@ -316,9 +307,8 @@ if uses['2'] then
   end
   local function after(L, P, Pm, rem, w, prev, cur)
     local remaining = fdiv(max(0, L * 1000000 - (prev * w + cur * 1000000)), 1000000)
-    local reset, nx = cur > 0 and rem + P or prev > 0 and rem or 0, 0
-    if remaining == 0 then nx = wait(L, P, Pm, rem, prev, cur, 1) end
-    return remaining, reset, nx
+    local reset = cur > 0 and rem + P or prev > 0 and rem or 0
+    return remaining, reset, remaining == 0 and wait(L, P, Pm, rem, prev, cur, 1) or 0
   end
 
   local function window(s, now, L, P, _, c, force, stamp)
@@ -333,8 +323,7 @@ if uses['2'] then
     local Pm = fdiv(P, 1000)
     local w = fdiv(fdiv(rem, 1000) * 1000000, Pm)
     if c > 0 and not force and prev * w + (cur + c) * 1000000 > L * 1000000 then
-      local retry = -1
-      if c <= L then retry = wait(L, P, Pm, rem, prev, cur, c) end
+      local retry = c <= L and wait(L, P, Pm, rem, prev, cur, c) or -1
       local remaining, reset, nx = after(L, P, Pm, rem, w, prev, cur)
       return 0, remaining, reset, retry, nx, 0
     end
@@ -428,10 +417,8 @@ if uses['1'] then
     if head >= s.fin then k = 0 end
     local newest = s.newest
     if c > 0 and not force and k + c > L then
-      local retry, reset, nx = -1, 0, 0
-      if c <= L then retry = logUnit(s, head, k + c - L - 1, now) + P - now end
-      if k > 0 then reset = newest + P - now end
-      if k >= L then nx = logUnit(s, head, k - L, now) + P - now end
+      local retry = c <= L and logUnit(s, head, k + c - L - 1, now) + P - now or -1
+      local reset, nx = k > 0 and newest + P - now or 0, k >= L and logUnit(s, head, k - L, now) + P - now or 0
       return 0, max(0, L - k), reset, retry, nx, 0
     end
     if c ~= 0 then s.head, s.k = head, k end
@@ -460,10 +447,7 @@ if uses['1'] then
       end
       while s.fin > s.head do -- records left empty at the end go
         local t, n = logRec(s, s.fin - LR, true)
-        if n > 0 then
-          s.newest = t
-          break
-        end
+        if n > 0 then s.newest = t break end
         s.fin = s.fin - LR
       end
       if s.fin <= s.head then s.k = 0 end
@@ -473,9 +457,7 @@ if uses['1'] then
       s.dirty, s.exp = true, newest + P
       if k <= 0 then s.exp = now end
     end
-    local reset, nx = 0, 0
-    if k > 0 then reset = newest + P - now end
-    if k >= L then nx = logUnit(s, head, k - L, now) + P - now end
+    local reset, nx = k > 0 and newest + P - now or 0, k >= L and logUnit(s, head, k - L, now) + P - now or 0
     if c ~= 0 and k <= 0 then logEmpty(s) end
     return 1, max(0, L - k), reset, 0, nx, placed
   end
@@ -640,9 +622,7 @@ if uses['5'] then
   -- leaseWait is the time until x more units fit, walking leases by expiry.
   local function leaseWait(s, now, L, count, x)
     local extra = {}
-    for _, p in pairs(s.pend) do
-      if p then extra[#extra + 1] = p end
-    end
+    for _, p in pairs(s.pend) do if p then extra[#extra + 1] = p end end
     table.sort(extra, function(p, q) return p[2] < q[2] end)
     local xi, from = 1, 0
     while true do
@@ -673,9 +653,7 @@ if uses['5'] then
   -- leaseLast is the largest expiry of a live lease.
   local function leaseLast(s)
     local top, from = 0, 0
-    for _, p in pairs(s.pend) do
-      if p then top = max(top, p[2]) end
-    end
+    for _, p in pairs(s.pend) do if p then top = max(top, p[2]) end end
     while true do
       local got = redis.call('ZREVRANGE', s.key, from, from + 15, 'WITHSCORES')
       for j = 1, #got, 2 do
@@ -707,10 +685,9 @@ if uses['5'] then
     if c > 0 and e then
       s.pend[id] = { n, now + P, not p or p[3] } -- a renewal: stored units stay as stored
     elseif c > 0 and not force and count + c > L then
-      local retry, reset, nx = -1, 0, 0
-      if c <= L then retry = leaseWait(s, now, L, count, c) end
-      if count > 0 then reset = leaseLast(s) - now end
-      if count >= L then nx = c == 1 and retry or leaseWait(s, now, L, count, 1) end
+      local retry = c <= L and leaseWait(s, now, L, count, c) or -1
+      local reset = count > 0 and leaseLast(s) - now or 0
+      local nx = count >= L and (c == 1 and retry or leaseWait(s, now, L, count, 1)) or 0
       return 0, max(0, L - count), reset, retry, nx, 0
     elseif c > 0 then
       leaseTouch(s, id)
@@ -723,9 +700,7 @@ if uses['5'] then
       end
     end
     s.count = count
-    local reset, nx = 0, 0
-    if count > 0 then reset = leaseLast(s) - now end
-    if count >= L then nx = leaseWait(s, now, L, count, 1) end
+    local reset, nx = count > 0 and leaseLast(s) - now or 0, count >= L and leaseWait(s, now, L, count, 1) or 0
     if c ~= 0 then s.dirty, s.exp = true, now + reset end
     return 1, max(0, L - count), reset, 0, nx, placed
   end
