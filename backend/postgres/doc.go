@@ -1,0 +1,2 @@
+// Package postgres is a ceiling backend on PostgreSQL.
+package postgres
