@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -38,6 +39,8 @@ type Store struct {
 	pool   *pgxpool.Pool
 	prefix string
 	clock  func() time.Time // nil: the server's clock_timestamp()
+
+	retries atomic.Int64 // calls sent again after the server aborted them
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -188,9 +191,10 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		err = s.pool.QueryRow(ctx, callSQL, s.now(), keys, algs, lims, pers, bursts, costs, flags, leases, stamps).Scan(&out)
-		if !aborted(err) {
+		if attempt > 0 || !aborted(err) {
 			break
 		}
+		s.retries.Add(1)
 	}
 	if err != nil {
 		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
