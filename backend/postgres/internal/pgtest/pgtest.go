@@ -360,9 +360,14 @@ func (s *Server) Kill() {
 	<-done
 }
 
-// Restart kills the server and starts it again on the same port and data.
+// Restart stops the server (a fast shutdown: sessions are cut, nothing
+// committed is lost) and starts it again on the same port and data.
 func (s *Server) Restart() error {
-	s.Kill()
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	<-done
 	return s.run()
 }
 
