@@ -216,6 +216,85 @@ func start(tb testing.TB, o Options) (*Server, error) {
 	return s, nil
 }
 
+// Standby starts a hot standby of primary for tb (pg_basebackup -R),
+// stopped when tb ends: it answers reads and refuses writes, and
+// pg_is_in_recovery() is true on it.
+func Standby(tb testing.TB, primary *Server) *Server {
+	tb.Helper()
+	s, err := standby(primary)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+func standby(primary *Server) (*Server, error) {
+	dir, err := os.MkdirTemp("", "ceiling-pg-")
+	if err != nil {
+		return nil, err
+	}
+	if c := primary.cred; c != nil {
+		if err := os.Chown(dir, int(c.Uid), int(c.Gid)); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	s := &Server{dir: dir, bin: primary.bin, cred: primary.cred}
+	bin, err := basebackup(primary.bin)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	backup := exec.Command(bin, "-D", s.data(), "-R",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", User, "--no-sync")
+	backup.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
+	backup.Env = append(os.Environ(), "PGPASSWORD="+Password)
+	if out, err := backup.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgtest: pg_basebackup: %v\n%s", err, out)
+	}
+	s.args = append([]string{}, primary.args...)
+	for i, a := range s.args {
+		switch {
+		case a == primary.data():
+			s.args[i] = s.data()
+		case a == primary.dir:
+			s.args[i] = dir
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		s.Port, err = freePort()
+		if err == nil {
+			err = s.run()
+		}
+		if err == nil || attempt == 4 {
+			break
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// basebackup finds pg_basebackup beside postgres (a symbolic link on PATH
+// leads to the installation's directory) or on PATH.
+func basebackup(postgres string) (string, error) {
+	if real, err := filepath.EvalSymlinks(postgres); err == nil {
+		if p := filepath.Join(filepath.Dir(real), "pg_basebackup"); fileExists(p) {
+			return p, nil
+		}
+	}
+	return exec.LookPath("pg_basebackup")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
 // credential is whom initdb and postgres run as: nil (the test's user)
 // unless that is root, which both refuse.
 func credential() (*syscall.Credential, error) {
@@ -253,7 +332,7 @@ func (s *Server) run() error {
 	deadline := time.Now().Add(startTimeout)
 	for time.Now().Before(deadline) {
 		cmd := exec.Command(s.bin, append(s.args, "-p", strconv.Itoa(s.Port))...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGKILL}
 		logf, err := os.Create(filepath.Join(s.dir, "log"))
 		if err != nil {
 			return err
@@ -346,9 +425,45 @@ func (s *Server) PID() int {
 	return s.cmd.Process.Pid
 }
 
-// Signal sends sig to the postmaster and its backends (its process group).
+// Signal sends sig to the postmaster and its children (each backend is a
+// session leader of its own, so no process group holds them all). For
+// SIGKILL the postmaster is stopped first, so that it cannot start
+// recovery or fork while its children die.
 func (s *Server) Signal(sig syscall.Signal) error {
-	return syscall.Kill(-s.PID(), sig)
+	pid := s.PID()
+	if sig == syscall.SIGKILL {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	if sig == syscall.SIGCONT {
+		_ = syscall.Kill(pid, sig)
+	}
+	for _, c := range children(pid) {
+		_ = syscall.Kill(c, sig)
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Kill kills the server at once, backends included, and waits for it.
@@ -377,12 +492,12 @@ func (s *Server) Close() {
 	cmd, done := s.cmd, s.done
 	s.mu.Unlock()
 	if cmd != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT)
+		_ = s.Signal(syscall.SIGCONT)
 		_ = cmd.Process.Signal(syscall.SIGQUIT)
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = s.Signal(syscall.SIGKILL)
 			<-done
 		}
 	}
