@@ -31,7 +31,8 @@ DECLARE
   d_exp bigint[] := '{}';
   ki int[];
   rec record;
-  r record;
+  ra record; -- an anchor's answer
+  r record; -- a step's answer
   j int;
   i int;
   a int;
@@ -64,19 +65,31 @@ BEGIN
   res := array_fill(0::bigint, ARRAY[2 + 6 * n]);
   res[1] := now;
   IF n = 0 THEN RETURN res; END IF;
-  FOR rec IN
-    INSERT INTO ceiling_state AS t (key, alg, st, expires)
-    SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
+  IF n = 1 THEN -- one key: the same lock, without sorting
+    INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (keys[1], -1, '{}', 0)
     ON CONFLICT (key) DO UPDATE SET alg = t.alg
-    RETURNING t.key, t.alg, t.st, t.expires
-  LOOP
-    dk := dk || rec.key;
-    d_alg := d_alg || CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END;
-    d_off := d_off || (cardinality(d_st) + 1);
-    d_len := d_len || cardinality(rec.st);
-    d_st := d_st || rec.st;
-    d_exp := d_exp || rec.expires;
-  END LOOP;
+    RETURNING t.key, t.alg, t.st, t.expires INTO rec;
+    dk := ARRAY[rec.key];
+    d_alg := ARRAY[CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END];
+    d_off := ARRAY[1];
+    d_len := ARRAY[cardinality(rec.st)];
+    d_st := rec.st;
+    d_exp := ARRAY[rec.expires];
+  ELSE
+    FOR rec IN
+      INSERT INTO ceiling_state AS t (key, alg, st, expires)
+      SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
+      ON CONFLICT (key) DO UPDATE SET alg = t.alg
+      RETURNING t.key, t.alg, t.st, t.expires
+    LOOP
+      dk := dk || rec.key;
+      d_alg := d_alg || CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END;
+      d_off := d_off || (cardinality(d_st) + 1);
+      d_len := d_len || cardinality(rec.st);
+      d_st := d_st || rec.st;
+      d_exp := d_exp || rec.expires;
+    END LOOP;
+  END IF;
   ki := array_fill(0, ARRAY[n]);
   FOR i IN 1 .. n LOOP
     ki[i] := array_position(dk, keys[i]);
@@ -89,10 +102,13 @@ BEGIN
     anchored := false;
     FOR i IN 1 .. n LOOP
       CONTINUE WHEN ki[i] <> j OR a IS DISTINCT FROM algs[i];
-      r := ceiling_anchor(a, s, now, pers[i]);
-      IF r.changed THEN
+      -- most states store no time past now: skip the call for them
+      CONTINUE WHEN CASE a WHEN 4 THEN s[2] <= now WHEN 3 THEN s[1] <= now WHEN 2 THEN s[1] <= now
+        WHEN 1 THEN s[cardinality(s) - 1] <= now WHEN 0 THEN s[2] <= now / s[1] ELSE false END;
+      ra := ceiling_anchor(a, s, now, pers[i]);
+      IF ra.changed THEN
         anchored := true;
-        IF r.exp <= now THEN a := NULL; s := NULL; ELSE s := r.st; e := r.exp; END IF;
+        IF ra.exp <= now THEN a := NULL; s := NULL; ELSE s := ra.st; e := ra.exp; END IF;
       END IF;
     END LOOP;
     anc_alg := anc_alg || a;
@@ -105,8 +121,15 @@ BEGIN
     changed := anchored;
     FOR i IN 1 .. n LOOP
       CONTINUE WHEN ki[i] <> j;
-      r := ceiling_step(CASE WHEN a = algs[i] THEN s END, algs[i], now, lims[i], pers[i], bursts[i], costs[i],
-        flags[i] & 1 = 1, leases[i], stamps[i]);
+      force := flags[i] & 1 = 1;
+      CASE algs[i]
+      WHEN 0 THEN r := ceiling_rolling(CASE WHEN a = 0 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 1 THEN r := ceiling_log(CASE WHEN a = 1 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 2 THEN r := ceiling_sliding(CASE WHEN a = 2 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 3 THEN r := ceiling_fixed(CASE WHEN a = 3 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 4 THEN r := ceiling_gcra(CASE WHEN a = 4 THEN s END, now, lims[i], pers[i], bursts[i], costs[i], force, stamps[i]);
+      WHEN 5 THEN r := ceiling_leases(CASE WHEN a = 5 THEN s END, now, lims[i], pers[i], costs[i], force, leases[i]);
+      END CASE;
       res[3 + 6 * (i - 1) : 8 + 6 * (i - 1)] := ARRAY[r.ok::int, r.remaining, r.reset, r.retry, r.nxt, r.placed];
       IF NOT r.ok AND flags[i] & 2 = 0 THEN rejected := true; END IF;
       IF r.ok AND costs[i] <> 0 THEN
@@ -159,8 +182,12 @@ BEGIN
       w_exp := w_exp || fin_exp[j];
     END IF;
   END LOOP;
-  IF cardinality(del) > 0 OR cardinality(w_key) > 0 THEN
-    WITH gone AS (DELETE FROM ceiling_state WHERE key = ANY (del))
+  IF cardinality(del) > 0 THEN
+    DELETE FROM ceiling_state WHERE key = ANY (del);
+  END IF;
+  IF cardinality(w_key) = 1 THEN
+    UPDATE ceiling_state SET alg = w_alg[1], st = w_st, expires = w_exp[1] WHERE key = w_key[1];
+  ELSIF cardinality(w_key) > 1 THEN
     UPDATE ceiling_state t SET alg = u.alg, st = w_st[u.off : u.off + u.len - 1], expires = u.exp
     FROM unnest(w_key, w_alg, w_off, w_len, w_exp) AS u(key, alg, off, len, exp)
     WHERE t.key = u.key;
