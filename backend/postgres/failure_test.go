@@ -12,7 +12,7 @@ import (
 
 	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/backend"
-	"github.com/ceiling-go/ceiling/backend/postgres/internal/pgtest"
+	"github.com/ceiling-go/ceiling/backend/postgres/pgtest"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

@@ -1,4 +1,5 @@
-// Package pgtest starts private PostgreSQL servers for tests: initdb into a
+// Package pgtest starts private PostgreSQL servers for tests (this module's
+// and the bench module's; it is test support, not part of the backend): initdb into a
 // temporary directory, then postgres on a free loopback port with its unix
 // socket in that directory, fsync off, and a password login for one
 // superuser. A server is a child of the test binary (the kernel kills it if
@@ -136,14 +137,19 @@ var shared struct {
 }
 
 // Shared returns the server this test binary shares, started on first use
-// and stopped by [Main]. Tests keep apart with [Server.Database].
-func Shared(tb testing.TB) *Server {
+// (with o, if given) and stopped by [Main] or [StopShared]. Tests keep
+// apart with [Server.Database].
+func Shared(tb testing.TB, o ...Options) *Server {
 	tb.Helper()
 	Require(tb)
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	if shared.s == nil && shared.err == nil {
-		shared.s, shared.err = start(tb, Options{})
+		var opts Options
+		if len(o) > 0 {
+			opts = o[0]
+		}
+		shared.s, shared.err = start(tb, opts)
 	}
 	if shared.err != nil {
 		tb.Fatal(shared.err)
@@ -156,12 +162,19 @@ func Shared(tb testing.TB) *Server {
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 func Main(m *testing.M) int {
 	code := m.Run()
+	StopShared()
+	return code
+}
+
+// StopShared stops the shared server, if one was started: for a TestMain
+// that already runs its tests through another package's Main.
+func StopShared() {
 	shared.mu.Lock()
+	defer shared.mu.Unlock()
 	if shared.s != nil {
 		shared.s.Close()
+		shared.s = nil
 	}
-	shared.mu.Unlock()
-	return code
 }
 
 func start(tb testing.TB, o Options) (*Server, error) {
