@@ -85,16 +85,7 @@ func BenchmarkMiddlewareBreakerOpen(b *testing.B) {
 	b.Run("healthy-remote=instant", func(b *testing.B) {
 		benchHandler(b, MustNew(benchRules, WithBackend(admitAll{remote: true}), quiet).Handler(okHandler))
 	})
-	b.Run("healthy-remote=instant-deadline-bound", func(b *testing.B) {
-		benchHandler(b, MustNew(benchRules, WithBackend(boundAdmitAll{admitAll{remote: true}}), quiet).Handler(okHandler))
-	})
 }
-
-// boundAdmitAll is admitAll declaring backend.DeadlineBound: the limiter
-// calls it inline, with no guard goroutine.
-type boundAdmitAll struct{ admitAll }
-
-func (boundAdmitAll) DeadlineBound() bool { return true }
 
 func openLimiterB(b *testing.B, mode FailMode) *Limiter {
 	l := MustNew(benchRules, WithBackend(&flaky{err: errDown}), WithFailMode(mode), withLocalStore(admitAll{}),

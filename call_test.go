@@ -183,10 +183,10 @@ func TestClientCancellationIsNotABackendFailure(t *testing.T) {
 	}
 }
 
-// A reply that arrives after the limiter's deadline but before the guard
-// gives up is the backend's decision, and is used: the request is not
-// decided twice (once by Redis, once by the fail mode).
-func TestLateReplyBeforeTheGuardGivesUpIsUsed(t *testing.T) {
+// A reply that arrives after the limiter's deadline is the backend's
+// decision, and is used: the request is not decided twice (once by Redis,
+// once by the fail mode).
+func TestLateReplyIsUsed(t *testing.T) {
 	slow := &slowIgnoring{delay: 60 * time.Millisecond}
 	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
 		WithBackend(slow), WithFailMode(FailClosed), WithTimeout(50*time.Millisecond),
@@ -216,45 +216,42 @@ func (s *slowIgnoring) Decide(ctx context.Context, reqs []backend.Request) ([]ba
 	return out, s.DecideInto(ctx, reqs, out)
 }
 
-// deadlineBound is ctxBackend declaring backend.DeadlineBound, recording
-// whether each call ran on the caller's goroutine (Limiter.Decide on its
-// stack) or on another.
-type deadlineBound struct {
+// onCaller is ctxBackend recording whether each call ran on the caller's
+// goroutine (Limiter.Decide on its stack) or on another.
+type onCaller struct {
 	ctxBackend
-	inline, guarded atomic.Int64
+	inline, elsewhere atomic.Int64
 }
 
-func (*deadlineBound) DeadlineBound() bool { return true }
-
-func (d *deadlineBound) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+func (d *onCaller) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
 	pcs := make([]uintptr, 64)
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(1, pcs)])
-	onCaller := false
+	found := false
 	for {
 		f, more := frames.Next()
-		onCaller = onCaller || strings.HasSuffix(f.Function, "(*Limiter).Decide")
+		found = found || strings.HasSuffix(f.Function, "(*Limiter).Decide")
 		if !more {
 			break
 		}
 	}
-	if onCaller {
+	if found {
 		d.inline.Add(1)
 	} else {
-		d.guarded.Add(1)
+		d.elsewhere.Add(1)
 	}
 	return d.ctxBackend.DecideInto(ctx, reqs, out)
 }
 
-func (d *deadlineBound) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+func (d *onCaller) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	out := make([]backend.Result, len(reqs))
 	return out, d.DecideInto(ctx, reqs, out)
 }
 
-// A DeadlineBound backend is called inline, on the caller's goroutine: no
-// guard goroutine per decision. Its own deadline error is a timeout, which
-// the fail mode answers. Any other backend runs on a guard goroutine.
-func TestDeadlineBoundBackendIsCalledInline(t *testing.T) {
-	be := &deadlineBound{ctxBackend: ctxBackend{admitAll: admitAll{remote: true}}}
+// A backend is called inline, on the caller's goroutine: no goroutine per
+// decision. Its own deadline error is a timeout, which the fail mode
+// answers.
+func TestBackendIsCalledInline(t *testing.T) {
+	be := &onCaller{ctxBackend: ctxBackend{admitAll: admitAll{remote: true}}}
 	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
 		WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
@@ -263,34 +260,15 @@ func TestDeadlineBoundBackendIsCalledInline(t *testing.T) {
 			t.Fatalf("%+v %v", d, err)
 		}
 	}
-	if got, want := be.inline.Load(), int64(5); got != want || be.guarded.Load() != 0 {
-		t.Errorf("calls inline %d, on a guard goroutine %d; want %d inline", got, be.guarded.Load(), want)
+	if got, want := be.inline.Load(), int64(5); got != want || be.elsewhere.Load() != 0 {
+		t.Errorf("calls inline %d, on another goroutine %d; want %d inline", got, be.elsewhere.Load(), want)
 	}
 	be.delay = time.Second // now it runs out of its deadline
 	d, err := l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
 	if err != nil || d.Results[0].Fallback != FailLocal {
-		t.Errorf("a DeadlineBound backend past its deadline: %+v, %v; want a local fallback", d, err)
-	}
-
-	guarded := &deadlineBound{ctxBackend: ctxBackend{admitAll: admitAll{remote: true}}}
-	lg := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(notDeadlineBound{guarded}))
-	defer lg.Close()
-	if _, err := lg.Decide(context.Background(), Input{Rule: "ip", Key: "k"}); err != nil {
-		t.Fatal(err)
-	}
-	if guarded.guarded.Load() != 1 {
-		t.Errorf("a backend that is not DeadlineBound was called inline")
+		t.Errorf("a backend past its deadline: %+v, %v; want a local fallback", d, err)
 	}
 }
-
-// notDeadlineBound hides a backend's DeadlineBound method.
-type notDeadlineBound struct{ b *deadlineBound }
-
-func (n notDeadlineBound) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
-	return n.b.Decide(ctx, reqs)
-}
-
-func (n notDeadlineBound) Reset(ctx context.Context, keys ...string) error { return nil }
 
 // While the breaker is open, Peek, Reset, Charge and settlements fail at
 // once with ErrDegraded instead of waiting for a dead backend; otherwise
@@ -311,7 +289,7 @@ func TestOperatorCallsGoThroughTheBreaker(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	be.mu.Lock()
-	be.block = release // hangs, ignoring its context
+	be.block = release // hangs until its deadline
 	be.mu.Unlock()
 	start := time.Now()
 	_, err := l.Peek(ctx, "ip", "a")

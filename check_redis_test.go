@@ -70,8 +70,8 @@ func TestCheckNamesRedisMisconfiguration(t *testing.T) {
 			if took > 5*time.Second {
 				t.Errorf("Check took %v, want a few seconds at most", took)
 			}
-			if h := l.Health(); h.Status != "degraded" || h.Reason != FailureKind(tc.kind) {
-				t.Errorf("health after the check: %+v, want degraded, reason %q", h, FailureKind(tc.kind))
+			if h := l.Health(); h.Status != "degraded" || h.Reason != KindOf(tc.kind) {
+				t.Errorf("health after the check: %+v, want degraded, reason %q", h, KindOf(tc.kind))
 			}
 		})
 	}

@@ -231,7 +231,7 @@ func (l *Limiter) retake(ctx context.Context, hs []*held) error {
 	if len(acquire) == 0 {
 		return nil
 	}
-	if _, err := l.bounded(ctx, op{reqs: acquire, out: make([]backend.Result, len(acquire))}); err != nil {
+	if err := l.bounded(ctx, op{reqs: acquire, out: make([]backend.Result, len(acquire))}); err != nil {
 		return fmt.Errorf("ceiling: recovery: taking %d concurrency slots again on the backend: %w", len(acquire), err)
 	}
 	for _, h := range holding {
@@ -346,7 +346,7 @@ func (h *held) renew() {
 	h.mu.Unlock()
 	local := h.local // h.op guards it
 	l := h.l
-	if slices.Contains(local, true) && l.remote && l.fo.breaker.closed() {
+	if slices.Contains(local, true) && l.remote && l.fo.breaker.Closed() {
 		var moving []backend.Request
 		for i, q := range h.reqs {
 			if local[i] {

@@ -10,14 +10,23 @@ import (
 
 type configRecorder struct {
 	NopObserver
-	got []LimiterConfig
+	got []observedConfig
 }
 
-func (c *configRecorder) ObserveConfig(lc LimiterConfig) { c.got = append(c.got, lc) }
+// observedConfig is what one ObserveConfig call was told.
+type observedConfig struct {
+	Rules     []string
+	Timeout   time.Duration
+	Evictions func() uint64
+}
 
-// A ConfigObserver learns the rules and the timeout a remote backend's
+func (c *configRecorder) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
+	c.got = append(c.got, observedConfig{rules, timeout, evictions})
+}
+
+// An observer learns the rules and the timeout a remote backend's
 // calls are bounded by, once; an in-process backend has no timeout.
-func TestConfigObserverIsToldTheRulesAndTheTimeout(t *testing.T) {
+func TestObserverIsToldTheRulesAndTheTimeout(t *testing.T) {
 	rules := []Rule{
 		{Name: "chat:minute", Key: RemoteAddr, Limit: 3, Period: time.Minute},
 		{Name: "chat:day", Key: RemoteAddr, Limit: 100, Period: 24 * time.Hour},
@@ -65,7 +74,7 @@ func (c cacheCounter) ObserveCached() { c.mu.Lock(); c.cached++; c.mu.Unlock() }
 
 // An answer from the deny cache is not a backend call: its latency would
 // hide a slow backend's quantiles. It is counted apart, for an observer
-// that asks.
+// that counts it.
 func TestCachedAnswersAreNotBackendCalls(t *testing.T) {
 	rules := []Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}}
 	for _, asks := range []bool{true, false} {
@@ -91,10 +100,10 @@ func TestCachedAnswersAreNotBackendCalls(t *testing.T) {
 		calls, cached := counts.calls, counts.cached
 		counts.mu.Unlock()
 		if calls != 3 {
-			t.Errorf("CacheObserver %v: backend calls observed = %d, want 3", asks, calls)
+			t.Errorf("observer counting cached answers %v: backend calls observed = %d, want 3", asks, calls)
 		}
 		if want := map[bool]int{true: 2, false: 0}[asks]; cached != want {
-			t.Errorf("CacheObserver %v: cached answers observed = %d, want %d", asks, cached, want)
+			t.Errorf("observer counting cached answers %v: cached answers observed = %d, want %d", asks, cached, want)
 		}
 	}
 }

@@ -39,5 +39,5 @@
 // each rule's fail mode does: [FailLocal], the default, enforces each rule
 // on the instance's own memory at its share of the limit; [FailOpen] admits;
 // [FailClosed] answers 503. Either way the degradation is logged once,
-// counted, passed to [OnDegraded] and shown by [Limiter.HealthHandler].
+// counted, passed to the [Observer] and shown by [Limiter.HealthHandler].
 package ceiling

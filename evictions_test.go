@@ -13,7 +13,7 @@ import (
 
 // TestEvictionsAreReported: when the memory store evicts keys holding spent
 // units (a flood of fresh keys past its bound), the health report counts
-// them and warns, and a ConfigObserver can read the count.
+// them and warns, and an observer can read the count.
 func TestEvictionsAreReported(t *testing.T) {
 	store := memory.New(memory.WithMaxKeys(64), memory.WithSweepInterval(0), memory.WithLogger(slog.New(&logRecorder{})))
 	defer store.Close()

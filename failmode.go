@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // FailMode says what the middleware does for a rule when the backend cannot
@@ -46,7 +47,7 @@ const (
 	// messages, payments).
 	FailClosed
 	// FailLocal decides on an in-process memory store with the same rules,
-	// each limited to its share of the limit ([WithLocalShare]): the limit
+	// each limited to its share of the limit (1/n with [WithInstances](n)): the limit
 	// stays enforced per instance, so the risk while the backend is down is
 	// bounded (at most instances × share × limit) instead of unlimited, and
 	// the service stays up. It is the default.
@@ -76,8 +77,8 @@ func (l *Limiter) modeOf(r *Rule) FailMode {
 
 // failover holds what the limiter needs when the backend fails: the circuit
 // breaker, the in-process store of FailLocal, and the event reporting.
-type failover struct {
-	breaker *breaker // nil for in-process backends
+type failState struct {
+	breaker *failover.Breaker // nil for in-process backends
 	// cached answers from the backend's cache in process (the Redis deny
 	// cache) when the backend cannot decide; nil if it keeps none.
 	cached backend.CachedDecider
@@ -100,13 +101,12 @@ type failover struct {
 	once      sync.Once
 
 	emptyKeyLogged []atomic.Bool // per rule: an empty key value was logged
-	overloadLog    sampler       // calls this process was too busy to hear
-	lag            lagMeter      // tells a starved process from a slow backend
+	overloadLog    sampler       // calls this process was too busy to send
 
 	// FailLocal across the outage's edges (local.go).
-	seen          seenStates   // what the backend last said of each key
-	journal       journal      // keys the local store admitted while degraded
-	handoverUntil atomic.Int64 // Unix ns: FailLocal rules are decided locally too until then
+	seen          failover.Seen    // what the backend last said of each key
+	journal       failover.Journal // keys the local store admitted while degraded
+	handoverUntil atomic.Int64     // Unix ns: FailLocal rules are decided locally too until then
 
 	// The prober (probe.go).
 	canary  backend.Request
@@ -117,6 +117,7 @@ type failover struct {
 	probeWG sync.WaitGroup
 
 	unenforcedAtDegrade counter
+	shed                counter // requests refused because this process could not send their call
 
 	resend resends   // writes to send again after their call failed (resend.go)
 	slots  heldSlots // decisions holding concurrency slots (concurrency.go)
@@ -132,7 +133,7 @@ type ruleCounts struct {
 // initFailover prepares the breaker, the local store and the start-up
 // warnings; New calls it once the options are applied.
 func (l *Limiter) initFailover() error {
-	f := &failover{
+	f := &failState{
 		shadow:         make([]sampler, len(l.rules)),
 		limitLog:       make([]sampler, len(l.rules)),
 		counts:         make([]ruleCounts, len(l.rules)),
@@ -143,9 +144,7 @@ func (l *Limiter) initFailover() error {
 		f.closers = append(f.closers, c) // the default store New made
 	}
 	now := l.cfg.clock
-	if l.cfg.localShare == 0 {
-		l.cfg.localShare = 1 / float64(l.cfg.instances)
-	}
+	l.cfg.localShare = 1 / float64(l.cfg.instances)
 	f.errLog.every = time.Minute
 	f.overloadLog.every = time.Minute
 	f.stop = make(chan struct{})
@@ -160,8 +159,8 @@ func (l *Limiter) initFailover() error {
 	if l.remote {
 		f.cached, _ = l.backend.(backend.CachedDecider)
 		f.spread, _ = l.backend.(backend.Spread)
-		f.lag.tick(time.Now()) // the first baseline
-		f.breaker = newBreaker(l.cfg.breaker, now, l.emitDegraded, l.startProber)
+		c := l.cfg.breaker.withDefaults()
+		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, l.startProber, isTimeout)
 	}
 	usesLocal := l.cfg.failMode == FailLocal
 	for i := range l.rules {
@@ -176,7 +175,7 @@ func (l *Limiter) initFailover() error {
 	}
 	if usesLocal && l.remote {
 		f.usesLocal = true
-		f.seen.init()
+		f.seen.Init()
 		n := len(l.rules)
 		f.scratch.New = func() any {
 			return &localScratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n), wait: make([]time.Duration, 0, n)}
@@ -212,10 +211,11 @@ func (l *Limiter) Close() error {
 
 // UnavailableError is the error behind a 503 (and [Limiter.Decide]'s
 // refusal): the backend could not decide and a rule of the request fails
-// closed.
+// closed, or this process was too busy to ask it in time (Err wraps
+// [backend.ErrNotSent]: the request was shed, whatever the fail modes).
 type UnavailableError struct {
 	// Rule is the first enforced rule, in declaration order, that fails
-	// closed.
+	// closed (or, for a shed request, the first enforced rule).
 	Rule string
 	// Err is why the backend could not decide.
 	Err error
@@ -228,7 +228,7 @@ type UnavailableError struct {
 func (l *Limiter) unavailable(rule string, cause error) *UnavailableError {
 	retry := time.Second
 	if b := l.fo.breaker; b != nil {
-		retry = max(retry, b.retryIn())
+		retry = max(retry, b.RetryIn())
 	}
 	return &UnavailableError{Rule: rule, Err: cause, RetryAfter: retry}
 }
@@ -253,10 +253,15 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		// A key the backend refused until a time still to come: refused
 		// from its cache, whatever the fail modes, and no evidence either
 		// way about the backend.
-		if co, ok := l.cfg.observer.(CacheObserver); ok {
-			co.ObserveCached()
+		if o := l.cfg.observer; o != nil {
+			o.ObserveCached()
 		}
 		return st.results[:len(st.reqs)], nil
+	}
+	if notSent(cause) {
+		if err := l.shed(d, cause); err != nil {
+			return nil, err
+		}
 	}
 	local := 0
 	for i := range d.Results {
@@ -297,6 +302,26 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		}
 	}
 	return out, nil
+}
+
+// shed refuses a request whose backend call this process never got to
+// send ([backend.ErrNotSent]): it was too busy (every CPU, or every
+// connection, taken) to ask the backend within the timeout. That is not
+// the backend's failure, so no fail mode applies: admitting the request
+// unmetered (FailOpen) or on a share of the limit (FailLocal) would let a
+// flood that saturates the instance buy a weaker limit, exactly when it
+// matters most. The request gets 503 with Retry-After instead, which also
+// takes load off the saturated process; a request whose rules are all
+// shadow rules is not refused (shed returns nil), since shadow rules never
+// refuse.
+func (l *Limiter) shed(d *Decision, cause error) error {
+	for i := range d.Results {
+		if r := d.Results[i].Rule; !r.Shadow {
+			l.fo.shed.Add(1)
+			return &UnavailableError{Rule: r.Name, Err: cause, RetryAfter: time.Second}
+		}
+	}
+	return nil
 }
 
 // localRequest is req scaled to its share of the limit (the rule's, or the

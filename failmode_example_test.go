@@ -27,9 +27,17 @@ func (down) Decide(context.Context, []backend.Request) ([]backend.Result, error)
 
 func (down) Reset(context.Context, ...string) error { return nil }
 
+// pager tells someone of each degradation; a real one pages from a
+// goroutine, since an observer must not block.
+type pager struct{ ceiling.NopObserver }
+
+func (pager) ObserveDegraded(e ceiling.DegradedEvent) {
+	fmt.Println("degraded:", e.Degraded, "after", e.Failures, "failures:", e.Cause)
+}
+
 // While the shared backend is down, FailLocal keeps enforcing each rule on
 // the instance's own memory, at its share of the limit, and the degradation
-// is reported once to OnDegraded (and logged, and visible in Health).
+// is reported once to the observer (and logged, and visible in Health).
 func ExampleFailLocal() {
 	l := ceiling.MustNew([]ceiling.Rule{
 		{Name: "otp:ip", Key: ceiling.RemoteAddr, Limit: 6, Period: time.Minute},
@@ -38,9 +46,7 @@ func ExampleFailLocal() {
 		ceiling.WithFailMode(ceiling.FailLocal),
 		ceiling.WithInstances(3), // each instance keeps 1/3 of the limit locally
 		ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 2}),
-		ceiling.OnDegraded(func(e ceiling.DegradedEvent) {
-			fmt.Println("degraded:", e.Degraded, "after", e.Failures, "failures:", e.Cause)
-		}),
+		ceiling.WithObserver(pager{}),
 		ceiling.WithLogger(slog.New(slog.DiscardHandler)),
 	)
 	defer l.Close()

@@ -34,7 +34,7 @@ func TestClusterProbeWaitsForEveryMaster(t *testing.T) {
 	l := MustNew([]Rule{{Name: "shop", Limit: 1_000_000, Period: time.Minute}},
 		WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))), WithFailMode(FailOpen),
 		WithBreaker(BreakerConfig{Failures: 3, CoolDown: 100 * time.Millisecond, MaxCoolDown: 200 * time.Millisecond}),
-		WithLogger(slog.New(slog.DiscardHandler)), OnDegraded(func(DegradedEvent) { events.Add(1) }))
+		WithLogger(slog.New(slog.DiscardHandler)), onDegraded(func(DegradedEvent) { events.Add(1) }))
 	defer l.Close()
 	masterOf := func(key string) string {
 		t.Helper()

@@ -54,7 +54,7 @@ func TestRedisKilledWithDenyCachedTrafficOpensTheBreaker(t *testing.T) {
 	var events []DegradedEvent
 	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 3, Period: time.Minute}},
 		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-		OnDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+		onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	defer l.Close()
 	h := l.Handler(okHandler)
 	for range 4 {
@@ -69,7 +69,7 @@ func TestRedisKilledWithDenyCachedTrafficOpensTheBreaker(t *testing.T) {
 	killed := time.Now()
 	failures := 0
 	for l.Health().Status == "healthy" {
-		if failures > DefaultBreakerFailures {
+		if failures > defaultBreakerFailures {
 			t.Fatalf("still healthy after %d failed requests interleaved with deny-cached answers", failures)
 		}
 		if got := fromAddr(h, "198.51.100.1"); got != 429 {
@@ -79,8 +79,8 @@ func TestRedisKilledWithDenyCachedTrafficOpensTheBreaker(t *testing.T) {
 		failures++
 	}
 	t.Logf("degraded after %d failures, %v after the kill", failures, time.Since(killed))
-	if failures != DefaultBreakerFailures {
-		t.Errorf("degraded after %d failures, want %d", failures, DefaultBreakerFailures)
+	if failures != defaultBreakerFailures {
+		t.Errorf("degraded after %d failures, want %d", failures, defaultBreakerFailures)
 	}
 	for range 200 {
 		fromAddr(h, "198.51.100.1")
@@ -474,7 +474,7 @@ func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
 	}
 	l := MustNew([]Rule{{Name: "shop", Key: burn, Limit: 3, Period: time.Minute}},
 		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-		OnDegraded(func(DegradedEvent) { transitions.Add(1) }), WithObserver(errs))
+		onDegraded(func(DegradedEvent) { transitions.Add(1) }), WithObserver(errs))
 	defer l.Close()
 	h := l.Handler(okHandler)
 	shop := func(name string) int {

@@ -85,7 +85,7 @@ func TestRedisKilledUnderLoadFailOpen(t *testing.T) {
 	events := make(chan DegradedEvent, 4)
 	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 1_000_000, Period: time.Minute}},
 		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-		OnDegraded(func(e DegradedEvent) { events <- e }))
+		onDegraded(func(e DegradedEvent) { events <- e }))
 	defer l.Close()
 	if err := l.Check(t.Context()); err != nil {
 		t.Fatalf("start-up check on a live Redis: %v", err)
@@ -217,7 +217,7 @@ func TestRedisRestartRecovers(t *testing.T) {
 	l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 3, Period: time.Hour, Algorithm: SlidingLog}},
 		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen),
 		WithBreaker(BreakerConfig{Failures: 2}), WithLogger(slog.New(slog.DiscardHandler)),
-		OnDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+		onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	defer l.Close()
 	h := l.Handler(okHandler)
 	if got, want := codes(t, h, 1), []int{200}; !sameInts(got, want) {

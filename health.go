@@ -25,9 +25,10 @@ import (
 // in-process backend (the default memory store) and n > 1, every instance
 // enforces the full limit: the limiter logs a warning at start-up and its
 // health report carries it, since the effective limit is up to n times the
-// configured one. With a shared backend it sizes [FailLocal]'s default share
-// to 1/n of each limit, so that n instances deciding locally together admit
-// about one limit's worth.
+// configured one. With a shared backend it sizes [FailLocal]'s share to 1/n
+// of each limit (and burst), so that n instances deciding locally together
+// admit about one limit's worth; a rule's local limit is never below its
+// cost, so a request can still fit.
 func WithInstances(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -106,30 +107,15 @@ func (n *notes) all() []string {
 	return slices.Clone(n.list)
 }
 
-// WithLocalShare sets the fraction of each rule's limit (and burst) that
-// [FailLocal] enforces on the in-process store while the backend is down,
-// in (0, 1]. The default is 1/n with [WithInstances](n), else 1. A rule's
-// local limit is never below its cost, so a request can still fit.
-func WithLocalShare(share float64) Option {
-	return func(c *config) error {
-		if !(share > 0 && share <= 1) {
-			return fmt.Errorf("ceiling: WithLocalShare(%v): must be in (0, 1]", share)
-		}
-		c.localShare = share
-		return nil
-	}
-}
-
 // Health is the limiter's state as [Limiter.HealthHandler] reports it.
 type Health struct {
 	// Status is "healthy" (the backend decides) or "degraded" (the circuit
 	// breaker is open and the rules' fail modes decide).
 	Status string `json:"status"`
-	// Reason is, when degraded, the kind of the latest backend failure (see
-	// [FailureKind]): "unreachable", "timeout", "auth", "read-only", "out
-	// of memory" or "error". It never holds the error's text, which can
-	// name addresses, stored keys and scripts; the log has the whole error.
-	Reason string `json:"reason,omitempty"`
+	// Reason is, when degraded, the kind of the latest backend failure
+	// ([KindOf]). It never holds the error's text, which can name
+	// addresses, stored keys and scripts; the log has the whole error.
+	Reason FailureKind `json:"reason,omitempty"`
 	// Since is when the limiter became degraded.
 	Since time.Time `json:"since,omitzero"`
 	// NextProbeSeconds is, when degraded, how long until the background
@@ -158,6 +144,11 @@ type Health struct {
 	// units counted (a reservation at its estimate, a slot until its lease
 	// ends) that the caller did not use: an error towards the limit.
 	DroppedWrites int64 `json:"dropped_writes,omitempty"`
+	// Shed counts requests refused with 503 because this process was too
+	// busy to send their backend call within the timeout (see
+	// [backend.ErrNotSent]): an overloaded instance sheds load rather than
+	// admit unmetered, and the backend is not blamed for it.
+	Shed int64 `json:"shed,omitempty"`
 	// Rules reports what each rule admitted without the backend.
 	Rules []RuleHealth `json:"rules"`
 }
@@ -197,14 +188,15 @@ func (l *Limiter) Health() Health {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
 	}
 	h.DroppedWrites = l.fo.resend.dropped.Load()
+	h.Shed = l.fo.shed.Load()
 	if b := l.fo.breaker; b != nil {
 		h.Backend = "remote"
-		s := b.status()
-		h.DegradedTotal = s.opened
-		if s.degraded {
-			h.Status, h.Since, h.NextProbeSeconds = "degraded", s.since, s.retryIn.Seconds()
-			if s.cause != nil {
-				h.Reason = FailureKind(s.cause)
+		s := b.Status()
+		h.DegradedTotal = s.Opened
+		if s.Degraded {
+			h.Status, h.Since, h.NextProbeSeconds = "degraded", s.Since, s.RetryIn.Seconds()
+			if s.Cause != nil {
+				h.Reason = KindOf(s.Cause)
 			}
 		}
 	}
@@ -265,11 +257,11 @@ var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 // to 2s more to name its cause); ctx bounds the whole check.
 //
 // When the backend cannot decide, the error names the root cause and wraps
-// its kind (see [FailureKind]): wrong or missing credentials
+// its kind (see [KindOf]): wrong or missing credentials
 // ([backend.ErrAuth]), a read-only replica ([backend.ErrReadOnly]), a full
 // server ([backend.ErrOutOfMemory]), an unreachable ([backend.ErrUnreachable])
 // or slow ([ErrTimeout]) one. The limiter then becomes degraded at once
-// (logged, reported to [OnDegraded] and by [Limiter.Health]) and probes the
+// (logged, reported to the [Observer] and by [Limiter.Health]) and probes the
 // backend in the background like after any failure.
 //
 // What to do with the error is the service's call. A misconfiguration
@@ -323,40 +315,29 @@ func (l *Limiter) Check(ctx context.Context) error {
 	return nil
 }
 
-// lateCauseWait bounds how long Check waits, after a timeout, for the
-// abandoned call to say what went wrong: twenty timeouts, at most 2s.
+// lateCauseWait bounds how long Check asks again, after a timeout, for
+// the backend to say what went wrong: twenty timeouts, at most 2s.
 func (l *Limiter) lateCauseWait() time.Duration { return min(2*time.Second, 20*l.cfg.timeout) }
 
 // checkFailed makes the limiter degraded by err and returns Check's error.
 // A timeout may hide the root cause: go-redis retrying a refused dial or a
 // READONLY reply past the timeout, or a process too busy at start-up to
-// read a wrong password's reply in time. Check gives the backend a little
-// longer to say what went wrong: it waits for the abandoned call (a guarded
-// backend), or asks req again with that longer budget (a backend bound by
-// its deadline, whose call ended at the timeout), so the error names the
-// cause. The error stays a timeout when the longer call answers.
+// read a wrong password's reply in time. Check asks req again with a
+// longer timeout, so that the error names the cause; it stays a timeout
+// when the longer call answers.
 func (l *Limiter) checkFailed(ctx context.Context, err error, req backend.Request) error {
 	if !l.remote {
 		return fmt.Errorf("ceiling: check: the backend did not decide: %w", err)
 	}
 	l.trip(err)
 	cause := err
-	if FailureKind(err) == kindTimeout && l.inline {
+	if KindOf(err) == kindTimeout {
 		out := make([]backend.Result, 1)
-		if _, e := l.bounded(ctx, op{reqs: []backend.Request{req}, out: out, timeout: l.lateCauseWait()}); e != nil && FailureKind(e) != kindTimeout {
+		if e := l.bounded(ctx, op{reqs: []backend.Request{req}, out: out, timeout: l.lateCauseWait()}); e != nil && KindOf(e) != kindTimeout {
 			cause = fmt.Errorf("%w (%w)", e, err)
 		}
-	} else if FailureKind(err) == kindTimeout {
-		deadline := time.Now().Add(l.lateCauseWait())
-		for time.Now().Before(deadline) && ctx.Err() == nil {
-			if c := l.fo.breaker.status().cause; c != nil && FailureKind(c) != kindTimeout {
-				cause = fmt.Errorf("%w (%w)", c, err)
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
 	}
-	return fmt.Errorf("ceiling: check: the backend did not decide (%s): %w", FailureKind(cause), cause)
+	return fmt.Errorf("ceiling: check: the backend did not decide (%s): %w", KindOf(cause), cause)
 }
 
 // checkReset deletes the canaries, waiting at most about the timeout.
@@ -365,42 +346,52 @@ func (l *Limiter) checkReset(ctx context.Context, keys []string) {
 		_ = l.backend.Reset(ctx, keys...)
 		return
 	}
-	_, _ = l.bounded(ctx, op{reset: true, keys: keys})
+	_ = l.bounded(ctx, op{reset: true, keys: keys})
 }
 
 func (l *Limiter) checkDecide(ctx context.Context, req backend.Request) (backend.Result, error) {
 	reqs, out := []backend.Request{req}, make([]backend.Result, 1)
 	var err error
 	if l.remote {
-		_, err = l.bounded(ctx, op{reqs: reqs, out: out})
+		err = l.bounded(ctx, op{reqs: reqs, out: out})
 	} else {
 		err = l.decideInto(ctx, reqs, out)
 	}
 	return out[0], err
 }
 
-// Kinds of backend failure, as [FailureKind] names them.
+// FailureKind is the kind of a backend failure, for reports that must not
+// repeat the error's text (it can name addresses, stored keys, script
+// hashes): the health report's Reason, metric labels, logs. [KindOf] tells
+// it from an error, and [FailureKinds] lists every kind.
+type FailureKind string
+
+// The kinds of failure, as [KindOf] names them.
 const (
-	kindUnreachable = "unreachable"
-	kindTimeout     = "timeout"
-	kindAuth        = "auth"
-	kindReadOnly    = "read-only"
-	kindOutOfMemory = "out of memory"
-	kindError       = "error"
+	kindOverloaded  FailureKind = "overloaded"
+	kindUnreachable FailureKind = "unreachable"
+	kindTimeout     FailureKind = "timeout"
+	kindAuth        FailureKind = "auth"
+	kindReadOnly    FailureKind = "read-only"
+	kindOutOfMemory FailureKind = "out of memory"
+	kindError       FailureKind = "error"
 )
 
-// FailureKind names the kind of a backend failure for reports that must
-// not repeat the error's text (it can name addresses, stored keys, script
-// hashes): "unreachable", "timeout", "auth", "read-only", "out of memory",
-// or "error" for any other. Backends say the kind by wrapping
-// [backend.ErrUnreachable], [backend.ErrAuth], [backend.ErrReadOnly] or
-// [backend.ErrOutOfMemory]; a call that outlived the limiter's timeout is a
-// "timeout" ([ErrTimeout]), and a refused or reset connection is
-// "unreachable" even from a backend that does not wrap it.
-func FailureKind(err error) string {
+// KindOf names the kind of a backend failure: "overloaded" (a call this
+// process never got to send, [backend.ErrNotSent]: not the backend's
+// failure), "unreachable", "timeout", "auth", "read-only", "out of
+// memory", or "error" for any other; "" for nil. Backends say the kind by
+// wrapping [backend.ErrUnreachable], [backend.ErrAuth],
+// [backend.ErrReadOnly], [backend.ErrOutOfMemory] or [backend.ErrNotSent];
+// a call that outlived the limiter's timeout is a "timeout" ([ErrTimeout]),
+// and a refused or reset connection is "unreachable" even from a backend
+// that does not wrap it.
+func KindOf(err error) FailureKind {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, backend.ErrNotSent):
+		return kindOverloaded
 	case errors.Is(err, backend.ErrAuth):
 		return kindAuth
 	case errors.Is(err, backend.ErrReadOnly):
@@ -419,11 +410,15 @@ func FailureKind(err error) string {
 	return kindError
 }
 
-// FailureKinds returns every kind [FailureKind] names, in that order, for
-// code that must cover each (a metric's label values, an alert's matcher).
-func FailureKinds() []string {
-	return []string{kindUnreachable, kindTimeout, kindAuth, kindReadOnly, kindOutOfMemory, kindError}
+// FailureKinds returns every kind [KindOf] names, in that order, for code
+// that must cover each (a metric's label values, an alert's matcher).
+func FailureKinds() []FailureKind {
+	return []FailureKind{kindOverloaded, kindUnreachable, kindTimeout, kindAuth, kindReadOnly, kindOutOfMemory, kindError}
 }
+
+// isTimeout reports a failure of kind timeout: a cause that the error a
+// late call returns may name better (the breaker's LateCause).
+func isTimeout(err error) bool { return KindOf(err) == kindTimeout }
 
 // refused reports a connection that could not be made or was lost, from a
 // backend that does not say so itself.

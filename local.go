@@ -3,14 +3,13 @@ package ceiling
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"log/slog"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // FailLocal's store, and how its bound holds across the edges of an outage.
@@ -23,7 +22,7 @@ import (
 // the backend's full limit again. Two things close the gap:
 //
 //   - the start: every answer of the backend says how much of the key's
-//     limit is in use and until when (seenStates). When an outage begins,
+//     limit is in use and until when (failover.Seen). When an outage begins,
 //     the local store decides a key with the same fraction of its share
 //     already spent, so instances that saw a key at its limit admit nothing
 //     more locally until the backend said it would have room again, and n
@@ -50,7 +49,7 @@ import (
 
 // localMaxKeys bounds FailLocal's store, and its journal: they hold only an
 // outage's keys.
-const localMaxKeys = 1 << 18
+const localMaxKeys = failover.MaxJournal
 
 type localStore struct {
 	b    backend.Backend
@@ -113,14 +112,14 @@ func (l *Limiter) decideLocal(ctx context.Context, st *state, sc *localScratch, 
 	for j := range sc.reqs {
 		q := &sc.reqs[j]
 		sc.wait = append(sc.wait, 0)
-		s, ok := f.seen.lookup(q.Key, now.UnixNano())
+		s, ok := f.seen.Lookup(q.Key, now.UnixNano())
 		if !ok || q.Cost <= 0 {
 			continue
 		}
 		capacity := capacityOf(*q)
-		room := capacity - min(seedOf(s.used, l.cfg.localShare), capacity)
+		room := capacity - min(seedOf(s.Used, l.cfg.localShare), capacity)
 		if room < q.Cost {
-			sc.wait[j] = time.Duration(s.until - now.UnixNano())
+			sc.wait[j] = time.Duration(s.Until - now.UnixNano())
 			blocked = blocked || !q.Shadow
 			continue
 		}
@@ -148,7 +147,7 @@ func (l *Limiter) decideLocal(ctx context.Context, st *state, sc *localScratch, 
 		// A concurrency slot is not charged from the journal: the recovery
 		// moves it to the backend by its lease (retakeSlots).
 		if !blocked && lo[j].Allowed && sc.reqs[j].Cost > 0 && sc.reqs[j].Algorithm != Concurrency {
-			f.journal.add(st.reqs[i], localRequest(st.reqs[i], l.cfg.localShare))
+			f.journal.Add(st.reqs[i], localRequest(st.reqs[i], l.cfg.localShare))
 		}
 	}
 	return nil
@@ -180,7 +179,7 @@ func (l *Limiter) chargeLocal() error {
 // store admitted (chargeLocal).
 func (l *Limiter) chargeJournal() error {
 	f := l.fo
-	entries := f.journal.take()
+	entries := f.journal.Take()
 	if len(entries) == 0 {
 		return nil
 	}
@@ -188,22 +187,22 @@ func (l *Limiter) chargeJournal() error {
 	ls := l.localStore()
 	peeks := make([]backend.Request, len(entries))
 	for i := range entries {
-		peeks[i] = entries[i].local
+		peeks[i] = entries[i].Local
 	}
 	res := make([]backend.Result, len(peeks))
 	if err := ls.decide(ctx, peeks, res); err != nil {
-		f.journal.restore(entries)
+		f.journal.Restore(entries)
 		return fmt.Errorf("ceiling: recovery charge: reading the local store: %w", err)
 	}
 	var charges []backend.Request
 	var from []int // entry of each charge
 	var units int64
 	for i, e := range entries {
-		used := capacityOf(e.local) - res[i].Remaining
+		used := capacityOf(e.Local) - res[i].Remaining
 		if used <= 0 {
 			continue
 		}
-		q := e.global
+		q := e.Global
 		q.Cost, q.Force, q.Shadow = used, true, false
 		charges = append(charges, q)
 		from = append(from, i)
@@ -212,8 +211,8 @@ func (l *Limiter) chargeJournal() error {
 	for lo := 0; lo < len(charges); lo += chargeBatch {
 		hi := min(lo+chargeBatch, len(charges))
 		out := make([]backend.Result, hi-lo)
-		if _, err := l.bounded(ctx, op{reqs: charges[lo:hi], out: out}); err != nil {
-			f.journal.restore(entries[from[lo]:])
+		if err := l.bounded(ctx, op{reqs: charges[lo:hi], out: out}); err != nil {
+			f.journal.Restore(entries[from[lo]:])
 			return fmt.Errorf("ceiling: recovery charge of %d keys: %w", len(charges)-lo, err)
 		}
 	}
@@ -285,137 +284,10 @@ func (l *Limiter) handover(ctx context.Context, st *state) (bool, error) {
 }
 
 // handingOver reports whether the hand-over after a recovery lasts.
-func (f *failover) handingOver(now time.Time) bool {
+func (f *failState) handingOver(now time.Time) bool {
 	until := f.handoverUntil.Load()
 	return until != 0 && now.UnixNano() < until
 }
 
 // chargeBatch is how many keys one recovery charge call carries.
 const chargeBatch = 256
-
-// journal is the set of keys the local store admitted while degraded,
-// with their requests as the backend and the local store see them.
-type journal struct {
-	mu      sync.Mutex
-	entries map[string]journalEntry
-}
-
-type journalEntry struct {
-	global backend.Request // Cost 0
-	local  backend.Request // scaled to the share, Cost 0
-}
-
-func (j *journal) add(global, local backend.Request) {
-	global.Cost, local.Cost = 0, 0
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.entries == nil {
-		j.entries = make(map[string]journalEntry)
-	}
-	if _, ok := j.entries[global.Key]; !ok && len(j.entries) >= localMaxKeys {
-		return // the local store cannot hold more keys either
-	}
-	j.entries[global.Key] = journalEntry{global: global, local: local}
-}
-
-// take empties the journal and returns what it held.
-func (j *journal) take() []journalEntry {
-	j.mu.Lock()
-	m := j.entries
-	j.entries = nil
-	j.mu.Unlock()
-	out := make([]journalEntry, 0, len(m))
-	for _, e := range m {
-		out = append(out, e)
-	}
-	return out
-}
-
-// restore puts back entries a failed charge did not apply.
-func (j *journal) restore(entries []journalEntry) {
-	for _, e := range entries {
-		j.add(e.global, e.local)
-	}
-}
-
-// seenStates remembers, per stored key, how much of its capacity the
-// backend last said was in use and until when, for the start of an outage.
-// It is sharded so that concurrent decisions rarely share a lock, and
-// bounded: a full shard first drops what has expired, then refuses new keys.
-type seenStates struct {
-	seed   maphash.Seed
-	shards []seenShard
-}
-
-type seenShard struct {
-	mu sync.Mutex
-	m  map[string]seen
-	_  [40]byte // keep shards on separate cache lines
-}
-
-type seen struct {
-	used  int64 // units of the key's capacity in use
-	until int64 // Unix ns when the key is back to its full capacity
-}
-
-const (
-	seenShards   = 16
-	seenPerShard = 1 << 12
-)
-
-func (s *seenStates) init() {
-	s.seed = maphash.MakeSeed()
-	s.shards = make([]seenShard, seenShards)
-	for i := range s.shards {
-		s.shards[i].m = make(map[string]seen)
-	}
-}
-
-func (s *seenStates) shard(key string) *seenShard {
-	return &s.shards[maphash.String(s.seed, key)%seenShards]
-}
-
-// learn records what the backend answered for reqs.
-func (s *seenStates) learn(reqs []backend.Request, out []backend.Result, now time.Time) {
-	t := now.UnixNano()
-	for i := range reqs {
-		if out[i].Unread {
-			continue
-		}
-		used := capacityOf(reqs[i]) - out[i].Remaining
-		sh := s.shard(reqs[i].Key)
-		sh.mu.Lock()
-		if used <= 0 {
-			delete(sh.m, reqs[i].Key)
-		} else {
-			if _, ok := sh.m[reqs[i].Key]; !ok && len(sh.m) >= seenPerShard {
-				for k, v := range sh.m {
-					if v.until <= t {
-						delete(sh.m, k)
-					}
-				}
-			}
-			if _, ok := sh.m[reqs[i].Key]; ok || len(sh.m) < seenPerShard {
-				sh.m[reqs[i].Key] = seen{used: used, until: t + int64(out[i].ResetAfter)}
-			}
-		}
-		sh.mu.Unlock()
-	}
-}
-
-// lookup returns what the backend last said of key, if it still holds at
-// now (Unix ns).
-func (s *seenStates) lookup(key string, now int64) (seen, bool) {
-	if s.shards == nil {
-		return seen{}, false
-	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	v, ok := sh.m[key]
-	if ok && v.until <= now {
-		delete(sh.m, key)
-		return seen{}, false
-	}
-	return v, ok
-}

@@ -164,7 +164,6 @@ type Limiter struct {
 	backend    backend.Backend
 	into       backend.DecideInto
 	remote     bool // the backend does I/O: apply the timeout and fail modes
-	inline     bool // the backend bounds its own calls (backend.DeadlineBound)
 	cfg        config
 	digest     digester
 	policy     []string // precomputed RateLimit-Policy value
@@ -173,7 +172,7 @@ type Limiter struct {
 	states     sync.Pool
 	extras     bool       // prefetches or estimates: requests carry an extras
 	rawKeys    bool       // the backend keeps only its own hashes: skip the digest
-	fo         *failover  // fail modes, breaker, reporting (failmode.go)
+	fo         *failState // fail modes, breaker, reporting (failmode.go)
 	notes      notes      // warnings about the configuration (health.go)
 	routes     routeWatch // a Route key mounted before routing (route.go)
 }
@@ -225,9 +224,6 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	}
 	if ip, ok := l.backend.(backend.InProcess); !ok || !ip.InProcess() {
 		l.remote = true
-	}
-	if db, ok := l.backend.(backend.DeadlineBound); ok && db.DeadlineBound() {
-		l.inline = true
 	}
 	l.digest = l.newDigester()
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings

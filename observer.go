@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // Outcome is what one rule decided for one request. Every decided request
@@ -48,13 +49,20 @@ func (o Outcome) String() string {
 	return "unknown"
 }
 
-// An Observer is told what the limiter does, for metrics. Its methods are
-// called synchronously on the request path, from many goroutines at once:
-// they must be safe for simultaneous use and must not block. Package
-// metrics/prometheus implements it.
+// An Observer is told what the limiter does, for metrics and alerts. Its
+// methods are called synchronously, on the request path, from many
+// goroutines at once: they must be safe for simultaneous use and must not
+// block. Package metrics/prometheus implements it.
 //
-// Embed [NopObserver] to implement only some of the methods.
+// Embed [NopObserver] to implement only some of the methods; methods added
+// to Observer later come with a no-op there.
 type Observer interface {
+	// ObserveConfig is called once, by [New], with what the limiter is
+	// configured to enforce, so that the numbers can be read against it:
+	// the rules' names in declaration order, the backend timeout
+	// ([WithTimeout]; zero for an in-process backend, which is never timed
+	// out), and a function that reads [Health.EvictedKeys] at any time.
+	ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64)
 	// ObserveDecision is called for every rule that applied to a request
 	// and was decided, by the backend or by the in-process store of
 	// [FailLocal]. Rules admitted failing open are not decisions: they are
@@ -63,12 +71,18 @@ type Observer interface {
 	// ObserveBackend is called after every backend call with its latency
 	// and error (nil when it answered). Calls skipped by the open circuit
 	// breaker are not calls, and neither are answers from a cache in
-	// process (the Redis deny cache): a [CacheObserver] is told of those.
-	// Label a failure by [FailureKind](err) (one of [FailureKinds]), never
-	// by the error's text, which can name addresses and stored keys.
+	// process, which go to ObserveCached. Label a failure by
+	// [KindOf](err) (one of [FailureKinds]), never by the error's text,
+	// which can name addresses and stored keys.
 	ObserveBackend(latency time.Duration, err error)
+	// ObserveCached is called for each decision a backend answered from a
+	// cache in this process ([backend.Result.Cached], the Redis deny
+	// cache) without calling its server. Counted as calls, their
+	// near-zero latency would hide a slow backend's quantiles.
+	ObserveCached()
 	// ObserveDegraded is called once per transition between healthy and
-	// degraded.
+	// degraded, after it is logged, one call at a time and in order; it
+	// may read [Limiter.Health].
 	ObserveDegraded(e DegradedEvent)
 	// ObserveFailMode is called for every rule of an admitted request that
 	// the backend did not decide: mode is [FailOpen] (admitted without
@@ -77,62 +91,27 @@ type Observer interface {
 	ObserveFailMode(rule string, mode FailMode)
 }
 
-// A ConfigObserver is an [Observer] that is also told, once by [New], what
-// the limiter it observes is configured to enforce, so that its numbers can
-// be read against the configuration. Package metrics/prometheus exports the
-// backend timeout (an alert compares backend latency with it) and starts
-// every rule's fail-mode counters at zero, so that the first admission
-// without the backend is an increase that alerting sees rather than a new
-// series that increase() cannot.
-type ConfigObserver interface {
-	Observer
-	ObserveConfig(LimiterConfig)
-}
-
-// LimiterConfig is what a [ConfigObserver] is told about a limiter.
-type LimiterConfig struct {
-	// Rules are the names of the limiter's rules, in declaration order.
-	Rules []string
-	// Timeout bounds each backend call ([WithTimeout]); zero when the
-	// backend is in process, which is never timed out.
-	Timeout time.Duration
-	// Evictions reads, at any time, [Health.EvictedKeys]: the keys the
-	// limiter's in-process stores evicted while they held spent units.
-	Evictions func() uint64
-}
-
-// observeConfig tells a ConfigObserver about the limiter; New calls it.
+// observeConfig tells the observer about the limiter; New calls it.
 func (l *Limiter) observeConfig() {
-	co, ok := l.cfg.observer.(ConfigObserver)
-	if !ok {
+	o := l.cfg.observer
+	if o == nil {
 		return
 	}
-	c := LimiterConfig{Rules: make([]string, len(l.rules)), Evictions: l.evictions}
+	rules := make([]string, len(l.rules))
 	for i := range l.rules {
-		c.Rules[i] = l.rules[i].Name
+		rules[i] = l.rules[i].Name
 	}
+	var timeout time.Duration
 	if l.remote {
-		c.Timeout = l.cfg.timeout
+		timeout = l.cfg.timeout
 	}
-	co.ObserveConfig(c)
-}
-
-// A CacheObserver is an [Observer] that is also told of each decision a
-// backend answered from a cache in this process ([backend.Result.Cached],
-// the Redis deny cache) without calling its server. Such answers are not
-// backend calls: counted as calls, their near-zero latency would hide a
-// slow backend's quantiles and dilute its error rate.
-type CacheObserver interface {
-	Observer
-	ObserveCached()
+	o.ObserveConfig(rules, timeout, l.evictions)
 }
 
 // observeCall reports one backend call, or a cached answer, to obs.
 func observeCall(obs Observer, latency time.Duration, out []backend.Result, err error) {
 	if err == nil && len(out) > 0 && out[0].Cached {
-		if co, ok := obs.(CacheObserver); ok {
-			co.ObserveCached()
-		}
+		obs.ObserveCached()
 		return
 	}
 	obs.ObserveBackend(latency, err)
@@ -142,11 +121,17 @@ func observeCall(obs Observer, latency time.Duration, out []backend.Result, err 
 // only some events.
 type NopObserver struct{}
 
+// ObserveConfig does nothing.
+func (NopObserver) ObserveConfig([]string, time.Duration, func() uint64) {}
+
 // ObserveDecision does nothing.
 func (NopObserver) ObserveDecision(string, Outcome) {}
 
 // ObserveBackend does nothing.
 func (NopObserver) ObserveBackend(time.Duration, error) {}
+
+// ObserveCached does nothing.
+func (NopObserver) ObserveCached() {}
 
 // ObserveDegraded does nothing.
 func (NopObserver) ObserveDegraded(DegradedEvent) {}
@@ -154,15 +139,65 @@ func (NopObserver) ObserveDegraded(DegradedEvent) {}
 // ObserveFailMode does nothing.
 func (NopObserver) ObserveFailMode(string, FailMode) {}
 
-// WithObserver reports decisions, backend calls and degradation to o. By
-// default nothing is observed and nothing is spent on it.
+// WithObserver reports the limiter's configuration, decisions, backend
+// calls and degradation to o. Given more than once, every observer is told
+// everything, in the order given: a page on degradation beside the
+// Prometheus metrics. By default nothing is observed and nothing is spent
+// on it.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
 		if o == nil {
 			return errors.New("ceiling: WithObserver(nil)")
 		}
-		c.observer = o
+		switch prev := c.observer.(type) {
+		case nil:
+			c.observer = o
+		case observers:
+			c.observer = append(prev[:len(prev):len(prev)], o)
+		default:
+			c.observer = observers{prev, o}
+		}
 		return nil
+	}
+}
+
+// observers is the observer of a limiter given several: each is told
+// everything, in order.
+type observers []Observer
+
+func (os observers) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
+	for _, o := range os {
+		o.ObserveConfig(rules, timeout, evictions)
+	}
+}
+
+func (os observers) ObserveDecision(rule string, outcome Outcome) {
+	for _, o := range os {
+		o.ObserveDecision(rule, outcome)
+	}
+}
+
+func (os observers) ObserveBackend(latency time.Duration, err error) {
+	for _, o := range os {
+		o.ObserveBackend(latency, err)
+	}
+}
+
+func (os observers) ObserveCached() {
+	for _, o := range os {
+		o.ObserveCached()
+	}
+}
+
+func (os observers) ObserveDegraded(e DegradedEvent) {
+	for _, o := range os {
+		o.ObserveDegraded(e)
+	}
+}
+
+func (os observers) ObserveFailMode(rule string, mode FailMode) {
+	for _, o := range os {
+		o.ObserveFailMode(rule, mode)
 	}
 }
 
@@ -184,18 +219,9 @@ type DegradedEvent struct {
 	Unenforced int64
 }
 
-// OnDegraded calls fn once per transition between healthy and degraded,
-// after it is logged. fn runs synchronously on the request that caused the
-// transition, one call at a time and in order; it must not block (page
-// someone from a goroutine). It may read [Limiter.Health].
-func OnDegraded(fn func(DegradedEvent)) Option {
-	return func(c *config) error {
-		if fn == nil {
-			return errors.New("ceiling: OnDegraded(nil)")
-		}
-		c.onDegraded = fn
-		return nil
-	}
+// emitTransition reports a transition of the breaker.
+func (l *Limiter) emitTransition(t failover.Transition) {
+	l.emitDegraded(DegradedEvent{Degraded: t.Degraded, Cause: t.Cause, At: t.At, Failures: t.Failures, Duration: t.Duration})
 }
 
 // emitDegraded logs, counts and reports a transition: loud, and once.
@@ -213,9 +239,6 @@ func (l *Limiter) emitDegraded(ev DegradedEvent) {
 	}
 	if o := l.cfg.observer; o != nil {
 		o.ObserveDegraded(ev)
-	}
-	if fn := l.cfg.onDegraded; fn != nil {
-		fn(ev)
 	}
 }
 

@@ -138,7 +138,7 @@ func TestMixedFailModesPerRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			local, obs := newCounting(), newRecorder()
-			l := MustNew(tc.rules, WithBackend(&flaky{err: errDown}), WithFailMode(FailOpen), WithLocalShare(0.5),
+			l := MustNew(tc.rules, WithBackend(&flaky{err: errDown}), WithFailMode(FailOpen), WithInstances(2),
 				withLocalStore(local), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
 			defer l.Close()
 			if got := codes(t, l.Handler(okHandler), len(tc.want)); !sameInts(got, tc.want) {
@@ -293,7 +293,7 @@ func TestHealthHandler(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
 			t.Fatalf("health body: %v: %s", err, w.Body)
 		}
-		if w.Code != wantCode || got.Status != wantStatus || got.Reason != wantReason || w.Header().Get("Content-Type") != "application/json" {
+		if w.Code != wantCode || got.Status != wantStatus || string(got.Reason) != wantReason || w.Header().Get("Content-Type") != "application/json" {
 			t.Errorf("health = %d %+v, want %d %q with reason %q", w.Code, got, wantCode, wantStatus, wantReason)
 		}
 		if strings.Contains(w.Body.String(), "127.0.0.1") || strings.Contains(w.Body.String(), "refused") {
@@ -343,7 +343,7 @@ func TestHealthReasonIsTheKindOnly(t *testing.T) {
 		if err := json.Unmarshal(w.Body.Bytes(), &h); err != nil {
 			t.Fatal(err)
 		}
-		if h.Reason != tc.want || strings.Contains(w.Body.String(), "7B-u1Ox") || strings.Contains(w.Body.String(), "10.0.0.7") {
+		if string(h.Reason) != tc.want || strings.Contains(w.Body.String(), "7B-u1Ox") || strings.Contains(w.Body.String(), "10.0.0.7") {
 			t.Errorf("%v: health body %s, want reason %q and nothing of the error", tc.err, w.Body, tc.want)
 		}
 		if got := logs.count(slog.LevelError, "7B-u1Ox"); strings.Contains(tc.err.Error(), "7B-u1Ox") && got != 1 {
@@ -407,8 +407,7 @@ func TestCheckProvesTheBackendRejects(t *testing.T) {
 	if err := hung.Check(context.Background()); !errors.Is(err, ErrTimeout) {
 		t.Errorf("a hung backend: err = %v, want a timeout", err)
 	}
-	// Cleaning the canaries up is bounded too, even if Reset ignores its
-	// context.
+	// Cleaning the canaries up is bounded too, even if Reset hangs.
 	stuck := resetHangs{counting: &counting{used: map[string]int64{}, remote: true}, release: release}
 	done := make(chan error)
 	go func() {
@@ -433,14 +432,60 @@ func (rejectAll) Decide(_ context.Context, reqs []backend.Request) ([]backend.Re
 
 func (rejectAll) Reset(context.Context, ...string) error { return nil }
 
-// resetHangs enforces limits but hangs in Reset until release is closed,
-// ignoring its context.
+// resetHangs enforces limits but hangs in Reset until release is closed
+// or its context ends.
 type resetHangs struct {
 	*counting
 	release chan struct{}
 }
 
-func (r resetHangs) Reset(context.Context, ...string) error {
-	<-r.release
-	return nil
+func (r resetHangs) Reset(ctx context.Context, _ ...string) error {
+	select {
+	case <-r.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// onDegraded is the observer option that calls fn on each transition
+// between healthy and degraded.
+func onDegraded(fn func(DegradedEvent)) Option { return WithObserver(degradedHook{fn: fn}) }
+
+type degradedHook struct {
+	NopObserver
+	fn func(DegradedEvent)
+}
+
+func (d degradedHook) ObserveDegraded(e DegradedEvent) { d.fn(e) }
+
+// WithObserver given twice tells both observers everything, in order: a
+// pager beside the metrics, with no second hook to learn.
+func TestEveryObserverIsTold(t *testing.T) {
+	var order []string
+	var mu sync.Mutex
+	pager := func(name string) Option {
+		return onDegraded(func(e DegradedEvent) {
+			mu.Lock()
+			order = append(order, fmt.Sprintf("%s %v", name, e.Degraded))
+			mu.Unlock()
+		})
+	}
+	obs := newRecorder()
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
+		WithBackend(&flaky{err: errDown}), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Hour}), pager("first"), WithObserver(obs), pager("second"))
+	defer l.Close()
+	get(t, l.Handler(okHandler))
+	mu.Lock()
+	got := strings.Join(order, ", ")
+	mu.Unlock()
+	if want := "first true, second true"; got != want {
+		t.Errorf("transitions observed: %q, want %q", got, want)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if obs.failmodes["ip open"] != 1 || len(obs.events) != 1 {
+		t.Errorf("the observer between them saw fail-mode admissions %v and %d transitions, want ip open once and one", obs.failmodes, len(obs.events))
+	}
 }

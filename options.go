@@ -31,7 +31,6 @@ type config struct {
 	instancesSet   bool // WithInstances was given
 	breaker        BreakerConfig
 	observer       Observer
-	onDegraded     func(DegradedEvent)
 	shadowHeader   bool
 	shadowLogEvery time.Duration
 	clock          func() time.Time

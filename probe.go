@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // While the circuit breaker is open, one goroutine per limiter probes the
@@ -71,7 +71,7 @@ func (l *Limiter) probeLoop() {
 	interval := l.cfg.breaker.CoolDown
 	// The opening set when the first probe goes (jittered), before this
 	// goroutine ran: the 503s' Retry-After already says so.
-	t := time.NewTimer(b.firstProbe())
+	t := time.NewTimer(b.FirstProbe())
 	defer t.Stop()
 	for {
 		select {
@@ -88,21 +88,15 @@ func (l *Limiter) probeLoop() {
 			f.probeMu.Lock()
 			f.probing = false
 			f.probeMu.Unlock()
-			b.close()
+			b.Close()
 			f.resend.poke() // writes that waited for the recovery
 			return
 		}
 		interval = min(2*interval, l.cfg.breaker.MaxCoolDown)
-		wait := jittered(interval)
-		b.probed(err, wait)
+		wait := failover.Jittered(interval)
+		b.Probed(err, wait)
 		t.Reset(wait)
 	}
-}
-
-// jittered is d shortened by up to a quarter, at random, so that instances
-// that lost the backend together do not probe in step.
-func jittered(d time.Duration) time.Duration {
-	return d - time.Duration(mrand.Int64N(int64(d)/4+1))
 }
 
 // probe asks the backend for a canary decision and, when it answers,
@@ -118,7 +112,7 @@ func (l *Limiter) probe() error {
 	}
 	out := make([]backend.Result, len(reqs))
 	start := time.Now()
-	_, err = l.bounded(context.Background(), op{reqs: reqs, out: out})
+	err = l.bounded(context.Background(), op{reqs: reqs, out: out})
 	if obs := l.cfg.observer; obs != nil {
 		observeCall(obs, time.Since(start), out, err)
 	}
@@ -161,40 +155,6 @@ func (l *Limiter) canaries() ([]backend.Request, error) {
 // failures: the start-up check found the backend unable to decide.
 func (l *Limiter) trip(err error) {
 	if b := l.fo.breaker; b != nil {
-		b.open(err, 1)
+		b.Open(err, 1)
 	}
-}
-
-// confirmWait is how long a confirmation waits for the backend: long
-// enough for a starved process to read an answer that is there.
-func (l *Limiter) confirmWait() time.Duration { return max(time.Second, 10*l.cfg.timeout) }
-
-// confirm asks the backend, on a goroutine of its own and with a patient
-// deadline, whether it answers, after enough timeouts of a starved process
-// to open the breaker: if it answers, the timeouts were this process's and
-// the failure count starts again; if not, the backend is down (a frozen
-// Redis on an overloaded machine looks starved too) and the breaker opens.
-func (l *Limiter) confirm(cause error) {
-	f, b := l.fo, l.fo.breaker
-	f.probeMu.Lock()
-	defer f.probeMu.Unlock()
-	if f.stopped {
-		b.confirming.Store(false)
-		return
-	}
-	f.probeWG.Add(1)
-	go func() {
-		defer f.probeWG.Done()
-		defer b.confirming.Store(false)
-		out := make([]backend.Result, 1)
-		_, err := l.bounded(context.Background(), op{reqs: []backend.Request{f.canary}, out: out, timeout: l.confirmWait()})
-		if err == nil && !out[0].Cached {
-			b.success()
-			return
-		}
-		if err == nil {
-			err = cause
-		}
-		b.open(err, int(b.fails.Load()))
-	}()
 }

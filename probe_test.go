@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,7 +106,7 @@ func TestProbeThatCannotWriteKeepsTheLimiterDegraded(t *testing.T) {
 			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}))
 		l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
 		be.fail(fmt.Errorf("%w: the write was refused", kind))
-		if !eventually(func() bool { return l.Health().Reason == FailureKind(kind) }) {
+		if !eventually(func() bool { return l.Health().Reason == KindOf(kind) }) {
 			t.Errorf("%v: reason %q", kind, l.Health().Reason)
 		}
 		if got := l.Health().Status; got != "degraded" {
@@ -128,11 +126,11 @@ func TestCheckFailureDegradesAndNamesTheKind(t *testing.T) {
 		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
 			WithLogger(slog.New(logs)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
 		err := l.Check(context.Background())
-		if !errors.Is(err, kind) || !strings.Contains(err.Error(), "the server said no") || !strings.Contains(err.Error(), "("+FailureKind(kind)+")") {
+		if !errors.Is(err, kind) || !strings.Contains(err.Error(), "the server said no") || !strings.Contains(err.Error(), "("+string(KindOf(kind))+")") {
 			t.Errorf("Check: %v, want it to wrap %v, name the cause and its kind", err, kind)
 		}
-		if h := l.Health(); h.Status != "degraded" || h.Reason != FailureKind(kind) {
-			t.Errorf("%v: health after a failed check %+v, want degraded, reason %q", kind, h, FailureKind(kind))
+		if h := l.Health(); h.Status != "degraded" || h.Reason != KindOf(kind) {
+			t.Errorf("%v: health after a failed check %+v, want degraded, reason %q", kind, h, KindOf(kind))
 		}
 		if logs.count(slog.LevelError, "backend degraded") != 1 {
 			t.Errorf("%v: the degradation at start was not logged", kind)
@@ -142,8 +140,8 @@ func TestCheckFailureDegradesAndNamesTheKind(t *testing.T) {
 }
 
 // A timeout hides the root cause when the backend ignores its deadline and
-// keeps trying (go-redis retrying a refused dial): Check waits a little
-// for the abandoned call and names what it found.
+// keeps trying (go-redis retrying a refused dial): Check names what the
+// call finally returned, as a timeout.
 func TestCheckNamesTheCauseBehindATimeout(t *testing.T) {
 	be := &slowFailing{delay: 80 * time.Millisecond, err: fmt.Errorf("%w: dial tcp: connection refused", backend.ErrUnreachable)}
 	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
@@ -158,11 +156,11 @@ func TestCheckNamesTheCauseBehindATimeout(t *testing.T) {
 	}
 }
 
-// A backend bound by its deadline ends its call at the timeout, leaving no
-// late cause to wait for: a wrong password whose reply comes after the
+// A backend ends its call at the timeout, leaving no late cause to wait
+// for: a wrong password whose reply comes after the
 // timeout (a process busy at start-up) is found by asking again with a
 // longer budget, so Check still refuses the start naming it.
-func TestCheckNamesALateCauseOfADeadlineBoundBackend(t *testing.T) {
+func TestCheckNamesALateCauseOfABackendBoundByItsDeadline(t *testing.T) {
 	be := &lateFailing{delay: 60 * time.Millisecond, err: fmt.Errorf("%w: WRONGPASS invalid username-password pair", backend.ErrAuth)}
 	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
 		WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
@@ -183,8 +181,6 @@ type lateFailing struct {
 	delay time.Duration
 	err   error
 }
-
-func (*lateFailing) DeadlineBound() bool { return true }
 
 func (s *lateFailing) Decide(ctx context.Context, _ []backend.Request) ([]backend.Result, error) {
 	select {
@@ -210,88 +206,58 @@ func (s *slowFailing) Decide(context.Context, []backend.Request) ([]backend.Resu
 
 func (s *slowFailing) Reset(context.Context, ...string) error { return nil }
 
-// starvedBackend is a DeadlineBound remote backend whose decisions time out
-// while drop is set, as a Redis store's do when this process is too busy to
-// read the replies; the canary of a probe is answered unless down is set
-// too.
-type starvedBackend struct {
+// notSending is a remote backend whose calls fail as never sent while
+// drop is set, as a Redis store's do when this process is too busy to
+// write them in time.
+type notSending struct {
 	admitAll
-	drop, down atomic.Bool
-	canaries   atomic.Int64
+	drop atomic.Bool
 }
 
-func (*starvedBackend) DeadlineBound() bool { return true }
-
-func (s *starvedBackend) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	if isProbe(reqs) {
-		s.canaries.Add(1)
-		if !s.down.Load() {
-			return s.admitAll.DecideInto(ctx, reqs, out)
-		}
-	}
+func (s *notSending) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
 	if s.drop.Load() {
-		return fmt.Errorf("no reply within the budget of the write: %w", context.DeadlineExceeded)
+		return fmt.Errorf("the deadline passed before the write: %w", backend.ErrNotSent)
 	}
 	return s.admitAll.DecideInto(ctx, reqs, out)
 }
 
-func (s *starvedBackend) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+func (s *notSending) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	out := make([]backend.Result, len(reqs))
 	return out, s.DecideInto(ctx, reqs, out)
 }
 
-// burn keeps n goroutines busy until stop is called, each burning 2 ms of
-// CPU between short sleeps as request handlers would, so that the Go
-// scheduler's runnable goroutines wait for a CPU.
-func burn(n int) (stop func()) {
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !done.Load() {
-				for until := time.Now().Add(2 * time.Millisecond); time.Now().Before(until); {
-				}
-				time.Sleep(time.Microsecond)
-			}
-		}()
-	}
-	return func() { done.Store(true); wg.Wait() }
-}
-
-// Timeouts while this process is starved for CPU (the scheduler's latency
-// histogram says so) do not open the breaker as long as the backend answers
-// a patient confirmation: the process was slow, not the backend (issue
-// 12.9). A backend that answers nothing, on a starved machine too, still
-// opens it.
-func TestStarvedTimeoutsAreConfirmedBeforeTheBreakerOpens(t *testing.T) {
-	be := &starvedBackend{admitAll: admitAll{remote: true}}
+// Calls this process never got to send (backend.ErrNotSent: it was too
+// busy) are not the backend's failures, however many: the breaker never
+// moves, and no fail mode applies. The requests are shed, 503 with
+// Retry-After, even on a rule that fails open, and counted in Health.Shed
+// (issue 30.1). Once calls are sent again, they are decided as before.
+func TestCallsNeverSentAreShedNotBlamed(t *testing.T) {
+	be := &notSending{admitAll: admitAll{remote: true}}
 	var transitions atomic.Int64
-	l := MustNew([]Rule{{Name: "ip", Limit: 1e9, Period: time.Minute}}, WithBackend(be), WithFailMode(FailOpen),
-		WithTimeout(20*time.Millisecond), WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}),
-		WithLogger(slog.New(slog.DiscardHandler)), OnDegraded(func(DegradedEvent) { transitions.Add(1) }))
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1e9, Period: time.Minute}}, WithBackend(be), WithFailMode(FailOpen),
+		WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}),
+		WithLogger(slog.New(slog.DiscardHandler)), onDegraded(func(DegradedEvent) { transitions.Add(1) }))
 	defer l.Close()
-	ctx := context.Background()
-	stop := burn(16 * runtime.GOMAXPROCS(0))
-	defer stop()
-	time.Sleep(200 * time.Millisecond) // the scheduler records the wait
+	h := l.Handler(okHandler)
 	be.drop.Store(true)
 	for range 10 {
-		l.Decide(ctx, Input{Rule: "ip", Key: "k"})
+		w := get(t, h)
+		if w.Code != 503 || w.Header().Get("Retry-After") != "1" {
+			t.Fatalf("a call never sent: %d, Retry-After %q; want 503 with Retry-After 1", w.Code, w.Header().Get("Retry-After"))
+		}
 	}
-	if !eventually(func() bool { return be.canaries.Load() > 0 && !l.fo.breaker.confirming.Load() }) {
-		t.Fatal("no confirmation of the starved timeouts")
+	if d, err := l.Decide(context.Background(), Input{Rule: "ip", Key: "k"}); !errors.Is(err, backend.ErrNotSent) || d.Allowed {
+		t.Errorf("Decide of a call never sent: %+v, %v; want a refusal wrapping backend.ErrNotSent", d, err)
 	}
-	if got := transitions.Load(); got != 0 {
-		t.Errorf("%d breaker transitions for timeouts of a starved process whose backend answers", got)
+	hl := l.Health()
+	if transitions.Load() != 0 || hl.Status != "healthy" {
+		t.Errorf("%d transitions, status %q, for calls never sent", transitions.Load(), hl.Status)
 	}
-	be.down.Store(true) // now it answers nothing at all
-	if !eventually(func() bool {
-		l.Decide(ctx, Input{Rule: "ip", Key: "k"})
-		return l.Health().Status == "degraded"
-	}) {
-		t.Fatal("a backend that answers nothing never opened the breaker on a starved process")
+	if hl.Shed != 11 || hl.Rules[0].FailOpenAdmissions != 0 {
+		t.Errorf("shed %d, failed open %d; want 11 shed, none failed open", hl.Shed, hl.Rules[0].FailOpenAdmissions)
 	}
-	stop()
+	be.drop.Store(false)
+	if got := get(t, h).Code; got != 200 {
+		t.Errorf("once calls are sent again: %d, want 200", got)
+	}
 }

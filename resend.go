@@ -51,10 +51,6 @@ const resendEvery = time.Second
 // resendGap is the shortest wait between two rounds of resends.
 const resendGap = 100 * time.Millisecond
 
-// errNeverSent is wrapped by the error of a call this process never got
-// to send (see guard): nothing of it reached the backend.
-var errNeverSent = errors.New("this process never got to call it")
-
 // resends is the limiter's pending writes and its resend loop's state.
 type resends struct {
 	mu      sync.Mutex
@@ -77,7 +73,7 @@ type resendItem struct {
 
 // unsent reports whether a failed call surely never reached the backend.
 func unsent(err error) bool {
-	return errors.Is(err, ErrDegraded) || errors.Is(err, errNeverSent)
+	return errors.Is(err, ErrDegraded) || notSent(err)
 }
 
 // resendable returns what of reqs, whose call failed with err, may be sent
@@ -255,7 +251,7 @@ func (l *Limiter) resendRound() bool {
 			stopped = true
 		default:
 		}
-		if b := f.breaker; stopped || b != nil && !b.closed() {
+		if b := f.breaker; stopped || b != nil && !b.Closed() {
 			keep = append(keep, items[lo:]...) // wait for the recovery, or for Close to drop them
 			break
 		}

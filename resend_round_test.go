@@ -41,8 +41,6 @@ func (s *slowReleases) Decide(ctx context.Context, reqs []backend.Request) ([]ba
 	return s.m.Decide(ctx, reqs)
 }
 
-func (s *slowReleases) DeadlineBound() bool { return true }
-
 func (s *slowReleases) Reset(ctx context.Context, keys ...string) error {
 	return s.m.Reset(ctx, keys...)
 }

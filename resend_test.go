@@ -52,10 +52,6 @@ func (s *switchable) Decide(ctx context.Context, reqs []backend.Request) ([]back
 	return res, err
 }
 
-// DeadlineBound: it never blocks, so the limiter calls it inline (the
-// guard's pooled calls hold channels that cannot cross synctest bubbles).
-func (s *switchable) DeadlineBound() bool { return true }
-
 func (s *switchable) Reset(ctx context.Context, keys ...string) error { return s.m.Reset(ctx, keys...) }
 
 func (s *switchable) fail(f func([]backend.Request) error) {
@@ -273,7 +269,7 @@ func TestResendable(t *testing.T) {
 		{"sent, unanswered", sent, []backend.Request{release, release}},
 		{"connection reset", errRefused, []backend.Request{release, release}},
 		{"breaker open", errBreakerOpen, []backend.Request{release, refund, charge}},
-		{"never sent", fmt.Errorf("%w after 100ms: %w", ErrTimeout, errNeverSent), []backend.Request{release, refund, charge}},
+		{"never sent", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrNotSent), []backend.Request{release, refund, charge}},
 	} {
 		got := resendable(all, tc.err)
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {

@@ -198,6 +198,15 @@ const Never time.Duration = -1
 // An error means the backend could not decide (unreachable, timed out,
 // protocol failure); the middleware then applies its fail mode.
 //
+// Timeouts. A backend that does I/O returns by its context's deadline, with
+// one exception: once it has written a call, it reads the reply that came
+// however late this process gets to it, and waits for one at most as long
+// after the write as the deadline allowed when Decide was called. A call it
+// never wrote (the deadline passed while this process waited for a CPU or
+// for a connection) fails with an error wrapping [ErrNotSent]: that is the
+// caller's process at fault, not the backend, and the limiter sheds the
+// request rather than blame the backend or apply a fail mode.
+//
 // Implementations must be safe for simultaneous use by multiple goroutines.
 type Backend interface {
 	// Decide decides every request atomically and all or nothing: if any
@@ -225,14 +234,6 @@ type InProcess interface {
 // backend offers it.
 type DecideInto interface {
 	DecideInto(ctx context.Context, reqs []Request, results []Result) error
-}
-
-// DeadlineBound is implemented by backends whose Decide returns by its
-// context's deadline whatever the server does (a frozen server, a lost
-// reply). The limiter calls such a backend inline, instead of on a guard
-// goroutine that bounds a backend which might ignore its context.
-type DeadlineBound interface {
-	DeadlineBound() bool
 }
 
 // CachedDecider is implemented by a backend that remembers rejections in
@@ -269,44 +270,6 @@ type Spread interface {
 // which the backend uses unless it was given a logger of its own.
 type DefaultLogger interface {
 	UseDefaultLogger(*slog.Logger)
-}
-
-// budgetKey is the context key of WithBudget.
-type budgetKey struct{}
-
-// WithBudget returns a copy of ctx that tells a [DeadlineBound] backend how
-// long it may wait for its server, counted from when it sends the call
-// rather than from when the caller set a deadline: time the caller's
-// process loses before the call is sent (a goroutine that waits for a busy
-// CPU) then cannot eat into it. A backend that honours it returns at most
-// about budget after sending (see its documentation for what more it
-// allows a starved process), whatever ctx's deadline says; one that does
-// not honours ctx's deadline, so a caller sets both. The limiter does, with
-// its timeout, for every call to a DeadlineBound backend.
-func WithBudget(ctx context.Context, budget time.Duration) context.Context {
-	return &budgetCtx{Context: ctx, budget: budget}
-}
-
-// Budget returns the budget [WithBudget] put in ctx, if any.
-func Budget(ctx context.Context) (time.Duration, bool) {
-	if c, ok := ctx.Value(budgetKey{}).(*budgetCtx); ok {
-		return c.budget, true
-	}
-	return 0, false
-}
-
-// budgetCtx is WithBudget's context: one allocation, where
-// context.WithValue would box the duration too.
-type budgetCtx struct {
-	context.Context
-	budget time.Duration
-}
-
-func (c *budgetCtx) Value(key any) any {
-	if _, ok := key.(budgetKey); ok {
-		return c
-	}
-	return c.Context.Value(key)
 }
 
 // ErrInvalidRequest wraps every error about a malformed Request (zero limit,

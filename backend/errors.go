@@ -19,3 +19,10 @@ var (
 	// ErrOutOfMemory: the backend is full and refuses writes.
 	ErrOutOfMemory = errors.New("backend out of memory")
 )
+
+// ErrNotSent is wrapped by the error of a call the backend never wrote to
+// its server: the deadline passed before this process got to send it (a
+// goroutine waiting for a CPU, every connection busy). Nothing of it
+// reached the server, so it may be sent again, and it says nothing about
+// the server's health (see [Backend]).
+var ErrNotSent = errors.New("backend call never sent")

@@ -62,6 +62,7 @@ type waiter struct {
 	done      chan struct{}
 	mu        sync.Mutex    // orders gone with flights
 	flights   []*flight     // the round trips that took its ops
+	node      *pipeliner    // the node its (first) op was queued for
 	one       [1]op         // the ops of a one-script decision
 	self      [maxBatch]*op // the batches of a decision its caller sends itself
 }
@@ -87,7 +88,7 @@ func (w *waiter) release(answered bool) {
 		return
 	}
 	w.one[0] = op{}
-	w.ctx, w.budget, w.detached = nil, 0, false
+	w.ctx, w.budget, w.detached, w.node = nil, 0, false, nil
 	w.gone.Store(false)
 	w.mu.Lock()
 	clear(w.flights)
@@ -112,9 +113,17 @@ func starvedLimit(budget time.Duration) time.Duration {
 	return max(starvedWait, budget+budget/2)
 }
 
-// errNotSent is the cause of a timeout when no round trip could take the
-// decision: every one to the node was in flight and none came back.
-var errNotSent = errors.New("not sent: every round trip to the node in flight")
+// errNotSent is the cause of a timeout when no round trip took the
+// decision by its deadline: this process was too busy, or every round trip
+// to the node was in flight and none came back. It is not Redis's fault
+// ([backend.ErrNotSent]).
+var errNotSent = fmt.Errorf("%w: every round trip to the node in flight", backend.ErrNotSent)
+
+// errStuck is the cause of a timeout of a call that was not sent because
+// every round trip to its node was in flight and none came back for longer
+// than the call's budget: the node does not answer, which is Redis's
+// fault, though the call itself never reached it.
+var errStuck = errors.New("not sent: no round trip to the node came back")
 
 // errWritten marks the error of a call a round trip took one of whose ops
 // (it was written, or may still be by a round trip that other callers
@@ -131,25 +140,23 @@ func (w *waiter) taken() bool {
 
 // call sends ops (whose cmds are ready) and waits until every one is
 // answered. It returns early only when ctx is cancelled, or once the
-// budget has run out: the budget [backend.WithBudget] put in ctx, or else
-// what ctx's deadline left at entry, counted from when the ops were
-// written, so that time this process spent before the write (a busy CPU, a
-// long queue of its own) is not blamed on Redis, and only if this process
-// is not too starved to have read a reply that came (waitStarved). A reply
-// that is there when the budget runs out is used. When call returns an
-// error, the ops may still take effect (at most once), and their cmds must
-// not be read.
+// budget has run out: what ctx's deadline left at entry, counted from when
+// the ops were written, so that time this process spent before the write
+// (a busy CPU, a long queue of its own) is not blamed on Redis, and only if
+// this process is not too starved to have read a reply that came
+// (waitStarved). A reply that is there when the budget runs out is used.
+// A call whose deadline passed before it was written fails with
+// [backend.ErrNotSent]. When call returns another error, the ops may still
+// take effect (at most once), and their cmds must not be read.
 func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) error {
-	budget, byValue := backend.Budget(ctx)
-	if err := ctx.Err(); err != nil && !detached && !(byValue && errors.Is(err, context.DeadlineExceeded)) {
+	if err := ctx.Err(); err != nil && !detached {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%w: the deadline passed before the call: %w", backend.ErrNotSent, err)
+		}
 		return err
 	}
 	entry := time.Now()
-	dl, byDeadline := ctx.Deadline()
-	switch {
-	case byValue:
-		w.budget = max(budget, time.Nanosecond)
-	case byDeadline:
+	if dl, ok := ctx.Deadline(); ok {
 		w.budget = max(dl.Sub(entry), time.Nanosecond)
 	}
 	w.detached = detached
@@ -169,17 +176,10 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 	if b != nil {
 		return s.callInline(w, b, entry)
 	}
-	var out <-chan time.Time // the budget from entry, when ctx has no deadline
-	if byValue && (!byDeadline || dl.After(entry.Add(w.budget))) {
-		t := time.NewTimer(w.budget)
-		defer t.Stop()
-		out = t.C
-	}
 	select {
 	case <-w.done:
 		return nil
 	case <-ctx.Done():
-	case <-out:
 	}
 	if w.answered() { // the reply and the deadline came together
 		return nil
@@ -219,8 +219,8 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 // back. The round trip's deadline is the budget counted from the write,
 // which the client keeps (Store.inline), so it returns by it as call does,
 // but a cancellation of the caller's context before that is not noticed
-// (call takes this path only with a budget, or with neither a budget nor a
-// context that can end), and a reply this process is too starved to read
+// (call takes this path only with a deadline, or with neither a deadline
+// nor a context that can end), and a reply this process is too starved to read
 // in time is lost where call would wait for it (call takes this path only
 // when no yield showed the process starved lately).
 func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
@@ -233,6 +233,7 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 			break // a caller that took a lane at the same time sends w's op
 		}
 		s.exec(batch, true)
+		b.back.Store(time.Now().UnixNano())
 	}
 	clear(batch)
 	b.handOn()
@@ -409,6 +410,11 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 	case !w.taken() && dial != nil:
 		return unreachable(dial)
 	case !w.taken():
+		// Not sent: this process's delay, unless the round trips that
+		// held every lane were Redis's, none coming back for a budget.
+		if b := w.node; b != nil && time.Since(time.Unix(0, b.back.Load())) > w.budget {
+			return fmt.Errorf("%w within %v: %w", errStuck, w.budget, context.DeadlineExceeded)
+		}
 		return fmt.Errorf("%w within %v: %w", errNotSent, w.budget, context.DeadlineExceeded)
 	case dial != nil:
 		return fmt.Errorf("%w (%w: no reply within %v of the write)", unreachable(dial), errWritten, w.budget)
@@ -428,6 +434,10 @@ type pipeliner struct {
 	queue []*op
 	lanes int // round trips in flight or about to be
 	max   int // lanes at most (tests set 1)
+	// back is the UnixNano of the latest round trip to the node that came
+	// back: a decision that found no lane free while none came back for
+	// longer than its budget waited on a node that does not answer.
+	back atomic.Int64
 }
 
 func newPipeliner(s *Store) *pipeliner {
@@ -444,6 +454,7 @@ func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op, mayInline bool
 		ops[i].w = w
 	}
 	if s.cluster == nil {
+		w.node = s.pipe
 		if s.pipe.enqueue(ops, nil) {
 			if mayInline {
 				return s.pipe, nil
@@ -460,6 +471,7 @@ func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op, mayInline bool
 		}
 		bs[i] = b
 	}
+	w.node = bs[0]
 	for i, b := range bs {
 		if b != nil && b.enqueue(ops[i:], bs[i:]) {
 			if mayInline {
@@ -518,6 +530,7 @@ func (b *pipeliner) flush() {
 		}
 		b.mu.Unlock()
 		b.s.exec(batch, false)
+		b.back.Store(time.Now().UnixNano())
 		clear(batch)
 	}
 }

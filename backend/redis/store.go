@@ -48,11 +48,13 @@ type Store struct {
 	reloaded    atomic.Int64 // UnixNano of the last slot map reload asked for
 	authRefused atomic.Int64 // UnixNano of the last ErrAuth
 	dials       dialLog
-	slowYield   atomic.Int64 // UnixNano of the last yield that showed a starved process
 	// inline: the client bounds a command by its context's deadline
 	// (ContextTimeoutEnabled), so a lone decision on an idle node can be
 	// sent by its caller, which returns by its budget all the same.
 	inline bool
+	// slowYield is the UnixNano of the last yield that showed this
+	// process starved (Store.starved).
+	slowYield atomic.Int64
 	// logs is where go-redis's lines about this Store go (nil: where
 	// go-redis writes them); ownLogs, that WithLogger chose it, so that a
 	// limiter's logger does not replace it (see UseDefaultLogger).
@@ -63,7 +65,6 @@ type Store struct {
 var (
 	_ backend.Backend       = (*Store)(nil)
 	_ backend.DecideInto    = (*Store)(nil)
-	_ backend.DeadlineBound = (*Store)(nil)
 	_ backend.CachedDecider = (*Store)(nil)
 	_ backend.DefaultLogger = (*Store)(nil)
 )
@@ -182,7 +183,21 @@ func (s *Store) now() time.Time {
 
 // Decide decides every request atomically and all or nothing, in one round
 // trip (on Cluster, one per hash slot involved, in parallel). See
-// [backend.Backend].
+// [backend.Backend], whose timeout rule it keeps: the budget is what ctx's
+// deadline leaves when Decide is entered, counted from when the decision is
+// written, so that time this process loses before the write is not blamed
+// on Redis, and a decision no round trip took by the deadline is never
+// sent and fails with [backend.ErrNotSent]. A written decision's reply is
+// read however late this process gets to it: when the budget runs out,
+// Decide yields the CPU (up to three times) and times how long it took to
+// run again; a yield that takes a tenth of the budget or more (or one that
+// did within the last second) says that the goroutine that reads Redis's
+// replies may not have run yet, though a reply came, and Decide waits
+// longer, as long as each yield took, until 2s after it was called (or one
+// and a half budgets, if longer). A decision whose reply does not come
+// fails with an error wrapping [context.DeadlineExceeded], or
+// [backend.ErrUnreachable] with the dial error when go-redis was still
+// failing to connect.
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
 	if err := s.DecideInto(ctx, reqs, res); err != nil {
@@ -260,7 +275,7 @@ func sentUnanswered(err error) bool {
 	if errors.Is(err, errWritten) {
 		return true
 	}
-	if errors.Is(err, errNotSent) || (errors.As(err, &op) && op.Op == "dial") {
+	if errors.Is(err, errNotSent) || errors.Is(err, errStuck) || (errors.As(err, &op) && op.Op == "dial") {
 		return false
 	}
 	return timedOut(err) || isUnreachable(err)
@@ -278,28 +293,6 @@ func (s *Store) DecideCached(reqs []backend.Request, results []backend.Result) b
 	}
 	return s.deny.answer(reqs, results, micro(s.now()))
 }
-
-// DeadlineBound reports that Decide returns by its context's deadline
-// whatever Redis does (a frozen server, a lost reply), as
-// [backend.DeadlineBound] asks, with two refinements so that a process too
-// busy to run its own goroutines (a CPU starved by other work) does not
-// blame Redis for its own delays:
-//
-//   - The budget (the one [backend.WithBudget] put in the context, or else
-//     what the deadline leaves when Decide is entered) is counted from when
-//     the decision is written to Redis. Decide returns at most that budget
-//     after the write when this process runs its goroutines promptly.
-//   - When the budget runs out, Decide yields the CPU (up to three times)
-//     and times how long it took to run again. A yield that takes a tenth
-//     of the budget or more (or one that did within the last second) says
-//     that the goroutine that reads Redis's replies may not have run yet,
-//     though a reply came: Decide waits longer, as long as each yield took,
-//     until 2s after it was called (or one and a half budgets, if longer).
-//
-// A decision that runs out of budget returns an error wrapping
-// [context.DeadlineExceeded], or [backend.ErrUnreachable] with the dial
-// error when go-redis was still failing to connect.
-func (s *Store) DeadlineBound() bool { return true }
 
 // Reset forgets the state of the given keys (the Request.Key values, without
 // the prefix). Like Decide, it returns by its context's deadline whatever

@@ -119,7 +119,7 @@ func Scenarios() []Scenario {
 			Patterns: []string{"/items/{id}"},
 			Limiter: func() *ceiling.Limiter {
 				return ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 2, Period: time.Hour}},
-					ceiling.WithBackend(Down{}), ceiling.WithFailMode(ceiling.FailLocal), ceiling.WithLocalShare(1), quiet)
+					ceiling.WithBackend(Down{}), ceiling.WithFailMode(ceiling.FailLocal), quiet)
 			},
 			Steps: []Step{get("/items/1"), get("/items/1"), get("/items/1")},
 			Want:  []int{200, 200, 429},

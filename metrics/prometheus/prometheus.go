@@ -66,8 +66,8 @@ type Observer struct {
 	timeout *prometheus.GaugeVec
 	cached  prometheus.Counter
 
-	// evicted reads the limiters' evictions at collection (see
-	// ceiling.LimiterConfig.Evictions).
+	// evicted reads the limiters' evictions at collection (the function
+	// ObserveConfig is given).
 	evicted *prometheus.Desc
 
 	mu         sync.Mutex
@@ -76,9 +76,8 @@ type Observer struct {
 }
 
 var (
-	_ ceiling.ConfigObserver = (*Observer)(nil)
-	_ ceiling.CacheObserver  = (*Observer)(nil)
-	_ prometheus.Collector   = (*Observer)(nil)
+	_ ceiling.Observer     = (*Observer)(nil)
+	_ prometheus.Collector = (*Observer)(nil)
 )
 
 // New returns an Observer; register it with a prometheus.Registerer.
@@ -102,7 +101,7 @@ func New(o Options) *Observer {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "backend_errors_total", ConstLabels: o.ConstLabels,
-			Help: "Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.",
+			Help: "Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.",
 		}, []string{"kind"}),
 		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "degraded", ConstLabels: o.ConstLabels,
@@ -131,30 +130,30 @@ func New(o Options) *Observer {
 	// Every series an alert watches exists from the start, at zero, so
 	// that its first increase is one that increase() and rate() can see.
 	for _, kind := range ceiling.FailureKinds() {
-		obs.errors.WithLabelValues(kind)
+		obs.errors.WithLabelValues(string(kind))
 	}
 	return obs
 }
 
 // ObserveConfig starts each rule's fail-mode counters at zero and exports
 // the limiter's backend timeout. [ceiling.New] calls it.
-func (o *Observer) ObserveConfig(c ceiling.LimiterConfig) {
-	for _, rule := range c.Rules {
+func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
+	for _, rule := range rules {
 		for _, mode := range []ceiling.FailMode{ceiling.FailOpen, ceiling.FailLocal} {
 			o.failmode.WithLabelValues(rule, mode.String())
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if c.Evictions != nil {
-		o.evictions = append(o.evictions, c.Evictions)
+	if evictions != nil {
+		o.evictions = append(o.evictions, evictions)
 	}
-	if c.Timeout <= 0 {
+	if timeout <= 0 {
 		return
 	}
-	if o.minTimeout == 0 || c.Timeout < o.minTimeout {
-		o.minTimeout = c.Timeout
-		o.timeout.WithLabelValues().Set(c.Timeout.Seconds())
+	if o.minTimeout == 0 || timeout < o.minTimeout {
+		o.minTimeout = timeout
+		o.timeout.WithLabelValues().Set(timeout.Seconds())
 	}
 }
 
@@ -164,14 +163,14 @@ func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 }
 
 // ObserveBackend records a backend call's latency and, if it failed, its
-// error's kind ([ceiling.FailureKind]): a refused connection, a timeout, a
+// error's kind ([ceiling.KindOf]): a refused connection, a timeout, a
 // refused password, a read-only replica, a full server or another error
 // call for different fixes, and the kind, unlike the error's text, names
 // no address or key.
 func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 	o.duration.Observe(latency.Seconds())
 	if err != nil {
-		o.errors.WithLabelValues(ceiling.FailureKind(err)).Inc()
+		o.errors.WithLabelValues(string(ceiling.KindOf(err))).Inc()
 	}
 }
 

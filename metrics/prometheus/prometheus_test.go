@@ -138,11 +138,12 @@ ceiling_degraded{limiter="api"} 1
 		get(h)
 	}
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
 # TYPE ceiling_backend_errors_total counter
 ceiling_backend_errors_total{kind="auth",limiter="api"} 0
 ceiling_backend_errors_total{kind="error",limiter="api"} 0
 ceiling_backend_errors_total{kind="out of memory",limiter="api"} 0
+ceiling_backend_errors_total{kind="overloaded",limiter="api"} 0
 ceiling_backend_errors_total{kind="read-only",limiter="api"} 0
 ceiling_backend_errors_total{kind="timeout",limiter="api"} 1
 ceiling_backend_errors_total{kind="unreachable",limiter="api"} 2
@@ -185,11 +186,12 @@ func TestBackendErrorsByKind(t *testing.T) {
 		obs.ObserveBackend(time.Millisecond, err)
 	}
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
 # TYPE ceiling_backend_errors_total counter
 ceiling_backend_errors_total{kind="auth"} 1
 ceiling_backend_errors_total{kind="error"} 1
 ceiling_backend_errors_total{kind="out of memory"} 2
+ceiling_backend_errors_total{kind="overloaded"} 0
 ceiling_backend_errors_total{kind="read-only"} 1
 ceiling_backend_errors_total{kind="timeout"} 1
 ceiling_backend_errors_total{kind="unreachable"} 2
@@ -211,11 +213,12 @@ func TestAlertedSeriesStartAtZero(t *testing.T) {
 		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.FailureKind): unreachable, timeout, auth, read-only, out of memory or error.
+# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
 # TYPE ceiling_backend_errors_total counter
 ceiling_backend_errors_total{kind="auth"} 0
 ceiling_backend_errors_total{kind="error"} 0
 ceiling_backend_errors_total{kind="out of memory"} 0
+ceiling_backend_errors_total{kind="overloaded"} 0
 ceiling_backend_errors_total{kind="read-only"} 0
 ceiling_backend_errors_total{kind="timeout"} 0
 ceiling_backend_errors_total{kind="unreachable"} 0
