@@ -31,7 +31,7 @@ func decideWithin(s *Store, d time.Duration) (error, time.Duration) {
 // wantKind fails t unless err is a failure of kind, as ceiling reports it.
 func wantKind(t *testing.T, err error, kind string) {
 	t.Helper()
-	if got := ceiling.FailureKind(err); got != kind {
+	if got := string(ceiling.KindOf(err)); got != kind {
 		t.Fatalf("error %v is of kind %q, want %q", err, got, kind)
 	}
 }
@@ -140,9 +140,10 @@ func TestStatementTimeoutIsATimeout(t *testing.T) {
 	}
 }
 
-// TestExhaustedPoolTimesOut: with every connection of the pool held, a
-// decision returns by its deadline, as a timeout.
-func TestExhaustedPoolTimesOut(t *testing.T) {
+// TestExhaustedPoolIsNotSent: with every connection of the pool held, a
+// decision returns by its deadline with backend.ErrNotSent: it never
+// reached the server, which is not at fault ("overloaded" to ceiling).
+func TestExhaustedPoolIsNotSent(t *testing.T) {
 	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
 	s := New(pool, WithJanitor(0, 0))
 	defer s.Close()
@@ -152,9 +153,50 @@ func TestExhaustedPoolTimesOut(t *testing.T) {
 	}
 	defer conn.Release()
 	err, took := decideWithin(s, 200*time.Millisecond)
-	wantKind(t, err, "timeout")
+	if !errors.Is(err, backend.ErrNotSent) {
+		t.Fatalf("Decide on an exhausted pool: %v, want backend.ErrNotSent", err)
+	}
+	wantKind(t, err, "overloaded")
 	if took > time.Second {
 		t.Fatalf("the call took %v, its deadline was 200ms", took)
+	}
+}
+
+// TestWrittenCallHasItsBudget: once a call is written, a deadline of its
+// context that passes meanwhile does not cut it: it has the whole budget
+// Decide was entered with, counted from the write. A call that waits
+// 300ms for a row lock under a 1s budget succeeds, although its caller's
+// context is cancelled after 50ms.
+func TestWrittenCallHasItsBudget(t *testing.T) {
+	pool := migrated(t)
+	s := New(pool, WithJanitor(0, 0))
+	defer s.Close()
+	if err, _ := decideWithin(s, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM ceiling_state WHERE key = 'ceiling:fault' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	call, cancel := context.WithTimeout(ctx, time.Second)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Decide(call, []backend.Request{charge})
+		done <- err
+	}()
+	waitForLockWait(t, pool)
+	cancel() // the caller gives up; the written call goes on
+	time.Sleep(250 * time.Millisecond)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a written call under its budget: %v", err)
 	}
 }
 
@@ -182,8 +224,8 @@ func checkFails(t *testing.T, pool *pgxpool.Pool, kind error, cause string) {
 	if !strings.Contains(err.Error(), cause) {
 		t.Fatalf("Check: %v, want it to name %s", err, cause)
 	}
-	if h := l.Health(); h.Status != "degraded" || h.Reason != ceiling.FailureKind(kind) {
-		t.Fatalf("health after the check: %+v, want degraded, reason %q", h, ceiling.FailureKind(kind))
+	if h := l.Health(); h.Status != "degraded" || h.Reason != ceiling.KindOf(kind) {
+		t.Fatalf("health after the check: %+v, want degraded, reason %q", h, ceiling.KindOf(kind))
 	}
 }
 

@@ -47,11 +47,7 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var (
-	_ backend.Backend       = (*Store)(nil)
-	_ backend.DecideInto    = (*Store)(nil)
-	_ backend.DeadlineBound = (*Store)(nil)
-)
+var _ backend.DecideInto = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*config)
@@ -118,11 +114,6 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// DeadlineBound reports that Decide returns by its context's deadline (or
-// its budget, see [backend.WithBudget]) whatever the server does: pgx
-// bounds the pool's acquire, the dial and the reply by the context.
-func (*Store) DeadlineBound() bool { return true }
-
 // now is the instant the Store passes to the server: nil for the server's
 // own clock.
 func (s *Store) now() *int64 {
@@ -134,7 +125,12 @@ func (s *Store) now() *int64 {
 }
 
 // Decide decides every request atomically and all or nothing, in one round
-// trip. See [backend.Backend].
+// trip. See [backend.Backend], whose timeout rule it keeps: the budget is
+// what ctx's deadline leaves when Decide is entered. A call that gets no
+// connection from the pool by the deadline (every connection busy, or this
+// process too slow to take one) is never sent and fails with
+// [backend.ErrNotSent]; once a connection is in hand, the call has the
+// whole budget from then, whatever ctx says meanwhile.
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
 	if err := s.DecideInto(ctx, reqs, res); err != nil {
@@ -143,7 +139,7 @@ func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.R
 	return res, nil
 }
 
-// decideSQL calls the decision function; its arguments are the requests'
+// callSQL calls the decision function; its arguments are the requests'
 // fields as arrays.
 const callSQL = "SELECT ceiling_decide($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 
@@ -182,15 +178,29 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 			flags[i] |= 2
 		}
 	}
-	if budget, ok := backend.Budget(ctx); ok {
+	budget := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		if budget = time.Until(dl); budget <= 0 {
+			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the deadline passed before the call", backend.ErrNotSent)
+		}
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		var ce *pgconn.ConnectError
+		if ctx.Err() != nil && !errors.As(err, &ce) {
+			return fmt.Errorf("ceiling/backend/postgres: decide: %w: no connection of the pool by the deadline: %w", backend.ErrNotSent, err)
+		}
+		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
+	}
+	defer conn.Release()
+	if budget > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, budget)
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), budget)
 		defer cancel()
 	}
 	var out []int64
-	var err error
 	for attempt := 0; attempt < 2; attempt++ {
-		err = s.pool.QueryRow(ctx, callSQL, s.now(), keys, algs, lims, pers, bursts, costs, flags, leases, stamps).Scan(&out)
+		err = conn.QueryRow(ctx, callSQL, s.now(), keys, algs, lims, pers, bursts, costs, flags, leases, stamps).Scan(&out)
 		if attempt > 0 || !aborted(err) {
 			break
 		}
