@@ -90,15 +90,17 @@ func newPGFixture(tb testing.TB, url string) *pgFixture {
 
 // statements is how many statements the server has run in the fixture's
 // database, nested ones included (pg_stat_statements.track = all), less
-// the readings themselves.
-func (f *pgFixture) statements(tb testing.TB) int64 {
-	var n int64
-	err := f.pool.QueryRow(context.Background(), `SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
-		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`).Scan(&n)
+// the readings themselves, and the time it spent executing the decisions'
+// calls, in ms.
+func (f *pgFixture) statements(tb testing.TB) (n int64, ms float64) {
+	err := f.pool.QueryRow(context.Background(), `SELECT coalesce(sum(calls), 0)::bigint,
+		coalesce(sum(total_exec_time) FILTER (WHERE toplevel AND query LIKE '%ceiling_decide%'), 0)
+		FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`).Scan(&n, &ms)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return n
+	return n, ms
 }
 
 // BenchmarkPostgres is one decision of ceiling's Postgres store, one rule
@@ -108,7 +110,8 @@ func (f *pgFixture) statements(tb testing.TB) int64 {
 // For Postgres it reports the round trips per decision (trips/op, counted
 // on the connections) and the statements the server ran per decision
 // (stmts/op: the call and those inside the function, from
-// pg_stat_statements).
+// pg_stat_statements) and the server's execution time per decision
+// (srv-µs/op, the call's total_exec_time), which sizes the database.
 func BenchmarkPostgres(top *testing.B) {
 	url := postgresURL(top)
 	addr := redisAddr(top)
@@ -164,7 +167,8 @@ func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
 			}
 		}
 	}
-	stmts0, trips0 := f.statements(b), f.trips.Load()
+	stmts0, ms0 := f.statements(b)
+	trips0 := f.trips.Load()
 	b.ReportAllocs()
 	b.ResetTimer()
 	t0 := time.Now()
@@ -190,10 +194,12 @@ func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
 	}
 	b.StopTimer()
 	trips := f.trips.Load() - trips0
-	stmts := f.statements(b) - stmts0
+	stmts, ms := f.statements(b)
+	stmts -= stmts0
 	verdict(b, int(rejected.Load()), int(errs.Load()))
 	b.ReportMetric(float64(trips)/float64(b.N), "trips/op")
 	b.ReportMetric(float64(stmts)/float64(b.N), "stmts/op")
+	b.ReportMetric((ms-ms0)*1000/float64(b.N), "srv-µs/op")
 }
 
 // BenchmarkPostgresExact is the exactness experiment on Postgres: limit

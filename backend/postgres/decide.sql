@@ -7,9 +7,12 @@
 -- the same keys, whatever their rule order, queue on the first key they
 -- share instead of deadlocking, and the locks hold until the caller's
 -- statement commits. The same statement returns each row's latest
--- version. (A call of one key locks its row with SELECT ... FOR UPDATE.) Then every key's requests are evaluated in call order, anchored
--- first (a clock behind the state), and the call's writes go out in one
--- statement: the new states, or, for a rejected call, only the anchors.
+-- version, so a decision runs three statements in all (the call, the
+-- lock and read, the write) whether its keys had rows or not. Then every
+-- key's requests are evaluated in call order, anchored first (a clock
+-- behind the state), and the call's writes go out: the new states, or,
+-- for a rejected call, only the anchors (a DELETE for the keys it
+-- empties, only when there are any).
 --
 -- Reply: {now, rejected (0/1), then per request: allowed (0/1),
 -- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
@@ -65,16 +68,10 @@ BEGIN
   res := array_fill(0::bigint, ARRAY[2 + 6 * n]);
   res[1] := now;
   IF n = 0 THEN RETURN res; END IF;
-  IF n = 1 THEN
-    -- One key: a row lock on its row, which writes no row version, and
-    -- only for a key without one the INSERT (which takes a concurrent
-    -- insert's row as its own).
-    SELECT t.key, t.alg, t.st, t.expires INTO rec FROM ceiling_state t WHERE t.key = keys[1] FOR UPDATE;
-    IF NOT FOUND THEN
-      INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (keys[1], -1, '{}', 0)
-      ON CONFLICT (key) DO UPDATE SET alg = t.alg
-      RETURNING t.key, t.alg, t.st, t.expires INTO rec;
-    END IF;
+  IF n = 1 THEN -- one key: the same lock, without sorting
+    INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (keys[1], -1, '{}', 0)
+    ON CONFLICT (key) DO UPDATE SET alg = t.alg
+    RETURNING t.key, t.alg, t.st, t.expires INTO rec;
     dk := ARRAY[rec.key];
     d_alg := ARRAY[CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END];
     d_off := ARRAY[1];
