@@ -65,34 +65,25 @@ DECLARE
   w_exp bigint[] := '{}';
   del text[] := '{}';
 BEGIN
+  IF n = 1 THEN
+    RETURN ceiling_decide_one(now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
+  END IF;
   res := array_fill(0::bigint, ARRAY[2 + 6 * n]);
   res[1] := now;
   IF n = 0 THEN RETURN res; END IF;
-  IF n = 1 THEN -- one key: the same lock, without sorting
-    INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (keys[1], -1, '{}', 0)
+  FOR rec IN
+    INSERT INTO ceiling_state AS t (key, alg, st, expires)
+    SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
     ON CONFLICT (key) DO UPDATE SET alg = t.alg
-    RETURNING t.key, t.alg, t.st, t.expires INTO rec;
-    dk := ARRAY[rec.key];
-    d_alg := ARRAY[CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END];
-    d_off := ARRAY[1];
-    d_len := ARRAY[cardinality(rec.st)];
-    d_st := rec.st;
-    d_exp := ARRAY[rec.expires];
-  ELSE
-    FOR rec IN
-      INSERT INTO ceiling_state AS t (key, alg, st, expires)
-      SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
-      ON CONFLICT (key) DO UPDATE SET alg = t.alg
-      RETURNING t.key, t.alg, t.st, t.expires
-    LOOP
-      dk := dk || rec.key;
-      d_alg := d_alg || CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END;
-      d_off := d_off || (cardinality(d_st) + 1);
-      d_len := d_len || cardinality(rec.st);
-      d_st := d_st || rec.st;
-      d_exp := d_exp || rec.expires;
-    END LOOP;
-  END IF;
+    RETURNING t.key, t.alg, t.st, t.expires
+  LOOP
+    dk := dk || rec.key;
+    d_alg := d_alg || CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END;
+    d_off := d_off || (cardinality(d_st) + 1);
+    d_len := d_len || cardinality(rec.st);
+    d_st := d_st || rec.st;
+    d_exp := d_exp || rec.expires;
+  END LOOP;
   ki := array_fill(0, ARRAY[n]);
   FOR i IN 1 .. n LOOP
     ki[i] := array_position(dk, keys[i]);
@@ -196,6 +187,66 @@ BEGIN
     WHERE t.key = u.key;
   END IF;
   RETURN res;
+END $$;
+
+-- ceiling_decide_one is ceiling_decide for a call of one request, the
+-- most common, without the bookkeeping of several keys: the same lock,
+-- anchor, step and write, the same reply.
+CREATE OR REPLACE FUNCTION ceiling_decide_one(now bigint, p_key text, p_alg int, lim bigint, p bigint,
+  burst bigint, c bigint, flag int, lease bigint, stamp bigint)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  rec record;
+  ra record;
+  r record;
+  a int;
+  s bigint[];
+  e bigint;
+  anchored boolean := false;
+  current boolean;
+  force boolean := flag & 1 = 1;
+  remaining bigint;
+  nxt bigint;
+BEGIN
+  INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (p_key, -1, '{}', 0)
+  ON CONFLICT (key) DO UPDATE SET alg = t.alg
+  RETURNING t.alg, t.st, t.expires INTO rec;
+  a := CASE WHEN rec.alg = p_alg THEN p_alg END; -- another algorithm's state: absent
+  s := rec.st;
+  -- most states store no time past now: no anchor to compute for them
+  current := CASE a WHEN 4 THEN s[2] <= now WHEN 3 THEN s[1] <= now WHEN 2 THEN s[1] <= now
+    WHEN 1 THEN s[cardinality(s) - 1] <= now WHEN 0 THEN s[2] <= now / s[1] ELSE false END;
+  IF a IS NOT NULL AND current IS NOT TRUE THEN
+    ra := ceiling_anchor(a, s, now, p);
+    IF ra.changed THEN
+      anchored := true;
+      IF ra.exp <= now THEN a := NULL; ELSE s := ra.st; e := ra.exp; END IF;
+    END IF;
+  END IF;
+  IF a IS NULL THEN s := NULL; END IF;
+  CASE p_alg
+  WHEN 0 THEN r := ceiling_rolling(s, now, lim, p, c, force, stamp);
+  WHEN 1 THEN r := ceiling_log(s, now, lim, p, c, force, stamp);
+  WHEN 2 THEN r := ceiling_sliding(s, now, lim, p, c, force, stamp);
+  WHEN 3 THEN r := ceiling_fixed(s, now, lim, p, c, force, stamp);
+  WHEN 4 THEN r := ceiling_gcra(s, now, lim, p, burst, c, force, stamp);
+  WHEN 5 THEN r := ceiling_leases(s, now, lim, p, c, force, lease);
+  END CASE;
+  IF r.ok AND c <> 0 THEN
+    IF r.exp <= now THEN
+      DELETE FROM ceiling_state t WHERE t.key = p_key;
+    ELSE
+      UPDATE ceiling_state t SET alg = p_alg, st = r.st, expires = r.exp WHERE t.key = p_key;
+    END IF;
+  ELSIF anchored AND a IS NOT NULL THEN
+    UPDATE ceiling_state t SET st = s, expires = e WHERE t.key = p_key;
+  ELSIF anchored OR rec.alg < 0 THEN
+    DELETE FROM ceiling_state t WHERE t.key = p_key; -- emptied, or created for nothing
+  END IF;
+  remaining := greatest(0, r.remaining);
+  nxt := CASE WHEN remaining > 0 THEN 0 ELSE r.nxt END;
+  RETURN ARRAY[now, CASE WHEN NOT r.ok AND flag & 2 = 0 THEN 1 ELSE 0 END, r.ok::int, remaining, greatest(0, r.reset),
+    CASE WHEN r.ok THEN 0 ELSE r.retry END, nxt, CASE WHEN r.ok AND c > 0 THEN r.placed ELSE 0 END];
 END $$;
 
 -- ceiling_step decides one request on its key's state (NULL: absent or
