@@ -158,6 +158,10 @@ type RuleHealth struct {
 	Name     string `json:"name"`
 	FailMode string `json:"fail_mode"`
 	Shadow   bool   `json:"shadow,omitempty"`
+	// Limit and Burst are the rule's limit in force: its own, or the
+	// latest [Limiter.SetLimit].
+	Limit int64 `json:"limit"`
+	Burst int64 `json:"burst,omitempty"`
 	// FailOpenAdmissions counts requests admitted without enforcement.
 	FailOpenAdmissions int64 `json:"fail_open_admissions"`
 	// FailLocalAdmissions counts requests admitted by the in-process store.
@@ -201,8 +205,10 @@ func (l *Limiter) Health() Health {
 		}
 	}
 	for i := range l.rules {
-		r, c := &l.rules[i], &l.fo.counts[i]
+		r, c, pl := &l.rules[i], &l.fo.counts[i], l.plans[i].Load()
 		h.Rules[i] = RuleHealth{
+			Limit:               pl.limit,
+			Burst:               pl.burst,
 			Name:                r.Name,
 			FailMode:            l.modeOf(r).String(),
 			Shadow:              r.Shadow,
