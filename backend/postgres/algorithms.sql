@@ -8,7 +8,7 @@
 --   1 sliding log     {t1, n1, t2, n2, ...}   runs oldest first
 --   2 sliding window  {start, prev, cur}
 --   3 fixed window    {start, count}
---   4 GCRA            {tat, at}
+--   4 GCRA            {tat, at, T}   T: the emission interval of the write
 --   5 concurrency     {at, id1, n1, exp1, id2, n2, exp2, ...}
 --
 -- Every step function decides one request on its key's state at now (µs)
@@ -24,11 +24,43 @@ DECLARE
   b bigint := CASE WHEN burst = 0 THEN lim ELSE burst END;
   t bigint := (p + lim - 1) / lim;
   tau bigint := t * b;
-  t0 bigint := greatest(coalesce(s[1], now), now);
+  t0 bigint;
   nt numeric;
   over numeric;
+  d bigint;
+  ts bigint;
+  u bigint;
+  n bigint;
 BEGIN
   ok := true; retry := 0; placed := 0;
+  IF s IS NOT NULL AND s[3] IS NULL THEN
+    s := NULL; -- another layout: absent
+  END IF;
+  t0 := greatest(coalesce(s[1], now), now);
+  IF s IS NOT NULL AND s[3] <> t AND s[1] > now THEN
+    -- Another rate (ALGORITHMS.md): the debt is u units of the write's
+    -- interval ts, decided under this request's burst.
+    d := s[1] - now;
+    ts := s[3];
+    u := (d + ts - 1) / ts;
+    remaining := greatest(0, b - u);
+    nxt := CASE WHEN remaining = 0 THEN d - (b - 1) * ts ELSE 0 END;
+    reset := d;
+    IF c > 0 AND NOT force AND (c > b OR u + c > b) THEN
+      ok := false;
+      retry := CASE WHEN c <= b THEN d - (b - c) * ts ELSE -1 END;
+      RETURN;
+    END IF;
+    IF c = 0 THEN st := s; exp := s[1]; RETURN; END IF;
+    n := CASE WHEN c > 0 THEN u + c WHEN stamp = 0 THEN u - least(-c, u) ELSE u END;
+    exp := now + least(n::numeric * t, 4503599627370496)::bigint;
+    st := ARRAY[exp, now, t];
+    remaining := greatest(0, (tau - (exp - now)) / t);
+    reset := exp - now;
+    nxt := (exp - now) - tau + t;
+    IF c > 0 THEN placed := exp; END IF;
+    RETURN;
+  END IF;
   IF c > 0 THEN
     nt := t0::numeric + c::numeric * t;
     over := nt - now - tau;
@@ -49,7 +81,7 @@ BEGIN
     nt := greatest(t0 - least(-c::numeric * t, greatest(0, stamp - now)), now);
   END IF;
   exp := nt::bigint;
-  st := ARRAY[exp, now];
+  st := ARRAY[exp, now, t];
   remaining := (tau - (exp - now)) / t;
   IF remaining < 0 THEN remaining := 0; END IF;
   reset := exp - now;
@@ -386,7 +418,7 @@ BEGIN
     IF s[2] > now THEN
       changed := true;
       exp := s[1] - (s[2] - now);
-      st := ARRAY[exp, now];
+      st := ARRAY[exp, now, s[3]];
     END IF;
   WHEN 3, 2 THEN
     IF s[1] > now THEN

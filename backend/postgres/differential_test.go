@@ -71,7 +71,7 @@ func inspect(pool *pgxpool.Pool, key string, want model.State, ok bool) error {
 	var w []int64
 	switch want.Algorithm {
 	case backend.GCRA:
-		w = []int64{want.TAT, want.Written}
+		w = []int64{want.TAT, want.Written, want.T}
 	case backend.FixedWindow:
 		w = []int64{want.Start, want.Count}
 	case backend.SlidingWindow:
