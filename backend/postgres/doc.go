@@ -15,7 +15,7 @@
 //
 // [Migrate] creates the table ceiling_state and the functions, once per
 // database, idempotently and under an advisory lock. Rows hold what
-// ceiling passes as a key (rule:digest: an HMAC digest under the
+// ceiling passes as a key ({digest}:rule: an HMAC digest under the
 // limiter's key secret, never a raw identifier) and the state; an
 // expiry column lets the Store's janitor delete idle keys in bounded
 // batches (see [WithJanitor]), as Redis TTLs do. The table is logged by

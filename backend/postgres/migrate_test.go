@@ -68,7 +68,8 @@ func TestMigrateConcurrentlyAndSwitchPersistence(t *testing.T) {
 }
 
 // TestStoredKeysAreDigests: through a limiter with a key secret, the row
-// of a client's key names a digest, never the client's address.
+// of a client's key names a digest and the rule, never the client's
+// address.
 func TestStoredKeysAreDigests(t *testing.T) {
 	pool := migrated(t)
 	l := ceiling.MustNew([]ceiling.Rule{{Name: "r", Key: ceiling.RemoteAddr, Limit: 5, Period: time.Hour}},
@@ -94,7 +95,7 @@ func TestStoredKeysAreDigests(t *testing.T) {
 		}
 		keys = append(keys, k)
 	}
-	if len(keys) != 1 || strings.Contains(keys[0], "203.0.113") || !strings.HasPrefix(keys[0], "ceiling:r:") {
-		t.Fatalf("stored keys %q, want one ceiling:r:<digest> without the address", keys)
+	if len(keys) != 1 || strings.Contains(keys[0], "203.0.113") || !strings.HasPrefix(keys[0], "ceiling:{") || !strings.HasSuffix(keys[0], "}:r") {
+		t.Fatalf("stored keys %q, want one ceiling:{digest}:r without the address", keys)
 	}
 }

@@ -1,5 +1,5 @@
 -- The table of ceiling's Postgres backend: one row per key with state.
--- key is what ceiling passes (rule:digest, a fixed-length HMAC digest of
+-- key is what ceiling passes ({digest}:rule, a fixed-length HMAC digest of
 -- the identifier: no raw identifier is stored), with the store's prefix;
 -- alg and st are the algorithm and its state (algorithms.sql); expires is
 -- when the state is back to full, in µs since the Unix epoch on the
