@@ -38,9 +38,16 @@ var ErrDegraded = errors.New("ceiling: backend degraded; not called until a prob
 var errBreakerOpen = fmt.Errorf("%w (circuit breaker open)", ErrDegraded)
 
 // notSent reports a call that never reached the backend because this
-// process did not get to write it: the one kind of timeout that is not the
-// backend's fault.
+// process did not get to write it.
 func notSent(err error) bool { return err != nil && errors.Is(err, backend.ErrNotSent) }
+
+// overloaded reports a call that failed by this process's fault, not the
+// backend's: it was never written ([backend.ErrNotSent]), or its reply
+// came too late to be read by a process too busy to run the goroutine
+// that reads it ([backend.ErrUnread]; the call may have been applied).
+func overloaded(err error) bool {
+	return notSent(err) || (err != nil && errors.Is(err, backend.ErrUnread))
+}
 
 // call decides reqs into out with one backend call. For a backend that does
 // I/O it goes through the circuit breaker (failing at once while it is
@@ -91,7 +98,7 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, err error)
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.Learn(reqs, out, l.cfg.clock())
 		}
-	case notSent(err):
+	case overloaded(err):
 		l.fo.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
 			"ceiling: this process was too busy to send backend calls in time; requests shed with 503, the backend is not blamed",
 			slog.Any("err", err))

@@ -258,7 +258,7 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		}
 		return st.results[:len(st.reqs)], nil
 	}
-	if notSent(cause) {
+	if overloaded(cause) {
 		if err := l.shed(d, cause); err != nil {
 			return nil, err
 		}
@@ -305,8 +305,9 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 }
 
 // shed refuses a request whose backend call this process never got to
-// send ([backend.ErrNotSent]): it was too busy (every CPU, or every
-// connection, taken) to ask the backend within the timeout. That is not
+// send ([backend.ErrNotSent]), or whose reply it never got to read
+// ([backend.ErrUnread]): it was too busy (every CPU, or every connection,
+// taken) to ask the backend within the timeout. That is not
 // the backend's failure, so no fail mode applies: admitting the request
 // unmetered (FailOpen) or on a share of the limit (FailLocal) would let a
 // flood that saturates the instance buy a weaker limit, exactly when it

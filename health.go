@@ -378,11 +378,12 @@ const (
 )
 
 // KindOf names the kind of a backend failure: "overloaded" (a call this
-// process never got to send, [backend.ErrNotSent]: not the backend's
-// failure), "unreachable", "timeout", "auth", "read-only", "out of
+// process never got to send, [backend.ErrNotSent], or whose reply it was
+// too busy to read, [backend.ErrUnread]: not the backend's failure), "unreachable", "timeout", "auth", "read-only", "out of
 // memory", or "error" for any other; "" for nil. Backends say the kind by
 // wrapping [backend.ErrUnreachable], [backend.ErrAuth],
-// [backend.ErrReadOnly], [backend.ErrOutOfMemory] or [backend.ErrNotSent];
+// [backend.ErrReadOnly], [backend.ErrOutOfMemory], [backend.ErrNotSent] or
+// [backend.ErrUnread];
 // a call that outlived the limiter's timeout is a "timeout" ([ErrTimeout]),
 // and a refused or reset connection is "unreachable" even from a backend
 // that does not wrap it.
@@ -390,7 +391,7 @@ func KindOf(err error) FailureKind {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, backend.ErrNotSent):
+	case overloaded(err):
 		return kindOverloaded
 	case errors.Is(err, backend.ErrAuth):
 		return kindAuth
