@@ -178,39 +178,18 @@ func (l *Limiter) Health() Health {
 		FailMode: l.cfg.failMode.String(),
 		Rules:    make([]RuleHealth, len(l.rules)),
 	}
-	if l.fo.warning != "" {
-		h.Warnings = []string{l.fo.warning}
-	}
+	h.Warnings = l.engineWarnings()
 	h.Warnings = append(h.Warnings, l.keyWarnings()...)
 	h.Warnings = append(h.Warnings, spoofable.list()...)
 	h.Warnings = append(h.Warnings, l.notes.all()...)
 	if h.EvictedKeys = l.evictions(); h.EvictedKeys > 0 {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
 	}
-	h.DroppedWrites = l.fo.resend.dropped.Load()
-	h.Shed = l.fo.shed.Load()
-	if b := l.fo.breaker; b != nil {
-		h.Backend = "remote"
-		s := b.Status()
-		h.DegradedTotal = s.Opened
-		if s.Degraded {
-			h.Status, h.Since, h.NextProbeSeconds = "degraded", s.Since, s.RetryIn.Seconds()
-			if s.Cause != nil {
-				h.Reason = KindOf(s.Cause)
-			}
-		}
-	}
 	for i := range l.rules {
-		r, c := &l.rules[i], &l.fo.counts[i]
-		h.Rules[i] = RuleHealth{
-			Name:                r.Name,
-			FailMode:            l.modeOf(r).String(),
-			Shadow:              r.Shadow,
-			FailOpenAdmissions:  c.failOpen.Load(),
-			FailLocalAdmissions: c.failLocal.Load(),
-			ShadowRejections:    c.shadow.Load(),
-		}
+		r := &l.rules[i]
+		h.Rules[i] = RuleHealth{Name: r.Name, FailMode: l.modeOf(r).String(), Shadow: r.Shadow}
 	}
+	l.reportEngine(&h)
 	return h
 }
 
