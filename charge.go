@@ -247,7 +247,8 @@ func (l *Limiter) request(rule *Rule, keyValue string) backend.Request {
 	st.reset()
 	key := l.kept(l.storedKey(st, rule.Name, keyValue))
 	l.states.Put(st)
-	return backend.Request{Key: key, Algorithm: rule.Algorithm, Limit: rule.Limit, Period: rule.Period, Burst: rule.Burst}
+	pl := planOf(rule)
+	return backend.Request{Key: key, Algorithm: rule.Algorithm, Limit: pl.limit, Period: rule.Period, Burst: pl.burst}
 }
 
 // Peek returns the state of the rule's key for keyValue (an address, a

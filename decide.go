@@ -31,8 +31,11 @@ type Input struct {
 	// limit per plan or per tenant, decided in the same backend call as the
 	// other rules. Burst likewise replaces the rule's Burst (GCRA). The
 	// rule's Period and Algorithm always apply, and the key's state is the
-	// same whatever limit a call brings, so callers of one key should agree
-	// on its limit. Values outside what [backend.Request.Validate] allows,
+	// same whatever limit a call brings: each call is judged by its own
+	// limit against every unit the key holds, so a caller with a smaller
+	// limit is refused while the key holds more than it, and nobody is
+	// admitted past their own (backend/ALGORITHMS.md, "A limit that
+	// changes"). Values outside what [backend.Request.Validate] allows,
 	// and a [SlidingLog] limit over [MaxSlidingLogLimit], are a
 	// [*LimitError] for this call.
 	Limit, Burst int64
@@ -171,11 +174,12 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 		l.emptyKey(rule)
 		return fmt.Errorf("ceiling: rule %q: %w", rule.Name, errEmptyKey)
 	}
+	pl := planOf(rule)
 	req := backend.Request{
 		Algorithm: rule.Algorithm,
-		Limit:     rule.Limit,
+		Limit:     pl.limit,
 		Period:    rule.Period,
-		Burst:     rule.Burst,
+		Burst:     pl.burst,
 		Cost:      cost,
 		Shadow:    rule.Shadow,
 	}

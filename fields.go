@@ -24,11 +24,12 @@ func (d *Decision) RateLimit() string {
 // front that decides only those: a gRPC service advertises the rules
 // bound to its calls, not those of the HTTP front sharing the limiter.
 func (l *Limiter) RateLimitPolicy(d *Decision, rules ...string) string {
+	pl := l.plans[0].Load()
 	if len(rules) == 0 && (!l.dynamic || d == nil) {
-		if l.policy == nil {
+		if pl.policy == nil {
 			return ""
 		}
-		return l.policy[0]
+		return pl.policy[0]
 	}
 	if d == nil {
 		d = &Decision{}
@@ -37,5 +38,5 @@ func (l *Limiter) RateLimitPolicy(d *Decision, rules ...string) string {
 	if len(rules) > 0 {
 		only = func(r *Rule) bool { return slices.Contains(rules, r.Name) }
 	}
-	return string(appendRequestPolicy(nil, l.rules, d, only))
+	return string(appendRequestPolicy(nil, pl.rules, d, only))
 }

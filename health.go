@@ -158,6 +158,10 @@ type RuleHealth struct {
 	Name     string `json:"name"`
 	FailMode string `json:"fail_mode"`
 	Shadow   bool   `json:"shadow,omitempty"`
+	// Limit and Burst are the rule's limit in force: its own, or the
+	// latest [Limiter.SetLimit].
+	Limit int64 `json:"limit"`
+	Burst int64 `json:"burst,omitempty"`
 	// FailOpenAdmissions counts requests admitted without enforcement.
 	FailOpenAdmissions int64 `json:"fail_open_admissions"`
 	// FailLocalAdmissions counts requests admitted by the in-process store.
@@ -186,8 +190,8 @@ func (l *Limiter) Health() Health {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
 	}
 	for i := range l.rules {
-		r := &l.rules[i]
-		h.Rules[i] = RuleHealth{Name: r.Name, FailMode: l.modeOf(r).String(), Shadow: r.Shadow}
+		r, pl := &l.rules[i], l.plans[i].Load()
+		h.Rules[i] = RuleHealth{Limit: pl.limit, Burst: pl.burst, Name: r.Name, FailMode: l.modeOf(r).String(), Shadow: r.Shadow}
 	}
 	l.reportEngine(&h)
 	return h

@@ -85,7 +85,7 @@ func appendRequestPolicy(b []byte, rules []Rule, d *Decision, only func(*Rule) b
 	for i := range rules {
 		r := &rules[i]
 		limit := r.Limit
-		if j < len(d.Results) && d.Results[j].Rule == r {
+		if j < len(d.Results) && d.Results[j].Rule.Name == r.Name { // rules may be a copy under new limits
 			limit = d.Results[j].limit
 			j++
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -82,9 +83,12 @@ type Rule struct {
 	// could not hold (a sliding log over [MaxSlidingLogLimit] included), is
 	// the server's fault, not the client's: the request is answered 500 and
 	// the error is logged (see [LimitError]). The headers and the problem
-	// body show the limit that applied. Period and Algorithm are the rule's;
-	// callers of one key should agree on its limit, since they share its
-	// state. [Limiter.Decide] ignores it: its callers pass [Input.Limit].
+	// body show the limit that applied. Period and Algorithm are the rule's.
+	// Requests of one key under different limits share its state, each
+	// judged by its own limit against every unit the key holds (see
+	// [Input.Limit]). [Limiter.Decide] ignores it: its callers pass
+	// [Input.Limit]. [Limiter.SetLimit] changes the rule's own Limit and
+	// Burst, the ones a request without a plan gets.
 	Limits func(r *http.Request) (limit, burst int64, err error)
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
@@ -102,6 +106,8 @@ type Rule struct {
 	// no other rule refuses the request too: then the refusal itself has
 	// already told the caller that the key is at its limit.
 	Hidden bool
+
+	plan *atomic.Pointer[plan] // the limit in force (setlimit.go); set by New
 }
 
 func (r *Rule) validate() error {
@@ -166,9 +172,10 @@ type Limiter struct {
 	remote     bool // the backend does I/O: apply the timeout and fail modes
 	cfg        config
 	digest     digester
-	policy     []string // precomputed RateLimit-Policy value
-	dynamic    bool     // a rule has Limits: RateLimit-Policy is per request
-	concurrent bool     // a rule is a Concurrency rule: admitted decisions hold slots
+	plans      []atomic.Pointer[plan] // each rule's limit in force (setlimit.go)
+	planMu     sync.Mutex             // serialises SetLimit
+	dynamic    bool                   // a rule has Limits: RateLimit-Policy is per request
+	concurrent bool                   // a rule is a Concurrency rule: admitted decisions hold slots
 	states     sync.Pool
 	extras     bool       // prefetches or estimates: requests carry an extras
 	rawKeys    bool       // the backend keeps only its own hashes: skip the digest
@@ -228,7 +235,7 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	l.digest = l.newDigester()
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
 	spoofable.flush()
-	l.policy = policyHeader(l.rules)
+	l.initPlans()
 	l.dynamic = hasLimits(l.rules)
 	for i := range l.rules {
 		l.concurrent = l.concurrent || l.rules[i].Algorithm == Concurrency
@@ -257,8 +264,9 @@ func MustNew(rules []Rule, opts ...Option) *Limiter {
 	return l
 }
 
-// Rules returns a copy of the limiter's rules, in declaration order.
-func (l *Limiter) Rules() []Rule { return append([]Rule(nil), l.rules...) }
+// Rules returns a copy of the limiter's rules, in declaration order, with
+// the limits in force ([Limiter.SetLimit]).
+func (l *Limiter) Rules() []Rule { return append([]Rule(nil), l.plans[0].Load().rules...) }
 
 // Handler is the middleware: it decides every request before next sees it,
 // sets the rate-limit headers, and answers 429 (or 503 when failing closed)
@@ -311,9 +319,10 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		if l.cfg.shadowHeader {
 			writeShadowHeader(w.Header(), d)
 		}
-		policy := l.policy
+		pl := l.plans[0].Load()
+		policy := pl.policy
 		if l.dynamic {
-			policy = requestPolicy(l.rules, d)
+			policy = requestPolicy(pl.rules, d)
 		}
 		l.cfg.headers.write(w.Header(), d, policy, st, l.cfg.clock)
 		if !d.Allowed {

@@ -47,6 +47,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	s := &suite{newBackend: newBackend, nonce: hex.EncodeToString(nonce[:])}
 	t.Run("Table", s.testTable)
 	t.Run("GCRABurst", s.testGCRABurst)
+	t.Run("LimitChange", s.testLimitChange)
 	t.Run("PeekDoesNotConsume", s.testPeek)
 	t.Run("ResetRestoresFullQuota", s.testReset)
 	t.Run("RefundGivesBack", s.testRefund)

@@ -59,6 +59,12 @@ func generate(rng *rand.Rand, keys []string) []Step {
 	for range 4 + rng.IntN(28) {
 		at = nextInstant(rng, m, keys, rules, at)
 		now := Epoch.Add(at).UnixMicro()
+		if rng.IntN(10) == 0 {
+			// An operator changes a rule's limit: every later request
+			// of the rule's key brings the new one.
+			k := keys[rng.IntN(len(keys))]
+			rules[k] = changeLimit(rng, rules[k])
+		}
 		if rng.IntN(30) == 0 {
 			st := Step{At: at, Reset: []string{keys[rng.IntN(len(keys))]}}
 			if rng.IntN(2) == 0 {
@@ -194,6 +200,33 @@ func randomRule(rng *rand.Rand, key string, algs []backend.Algorithm) backend.Re
 	}
 }
 
+// changeLimit returns rule under a new limit (and, for GCRA, burst),
+// lowered or raised, as [ceiling.Limiter.SetLimit] changes it: halved,
+// doubled, one up or down, or anything randomRule would draw.
+func changeLimit(rng *rand.Rand, rule backend.Request) backend.Request {
+	for {
+		r := rule
+		switch rng.IntN(5) {
+		case 0:
+			r.Limit = max(1, r.Limit/2)
+		case 1:
+			r.Limit = min(backend.MaxLimit, 2*r.Limit)
+		case 2:
+			r.Limit = max(1, r.Limit-1)
+		case 3:
+			r.Limit = min(backend.MaxLimit, r.Limit+1)
+		default:
+			r.Limit, r.Burst = randomRule(rng, r.Key, []backend.Algorithm{r.Algorithm}).Limit, 0
+		}
+		if r.Algorithm == backend.GCRA && r.Burst != 0 && rng.IntN(2) == 0 {
+			r.Burst = 1 + rng.Int64N(2*r.Limit)
+		}
+		if r.Validate() == nil {
+			return r
+		}
+	}
+}
+
 // randomRequest draws a request on rule's key: usually the rule itself,
 // sometimes under another period or limit (two rules sharing a key), with a
 // cost from a refund of more than the limit to a charge of more than it.
@@ -204,6 +237,8 @@ func randomRequest(rng *rand.Rand, rule backend.Request) backend.Request {
 		r.Period = periods[rng.IntN(len(periods))]
 	case 2:
 		r.Limit = max(1, r.Limit/2+rng.Int64N(3)-1)
+	case 3:
+		r.Limit = min(backend.MaxLimit, 2*r.Limit+rng.Int64N(3)) // callers disagree upwards too
 	}
 	L := r.Limit
 	switch n := rng.IntN(100); {

@@ -77,8 +77,10 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
 // gcraState is a GCRA key's state: its theoretical arrival time and the
-// now of the write that stored it, in µs (a zero state is absent).
-type gcraState struct{ tat, at int64 }
+// now of the write that stored it, in µs, and the emission interval T it
+// was written under (a zero state is absent). T lets a request under
+// another limit read the debt as the units it stands for (ALGORITHMS.md).
+type gcraState struct{ tat, at, t int64 }
 
 // gcraStep decides r on a GCRA key whose state is st (a tat at or before
 // now means a full bucket). It returns the state to store; a returned tat
@@ -92,6 +94,9 @@ func gcraStep(r *backend.Request, now int64, st gcraState, res *backend.Result) 
 	}
 	T := (P + L - 1) / L
 	tau := mulSat(T, B)
+	if st.t != 0 && st.t != T && tat > now {
+		return gcraOtherRate(r, now, st, B, T, tau, res)
+	}
 	t0 := max(tat, now)
 	*res = backend.Result{Allowed: true, Limit: L}
 	var nt int64
@@ -118,7 +123,51 @@ func gcraStep(r *backend.Request, now int64, st gcraState, res *backend.Result) 
 		nt = max(t0-min(mulSat(neg(c), T), max(0, r.Stamp-now)), now)
 	}
 	gcraAfter(res, now, nt, T, tau)
-	return gcraState{tat: nt, at: now}, true
+	return gcraState{tat: nt, at: now, t: T}, true
+}
+
+// gcraOtherRate decides r on a GCRA state written under another emission
+// interval (the limit changed, or callers of the key disagree on it): the
+// state holds u units, each leaving at the rate it was written at, and r
+// is decided on them under its own burst (ALGORITHMS.md, "another rate").
+// A write stores the units at r's rate.
+func gcraOtherRate(r *backend.Request, now int64, st gcraState, B, T, tau int64, res *backend.Result) (gcraState, bool) {
+	d, Ts, c := st.tat-now, st.t, r.Cost
+	u := (d + Ts - 1) / Ts
+	*res = backend.Result{Allowed: true, Limit: r.Limit}
+	held := func() {
+		res.Remaining = max(0, B-u)
+		res.ResetAfter = dur(d)
+		if res.Remaining == 0 {
+			res.NextAfter = dur(d - (B-1)*Ts) // u >= B: no overflow
+		}
+	}
+	switch {
+	case c > 0 && !r.Force && (c > B || u+c > B):
+		res.Allowed = false
+		res.RetryAfter = backend.Never
+		if c <= B {
+			res.RetryAfter = dur(d - (B-c)*Ts) // B - c < u: no overflow
+		}
+		held()
+		return st, false
+	case c == 0:
+		held()
+		return st, true
+	}
+	n := u // a stamped refund: the stamp is of another rate's scale, nothing comes back
+	switch {
+	case c > 0:
+		n = addSat(u, c)
+	case r.Stamp == 0:
+		n = u - min(neg(c), u)
+	}
+	nt := now + min(mulSat(n, T), debtHorizon)
+	if c > 0 {
+		res.Stamp = nt
+	}
+	gcraAfter(res, now, nt, T, tau)
+	return gcraState{tat: nt, at: now, t: T}, true
 }
 
 // gcraAfter reports a GCRA key whose tat is nt (at or after now).

@@ -45,7 +45,7 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 	if i := sh.gcra.find(h); i >= 0 {
 		found++
 		st := sh.gcra.slots[i].v
-		got = refmodel.State{Algorithm: backend.GCRA, TAT: st.tat, Expires: st.tat}
+		got = refmodel.State{Algorithm: backend.GCRA, TAT: st.tat, T: st.t, Expires: st.tat}
 	}
 	if i := sh.windows.find(h); i >= 0 {
 		found++
@@ -132,7 +132,7 @@ func (s *Store) inspect(key string, want refmodel.State, ok, _ bool) error {
 		return fmt.Errorf("the Store holds nothing, the model %+v", want)
 	}
 	want.Written = 0
-	if !slices.Equal(got.Log, want.Log) || got.Algorithm != want.Algorithm || got.TAT != want.TAT || got.Start != want.Start ||
+	if !slices.Equal(got.Log, want.Log) || got.Algorithm != want.Algorithm || got.TAT != want.TAT || got.T != want.T || got.Start != want.Start ||
 		got.Count != want.Count || got.Prev != want.Prev || got.Cur != want.Cur || got.Expires != want.Expires ||
 		got.W != want.W || got.Last != want.Last || !slices.Equal(got.Buckets, want.Buckets) || !slices.Equal(got.Leases, want.Leases) {
 		return fmt.Errorf("stored %+v, want %+v", got, want)

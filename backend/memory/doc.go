@@ -10,9 +10,10 @@
 //     Counts are as wide as the key's limit needs: a key's slot (state and
 //     digest) takes 48 bytes under a limit below 255, 64 below 65,535, 104
 //     above or for a period over about 19 hours.
-//   - [backend.GCRA] (token bucket): a smooth rate with a burst, two 8-byte
-//     values per key (the arrival time and when it was written, for a clock
-//     that steps back): a 32-byte slot.
+//   - [backend.GCRA] (token bucket): a smooth rate with a burst, three
+//     8-byte values per key (the arrival time, when it was written, for a
+//     clock that steps back, and the emission interval, for a limit that
+//     changes): a 40-byte slot.
 //     Pick it for APIs: "10 per second, burst 20". It is a
 //     rate, not a count: "30 per minute, burst 30" admits up to 59 in the
 //     first rolling minute.
@@ -32,7 +33,7 @@
 //
 // Tables are between 2/5 and 4/5 full, and 4/5 full once a Store nears its
 // key bound, so a key holds its slot's size to twice that in heap: a
-// million GCRA keys about 67 MB, rolling windows under small limits 100 MB
+// million GCRA keys about 67 MB before their slot grew to 40 bytes, rolling windows under small limits 100 MB
 // (BenchmarkMemoryIdleKeys); 900,000 keys in a Store of the default bound
 // about 42 and 70 MB.
 //

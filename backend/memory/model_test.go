@@ -36,7 +36,10 @@ func (m *model) decide(reqs []backend.Request, now int64) []backend.Result {
 		case backend.RollingWindow:
 			roll[r.Key], ok = rollingStep(r, now, roll[r.Key], &res[i])
 		case backend.GCRA:
-			gcra[r.Key], ok = gcraStep(r, now, gcra[r.Key], &res[i])
+			var st gcraState
+			if st, ok = gcraStep(r, now, gcra[r.Key], &res[i]); ok && r.Cost != 0 {
+				gcra[r.Key] = st // a peek writes nothing, not even its T
+			}
 		case backend.FixedWindow:
 			win[r.Key], ok = fixedStep(r, now, win[r.Key], &res[i])
 		case backend.SlidingWindow:

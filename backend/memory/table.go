@@ -34,7 +34,7 @@ type table[V any] struct {
 
 const (
 	minSlots   = 8
-	maxLoadNum = 4 // grow beyond 4/5 full: 32-byte GCRA slots cost 40..80 bytes per key
+	maxLoadNum = 4 // grow beyond 4/5 full: 40-byte GCRA slots cost 50..100 bytes per key
 	maxLoadDen = 5
 )
 

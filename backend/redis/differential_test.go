@@ -99,7 +99,7 @@ func TestDifferential(t *testing.T) {
 }
 
 // inspect compares the value and TTL stored under key with the model's
-// state: the layout the script writes ("R2 w last S n16..n0", "tat at",
+// state: the layout the script writes ("R2 w last S n16..n0", "tat at T",
 // "f start count", "w start prev cur", the sliding log's of parseLog, a
 // Concurrency key's sorted set and hash of leases), no key once back to
 // full, and a
@@ -198,7 +198,7 @@ func equivalent(got, want model.State, now int64) bool {
 	}
 	switch got.Algorithm {
 	case backend.GCRA:
-		return got.TAT == want.TAT || got.TAT <= now && want.TAT <= now
+		return got.TAT == want.TAT && got.T == want.T || got.TAT <= now && want.TAT <= now
 	case backend.RollingWindow:
 		d := got.Last - want.Last
 		if got.W != want.W || d < 0 {
@@ -226,7 +226,7 @@ func equivalent(got, want model.State, now int64) bool {
 }
 
 func stateEqual(a, b model.State) bool {
-	return a.Algorithm == b.Algorithm && a.TAT == b.TAT && a.Start == b.Start && a.Count == b.Count &&
+	return a.Algorithm == b.Algorithm && a.TAT == b.TAT && a.T == b.T && a.Start == b.Start && a.Count == b.Count &&
 		a.Prev == b.Prev && a.Cur == b.Cur && slices.Equal(a.Log, b.Log) &&
 		a.W == b.W && a.Last == b.Last && slices.Equal(a.Buckets, b.Buckets) && slices.Equal(a.Leases, b.Leases)
 }
@@ -247,12 +247,12 @@ func parseState(raw string) (model.State, error) {
 	}
 	bad := fmt.Errorf("stored %q: not a layout the script writes", raw)
 	switch {
-	case len(f) == 2 && nums[1] > 0:
+	case len(f) == 3 && f[0] != "f" && nums[1] > 0 && nums[2] > 0:
 		tat, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil || tat <= 0 {
 			return model.State{}, bad
 		}
-		return model.State{Algorithm: backend.GCRA, TAT: tat}, nil // "tat at"
+		return model.State{Algorithm: backend.GCRA, TAT: tat, T: nums[2]}, nil // "tat at T"
 
 	case len(f) == 3 && f[0] == "f":
 		return model.State{Algorithm: backend.FixedWindow, Start: nums[1], Count: nums[2]}, nil

@@ -11,11 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// GCRA stores "tat at": the theoretical arrival time and the now of the
-// write (ALGORITHMS.md: a clock behind the write keeps the debt from now),
-// written alike by the batch script (a lone request) and decide.lua (a GCRA
-// request beside another). A bare tat, which no release wrote, counts as
-// absent.
+// GCRA stores "tat at T": the theoretical arrival time, the now of the
+// write (ALGORITHMS.md: a clock behind the write keeps the debt from now)
+// and the emission interval (a request under another limit reads the debt
+// as units), written alike by the batch script (a lone request) and
+// decide.lua (a GCRA request beside another). A bare tat or "tat at",
+// which no release wrote, counts as absent.
 func TestGCRALayout(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
 		ctx := context.Background()
@@ -26,15 +27,17 @@ func TestGCRALayout(t *testing.T) {
 		t0 := clock.Now().UnixMicro()
 		decide(t, s, r)        // batch.lua
 		decide(t, s, r, other) // decide.lua
-		if got, want := client.Get(ctx, prefix+":"+r.Key).Val(), itoa(t0+500_000)+" "+itoa(t0); got != want {
+		if got, want := client.Get(ctx, prefix+":"+r.Key).Val(), itoa(t0+500_000)+" "+itoa(t0)+" 250000"; got != want {
 			t.Errorf("stored %q, want %q", got, want)
 		}
-		for _, reqs := range [][]backend.Request{{r}, {r, other}} {
-			if err := client.Set(ctx, prefix+":"+r.Key, itoa(t0+1_000_000), time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if res := decide(t, s, reqs...)[0]; !res.Allowed || res.Remaining != 3 {
-				t.Errorf("%d requests on a bare tat of a full bucket: %+v, want it read as absent", len(reqs), res)
+		for _, raw := range []string{itoa(t0 + 1_000_000), itoa(t0+1_000_000) + " " + itoa(t0)} {
+			for _, reqs := range [][]backend.Request{{r}, {r, other}} {
+				if err := client.Set(ctx, prefix+":"+r.Key, raw, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if res := decide(t, s, reqs...)[0]; !res.Allowed || res.Remaining != 3 {
+					t.Errorf("%d requests on %q, a full bucket: %+v, want it read as absent", len(reqs), raw, res)
+				}
 			}
 		}
 	})

@@ -212,11 +212,34 @@ if uses['4'] then
     return remaining, t - now, nx
   end
 
+  -- gcraOtherRate decides on a state written under another emission
+  -- interval s.T (the limit changed, or callers disagree): u units held,
+  -- each leaving at the rate it was written at; a write stores them at T.
+  local function gcraOtherRate(s, now, L, B, T, tau, c, force, stamp)
+    local d = s.tat - now
+    local u = cdiv(d, s.T)
+    local remaining, nx = max(0, B - u), 0
+    if remaining == 0 then nx = d - (B - 1) * s.T end
+    if c > 0 and not force and (c > B or u + c > B) then
+      local retry = -1
+      if c <= B then retry = d - (B - c) * s.T end
+      return 0, remaining, d, retry, nx, 0
+    end
+    if c == 0 then return 1, remaining, d, 0, nx, 0 end
+    local n = u -- a stamped refund: its stamp is of another rate's scale
+    if c > 0 then n = u + c elseif stamp == 0 then n = u - min(-c, u) end
+    local nt = now + min(n * T, debtHorizon)
+    s.tat, s.at, s.T, s.exp, s.dirty = nt, now, T, nt, true
+    remaining, d, nx = after(nt, now, T, tau)
+    return 1, remaining, d, 0, nx, c > 0 and nt or 0
+  end
+
   local function gcra(s, now, L, P, B, c, force, stamp)
     stamp = tonum(stamp) or 0
     if B == 0 then B = L end
     local T = cdiv(P, L)
     local tau = T * B
+    if s.T and s.T ~= T and s.tat > now then return gcraOtherRate(s, now, L, B, T, tau, c, force, stamp) end
     local t0 = max(s.tat or now, now)
     if c > 0 and not force and (c > B or (t0 - now) + c * T > tau) then
       local retry = -1
@@ -233,14 +256,14 @@ if uses['4'] then
     elseif c < 0 then
       nt = max(t0 + c * T, now)
     end
-    if c ~= 0 then s.tat, s.at, s.exp, s.dirty = nt, now, nt, true end
+    if c ~= 0 then s.tat, s.at, s.T, s.exp, s.dirty = nt, now, T, nt, true end
     local remaining, reset, nx = after(nt, now, T, tau)
     return 1, remaining, reset, 0, nx, c > 0 and nt or 0
   end
 
   local function load(key, raw)
-    local tat, at = string.match(raw, '^(%d+) (%d+)$')
-    return { key = key, tat = tonum(tat), at = tonum(at) }
+    local tat, at, T = string.match(raw, '^(%d+) (%d+) (%d+)$')
+    return { key = key, tat = tonum(tat), at = tonum(at), T = tonum(T) }
   end
 
   local function anchor(s, now)
@@ -249,7 +272,7 @@ if uses['4'] then
     return true
   end
 
-  local function write(s, ttl) redis.call('SET', s.key, fmt('%d %d', s.tat, s.at), 'PX', ttl) end
+  local function write(s, ttl) redis.call('SET', s.key, fmt('%d %d %d', s.tat, s.at, s.T), 'PX', ttl) end
   ops['4'] = { load = load, anchor = anchor, decide = gcra, write = write }
 end
 

@@ -34,8 +34,9 @@ type Run struct{ T, N int64 }
 // ALGORITHMS.md's "state" for the key's algorithm.
 type State struct {
 	Algorithm backend.Algorithm
-	// TAT is GCRA's theoretical arrival time, µs.
-	TAT int64
+	// TAT is GCRA's theoretical arrival time, µs, and T the emission
+	// interval it was written under (µs per unit).
+	TAT, T int64
 	// Start is a window's start, µs (fixed window and sliding window).
 	Start int64
 	// Count is a fixed window's count; Prev and Cur a sliding window's.
@@ -361,6 +362,9 @@ func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 	tat := now
 	if s != nil {
 		tat = s.TAT
+		if s.T != T && tat > now {
+			return gcraOtherRate(s, r, now, B, T, tau)
+		}
 	}
 	t0 := max(tat, now)
 	var nt int64
@@ -399,12 +403,51 @@ func gcra(s *State, r backend.Request, now int64) (*State, backend.Result, bool)
 			nt = v.Int64()
 		}
 	}
-	next := &State{Algorithm: backend.GCRA, TAT: nt, Written: now, Expires: nt}
+	next := &State{Algorithm: backend.GCRA, TAT: nt, T: T, Written: now, Expires: nt}
 	out := result(r, true, floorDiv(tau-(nt-now), T), nt-now, 0, nt+T-now-tau)
 	if c > 0 {
 		out.Stamp = nt
 	}
 	return next, out, true
+}
+
+// gcraOtherRate is GCRA on a state written under another emission
+// interval Ts (ALGORITHMS.md, "another rate"): u units held, each leaving
+// at the rate it was written at, decided under r's burst.
+func gcraOtherRate(s *State, r backend.Request, now, B, T, tau int64) (*State, backend.Result, bool) {
+	c, d, Ts := r.Cost, s.TAT-now, s.T
+	u := ceilDiv(d, Ts)
+	remaining, next := max(0, B-u), int64(0)
+	if remaining == 0 {
+		next = d - mul(B-1, Ts)
+	}
+	switch {
+	case c > 0 && !r.Force && (c > B || add(u, c) > B):
+		retry := int64(-1)
+		if c <= B {
+			retry = d - mul(B-c, Ts)
+		}
+		return nil, result(r, false, remaining, d, retry, next), false
+	case c == 0:
+		return s, result(r, true, remaining, d, 0, next), true
+	}
+	n := u // a stamped refund: its stamp is of another rate's scale
+	switch {
+	case c > 0:
+		n = add(u, c)
+	case r.Stamp == 0:
+		n = u - min(-c, u)
+	}
+	nt := now + DebtHorizon
+	if p := bigMul(n, T); p.Cmp(big.NewInt(DebtHorizon)) < 0 {
+		nt = now + p.Int64()
+	}
+	next2 := &State{Algorithm: backend.GCRA, TAT: nt, T: T, Written: now, Expires: nt}
+	out := result(r, true, floorDiv(tau-(nt-now), T), nt-now, 0, nt+T-now-tau)
+	if c > 0 {
+		out.Stamp = nt
+	}
+	return next2, out, true
 }
 
 // Fixed window.

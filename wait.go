@@ -1,0 +1,78 @@
+package ceiling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// Wait decides inputs as [Limiter.Decide] does and, while they are
+// rejected, sleeps until the decision's RetryAfter (plus a jitter of up
+// to a quarter of it, so that callers waiting on one key do not all come
+// back at the same instant) and decides again, until they are admitted.
+// It is for callers that can wait their turn: queue workers, crawlers,
+// batch jobs.
+//
+// A wait consumes nothing: a rejected decision takes from no rule. Wait
+// returns at once, with the last rejected Decision, when ctx is done
+// (ctx's error), when the next retry would pass ctx's deadline (an error
+// wrapping [context.DeadlineExceeded]: it does not sleep to a deadline it
+// cannot make), and when the inputs can never be admitted (RetryAfter
+// [backend.Never]). Any error of Decide is returned as Decide returns it,
+// at once: when the backend fails, the rule's fail mode answers (admitted
+// by FailOpen, an [*UnavailableError] from FailClosed), never a loop of
+// backend calls; a FailLocal rejection is waited out like any other.
+func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return Decision{}, err
+		}
+		d, err := l.Decide(ctx, inputs...)
+		if err != nil || d.Allowed {
+			return d, err
+		}
+		wait := d.RetryAfter
+		if wait == backend.Never {
+			return d, errNeverAdmitted
+		}
+		wait = max(wait, minWait)
+		if dl, ok := ctx.Deadline(); ok {
+			// A retry at the deadline itself would find ctx done.
+			left := time.Until(dl)
+			if wait >= left {
+				return d, fmt.Errorf("ceiling: the rejected request would be retried in %v, at or past the context's deadline in %v: %w", wait, left, context.DeadlineExceeded)
+			}
+			wait += jitter(wait, (left-wait)/2)
+		} else {
+			wait += jitter(wait, wait)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return d, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// minWait keeps a rejection that names no wait from becoming a busy loop
+// of backend calls.
+const minWait = time.Millisecond
+
+// jitter is a random extra wait of up to a quarter of wait, and at most
+// room.
+func jitter(wait, room time.Duration) time.Duration {
+	j := min(wait/4, room)
+	if j <= 0 {
+		return 0
+	}
+	return rand.N(j + 1)
+}
+
+// errNeverAdmitted is Wait's error for inputs no wait can admit.
+var errNeverAdmitted = errors.New("ceiling: the request can never be admitted (a cost past its limit); not waiting")
