@@ -354,6 +354,9 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 	if err != nil {
 		if results, err = l.fallback(ctx, st, err); err != nil {
 			d.Allowed = false
+			if obs := l.cfg.observer; obs != nil {
+				obs.ObserveRequest(ctx, d, err)
+			}
 			return err
 		}
 	}

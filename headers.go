@@ -70,8 +70,8 @@ func policyHeader(rules []Rule) []string {
 }
 
 // appendPolicy appends rule r's RateLimit-Policy item at limit to b: a
-// quota per window, or for a concurrency rule a number of concurrent
-// requests, which has no window.
+// quota per window, in the rule's unit when it is not requests, or for a
+// concurrency rule a number of concurrent requests, which has no window.
 func appendPolicy(b []byte, r *Rule, limit int64) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
@@ -79,11 +79,31 @@ func appendPolicy(b []byte, r *Rule, limit int64) []byte {
 	b = strconv.AppendQuote(b, r.Name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, limit, 10)
+	unit := r.Unit
+	if unit == "" && r.Algorithm == Concurrency {
+		unit = "concurrent-requests"
+	}
+	if unit != "" {
+		b = append(b, `;qu="`...)
+		b = append(b, unit...)
+		b = append(b, '"')
+	}
 	if r.Algorithm == Concurrency {
-		return append(b, `;qu="concurrent-requests"`...)
+		return b
 	}
 	b = append(b, ";w="...)
 	return appendSeconds(b, r.Period)
+}
+
+// validUnit checks a [Rule.Unit]: a name such as the draft's registered
+// units, so that it is sent inside a Structured Field string unescaped.
+func validUnit(u string) error {
+	for i, c := range u {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' && i > 0 || c == '-' && i > 0) {
+			return fmt.Errorf("unit %q: want lower-case letters, digits and '-', starting with a letter", u)
+		}
+	}
+	return nil
 }
 
 // write sets the style's headers for d on h; clock gives the time of day

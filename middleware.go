@@ -62,6 +62,13 @@ type Rule struct {
 	Algorithm backend.Algorithm
 	// Cost is the number of units one request takes; zero means 1.
 	Cost int64
+	// Unit names what the rule counts when that is not requests: "tokens"
+	// for a budget of LLM tokens, "content-bytes" for one of bytes. It is
+	// sent as RateLimit-Policy's qu parameter (draft-11 section 3.1), so a
+	// client reads q=200000 as tokens. Empty means requests, the draft's
+	// default, which is not sent; a [Concurrency] rule's is
+	// "concurrent-requests". Lower-case letters, digits and '-'.
+	Unit string
 	// Estimate, when set, makes the cost provisional: it returns the units
 	// to reserve for r when the request is decided, and the handler reports
 	// the real cost with [Settle]. Zero means the cost is charged only after
@@ -124,6 +131,9 @@ func (r *Rule) validate() error {
 	}
 	if r.Cost < 0 {
 		return fmt.Errorf("ceiling: rule %q: negative cost %d", r.Name, r.Cost)
+	}
+	if err := validUnit(r.Unit); err != nil {
+		return fmt.Errorf("ceiling: rule %q: %w", r.Name, err)
 	}
 	if r.Burst != 0 && r.Algorithm != GCRA {
 		// Before RollingWindow became the zero Algorithm, a rule with a

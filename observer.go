@@ -51,7 +51,7 @@ func (o Outcome) String() string {
 // An Observer is told what the limiter does, for metrics and alerts. Its
 // methods are called synchronously, on the request path, from many
 // goroutines at once: they must be safe for simultaneous use and must not
-// block. Package metrics/prometheus implements it.
+// block. Packages metrics/prometheus and metrics/otel implement it.
 //
 // Embed [NopObserver] to implement only some of the methods; methods added
 // to Observer later come with a no-op there.
@@ -88,6 +88,13 @@ type Observer interface {
 	// enforcement) or [FailLocal] (admitted by the in-process store, a
 	// weaker limit).
 	ObserveFailMode(rule string, mode FailMode)
+	// ObserveRequest is called once per request decided, after the calls
+	// for its rules, with the request's context and its decision, which
+	// is valid only during the call: where a tracing observer finds the
+	// request's span. err is nil, or an [*UnavailableError] when a rule
+	// failing closed refused the request because the backend could not
+	// decide.
+	ObserveRequest(ctx context.Context, d *Decision, err error)
 }
 
 // observeConfig tells the observer about the limiter; New calls it.
@@ -137,6 +144,9 @@ func (NopObserver) ObserveDegraded(DegradedEvent) {}
 
 // ObserveFailMode does nothing.
 func (NopObserver) ObserveFailMode(string, FailMode) {}
+
+// ObserveRequest does nothing.
+func (NopObserver) ObserveRequest(context.Context, *Decision, error) {}
 
 // WithObserver reports the limiter's configuration, decisions, backend
 // calls and degradation to o. Given more than once, every observer is told
@@ -197,6 +207,12 @@ func (os observers) ObserveDegraded(e DegradedEvent) {
 func (os observers) ObserveFailMode(rule string, mode FailMode) {
 	for _, o := range os {
 		o.ObserveFailMode(rule, mode)
+	}
+}
+
+func (os observers) ObserveRequest(ctx context.Context, d *Decision, err error) {
+	for _, o := range os {
+		o.ObserveRequest(ctx, d, err)
 	}
 }
 
@@ -261,6 +277,9 @@ func (l *Limiter) record(ctx context.Context, d *Decision) {
 		if obs != nil {
 			obs.ObserveDecision(rr.Rule.Name, outcome)
 		}
+	}
+	if obs != nil {
+		obs.ObserveRequest(ctx, d, nil)
 	}
 }
 

@@ -23,7 +23,11 @@
 // HS256 secret of the session tokens; a development default otherwise),
 // KEY_SECRET (HMAC secret of the stored keys), LIMITER_TIMEOUT (how long a
 // decision may wait for Redis before failing open; default 100ms) and
-// INSTANCES (how many run, for the health report). See README.md.
+// INSTANCES (how many run, for the health report). With
+// OTEL_EXPORTER_OTLP_ENDPOINT set it exports each request's span, with the
+// limiter's decision on it, and the limiter's metrics over OTLP/HTTP,
+// configured by the standard OTEL_* variables; GET /metrics stays
+// Prometheus. See README.md.
 package main
 
 import (
@@ -83,6 +87,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Config, cfg.Logger, cfg.JWTSecret = *svc, logger, secret
 	if cfg.Timeout, err = service.Duration(getenv, "LIMITER_TIMEOUT", cfg.Timeout); err != nil {
 		return err
+	}
+	if cfg.Telemetry, err = newTelemetry(ctx, getenv, logger); err != nil {
+		return err
+	}
+	if stop := cfg.Telemetry.shutdown; stop != nil {
+		// After the servers and the limiter: the last spans and counts
+		// are flushed.
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := stop(ctx); err != nil {
+				logger.Warn("chat: flushing OpenTelemetry", slog.Any("err", err))
+			}
+		}()
 	}
 	h, cleanup, err := newServer(cfg)
 	if err != nil {

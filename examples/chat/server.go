@@ -55,6 +55,9 @@ type config struct {
 	Orders          func(ctx context.Context, shop string) (Order, error)
 	Model           func(message string, o Order, maxOutput int64) (reply string, tokens int64)
 	MaxOutputTokens int64
+	// Telemetry exports spans and metrics over OTLP; the zero value
+	// exports nothing.
+	Telemetry telemetry
 }
 
 func defaultConfig() config {
@@ -119,9 +122,10 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 		// never take the day past its budget: a reservation that does not
 		// fit is a 429 before any work. A fixed window is a budget per UTC
 		// day and costs two integers, where a log of 200,000 entries
-		// would not.
+		// would not. Its unit goes in RateLimit-Policy (qu="tokens"), so
+		// that a client reads its q as tokens, not requests.
 		{Name: ruleTokens, Key: shopKey, Limit: lim.Tokens, Period: lim.TokenWindow, Algorithm: ceiling.FixedWindow,
-			Estimate: s.reserveTokens},
+			Estimate: s.reserveTokens, Unit: "tokens"},
 		// A model answer costs by how long it runs, not by the count: at
 		// most 4 answers of one shop at once, on every instance together.
 		// The slot is taken with the other rules, all or nothing, and
@@ -142,6 +146,9 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 		ceiling.WithObserver(obs),
 		ceiling.WithPrefetch(s.orders),
 	)
+	if o := cfg.Telemetry.observer; o != nil {
+		opts = append(opts, ceiling.WithObserver(o))
+	}
 	limiter, err := ceiling.New(rules, opts...)
 	if err != nil {
 		closeBackend()
@@ -164,7 +171,11 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 		limiter.Close()
 		closeBackend()
 	}
-	return service.Handlers{Public: mux, Admin: admin}, cleanup, nil
+	public := http.Handler(mux)
+	if wrap := cfg.Telemetry.wrap; wrap != nil {
+		public = wrap(mux)
+	}
+	return service.Handlers{Public: public, Admin: admin}, cleanup, nil
 }
 
 var errUnauthenticated = errors.New("no valid bearer token")

@@ -54,6 +54,8 @@ var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 // [New]; it is safe for simultaneous use by multiple goroutines and may be
 // shared by several limiters (their counts add up).
 type Observer struct {
+	ceiling.NopObserver // what it does not count (ObserveRequest)
+
 	decisions   *prometheus.CounterVec
 	duration    prometheus.Histogram
 	errors      *prometheus.CounterVec

@@ -46,10 +46,9 @@ func loadAlerts(t *testing.T) map[string]rulefmt.Rule {
 // production.
 func TestAlertRulesLoadAndNameExportedMetrics(t *testing.T) {
 	alerts := loadAlerts(t)
-	exported := outage(t).names()
+	checkAlertNames(t, alerts, outage(t).names())
 	anchors := readmeAnchors(t)
 	for name, r := range alerts {
-		checkNames(t, name, r.Expr, exported)
 		for _, a := range []string{"summary", "description"} {
 			if strings.TrimSpace(r.Annotations[a]) == "" {
 				t.Errorf("%s has no %s", name, a)
@@ -73,6 +72,31 @@ func TestAlertRulesLoadAndNameExportedMetrics(t *testing.T) {
 	}
 }
 
+// checkAlertNames fails the test for an alert whose expression does not
+// parse or names a metric that exported lacks.
+func checkAlertNames(t *testing.T, alerts map[string]rulefmt.Rule, exported map[string]bool) {
+	t.Helper()
+	for name, r := range alerts {
+		checkNames(t, name, r.Expr, exported)
+	}
+}
+
+// firing evaluates every alert on a recording at the offset from its
+// start, as a rule evaluation would, and returns each firing alert's
+// series, described.
+func firing(t *testing.T, alerts map[string]rulefmt.Rule, load string, at time.Duration) map[string][]string {
+	t.Helper()
+	q := newQuerier(t, load)
+	out := map[string][]string{}
+	for name, r := range alerts {
+		for _, s := range q.instant(t, r.Expr, at) {
+			out[name] = append(out[name], describe(s))
+		}
+		slices.Sort(out[name])
+	}
+	return out
+}
+
 // Each alert fires on what the exporter really reported through an
 // outage, naming the process, the limiter and the rule, and none fires on
 // a healthy limiter: an expression whose labels never match, or that
@@ -81,15 +105,7 @@ func TestAlertsFireOnAnOutageAndNotWhenHealthy(t *testing.T) {
 	alerts := loadAlerts(t)
 	eval := func(t *testing.T, load string, at time.Duration) map[string][]string {
 		t.Helper()
-		q := newQuerier(t, load)
-		firing := map[string][]string{}
-		for name, r := range alerts {
-			for _, s := range q.instant(t, r.Expr, at) {
-				firing[name] = append(firing[name], describe(s))
-			}
-			slices.Sort(firing[name])
-		}
-		return firing
+		return firing(t, alerts, load, at)
 	}
 
 	t.Run("outage", func(t *testing.T) {

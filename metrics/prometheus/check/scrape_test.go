@@ -84,7 +84,13 @@ const target = `instance="app-1:8080",job="api"`
 func newRecording(t *testing.T, obs *ceilingprom.Observer) *recording {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(obs)
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return recordingOf(t, reg)
+}
+
+// recordingOf records what g exposes: ceilingprom's registry, or another
+// exporter's that must drive the same alerts and panels.
+func recordingOf(t *testing.T, g prometheus.Gatherer) *recording {
+	srv := httptest.NewServer(promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	t.Cleanup(srv.Close)
 	return &recording{t: t, url: srv.URL, series: map[string][]string{}}
 }
@@ -158,18 +164,24 @@ var quiet = ceiling.WithLogger(slog.New(slog.DiscardHandler))
 // every call.
 func healthy(t *testing.T) *recording {
 	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
+	rec := newRecording(t, obs)
+	recordHealthy(t, obs, rec)
+	return rec
+}
+
+// recordHealthy records into rec six minutes of a limiter observed by obs
+// whose remote backend answers every call.
+func recordHealthy(t *testing.T, obs ceiling.Observer, rec *recording) {
 	l := ceiling.MustNew([]ceiling.Rule{
 		{Name: "chat", Key: ceiling.RemoteAddr, Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailOpen},
 		{Name: "shop", Key: ceiling.Static("s"), Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailLocal},
 	}, ceiling.WithBackend(&stub{}), ceiling.WithObserver(obs), ceiling.WithTimeout(time.Second), quiet)
 	t.Cleanup(func() { l.Close() })
-	rec := newRecording(t, obs)
 	rec.scrape()
 	for range 6 {
 		get(l.Handler(ok), 20)
 		rec.scrape()
 	}
-	return rec
 }
 
 // outage records a process with three limiters on one observer: one on the
@@ -180,23 +192,7 @@ func healthy(t *testing.T) *recording {
 // meanwhile a third, on a small memory store, meets a flood of fresh keys.
 func outage(t *testing.T) *recording {
 	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
-	store := memory.New()
-	t.Cleanup(func() { store.Close() })
-	local := ceiling.MustNew([]ceiling.Rule{
-		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour},
-		{Name: "day", Key: ceiling.RemoteAddr, Limit: 100, Period: 24 * time.Hour},
-		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour, Shadow: true},
-	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), quiet)
-	t.Cleanup(func() { local.Close() })
-
-	// A store bounded to a key per shard, for a flood of fresh keys that
-	// each spend a unit: evicting them gives quota back.
-	small := memory.New(memory.WithMaxKeys(1), memory.WithLogger(slog.New(slog.DiscardHandler)))
-	t.Cleanup(func() { small.Close() })
-	flooded := ceiling.MustNew([]ceiling.Rule{
-		{Name: "otp:to", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Hour},
-	}, ceiling.WithBackend(small), ceiling.WithObserver(obs), quiet)
-	t.Cleanup(func() { flooded.Close() })
+	local, flooded := memoryLimiters(t, obs)
 
 	be := &stub{}
 	const timeout = 5 * time.Millisecond
@@ -235,15 +231,45 @@ func outage(t *testing.T) *recording {
 	// Admitted by the fail modes, and a flood of fresh keys on the small
 	// store.
 	get(h, 5)
+	flood(flooded)
+	rec.scrape()
+	get(h, 5) // 7m: still degraded
+	rec.scrape()
+	return rec
+}
+
+// memoryLimiters are the outage's limiters on in-process stores, observed
+// by obs: one whose rules reject and spare each other (every decision
+// outcome), and one on a small store for a flood of fresh keys.
+func memoryLimiters(t *testing.T, obs ceiling.Observer) (local, flooded *ceiling.Limiter) {
+	store := memory.New()
+	t.Cleanup(func() { store.Close() })
+	local = ceiling.MustNew([]ceiling.Rule{
+		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour},
+		{Name: "day", Key: ceiling.RemoteAddr, Limit: 100, Period: 24 * time.Hour},
+		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour, Shadow: true},
+	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), quiet)
+	t.Cleanup(func() { local.Close() })
+
+	// A store bounded to a key per shard, for a flood of fresh keys that
+	// each spend a unit: evicting them gives quota back.
+	small := memory.New(memory.WithMaxKeys(1), memory.WithLogger(slog.New(slog.DiscardHandler)))
+	t.Cleanup(func() { small.Close() })
+	flooded = ceiling.MustNew([]ceiling.Rule{
+		{Name: "otp:to", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Hour},
+	}, ceiling.WithBackend(small), ceiling.WithObserver(obs), quiet)
+	t.Cleanup(func() { flooded.Close() })
+	return local, flooded
+}
+
+// flood sends 200 requests from fresh addresses, each spending a unit of
+// a key the small store then evicts.
+func flood(flooded *ceiling.Limiter) {
 	for i := range 200 {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = fmt.Sprintf("127.0.%d.%d:1234", i/200, 1+i%200)
 		flooded.Handler(ok).ServeHTTP(httptest.NewRecorder(), r)
 	}
-	rec.scrape()
-	get(h, 5) // 7m: still degraded
-	rec.scrape()
-	return rec
 }
 
 // waitFor sends requests until the limiter's health is status: the

@@ -1,0 +1,287 @@
+// Package ceilingotel reports what a ceiling limiter does through
+// OpenTelemetry: it implements [ceiling.Observer] on the OpenTelemetry
+// metric API, and records each decision on the request's current span.
+//
+//	obs, err := ceilingotel.New(ceilingotel.Options{})
+//	limiter := ceiling.MustNew(rules, ceiling.WithObserver(obs), ...)
+//
+// The instruments are named so that the OpenTelemetry Prometheus exporter
+// (go.opentelemetry.io/otel/exporters/prometheus, default translation)
+// exports exactly the series of package ceilingprom, labels included: the
+// alert rules and the dashboard that ship with metrics/prometheus work on
+// either exporter. The README has the table.
+//
+// The package depends on the OpenTelemetry API only; the program chooses
+// the SDK and the exporters.
+package ceilingotel
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ScopeName is the instrumentation scope of the instruments: the module's
+// import path, as OpenTelemetry asks.
+const ScopeName = "github.com/ceiling-go/ceiling/metrics/otel"
+
+// Options configure an [Observer]. The zero value is ready to use.
+type Options struct {
+	// MeterProvider creates the instruments; nil means the global one
+	// (otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
+	// Attributes are added to every measurement, for example
+	// attribute.String("limiter", "api") when one process runs several
+	// limiters (ceilingprom's ConstLabels). They must not carry a key
+	// value, an address or a secret: every series repeats them.
+	Attributes []attribute.KeyValue
+	// Buckets are the backend latency histogram's bounds in seconds; nil
+	// means DefaultBuckets. The highest must be at least the limiter's
+	// timeout, or the alert that compares a latency quantile with the
+	// timeout cannot fire. OpenTelemetry's default bounds are for
+	// milliseconds, and would put every call in the first bucket.
+	Buckets []float64
+}
+
+// DefaultBuckets are ceilingprom's: a backend round trip on a local
+// network, the default 100ms timeout, and timeouts up to 10s.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// Observer records a limiter's events as OpenTelemetry metrics and its
+// decisions on the requests' spans. Create it with [New]; it is safe for
+// simultaneous use by multiple goroutines and may be shared by several
+// limiters (their counts add up).
+type Observer struct {
+	ceiling.NopObserver
+
+	decisions   metric.Int64Counter
+	duration    metric.Float64Histogram
+	errors      metric.Int64Counter
+	cached      metric.Int64Counter
+	transitions metric.Int64Counter
+	failmode    metric.Int64Counter
+
+	attrs  []attribute.KeyValue // Options.Attributes
+	plain  []metric.AddOption   // attrs alone
+	record []metric.RecordOption
+	kinds  map[ceiling.FailureKind][]metric.AddOption
+
+	// rules holds each configured rule's measurement options, built once
+	// so that a decision allocates nothing; replaced, never changed, when
+	// a limiter adds rules.
+	rules atomic.Pointer[map[string]*ruleOpts]
+
+	degraded atomic.Int64
+
+	mu         sync.Mutex // guards the rest, and the replacement of rules
+	minTimeout time.Duration
+	evictions  []func() uint64
+}
+
+// ruleOpts are a rule's measurement options: by [ceiling.Outcome], and by
+// fail mode (open, local).
+type ruleOpts struct {
+	outcome [4][]metric.AddOption
+	mode    [2][]metric.AddOption
+}
+
+var _ ceiling.Observer = (*Observer)(nil)
+
+// New creates the instruments on the options' meter provider.
+func New(o Options) (*Observer, error) {
+	mp := o.MeterProvider
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	buckets := o.Buckets
+	if buckets == nil {
+		buckets = DefaultBuckets
+	}
+	m := mp.Meter(ScopeName)
+	obs := &Observer{attrs: slices.Clip(slices.Clone(o.Attributes))}
+	set := attribute.NewSet(obs.attrs...)
+	obs.plain = []metric.AddOption{metric.WithAttributeSet(set)}
+	obs.record = []metric.RecordOption{metric.WithAttributeSet(set)}
+
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	obs.decisions = counter("ceiling.decisions", "{decision}",
+		"Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.")
+	obs.errors = counter("ceiling.backend.errors", "{call}",
+		"Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.")
+	obs.cached = counter("ceiling.deny_cache.hits", "{decision}",
+		"Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.")
+	obs.transitions = counter("ceiling.degraded.transitions", "{transition}",
+		"Transitions from healthy to degraded.")
+	obs.failmode = counter("ceiling.failmode.admissions", "{admission}",
+		"Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).")
+	var err error
+	obs.duration, err = m.Float64Histogram("ceiling.backend.duration", metric.WithUnit("s"),
+		metric.WithDescription("Latency of backend decision calls, answered or failed; calls skipped by the open circuit breaker and deny-cache answers are not counted."),
+		metric.WithExplicitBucketBoundaries(buckets...))
+	errs = append(errs, err)
+	degraded, err := m.Int64ObservableGauge("ceiling.degraded",
+		metric.WithDescription("1 while the backend is not called (circuit breaker open) and fail modes decide, else 0."))
+	errs = append(errs, err)
+	timeout, err := m.Float64ObservableGauge("ceiling.backend.timeout", metric.WithUnit("s"),
+		metric.WithDescription("The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out."))
+	errs = append(errs, err)
+	evicted, err := m.Int64ObservableCounter("ceiling.evicted_keys", metric.WithUnit("{key}"),
+		metric.WithDescription("Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(degraded, obs.degraded.Load(), metric.WithAttributeSet(set))
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if obs.minTimeout > 0 {
+			o.ObserveFloat64(timeout, obs.minTimeout.Seconds(), metric.WithAttributeSet(set))
+		}
+		var n uint64
+		for _, f := range obs.evictions {
+			n += f()
+		}
+		o.ObserveInt64(evicted, int64(n), metric.WithAttributeSet(set))
+		return nil
+	}, degraded, timeout, evicted)
+	if err != nil {
+		return nil, err
+	}
+
+	// Every series an alert watches exists from the start, at zero, so
+	// that its first increase is one that increase() and rate() can see.
+	obs.transitions.Add(context.Background(), 0, obs.plain...)
+	obs.cached.Add(context.Background(), 0, obs.plain...)
+	obs.kinds = map[ceiling.FailureKind][]metric.AddOption{}
+	for _, kind := range ceiling.FailureKinds() {
+		opts := obs.with(attribute.String("kind", string(kind)))
+		obs.kinds[kind] = opts
+		obs.errors.Add(context.Background(), 0, opts...)
+	}
+	empty := map[string]*ruleOpts{}
+	obs.rules.Store(&empty)
+	return obs, nil
+}
+
+// with is the measurement options of the observer's attributes and kv.
+func (o *Observer) with(kv ...attribute.KeyValue) []metric.AddOption {
+	return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(o.attrs), kv...)...))}
+}
+
+// optsOf builds a rule's measurement options.
+func (o *Observer) optsOf(rule string) *ruleOpts {
+	r := &ruleOpts{}
+	for i := range r.outcome {
+		r.outcome[i] = o.with(attribute.String("rule", rule), attribute.String("outcome", ceiling.Outcome(i).String()))
+	}
+	for i, m := range []ceiling.FailMode{ceiling.FailOpen, ceiling.FailLocal} {
+		r.mode[i] = o.with(attribute.String("rule", rule), attribute.String("mode", m.String()))
+	}
+	return r
+}
+
+// rule returns a rule's options: built once for a configured rule, and
+// on each call for one no limiter told of.
+func (o *Observer) rule(name string) *ruleOpts {
+	if r, ok := (*o.rules.Load())[name]; ok {
+		return r
+	}
+	return o.optsOf(name)
+}
+
+// ObserveConfig starts each rule's fail-mode counters at zero, builds its
+// measurement options, and keeps the limiter's backend timeout and
+// evictions for export. [ceiling.New] calls it.
+func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	next := map[string]*ruleOpts{}
+	for name, r := range *o.rules.Load() {
+		next[name] = r
+	}
+	for _, name := range rules {
+		r, ok := next[name]
+		if !ok {
+			r = o.optsOf(name)
+			next[name] = r
+		}
+		for _, opts := range r.mode {
+			o.failmode.Add(context.Background(), 0, opts...)
+		}
+	}
+	o.rules.Store(&next)
+	if evictions != nil {
+		o.evictions = append(o.evictions, evictions)
+	}
+	if timeout > 0 && (o.minTimeout == 0 || timeout < o.minTimeout) {
+		o.minTimeout = timeout
+	}
+}
+
+// ObserveDecision counts one rule's decision.
+func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
+	var opts []metric.AddOption
+	if r := o.rule(rule); int(outcome) < len(r.outcome) {
+		opts = r.outcome[outcome]
+	} else {
+		opts = o.with(attribute.String("rule", rule), attribute.String("outcome", outcome.String()))
+	}
+	o.decisions.Add(context.Background(), 1, opts...)
+}
+
+// ObserveBackend records a backend call's latency and, if it failed, its
+// kind ([ceiling.KindOf]), which unlike the error's text names no
+// address or key.
+func (o *Observer) ObserveBackend(latency time.Duration, err error) {
+	ctx := context.Background()
+	o.duration.Record(ctx, latency.Seconds(), o.record...)
+	if err != nil {
+		kind := ceiling.KindOf(err)
+		opts, ok := o.kinds[kind]
+		if !ok {
+			opts = o.with(attribute.String("kind", string(kind)))
+		}
+		o.errors.Add(ctx, 1, opts...)
+	}
+}
+
+// ObserveCached counts a decision the deny cache answered.
+func (o *Observer) ObserveCached() { o.cached.Add(context.Background(), 1, o.plain...) }
+
+// ObserveDegraded sets the degraded gauge and counts transitions into it.
+func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
+	if e.Degraded {
+		o.degraded.Store(1)
+		o.transitions.Add(context.Background(), 1, o.plain...)
+		return
+	}
+	o.degraded.Store(0)
+}
+
+// ObserveFailMode counts a rule admission made by a fail mode.
+func (o *Observer) ObserveFailMode(rule string, mode ceiling.FailMode) {
+	var opts []metric.AddOption
+	switch mode {
+	case ceiling.FailOpen:
+		opts = o.rule(rule).mode[0]
+	case ceiling.FailLocal:
+		opts = o.rule(rule).mode[1]
+	default:
+		opts = o.with(attribute.String("rule", rule), attribute.String("mode", mode.String()))
+	}
+	o.failmode.Add(context.Background(), 1, opts...)
+}
