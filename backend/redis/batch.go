@@ -246,10 +246,13 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 		}
 		// The socket's deadline ended the read, however late this
 		// goroutine came to it: on a process that was too busy to run it
-		// (the deadline's wake-up came late, or a yield is slow now), the
-		// reply may have come in time and been dropped unread, and the
-		// next calls wait for theirs (starvedLately).
-		if starved, _ := s.starved(w.budget); starved || late {
+		// (the deadline's wake-up came late, or a yield is slow now), or
+		// while Redis replied to another round trip since the write (it
+		// runs, as in waitStarved), the reply may have come in time and
+		// been dropped unread, and the next calls wait for theirs
+		// (starvedLately).
+		ran := s.replied.Load() > w.written.Load()
+		if starved, _ := s.starved(w.budget); starved || late || ran {
 			s.slowYield.Store(time.Now().UnixNano())
 			return fmt.Errorf("%w (%w: no reply read within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
 		}
