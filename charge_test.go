@@ -63,7 +63,7 @@ func settling(t *testing.T, costs map[string]int64) http.Handler {
 func costs(reqs []backend.Request) string {
 	var parts []string
 	for _, r := range reqs {
-		s := fmt.Sprintf("%s %d", r.Key[:strings.LastIndexByte(r.Key, ':')], r.Cost)
+		s := fmt.Sprintf("%s %d", ruleOf(r.Key), r.Cost)
 		if r.Force {
 			s += "!"
 		}

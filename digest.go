@@ -24,11 +24,12 @@ type keyHasher interface {
 
 var _ keyHasher = (*memory.Store)(nil)
 
-// digestLen is how many bytes of the SHA-256 (or HMAC) a stored key keeps:
-// 128 bits, so collisions are out of reach while keys stay short.
+// digestLen is how many bytes of the SHA-256 (or HMAC) of a key value a
+// stored key's tag keeps: 128 bits, so collisions are out of reach while
+// keys stay short.
 const digestLen = 16
 
-// digester turns a key value into the fixed-length part of a stored key.
+// digester turns a key value into the fixed-length tag of a stored key.
 type digester struct {
 	macs    *sync.Pool // nil without a secret
 	warning string     // for the health report: no secret, remote backend
@@ -65,24 +66,29 @@ func (l *Limiter) keyWarnings() []string {
 	return w
 }
 
-// storedKey returns "rule:digest" for a key value: fixed length, no raw
-// identifier, and no user byte that could pick a Redis Cluster slot.
+// storedKey returns "{tag}:rule" for a key value, where tag is the
+// digest of the value alone (128 bits of its HMAC-SHA256 under the key
+// secret, or of its SHA-256 without one): fixed length, no raw identifier,
+// and no user byte that could pick a Redis Cluster slot.
 //
-// The digest is of "rule\x00value", not of the value alone, so that one
-// address or phone number has unrelated digests under two rules (chat:ip
-// and otp:ip): someone who reads the backend cannot link a client's
-// activity across rules, or services sharing a Redis, by equal digests.
-// (Rule names hold no NUL, so the join is unambiguous.) This changed the
-// stored keys once: state kept under the old digests is not found again.
+// The tag is a Redis Cluster hash tag, so every rule keyed by one value
+// (a shop's minute, day, tokens and in-flight rules) is stored in one
+// slot: a request decides them in one script on one node, and a rejection
+// by one of them leaves no other slot to refund. The price is linkability:
+// someone who reads the backend sees which keys belong to one caller (one
+// tag under several rules), though never who that caller is. The rule name
+// outside the tag keeps the keys of different rules apart (a digest in
+// its place would hide nothing the tag does not already link), and a
+// 128-bit tag keeps different values apart: collisions are out of reach.
 //
 // A backend that hashes keys itself ([keyHasher]: the memory store keeps
 // nothing of a key but a 128-bit hash under seeds random to the process)
 // gains no privacy from the digest, which costs a quarter of the
-// middleware's time: it gets "rule\x00value" instead (rule
-// names cannot hold a NUL, so the join is unambiguous). Nor does it keep
-// the key's string past the call, so that key is built in st's key arena
-// without an allocation, and is valid only while st is checked out of the
-// pool: whatever keeps a request past its decision (held leases,
+// middleware's time, and has no slots: it gets "rule\x00value" instead
+// (rule names cannot hold a NUL, so the join is unambiguous). Nor does it
+// keep the key's string past the call, so that key is built in st's key
+// arena without an allocation, and is valid only while st is checked out
+// of the pool: whatever keeps a request past its decision (held leases,
 // reservations) copies the key (see [state.keys]).
 func (l *Limiter) storedKey(st *state, rule, value string) string {
 	if l.rawKeys {
@@ -94,9 +100,7 @@ func (l *Limiter) storedKey(st *state, rule, value string) string {
 		return unsafe.String(&k[0], len(k))
 	}
 	var sum [sha256.Size]byte
-	st.buf = append(st.buf[:0], rule...)
-	st.buf = append(st.buf, 0)
-	st.buf = append(st.buf, value...)
+	st.buf = append(st.buf[:0], value...)
 	if l.digest.macs == nil {
 		sum = sha256.Sum256(st.buf)
 	} else {
@@ -107,9 +111,10 @@ func (l *Limiter) storedKey(st *state, rule, value string) string {
 		copy(sum[:], st.buf)
 		l.digest.macs.Put(m)
 	}
-	st.buf = append(st.buf[:0], rule...)
-	st.buf = append(st.buf, ':')
+	st.buf = append(st.buf[:0], '{')
 	st.buf = base64.RawURLEncoding.AppendEncode(st.buf, sum[:digestLen])
+	st.buf = append(st.buf, '}', ':')
+	st.buf = append(st.buf, rule...)
 	return string(st.buf)
 }
 

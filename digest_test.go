@@ -5,7 +5,9 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,54 +18,93 @@ import (
 	"github.com/ceiling-go/ceiling/internal/redistest"
 )
 
-// With a key secret, the stored key is the first 16 bytes of the HMAC-SHA256
-// of "rule\x00value". A short value must not shorten the digest: before the
-// fix only len(value) bytes of the MAC were kept and the rest were zeros, so
-// user ids "17" and "42" kept 16 bits each and collided easily.
+// With a key secret, the stored key is "{tag}:rule", the tag the first 16
+// bytes of the HMAC-SHA256 of the value. A short value must not shorten
+// the digest: before the fix only len(value) bytes of the MAC were kept and
+// the rest were zeros, so user ids "17" and "42" kept 16 bits each and
+// collided easily.
 func TestKeySecretDigestKeepsSixteenBytesOfShortValuesRegression(t *testing.T) {
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	l := MustNew([]Rule{{Name: "user", Key: Static("x"), Limit: 1, Period: time.Second}}, WithKeySecret(secret), WithBackend(&scripted{}))
 	for _, v := range []string{"", "7", "42", "10.0.0.1", "+254700000000", "a-user-id-longer-than-thirty-two-bytes-0123456789"} {
 		m := hmac.New(sha256.New, secret)
-		m.Write([]byte("user\x00" + v))
-		want := "user:" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:digestLen])
+		m.Write([]byte(v))
+		want := "{" + base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:digestLen]) + "}:user"
 		if got := l.request(&l.rules[0], v).Key; got != want {
 			t.Errorf("stored key of %q = %q, want %q", v, got, want)
 		}
 	}
 }
 
-// TestStoredDigestsAreUnlinkableAcrossRules pins issue 14's eighth finding:
-// one address under chat:ip and otp:ip (two services sharing a Redis) has
-// unrelated digests, with a secret or without, while each rule's key for it
-// is stable.
-func TestStoredDigestsAreUnlinkableAcrossRules(t *testing.T) {
-	secret := []byte("0123456789abcdef0123456789abcdef")
-	for _, opts := range [][]Option{nil, {WithKeySecret(secret)}} {
-		opts = append(opts, WithBackend(&scripted{}), WithLogger(slog.New(slog.DiscardHandler)))
-		chat := MustNew([]Rule{{Name: "chat:ip", Key: RemoteAddr, Limit: 1, Period: time.Second}}, opts...)
-		otp := MustNew([]Rule{{Name: "otp:ip", Key: RemoteAddr, Limit: 1, Period: time.Second}}, opts...)
-		digest := func(l *Limiter, v string) string {
-			_, d, _ := strings.Cut(l.request(&l.rules[0], v).Key, ":ip:")
-			return d
-		}
-		for _, addr := range []string{"192.0.2.1", "2001:db8:1:2::/64"} {
-			c, o := digest(chat, addr), digest(otp, addr)
-			if c == o || len(c) != 22 || len(o) != 22 {
-				t.Errorf("%s: digests %q (chat:ip) and %q (otp:ip), want two unrelated 22-character digests", addr, c, o)
+// ruleOf is the rule name of a stored key "{tag}:rule".
+func ruleOf(key string) string {
+	_, rule, _ := strings.Cut(key, "}:")
+	return rule
+}
+
+// tagOf is the tag of a stored key "{tag}:rule".
+func tagOf(key string) string {
+	tag, _, _ := strings.Cut(strings.TrimPrefix(key, "{"), "}:")
+	return tag
+}
+
+// TestStoredKeysTagTheValueAndNameTheRule pins issue 30's fifth item: the
+// rules of one key value share the tag, so a Redis Cluster stores them in
+// one slot, while the rule name outside it keeps their keys apart; two
+// values, or one value under two secrets, have unrelated tags; and no tag
+// holds the value.
+func TestStoredKeysTagTheValueAndNameTheRule(t *testing.T) {
+	secrets := [][]byte{[]byte("0123456789abcdef0123456789abcdef"), []byte("fedcba9876543210fedcba9876543210")}
+	limiter := func(opts ...Option) *Limiter {
+		l := MustNew([]Rule{
+			{Name: "chat:minute", Key: Static("x"), Limit: 1, Period: time.Minute},
+			{Name: "chat:day", Key: Static("x"), Limit: 1, Period: 24 * time.Hour},
+			{Name: "otp:ip", Key: Static("x"), Limit: 1, Period: time.Minute},
+		}, append(opts, WithBackend(&scripted{}), WithLogger(slog.New(slog.DiscardHandler)))...)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	values := []string{"shop-1", "shop-2", "192.0.2.1", "2001:db8:1:2::/64", "{x}", "a}:b"}
+	tags := map[string]string{} // tag -> secret index and value
+	for si, opts := range [][]Option{nil, {WithKeySecret(secrets[0])}, {WithKeySecret(secrets[1])}} {
+		l := limiter(opts...)
+		for _, v := range values {
+			var keys []string
+			for i := range l.rules {
+				k := l.request(&l.rules[i], v).Key
+				if got, want := ruleOf(k), l.rules[i].Name; got != want || !strings.HasPrefix(k, "{") {
+					t.Errorf("stored key %q: rule %q, want \"{tag}:%s\"", k, got, want)
+				}
+				if again := l.request(&l.rules[i], v).Key; again != k {
+					t.Errorf("stored key %q then %q, want it stable", k, again)
+				}
+				if slices.Contains(keys, k) {
+					t.Errorf("%q under two rules: one key %q", v, k)
+				}
+				keys = append(keys, k)
 			}
-			if again := digest(chat, addr); again != c {
-				t.Errorf("%s: chat:ip digest %q then %q, want it stable", addr, c, again)
+			tag := tagOf(keys[0])
+			for _, k := range keys[1:] {
+				if tagOf(k) != tag {
+					t.Errorf("%q: keys %q and %q, want one tag for every rule of a value", v, keys[0], k)
+				}
 			}
-		}
-		// Without a secret the digest is SHA-256 of "rule\x00value": pinned,
-		// since a change moves every stored key.
-		if len(opts) == 2 {
-			sum := sha256.Sum256([]byte("otp:ip\x00192.0.2.1"))
-			if got, want := digest(otp, "192.0.2.1"), base64.RawURLEncoding.EncodeToString(sum[:digestLen]); got != want {
-				t.Errorf("otp:ip digest of 192.0.2.1 = %q, want %q", got, want)
+			if len(tag) != 22 || strings.ContainsAny(tag, "{}:") || strings.Contains(tag, v) {
+				t.Errorf("%q: tag %q, want 22 characters of base64url", v, tag)
 			}
+			id := fmt.Sprintf("secret %d, value %q", si, v)
+			if other, ok := tags[tag]; ok {
+				t.Errorf("%s and %s: one tag %q", id, other, tag)
+			}
+			tags[tag] = id
 		}
+	}
+	// Without a secret the tag is SHA-256 of the value: pinned, since a
+	// change moves every stored key.
+	sum := sha256.Sum256([]byte("192.0.2.1"))
+	plain := limiter()
+	if got, want := plain.request(&plain.rules[2], "192.0.2.1").Key, "{"+base64.RawURLEncoding.EncodeToString(sum[:digestLen])+"}:otp:ip"; got != want {
+		t.Errorf("otp:ip key of 192.0.2.1 = %q, want %q", got, want)
 	}
 }
 
@@ -119,8 +160,8 @@ func (h *hashingBackend) HashesKeys() bool { return h.hashes }
 func TestBackendsThatHashKeysGetThemUndigested(t *testing.T) {
 	store := memory.New()
 	defer store.Close()
-	sum := sha256.Sum256([]byte("ip\x00192.0.2.1"))
-	digested := "ip:" + base64.RawURLEncoding.EncodeToString(sum[:digestLen])
+	sum := sha256.Sum256([]byte("192.0.2.1"))
+	digested := "{" + base64.RawURLEncoding.EncodeToString(sum[:digestLen]) + "}:ip"
 	for _, tc := range []struct {
 		name    string
 		backend backend.Backend

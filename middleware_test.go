@@ -33,7 +33,7 @@ func (s *scripted) Decide(_ context.Context, reqs []backend.Request) ([]backend.
 	}
 	out := make([]backend.Result, len(reqs))
 	for i, r := range reqs {
-		rule := r.Key[:strings.LastIndexByte(r.Key, ':')]
+		rule := ruleOf(r.Key)
 		res, ok := s.answers[rule]
 		if !ok {
 			res = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - r.Cost}
@@ -101,7 +101,7 @@ func TestOneDecideCallCoversEveryApplicableRule(t *testing.T) {
 		t.Fatalf("requests without X-User = %d, want %d", got, want)
 	}
 	for _, req := range be.calls[1] {
-		if strings.HasPrefix(req.Key, "user:") {
+		if ruleOf(req.Key) == "user" {
 			t.Errorf("the user rule was decided for an anonymous request: %q", req.Key)
 		}
 	}
@@ -313,8 +313,8 @@ func TestStoredKeysHoldNoRawValue(t *testing.T) {
 	k1, k2 := keyFor(plain, "254700000000"), keyFor(plain, "{slot}"+strings.Repeat("9", 200))
 	h1 := keyFor(secret, "254700000000")
 	for _, k := range []string{k1, k2, h1} {
-		if !strings.HasPrefix(k, "otp:phone:") || len(k) != len("otp:phone:")+22 || strings.ContainsAny(k, "{}") || strings.Contains(k, "2547") {
-			t.Errorf("stored key %q: want otp:phone: + 22 digest characters, nothing raw", k)
+		if tag := tagOf(k); ruleOf(k) != "otp:phone" || len(tag) != 22 || strings.ContainsAny(tag, "{}") || strings.Contains(k, "2547") {
+			t.Errorf("stored key %q: want {22 digest characters}:otp:phone, nothing raw", k)
 		}
 	}
 	if k1 == k2 || k1 == h1 {

@@ -102,7 +102,7 @@ func (a Algorithm) String() string {
 // Request asks for Cost units from one key under one rule's limit.
 type Request struct {
 	// Key is the stored key, already made fixed-length and free of raw
-	// identifiers by the caller (ceiling passes "rule:digest"). Backends may
+	// identifiers by the caller (ceiling passes "{tag}:rule"). Backends may
 	// add their own prefix.
 	Key string
 	// Algorithm decides how Limit, Period and Burst are interpreted.

@@ -29,9 +29,10 @@
 // kind of failure their cause shows (backend.ErrUnreachable, ErrAuth,
 // ErrReadOnly, ErrOutOfMemory).
 //
-// Keys are stored as prefix:rule:digest (see [WithPrefix]); ceiling passes
-// rule:digest, a fixed-length digest that holds no raw identifier and no
-// '{' that could move a key's slot. A deny cache (see [WithDenyCache])
+// Keys are stored as prefix:{tag}:rule (see [WithPrefix]); ceiling passes
+// {tag}:rule, the tag a fixed-length digest of the key value that holds no
+// raw identifier and no byte a client sent, and that puts every rule of
+// one value in one Cluster slot. A deny cache (see [WithDenyCache])
 // answers keys that are known to be rejected without a round trip.
 //
 // The script needs Redis 6.2 or newer (or a compatible server running Lua

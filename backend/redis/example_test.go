@@ -49,16 +49,18 @@ func ExampleNew() {
 		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
 		fmt.Println(w.Code)
 	}
-	// The stored key holds a digest of the address, not the address.
+	// The stored key holds a digest of the address, not the address, as
+	// its hash tag, then the rule.
 	for _, k := range srv.Keys() {
-		prefix, digest, _ := strings.Cut(k, ":api:")
-		fmt.Printf("%s:api:<%d-character digest>\n", prefix, len(digest))
+		prefix, rest, _ := strings.Cut(k, ":{")
+		tag, rule, _ := strings.Cut(rest, "}:")
+		fmt.Printf("%s:{<%d-character digest>}:%s\n", prefix, len(tag), rule)
 	}
 	// Output:
 	// 200
 	// 200
 	// 429
-	// shop-api:api:<22-character digest>
+	// shop-api:{<22-character digest>}:api
 }
 
 // A Store decides every rule of a request in one script: here a minute

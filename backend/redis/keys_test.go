@@ -17,8 +17,9 @@ import (
 
 // TestStoredKeysHoldNoRawValue sends requests through ceiling's middleware
 // onto a Redis Cluster, keyed by a header a caller controls, and reads back
-// every stored key: prefix:rule:digest, with no trace of the value, and no
-// user-supplied {…} hash tag deciding the slot.
+// every stored key: prefix:{tag}:rule, the tag a digest of the value, with
+// no trace of the value, and no user-supplied {…} hash tag deciding the
+// slot.
 func TestStoredKeysHoldNoRawValue(t *testing.T) {
 	cluster := redistest.SharedCluster(t)
 	client := cluster.Client(t)
@@ -72,13 +73,14 @@ func TestStoredKeysHoldNoRawValue(t *testing.T) {
 	}
 	length := len(stored[0])
 	for _, k := range stored {
-		if !strings.HasPrefix(k, prefix+":otp:to:") {
-			t.Errorf("stored key %q does not read prefix:rule:digest", k)
+		tag := tagOf(k)
+		if !strings.HasPrefix(k, prefix+":{") || !strings.HasSuffix(k, "}:otp:to") || len(tag) != 22 {
+			t.Errorf("stored key %q does not read prefix:{tag}:rule", k)
 		}
 		if len(k) != length {
 			t.Errorf("stored keys of different lengths: %q and %q", k, stored[0])
 		}
-		if strings.ContainsAny(k, "{}+") || strings.Contains(k, "5551234567") {
+		if strings.ContainsAny(tag, "{}+") || strings.Contains(k, "5551234567") {
 			t.Errorf("stored key %q holds raw input", k)
 		}
 		for _, n := range nodes {

@@ -5,6 +5,12 @@
 // address 20 requests per rolling 15 minutes, and each signed-in user
 // (a valid HS256 bearer token) 5 per rolling hour, all or nothing.
 //
+// POST /api/reports with {"listing": "flat-42", "reason": "..."} files a
+// dispute report: 10 per hour per address and 5 per signed-in user, and a
+// listing reported more than 3 times in a day goes on the review list,
+// GET /api/review, for the bearer of OTP_ADMIN_TOKEN (at least 32 bytes;
+// unset, the list is served to nobody).
+//
 // The limiter fails closed: when Redis is unreachable the answer is 503
 // with Retry-After and no SMS is sent. GET /healthz and GET /metrics are
 // served on the admin address only (-admin, loopback by default).
@@ -75,6 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg.Config, cfg.Logger = *svc, logger
 	cfg.JWTSecret = service.Secret(logger, getenv, "OTP_JWT_SECRET", devSecret)
 	cfg.Region = strings.ToUpper(strings.TrimSpace(getenv("OTP_DEFAULT_REGION")))
+	cfg.AdminToken = getenv("OTP_ADMIN_TOKEN")
 	if *mint != "" {
 		tok, err := mintToken(cfg.JWTSecret, *mint, time.Hour)
 		if err != nil {

@@ -31,6 +31,14 @@ type limits struct {
 	IPWindow    time.Duration
 	PerUser     int64 // codes per signed-in user per UserWindow
 	UserWindow  time.Duration
+
+	ReportsPerUser   int64 // dispute reports per signed-in user per ReportUserWindow
+	ReportUserWindow time.Duration
+	ReportsPerIP     int64 // dispute reports per client address per ReportIPWindow
+	ReportIPWindow   time.Duration
+	ReviewAfter      int64 // reports of one listing per ReviewWindow before it goes on review
+	ReviewWindow     time.Duration
+	ReportsHeld      int // reports the review list holds at most
 }
 
 // config is everything newServer needs; defaultConfig has production values
@@ -51,6 +59,9 @@ type config struct {
 	// which a number without "+" is read; empty means only international
 	// numbers are accepted.
 	Region string
+	// AdminToken (OTP_ADMIN_TOKEN, at least 32 bytes) is the bearer token
+	// of GET /api/review; empty means the review list is served to nobody.
+	AdminToken string
 }
 
 func defaultConfig() config {
@@ -60,14 +71,19 @@ func defaultConfig() config {
 			PerPhone: 3, PhoneWindow: 15 * time.Minute,
 			PerIP: 20, IPWindow: 15 * time.Minute,
 			PerUser: 5, UserWindow: time.Hour,
+			ReportsPerUser: 5, ReportUserWindow: time.Hour,
+			ReportsPerIP: 10, ReportIPWindow: time.Hour,
+			ReviewAfter: 3, ReviewWindow: 24 * time.Hour,
+			ReportsHeld: 10_000,
 		},
 		Timeout: 100 * time.Millisecond,
 	}
 }
 
-// newServer builds the service's handlers: POST /api/otp behind the limiter
-// on the public one, GET /healthz and GET /metrics on the admin one.
-// cleanup releases the Redis client and the limiter; call it after the
+// newServer builds the service's handlers: POST /api/otp behind the limiter,
+// POST /api/reports and GET /api/review (reports.go) on the public one,
+// GET /healthz and GET /metrics on the admin one.
+// cleanup releases the Redis client and the limiters; call it after the
 // HTTP servers have stopped.
 func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 	if len(cfg.JWTSecret) == 0 {
@@ -125,14 +141,23 @@ func newServer(cfg config) (h service.Handlers, cleanup func(), err error) {
 		closeBackend()
 		return h, nil, err
 	}
+	reports, err := newReports(cfg, ip, user, opts)
+	if err != nil {
+		limiter.Close()
+		closeBackend()
+		return h, nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("POST /api/otp", limiter.Handler(sendOTP(phone, cfg.Sender, cfg.Logger)))
+	mux.Handle("POST /api/reports", reports.file())
+	mux.Handle("GET /api/review", reports.review())
 	// The health report says when the limits are off and the metrics
 	// count each rule's traffic: the operator's, on the admin listener.
 	admin := http.NewServeMux()
-	admin.Handle("GET /healthz", limiter.HealthHandler())
+	admin.Handle("GET /healthz", healthOf(limiter, reports.limiter))
 	admin.Handle("GET /metrics", metrics)
 	cleanup = func() {
+		reports.limiter.Close()
 		limiter.Close()
 		closeBackend()
 	}
@@ -173,4 +198,20 @@ func newCode() (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%06d", n.Int64()), nil
+}
+
+// healthOf reports the first of limiters that is degraded, else the first:
+// the OTP and the reports limiters share a backend but each has its own
+// breaker, and a service that refuses reports while Redis is down is
+// degraded even when no OTP request has found it down yet.
+func healthOf(limiters ...*ceiling.Limiter) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, l := range limiters {
+			if l.Health().Status != "healthy" {
+				l.HealthHandler().ServeHTTP(w, r)
+				return
+			}
+		}
+		limiters[0].HealthHandler().ServeHTTP(w, r)
+	})
 }

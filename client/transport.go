@@ -1,0 +1,346 @@
+// Package client is the other half of ceiling's headers: an
+// [http.RoundTripper] for Go clients of a rate-limited API that waits as
+// long as the server asks, and no longer.
+//
+// On a 429 or 503, a [Transport] reads how long to wait from Retry-After
+// (delta-seconds or an HTTP-date) or, without one, from the RateLimit
+// field's t (draft-ietf-httpapi-ratelimit-headers-11, which ceiling sends),
+// sleeps that long and sends the request again, a bounded number of times.
+// It never sleeps past the request's context: when the wait would end
+// after the context's deadline it returns the response at once. It sends a
+// request again only when that is safe: an idempotent method (or a request
+// the caller marked so), and a body that GetBody can replay.
+//
+// With Pace set, it also remembers, per host, a response that said r=0
+// (the last unit is spent) and holds the next request to that host until
+// the quota's t has passed, so that a client doing a fixed amount of work
+// is rejected as few times as possible.
+//
+// [Backoff] is the same reading of a response as a
+// github.com/hashicorp/go-retryablehttp Backoff function, for clients
+// built on that package.
+//
+// The package uses only the standard library.
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Transport is an [http.RoundTripper] that honours a server's Retry-After
+// and RateLimit fields: on a 429 Too Many Requests or 503 Service
+// Unavailable that says how long to wait, it waits that long and sends the
+// request again.
+//
+// A request is sent again only when
+//   - its method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE), it
+//     carries an Idempotency-Key or X-Idempotency-Key header (the rule
+//     net/http's own Transport follows), or RetryAnyMethod is set;
+//   - it has no body, or its GetBody returns a fresh copy (as
+//     [http.NewRequest] sets for in-memory bodies);
+//   - the response says how long to wait, that wait is at most MaxWait,
+//     and it ends before the request context's deadline;
+//   - fewer than MaxRetries retries were made;
+//   - the refusal's body is at most 64 KiB, so that it can be kept whole
+//     across the wait while its connection goes back to the pool.
+//
+// Otherwise the response is returned as the server sent it. When the
+// request's context ends during a wait, the last response is returned,
+// with its body intact: the server's answer, not a guess.
+//
+// The zero Transport is ready to use. A Transport is safe for simultaneous
+// use by multiple goroutines, and must not be copied after first use.
+type Transport struct {
+	// Base sends each attempt; nil means [http.DefaultTransport].
+	Base http.RoundTripper
+
+	// MaxRetries is the most times one request is sent again; zero means
+	// 3, and a negative value never sends again.
+	MaxRetries int
+
+	// MaxWait is the longest wait honoured; a response that asks for more
+	// is returned at once. Zero or less means one minute.
+	MaxWait time.Duration
+
+	// RetryAnyMethod sends POST and PATCH requests again too. Set it only
+	// for servers whose 429 and 503 guarantee that nothing was done, as
+	// ceiling's do.
+	RetryAnyMethod bool
+
+	// Pace holds a request to a host whose last response said that a
+	// quota has no units left (RateLimit r=0, or a 429 or 503 with a
+	// wait) until that quota's t has passed. The memory is per host, not
+	// per policy, so a spent quota on one path also holds requests for
+	// another path of the same host; and it is bounded (1024 hosts, the
+	// holds that end soonest dropped first).
+	// A hold that would pass MaxWait or the request's deadline is skipped
+	// and the request sent: the server decides. A context that ends during
+	// a hold ends the request with the context's error, unsent.
+	Pace bool
+
+	mu    sync.Mutex
+	hosts map[string]time.Time // host → until when its quota is spent
+
+	// Tests of a server on a fake clock (Redis under WithClock, outside a
+	// synctest bubble) read and pass time through these; nil means the
+	// real clock and timers.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+const (
+	defaultRetries = 3
+	defaultMaxWait = time.Minute
+	// maxHosts bounds the hosts Pace remembers.
+	maxHosts = 1024
+	// maxBuffered is the largest response body kept across a wait, so that
+	// a wait cut short by the context can still return it.
+	maxBuffered = 64 << 10
+)
+
+// RoundTrip sends req, waiting and sending it again as [Transport]
+// describes. Like every RoundTripper it does not modify req: attempts after
+// the first are clones with a body from GetBody.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	host := strings.ToLower(req.URL.Host)
+	if t.Pace {
+		if err := t.hold(ctx, host); err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return nil, err
+		}
+	}
+	resp, err := t.base().RoundTrip(req)
+	for retries := 0; ; retries++ {
+		if err != nil {
+			return nil, err
+		}
+		wait, ok := t.observe(host, resp)
+		if !ok || retries >= t.maxRetries() || !replayable(req, t.RetryAnyMethod) ||
+			wait > t.maxWait() || passesDeadline(ctx, t.clock(), wait) {
+			return resp, nil
+		}
+		next, bodyErr := again(req)
+		if bodyErr != nil {
+			return resp, nil // GetBody failed: the response is all there is
+		}
+		if !buffer(resp) {
+			return resp, nil
+		}
+		if err := t.pause(ctx, wait); err != nil {
+			return resp, nil
+		}
+		resp, err = t.base().RoundTrip(next)
+	}
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) maxRetries() int {
+	switch {
+	case t.MaxRetries == 0:
+		return defaultRetries
+	case t.MaxRetries < 0:
+		return 0
+	}
+	return t.MaxRetries
+}
+
+func (t *Transport) maxWait() time.Duration {
+	if t.MaxWait <= 0 {
+		return defaultMaxWait
+	}
+	return t.MaxWait
+}
+
+func (t *Transport) clock() time.Time {
+	if t.now != nil {
+		return t.now()
+	}
+	return time.Now()
+}
+
+// pause sleeps for d or until ctx ends, whichever is first.
+func (t *Transport) pause(ctx context.Context, d time.Duration) error {
+	if t.sleep != nil {
+		return t.sleep(ctx, d)
+	}
+	return sleep(ctx, d)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// passesDeadline reports whether a wait of d from now ends at or after
+// ctx's deadline: sleeping it would only end in the context's error, with
+// nothing sent.
+func passesDeadline(ctx context.Context, now time.Time, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && !now.Add(d).Before(deadline)
+}
+
+// observe reads resp: the wait before a retry when resp is a 429 or 503
+// that names one (ok false otherwise), and, under Pace, what it says about
+// the host's quota.
+func (t *Transport) observe(host string, resp *http.Response) (wait time.Duration, ok bool) {
+	now := t.clock()
+	rejected := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable
+	if rejected {
+		wait, ok = retryWait(resp.Header, now)
+	}
+	if !t.Pace {
+		return wait, ok
+	}
+	q := parseRateLimit(resp.Header.Values("Ratelimit"))
+	var hold time.Duration
+	switch {
+	case ok:
+		hold = max(wait, q.exhaustedWait)
+	case q.exhausted:
+		hold = q.exhaustedWait
+	case !q.seen:
+		return wait, ok // nothing said about the quota: keep what we knew
+	}
+	t.remember(host, now, hold)
+	return wait, ok
+}
+
+// remember records that host's quota is spent for d from now, or, for
+// d == 0, that it is not.
+func (t *Transport) remember(host string, now time.Time, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if d <= 0 {
+		delete(t.hosts, host)
+		return
+	}
+	until := now.Add(d)
+	if t.hosts == nil {
+		t.hosts = make(map[string]time.Time)
+	}
+	if _, known := t.hosts[host]; !known && len(t.hosts) >= maxHosts {
+		t.evict(now)
+	}
+	t.hosts[host] = until
+}
+
+// evict makes room in a full host table: it drops every hold that has
+// ended, or, when none has, the one that ends first, the least worth
+// keeping.
+func (t *Transport) evict(now time.Time) {
+	var first string
+	var firstUntil time.Time
+	for h, until := range t.hosts {
+		if !until.After(now) {
+			delete(t.hosts, h)
+			continue
+		}
+		if first == "" || until.Before(firstUntil) {
+			first, firstUntil = h, until
+		}
+	}
+	if len(t.hosts) >= maxHosts {
+		delete(t.hosts, first)
+	}
+}
+
+// hold waits until host's quota is back, when Pace remembers it spent and
+// the wait fits MaxWait and ctx's deadline.
+func (t *Transport) hold(ctx context.Context, host string) error {
+	t.mu.Lock()
+	until, ok := t.hosts[host]
+	t.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	now := t.clock()
+	d := until.Sub(now)
+	if d <= 0 || d > t.maxWait() || passesDeadline(ctx, now, d) {
+		return nil
+	}
+	if err := t.pause(ctx, d); err != nil {
+		return fmt.Errorf("client: waiting for the quota of %s: %w", host, err)
+	}
+	return nil
+}
+
+// replayable reports whether req may be sent again: a method whose repeat
+// is harmless, or the caller's word that it is, and a body that can be
+// produced again.
+func replayable(req *http.Request, anyMethod bool) bool {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return false
+	}
+	if anyMethod {
+		return true
+	}
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	// net/http's rule for its own retries: the header's presence, even
+	// with no value, marks the request idempotent.
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	return key || xkey
+}
+
+// again is a copy of req to send once more, with a fresh body.
+func again(req *http.Request) (*http.Request, error) {
+	next := req.Clone(req.Context())
+	if req.Body == nil || req.Body == http.NoBody {
+		return next, nil
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	next.Body = body
+	return next, nil
+}
+
+// buffer reads resp's body into memory and closes the connection's body,
+// so that the connection goes back to the pool during the wait while the
+// response stays whole for a caller whose context ends. It reports false,
+// leaving resp as readable as before, when the body is larger than
+// maxBuffered or fails to read.
+func buffer(resp *http.Response) bool {
+	body := resp.Body
+	if body == nil { // a Base that breaks the RoundTripper contract
+		resp.Body = http.NoBody
+		return true
+	}
+	b, err := io.ReadAll(io.LimitReader(body, maxBuffered+1))
+	if err != nil || len(b) > maxBuffered {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(b), body), body}
+		return false
+	}
+	body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	return true
+}
