@@ -95,6 +95,9 @@ type Observer interface {
 	// failing closed refused the request because the backend could not
 	// decide.
 	ObserveRequest(ctx context.Context, d *Decision, err error)
+	// ObserveLimit is called after [Limiter.SetLimit] changed a rule's
+	// limit and burst.
+	ObserveLimit(rule string, limit, burst int64)
 }
 
 // observeConfig tells the observer about the limiter; New calls it.
@@ -147,6 +150,9 @@ func (NopObserver) ObserveFailMode(string, FailMode) {}
 
 // ObserveRequest does nothing.
 func (NopObserver) ObserveRequest(context.Context, *Decision, error) {}
+
+// ObserveLimit does nothing.
+func (NopObserver) ObserveLimit(string, int64, int64) {}
 
 // WithObserver reports the limiter's configuration, decisions, backend
 // calls and degradation to o. Given more than once, every observer is told
@@ -213,6 +219,12 @@ func (os observers) ObserveFailMode(rule string, mode FailMode) {
 func (os observers) ObserveRequest(ctx context.Context, d *Decision, err error) {
 	for _, o := range os {
 		o.ObserveRequest(ctx, d, err)
+	}
+}
+
+func (os observers) ObserveLimit(rule string, limit, burst int64) {
+	for _, o := range os {
+		o.ObserveLimit(rule, limit, burst)
 	}
 }
 
