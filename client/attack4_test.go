@@ -50,3 +50,35 @@ func TestTransportNeverFitsBesideASpentRule_Attack(t *testing.T) {
 		})
 	}
 }
+
+// GCRA with a burst smaller than its limit, at emission intervals that
+// are no whole number of seconds: ceiling's waits still get a lone client
+// through, refused at most once per request and never under Pace.
+func TestTransportWaitMatchesCeilingGCRABurst_Attack(t *testing.T) {
+	for _, burst := range []int64{1, 2} {
+		for _, pace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("burst=%d/pace=%v", burst, pace), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					srv := ruled(t, ceiling.Rule{Name: "api", Limit: 7, Burst: burst, Period: 10 * time.Second, Algorithm: ceiling.GCRA})
+					tr := &Transport{Base: srv, Pace: pace}
+					for i := range 20 {
+						resp, _ := send(t, t.Context(), tr, "GET", nil)
+						if resp.StatusCode != 200 {
+							t.Fatalf("GET %d: %d: %v", i, resp.StatusCode, srv.seen())
+						}
+					}
+					seen := srv.seen()
+					for i := 1; i < len(seen); i++ {
+						if seen[i] == 429 && seen[i-1] == 429 {
+							t.Errorf("refused again after the server's wait: %v", seen)
+							break
+						}
+					}
+					if pace && srv.rejected() > 0 {
+						t.Errorf("Pace: %d refusals: %v", srv.rejected(), seen)
+					}
+				})
+			})
+		}
+	}
+}
