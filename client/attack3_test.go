@@ -148,3 +148,39 @@ func TestTransportConcurrentPace_Attack(t *testing.T) {
 		t.Logf("%d refusals for 40 requests", srv.rejected())
 	})
 }
+
+// Pace's memory is per host, whichever way a URL spells it: the default
+// port and the case of the host name do not make another host.
+func TestTransportPaceHostSpellings_Regression(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &server{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("RateLimit", `"api";r=0;t=30`)
+		})}
+		tr := &Transport{Base: srv, Pace: true}
+		get := func(u string) time.Duration {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", u, nil)
+			start := time.Now()
+			if _, err := tr.RoundTrip(req); err != nil {
+				t.Fatal(err)
+			}
+			return time.Since(start)
+		}
+		for _, c := range [][2]string{
+			{"http://api.test/", "http://API.test:80/x"},
+			{"https://b.test:443/", "https://b.test/"},
+		} {
+			get(c[0])
+			if took := get(c[1]); took != 30*time.Second {
+				t.Errorf("%s after %s: held %v, want 30s", c[1], c[0], took)
+			}
+		}
+		get("http://c.test/")
+		if took := get("http://c.test:8080/"); took != 0 {
+			t.Errorf("another port held %v", took)
+		}
+		get("https://d.test:80/")
+		if took := get("https://d.test/"); took != 0 {
+			t.Errorf("https on port 80 held %v as https's default port", took)
+		}
+	})
+}

@@ -117,7 +117,7 @@ const (
 // the first are clones with a body from GetBody.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	host := strings.ToLower(req.URL.Host)
+	host := hostKey(req)
 	if t.Pace {
 		if err := t.hold(ctx, host); err != nil {
 			if req.Body != nil {
@@ -157,6 +157,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp, err = t.base().RoundTrip(next)
 	}
+}
+
+// hostKey is the host Pace remembers req's quota under: its URL's host
+// and port, lower-cased, without the scheme's default port, so that
+// http://api.test/ and http://API.test:80/ share one memory.
+func hostKey(req *http.Request) string {
+	u := req.URL
+	host := strings.ToLower(u.Host)
+	switch port := u.Port(); {
+	case port == "80" && strings.EqualFold(u.Scheme, "http"),
+		port == "443" && strings.EqualFold(u.Scheme, "https"):
+		host = strings.TrimSuffix(host, ":"+port)
+	}
+	return host
 }
 
 func (t *Transport) base() http.RoundTripper {
