@@ -184,3 +184,14 @@ func TestTransportPaceHostSpellings_Regression(t *testing.T) {
 		}
 	})
 }
+
+// A request without a URL is Base's error to report, not a panic.
+func TestTransportNilURL_Regression(t *testing.T) {
+	for _, pace := range []bool{false, true} {
+		resp, err := (&Transport{Pace: pace}).RoundTrip(&http.Request{Method: "GET", Header: http.Header{}})
+		if err == nil {
+			resp.Body.Close()
+			t.Errorf("pace=%v: a request without a URL was sent", pace)
+		}
+	}
+}

@@ -116,6 +116,9 @@ const (
 // describes. Like every RoundTripper it does not modify req: attempts after
 // the first are clones with a body from GetBody.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		return t.base().RoundTrip(req) // its error, not a panic here
+	}
 	ctx := req.Context()
 	host := hostKey(req)
 	if t.Pace {
