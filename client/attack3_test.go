@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -193,5 +194,36 @@ func TestTransportNilURL_Regression(t *testing.T) {
 			resp.Body.Close()
 			t.Errorf("pace=%v: a request without a URL was sent", pace)
 		}
+	}
+}
+
+// A refusal whose connection is reset mid-body is returned at once as it
+// came (its body ends in the read error), not retried on a lost answer
+// and not hung on.
+func TestTransportRefusalResetMidBody_Attack(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		buf.WriteString("HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nContent-Length: 100\r\n\r\npartial")
+		buf.Flush()
+		c.(*net.TCPConn).SetLinger(0)
+		c.Close()
+	}))
+	defer ts.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL, nil)
+	start := time.Now()
+	resp, err := (&Transport{Base: ts.Client().Transport}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, rerr := io.ReadAll(resp.Body)
+	if took := time.Since(start); resp.StatusCode != 429 || string(b) != "partial" || rerr == nil || took > 2*time.Second {
+		t.Errorf("status %d, body %q, read error %v, after %v; want the 429's partial body and its error, at once", resp.StatusCode, b, rerr, took)
 	}
 }
