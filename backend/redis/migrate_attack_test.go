@@ -82,14 +82,12 @@ func finish(t *testing.T, client *redis.ClusterClient, src, dst *redis.Client, s
 // script. While an operator reshards that slot (redis-cli --cluster
 // reshard moves its keys one batch at a time), a node that holds some of
 // the value's keys and not the others answers TRYAGAIN: the script was not
-// run, and Redis asks the client to try again shortly. The Store sends its
-// scripts NoRetry and gives up at once, so the value's callers get a
-// backend failure (the rule's fail mode: admitted unlimited under
-// FailOpen, 503 under FailClosed, and a failure that moves the breaker)
-// for as long as the slot is half moved, though a retry a few
-// milliseconds later, well within the budget, would be decided.
+// run, and Redis asks the client to try again shortly. The Store sent its
+// scripts NoRetry and gave up at once, so the value's callers got a
+// backend failure (their fail mode, and a failure that moves the breaker)
+// for as long as the slot was half moved. It now sends the script again
+// within the budget: decided once the move completes, and only once.
 func TestDecisionDuringSlotMigration_Attack(t *testing.T) {
-	t.Skip("defect: a decision on a slot being resharded fails with TRYAGAIN instead of being retried within its budget")
 	c := redistest.Cluster(t)
 	client := c.Client(t)
 	ctx := context.Background()
