@@ -103,23 +103,26 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	}
 }
 
-// tryAgainPause is how long the Store waits before it sends again a
-// command that a Cluster node answered TRYAGAIN, and tryAgainFor how long
-// it keeps doing so when ctx has no deadline.
+// tryAgainPause is how long the Store waits before it first sends again a
+// command that a Cluster node answered TRYAGAIN (each further pause is
+// twice the last), and tryAgainFor how long it keeps doing so when ctx has
+// no deadline.
 const (
 	tryAgainPause = 5 * time.Millisecond
 	tryAgainFor   = time.Second
 )
 
 // tryAgain sends again, after a pause, the commands of trips that a node
-// answered TRYAGAIN, for as long as ctx's deadline leaves time for one
-// more pause: a node whose slot is half moved by a resharding answers so
+// answered TRYAGAIN, for as long as ctx's deadline leaves time for the
+// next pause: a node whose slot is half moved by a resharding answers so
 // a script that names keys it holds and keys it already moved (every rule
 // of one key value shares a hash tag, so a decision names several keys of
 // one slot), without running it, and the move completes within
 // milliseconds. The command did not run, so sending it again cannot apply
 // it twice; failing it instead would put the value's callers in their fail
-// mode and count a backend failure against every key.
+// mode and count a backend failure against every key. The pauses double,
+// so that a slot left half moved (a resharding that died) costs its node
+// a few commands per call, not one every few milliseconds.
 func (s *Store) tryAgain(ctx context.Context, trips []trip) {
 	if s.cluster == nil {
 		return
@@ -128,17 +131,17 @@ func (s *Store) tryAgain(ctx context.Context, trips []trip) {
 	if !ok {
 		end = time.Now().Add(tryAgainFor)
 	}
-	for {
+	for pause := tryAgainPause; ; pause *= 2 {
 		var idx []int
 		for i := range trips {
 			if redis.HasErrorPrefix(trips[i].cmd.Err(), "TRYAGAIN") {
 				idx = append(idx, i)
 			}
 		}
-		if len(idx) == 0 || time.Until(end) < 2*tryAgainPause {
+		if len(idx) == 0 || time.Until(end) < 2*pause {
 			return
 		}
-		timer := time.NewTimer(tryAgainPause)
+		timer := time.NewTimer(pause)
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
