@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -70,13 +71,28 @@ func (t *trip) answer() {
 }
 
 // send sends ops in one round trip, then re-sends with EVAL, in one more,
-// the scripts a node did not have cached.
+// the scripts a node did not have cached, and on Cluster those a node
+// answered TRYAGAIN (see tryAgain).
 func (s *Store) send(ctx context.Context, ops []*op) {
 	var buf [1]trip // a lone call's, without an allocation
 	trips := s.trips(ctx, ops, buf[:0])
 	s.roundTrip(ctx, trips)
-	var again []trip
+	all := make([]int, len(trips))
+	for i := range all {
+		all[i] = i
+	}
+	s.load(ctx, trips, all)
+	s.tryAgain(ctx, trips)
 	for i := range trips {
+		trips[i].answer()
+	}
+}
+
+// load re-sends with EVAL, in one round trip, the scripts among trips[at]
+// that a node answered NOSCRIPT.
+func (s *Store) load(ctx context.Context, trips []trip, at []int) {
+	var again []trip
+	for _, i := range at {
 		if t := &trips[i]; t.script != nil && isNoScript(t.cmd.Err()) {
 			t.cmd = redis.NewCmd(ctx, evalArgs(t.script, t.cmd)...)
 			again = append(again, *t)
@@ -85,8 +101,63 @@ func (s *Store) send(ctx context.Context, ops []*op) {
 	if len(again) > 0 {
 		s.roundTrip(ctx, again)
 	}
-	for i := range trips {
-		trips[i].answer()
+}
+
+// tryAgainPause is how long the Store waits before it first sends again a
+// command that a Cluster node answered TRYAGAIN (each further pause is
+// twice the last), and tryAgainFor how long it keeps doing so when ctx has
+// no deadline.
+const (
+	tryAgainPause = 5 * time.Millisecond
+	tryAgainFor   = time.Second
+)
+
+// tryAgain sends again, after a pause, the commands of trips that a node
+// answered TRYAGAIN, for as long as ctx's deadline leaves time for the
+// next pause: a node whose slot is half moved by a resharding answers so
+// a script that names keys it holds and keys it already moved (every rule
+// of one key value shares a hash tag, so a decision names several keys of
+// one slot), without running it, and the move completes within
+// milliseconds. The command did not run, so sending it again cannot apply
+// it twice; failing it instead would put the value's callers in their fail
+// mode and count a backend failure against every key. The pauses double,
+// so that a slot left half moved (a resharding that died) costs its node
+// a few commands per call, not one every few milliseconds.
+func (s *Store) tryAgain(ctx context.Context, trips []trip) {
+	if s.cluster == nil {
+		return
+	}
+	end, ok := ctx.Deadline()
+	if !ok {
+		end = time.Now().Add(tryAgainFor)
+	}
+	for pause := tryAgainPause; ; pause *= 2 {
+		var idx []int
+		for i := range trips {
+			if redis.HasErrorPrefix(trips[i].cmd.Err(), "TRYAGAIN") {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 || time.Until(end) < 2*pause {
+			return
+		}
+		timer := time.NewTimer(pause)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		again := make([]trip, len(idx))
+		for j, i := range idx {
+			t := &trips[i]
+			t.cmd = redis.NewCmd(ctx, t.cmd.Args()...)
+			again[j] = *t
+		}
+		s.roundTrip(ctx, again)
+		s.load(ctx, trips, idx)
 	}
 }
 
