@@ -40,6 +40,11 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	}
 	next := *r
 	next.Limit, next.Burst = limit, burst
+	if next.Estimate != nil {
+		// New's validate defaulted the stored rule's Cost to 1, which
+		// validate refuses beside an Estimate: judge the rule as declared.
+		next.Cost = 0
+	}
 	if err := next.validate(); err != nil {
 		return err
 	}
