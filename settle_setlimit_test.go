@@ -70,4 +70,3 @@ func TestSetLimitStaleSettlementKeepsTheNewRate_Regression(t *testing.T) {
 		t.Errorf("%d admitted in 100ms after lowering to 10 per second (burst 10)", admitted)
 	}
 }
-
