@@ -26,10 +26,18 @@ import (
 // at once: when the backend fails, the rule's fail mode answers (admitted
 // by FailOpen, an [*UnavailableError] from FailClosed), never a loop of
 // backend calls; a FailLocal rejection is waited out like any other.
+// A [Limiter.SetLimit] ends every sleep at once, so that a raised limit
+// admits a waiter without its waiting out a RetryAfter of the old one.
 func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
+		}
+		// Read before deciding, so that a SetLimit during the decision
+		// still wakes the sleep below.
+		var changed chan struct{}
+		if len(l.plans) > 0 {
+			changed = l.plans[0].Load().changed
 		}
 		d, err := l.Decide(ctx, inputs...)
 		if err != nil || d.Allowed {
@@ -56,6 +64,8 @@ func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 			t.Stop()
 			return d, ctx.Err()
 		case <-t.C:
+		case <-changed:
+			t.Stop() // the limits changed: the wait may be shorter now
 		}
 	}
 }

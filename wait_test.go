@@ -248,3 +248,33 @@ func TestWaitAtItsDeadline(t *testing.T) {
 		}
 	})
 }
+
+// A SetLimit that raises the limit admits a waiter at once: it slept out
+// the RetryAfter of the old limit, an hour under 1 per hour, though the
+// raised limit had room.
+func TestWaitWakesOnSetLimit_Regression(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := MustNew([]Rule{{Name: "crawl", Algorithm: SlidingLog, Limit: 1, Period: time.Hour}}, WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		in := Input{Rule: "crawl", Key: "site"}
+		if d, err := l.Decide(context.Background(), in); err != nil || !d.Allowed {
+			t.Fatal(err, d.Allowed)
+		}
+		start := time.Now()
+		time.AfterFunc(time.Minute, func() {
+			if err := l.SetLimit("crawl", 2, 0); err != nil {
+				t.Error(err)
+			}
+		})
+		d, err := l.Wait(context.Background(), in)
+		if err != nil || !d.Allowed {
+			t.Fatalf("Wait: %v, allowed %v", err, d.Allowed)
+		}
+		if took := time.Since(start); took != time.Minute {
+			t.Errorf("Wait admitted after %v, want 1m (the raise)", took)
+		}
+		if allowed(t, l, in) {
+			t.Error("a third admitted under 2 per hour")
+		}
+	})
+}
