@@ -65,10 +65,22 @@ func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 			return d, ctx.Err()
 		case <-t.C:
 		case <-changed:
-			t.Stop() // the limits changed: the wait may be shorter now
+			// The limits changed: the wait may be shorter now. Every
+			// waiter wakes at once, so each retries within a random
+			// spread rather than all in the same instant.
+			t.Reset(jitter(4*min(wait, maxWakeSpread), wait))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return d, ctx.Err()
+			case <-t.C:
+			}
 		}
 	}
 }
+
+// maxWakeSpread bounds how long after a SetLimit a waiter retries.
+const maxWakeSpread = 100 * time.Millisecond
 
 // minWait keeps a rejection that names no wait from becoming a busy loop
 // of backend calls.

@@ -270,11 +270,46 @@ func TestWaitWakesOnSetLimit_Regression(t *testing.T) {
 		if err != nil || !d.Allowed {
 			t.Fatalf("Wait: %v, allowed %v", err, d.Allowed)
 		}
-		if took := time.Since(start); took != time.Minute {
-			t.Errorf("Wait admitted after %v, want 1m (the raise)", took)
+		if took := time.Since(start); took < time.Minute || took > time.Minute+maxWakeSpread {
+			t.Errorf("Wait admitted after %v, want 1m (the raise) plus at most %v", took, maxWakeSpread)
 		}
 		if allowed(t, l, in) {
 			t.Error("a third admitted under 2 per hour")
+		}
+	})
+}
+
+// The waiters a SetLimit wakes retry spread over maxWakeSpread, not all
+// in one instant: a raise is no stampede on the backend.
+func TestWaitWakesSpreadOnSetLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := MustNew([]Rule{{Name: "crawl", Algorithm: SlidingLog, Limit: 1, Period: time.Hour}}, WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		in := Input{Rule: "crawl", Key: "site"}
+		allowed(t, l, in)
+		start := time.Now()
+		time.AfterFunc(time.Minute, func() { l.SetLimit("crawl", 100, 0) })
+		var mu sync.Mutex
+		at := map[time.Duration]bool{}
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				if d, err := l.Wait(context.Background(), in); err != nil || !d.Allowed {
+					t.Errorf("Wait: %v, allowed %v", err, d.Allowed)
+				}
+				mu.Lock()
+				at[time.Since(start)] = true
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		for a := range at {
+			if a < time.Minute || a > time.Minute+maxWakeSpread {
+				t.Errorf("a waiter admitted after %v, want 1m..1m%v", a, maxWakeSpread)
+			}
+		}
+		if len(at) < 2 {
+			t.Errorf("20 waiters retried at %d instant(s) after the raise, want a spread", len(at))
 		}
 	})
 }
