@@ -68,7 +68,11 @@ func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 			// The limits changed: the wait may be shorter now. Every
 			// waiter wakes at once, so each retries within a random
 			// spread rather than all in the same instant.
-			t.Reset(jitter(4*min(wait, maxWakeSpread), wait))
+			room := wait
+			if dl, ok := ctx.Deadline(); ok {
+				room = min(room, time.Until(dl)/2) // never sleep to the deadline
+			}
+			t.Reset(jitter(4*min(wait, maxWakeSpread), room))
 			select {
 			case <-ctx.Done():
 				t.Stop()
