@@ -41,6 +41,9 @@ type extras struct {
 type estimate struct {
 	i int
 	n int64
+	// planned: the request was decided under the rule's plan (no limit
+	// from Limits), so its settlement goes under the plan then current.
+	planned bool
 }
 
 // reservation is what one admitted rule reserved and what it will settle to.
@@ -50,6 +53,9 @@ type reservation struct {
 	req    backend.Request // req.Cost is the number of units reserved
 	stamp  int64           // where the backend placed them (Result.Stamp)
 	actual int64
+	// planned: req's limit is the rule's plan, not a Limits plan's: the
+	// settlement takes the plan current when it is sent (see settle).
+	planned bool
 }
 
 // ErrNotReserved is returned (wrapped) by [Settle] when the request holds no
@@ -173,7 +179,7 @@ func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 		}
 		req := st.reqs[e.i]
 		req.Key = l.kept(req.Key)
-		x.res = append(x.res, reservation{rule: rr.Rule, req: req, stamp: rr.Stamp, actual: e.n})
+		x.res = append(x.res, reservation{rule: rr.Rule, req: req, stamp: rr.Stamp, actual: e.n, planned: e.planned})
 	}
 	return r.WithContext(context.WithValue(r.Context(), extrasKey{}, x))
 }
@@ -198,6 +204,15 @@ func (x *extras) settle(ctx context.Context) {
 		}
 		q := rv.req
 		q.Cost, q.Force, q.Shadow = delta, delta > 0, false
+		if rv.planned {
+			// A SetLimit since the reservation: write under the limit
+			// the rule enforces now, as every other request does. GCRA
+			// stores debt at its writer's rate, so a settlement under the
+			// old one would have the key's units leave at the old rate
+			// (a lowered limit drained as fast as before).
+			pl := planOf(rv.rule)
+			q.Limit, q.Burst = pl.limit, pl.burst
+		}
 		if delta < 0 {
 			// The units the reservation placed, not the newest: those may
 			// be another request's, which the refund would hand out again.

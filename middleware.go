@@ -451,6 +451,9 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 		if err == nil {
 			var cost int64
 			if cost, err = l.cost(r, st, rule); err == nil {
+				if rule.Estimate != nil {
+					st.x.est[len(st.x.est)-1].planned = limit == 0 && burst == 0
+				}
 				err = l.add(st, rule, v, cost, limit, burst)
 			}
 		}

@@ -13,6 +13,9 @@ type plan struct {
 	limit, burst int64
 	policy       []string // RateLimit-Policy under every rule's current plan
 	rules        []Rule   // the rules under their current plans, for Rules
+	// changed is closed by the next SetLimit (of any rule): a [Limiter.Wait]
+	// sleeping on a RetryAfter of the old limits wakes to decide again.
+	changed chan struct{}
 }
 
 // SetLimit replaces rule's Limit and Burst (zero: Limit, as in [Rule]) for
@@ -39,6 +42,11 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	}
 	next := *r
 	next.Limit, next.Burst = limit, burst
+	if next.Estimate != nil {
+		// New's validate defaulted the stored rule's Cost to 1, which
+		// validate refuses beside an Estimate: judge the rule as declared.
+		next.Cost = 0
+	}
 	if err := next.validate(); err != nil {
 		return err
 	}
@@ -48,14 +56,16 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	rules := append([]Rule(nil), old.rules...)
 	rules[i].Limit, rules[i].Burst = limit, burst
 	policy := policyHeader(rules)
+	changed := make(chan struct{})
 	for j := range l.plans {
 		p := *l.plans[j].Load()
-		p.policy, p.rules = policy, rules
+		p.policy, p.rules, p.changed = policy, rules, changed
 		if j == i {
 			p.limit, p.burst = limit, burst
 		}
 		l.plans[j].Store(&p)
 	}
+	close(old.changed)
 	l.planMu.Unlock()
 	l.cfg.logger.LogAttrs(context.Background(), slog.LevelInfo, "ceiling: a rule's limit changed",
 		slog.String("rule", rule), slog.Int64("limit", limit), slog.Int64("burst", burst),
@@ -71,8 +81,9 @@ func (l *Limiter) initPlans() {
 	l.plans = make([]atomic.Pointer[plan], len(l.rules))
 	rules := append([]Rule(nil), l.rules...)
 	policy := policyHeader(rules)
+	changed := make(chan struct{})
 	for i := range l.rules {
-		l.plans[i].Store(&plan{limit: l.rules[i].Limit, burst: l.rules[i].Burst, policy: policy, rules: rules})
+		l.plans[i].Store(&plan{limit: l.rules[i].Limit, burst: l.rules[i].Burst, policy: policy, rules: rules, changed: changed})
 		l.rules[i].plan = &l.plans[i]
 	}
 }

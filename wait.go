@@ -26,10 +26,18 @@ import (
 // at once: when the backend fails, the rule's fail mode answers (admitted
 // by FailOpen, an [*UnavailableError] from FailClosed), never a loop of
 // backend calls; a FailLocal rejection is waited out like any other.
+// A [Limiter.SetLimit] ends every sleep at once, so that a raised limit
+// admits a waiter without its waiting out a RetryAfter of the old one.
 func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return Decision{}, err
+		}
+		// Read before deciding, so that a SetLimit during the decision
+		// still wakes the sleep below.
+		var changed chan struct{}
+		if len(l.plans) > 0 {
+			changed = l.plans[0].Load().changed
 		}
 		d, err := l.Decide(ctx, inputs...)
 		if err != nil || d.Allowed {
@@ -56,9 +64,27 @@ func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 			t.Stop()
 			return d, ctx.Err()
 		case <-t.C:
+		case <-changed:
+			// The limits changed: the wait may be shorter now. Every
+			// waiter wakes at once, so each retries within a random
+			// spread rather than all in the same instant.
+			room := wait
+			if dl, ok := ctx.Deadline(); ok {
+				room = min(room, time.Until(dl)/2) // never sleep to the deadline
+			}
+			t.Reset(jitter(4*min(wait, maxWakeSpread), room))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return d, ctx.Err()
+			case <-t.C:
+			}
 		}
 	}
 }
+
+// maxWakeSpread bounds how long after a SetLimit a waiter retries.
+const maxWakeSpread = 100 * time.Millisecond
 
 // minWait keeps a rejection that names no wait from becoming a busy loop
 // of backend calls.

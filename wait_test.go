@@ -248,3 +248,68 @@ func TestWaitAtItsDeadline(t *testing.T) {
 		}
 	})
 }
+
+// A SetLimit that raises the limit admits a waiter at once: it slept out
+// the RetryAfter of the old limit, an hour under 1 per hour, though the
+// raised limit had room.
+func TestWaitWakesOnSetLimit_Regression(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := MustNew([]Rule{{Name: "crawl", Algorithm: SlidingLog, Limit: 1, Period: time.Hour}}, WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		in := Input{Rule: "crawl", Key: "site"}
+		if d, err := l.Decide(context.Background(), in); err != nil || !d.Allowed {
+			t.Fatal(err, d.Allowed)
+		}
+		start := time.Now()
+		time.AfterFunc(time.Minute, func() {
+			if err := l.SetLimit("crawl", 2, 0); err != nil {
+				t.Error(err)
+			}
+		})
+		d, err := l.Wait(context.Background(), in)
+		if err != nil || !d.Allowed {
+			t.Fatalf("Wait: %v, allowed %v", err, d.Allowed)
+		}
+		if took := time.Since(start); took < time.Minute || took > time.Minute+maxWakeSpread {
+			t.Errorf("Wait admitted after %v, want 1m (the raise) plus at most %v", took, maxWakeSpread)
+		}
+		if allowed(t, l, in) {
+			t.Error("a third admitted under 2 per hour")
+		}
+	})
+}
+
+// The waiters a SetLimit wakes retry spread over maxWakeSpread, not all
+// in one instant: a raise is no stampede on the backend.
+func TestWaitWakesSpreadOnSetLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := MustNew([]Rule{{Name: "crawl", Algorithm: SlidingLog, Limit: 1, Period: time.Hour}}, WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		in := Input{Rule: "crawl", Key: "site"}
+		allowed(t, l, in)
+		start := time.Now()
+		time.AfterFunc(time.Minute, func() { l.SetLimit("crawl", 100, 0) })
+		var mu sync.Mutex
+		at := map[time.Duration]bool{}
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				if d, err := l.Wait(context.Background(), in); err != nil || !d.Allowed {
+					t.Errorf("Wait: %v, allowed %v", err, d.Allowed)
+				}
+				mu.Lock()
+				at[time.Since(start)] = true
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		for a := range at {
+			if a < time.Minute || a > time.Minute+maxWakeSpread {
+				t.Errorf("a waiter admitted after %v, want 1m..1m%v", a, maxWakeSpread)
+			}
+		}
+		if len(at) < 2 {
+			t.Errorf("20 waiters retried at %d instant(s) after the raise, want a spread", len(at))
+		}
+	})
+}
