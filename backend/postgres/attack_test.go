@@ -1,0 +1,62 @@
+package postgres
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestSerializableDefaultIsRefusedOrQueues_Attack: a database whose
+// default_transaction_isolation is SERIALIZABLE (or REPEATABLE READ), a
+// common site-wide setting, passes Limiter.Check, and then concurrent
+// decisions on one key fail with 40001 after the one retry (about a fifth
+// of them with 8 callers): each such failure goes to the fail mode, which
+// admits past the limit while Health stays healthy. Either Check must
+// refuse the setting at start, or the decisions must queue as under READ
+// COMMITTED; this test accepts both.
+func TestSerializableDefaultIsRefusedOrQueues_Attack(t *testing.T) {
+	t.Skip("defect: under a SERIALIZABLE session default Check passes, then ~20% of contended decisions fail " +
+		"with 40001 and go to the fail mode (51-54 of 200 admitted at limit 50)")
+	pool := migrated(t, func(c *pgxpool.Config) {
+		c.MaxConns = 8
+		c.ConnConfig.RuntimeParams["default_transaction_isolation"] = "serializable"
+	})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "api", Key: ceiling.RemoteAddr, Limit: 50, Period: time.Hour}},
+		ceiling.WithBackend(New(pool, WithJanitor(0, 0), WithPrefix("atk-ser"))),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)), ceiling.WithTimeout(2*time.Second))
+	defer l.Close()
+	ctx := context.Background()
+	if err := l.Check(ctx); err != nil {
+		return // refused loudly at start: acceptable
+	}
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				d, err := l.Decide(ctx, ceiling.Input{Rule: "api", Key: "192.0.2.1"})
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case d.Allowed:
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	h := l.Health()
+	local := h.Rules[0].FailLocalAdmissions + h.Rules[0].FailOpenAdmissions
+	if admitted.Load() > 50 || local > 0 || failed.Load() > 0 {
+		t.Fatalf("Check passed, then %d of 200 admitted at limit 50 (%d by the fail mode, %d errors); health %s",
+			admitted.Load(), local, failed.Load(), h.Status)
+	}
+}
