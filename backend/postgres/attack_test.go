@@ -2,13 +2,16 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -58,5 +61,31 @@ func TestSerializableDefaultIsRefusedOrQueues_Attack(t *testing.T) {
 	if admitted.Load() > 50 || local > 0 || failed.Load() > 0 {
 		t.Fatalf("Check passed, then %d of 200 admitted at limit 50 (%d by the fail mode, %d errors); health %s",
 			admitted.Load(), local, failed.Load(), h.Status)
+	}
+}
+
+// TestFrozenServerIsATimeoutNotAShed_Regression: on a server that stops
+// answering (SIGSTOP; a network partition alike), the first call times
+// out on its session and the pool drops it; every later call waits for a
+// session the pool dials and the server never answers. Those calls are
+// the backend's failure, a timeout, not backend.ErrNotSent: a call never
+// sent is shed whatever the fail mode and never trips the breaker, so a
+// frozen database refused every request instead of failing over to the
+// fail mode.
+func TestFrozenServerIsATimeoutNotAShed_Regression(t *testing.T) {
+	srv, _, s := own(t)
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Signal(syscall.SIGCONT)
+	for i := range 6 {
+		err, took := decideWithin(s, 300*time.Millisecond)
+		if errors.Is(err, backend.ErrNotSent) {
+			t.Fatalf("call %d on a frozen server: %v, a shed; want a timeout", i, err)
+		}
+		wantKind(t, err, "timeout")
+		if took > time.Second {
+			t.Fatalf("call %d took %v, its deadline was 300ms", i, took)
+		}
 	}
 }
