@@ -3,7 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -87,5 +90,32 @@ func TestFrozenServerIsATimeoutNotAShed_Regression(t *testing.T) {
 		if took > time.Second {
 			t.Fatalf("call %d took %v, its deadline was 300ms", i, took)
 		}
+	}
+}
+
+// TestFrozenServerFailsOverToTheFailMode_Regression is the same through
+// the middleware: with a frozen database every request after the first
+// was a 503 and Health said healthy; the fail mode (FailLocal, the
+// default) must answer them, and Health must say the backend times out.
+func TestFrozenServerFailsOverToTheFailMode_Regression(t *testing.T) {
+	srv, pool, _ := own(t)
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "api", Key: ceiling.RemoteAddr, Limit: 50, Period: time.Hour}},
+		ceiling.WithBackend(New(pool, WithJanitor(0, 0), WithPrefix("atk-frozen"))),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)), ceiling.WithTimeout(200*time.Millisecond))
+	defer l.Close()
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Signal(syscall.SIGCONT)
+	for i := range 6 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("request %d on a frozen database: %d %q, want the fail mode's 200", i, rec.Code, rec.Body.String())
+		}
+	}
+	if hl := l.Health(); hl.Status != "degraded" || hl.Reason != "timeout" || hl.Shed != 0 {
+		t.Fatalf("health %s, reason %q, %d shed; want degraded by timeouts, none shed", hl.Status, hl.Reason, hl.Shed)
 	}
 }
