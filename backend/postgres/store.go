@@ -129,7 +129,8 @@ func (s *Store) now() *int64 {
 // what ctx's deadline leaves when Decide is entered. A call that gets no
 // connection from the pool by the deadline (every connection busy, or this
 // process too slow to take one) is never sent and fails with
-// [backend.ErrNotSent]; once a connection is in hand, the call has the
+// [backend.ErrNotSent], unless the pool was still dialing the server then
+// (a server that accepts no session is a timeout); once a connection is in hand, the call has the
 // whole budget from then, whatever ctx says meanwhile.
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
@@ -188,6 +189,13 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	if err != nil {
 		var ce *pgconn.ConnectError
 		if ctx.Err() != nil && !errors.As(err, &ce) {
+			// A session the pool is still dialing by the deadline is the
+			// server not answering (frozen, partitioned), not this process
+			// too busy: a timeout, which trips the breaker and the fail
+			// mode, where a shed would refuse every request.
+			if s.pool.Stat().ConstructingConns() > 0 {
+				return fmt.Errorf("ceiling/backend/postgres: decide: %w: no session of the server by the deadline: %w", context.DeadlineExceeded, err)
+			}
 			return fmt.Errorf("ceiling/backend/postgres: decide: %w: no connection of the pool by the deadline: %w", backend.ErrNotSent, err)
 		}
 		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))

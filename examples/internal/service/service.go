@@ -217,7 +217,7 @@ const migrateTimeout = 10 * time.Second
 func (c *Config) postgres(logger *slog.Logger, prefix string, opts []ceiling.Option) ([]ceiling.Option, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(c.DatabaseURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+		return nil, nil, fmt.Errorf("DATABASE_URL: %s", unquoted(err))
 	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
@@ -241,6 +241,18 @@ func (c *Config) postgres(logger *slog.Logger, prefix string, opts []ceiling.Opt
 		pool.Close()
 		return err
 	}, nil
+}
+
+// unquoted is pgx's error about a connection string it cannot parse
+// without the string, which pgx quotes between backquotes with the
+// password masked only up to the first '@': a password holding an
+// unescaped '@' would show its tail.
+func unquoted(err error) string {
+	msg := err.Error()
+	if i, j := strings.IndexByte(msg, '`'), strings.LastIndexByte(msg, '`'); i >= 0 && j > i {
+		msg = msg[:i] + "the string" + msg[j+1:]
+	}
+	return msg
 }
 
 // Duration returns the duration in the environment variable name ("250ms",

@@ -1,0 +1,143 @@
+package postgres
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestSerializableDefaultIsRefusedOrQueues_Attack: a database whose
+// default_transaction_isolation is SERIALIZABLE (or REPEATABLE READ), a
+// common site-wide setting, passes Limiter.Check, and then concurrent
+// decisions on one key fail with 40001 after the one retry (about a fifth
+// of them with 8 callers): each such failure goes to the fail mode, which
+// admits past the limit while Health stays healthy. Either Check must
+// refuse the setting at start, or the decisions must queue as under READ
+// COMMITTED; this test accepts both.
+func TestSerializableDefaultIsRefusedOrQueues_Attack(t *testing.T) {
+	t.Skip("defect: under a SERIALIZABLE session default Check passes, then ~20% of contended decisions fail " +
+		"with 40001 and go to the fail mode (51-54 of 200 admitted at limit 50)")
+	pool := migrated(t, func(c *pgxpool.Config) {
+		c.MaxConns = 8
+		c.ConnConfig.RuntimeParams["default_transaction_isolation"] = "serializable"
+	})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "api", Key: ceiling.RemoteAddr, Limit: 50, Period: time.Hour}},
+		ceiling.WithBackend(New(pool, WithJanitor(0, 0), WithPrefix("atk-ser"))),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)), ceiling.WithTimeout(2*time.Second))
+	defer l.Close()
+	ctx := context.Background()
+	if err := l.Check(ctx); err != nil {
+		return // refused loudly at start: acceptable
+	}
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 25 {
+				d, err := l.Decide(ctx, ceiling.Input{Rule: "api", Key: "192.0.2.1"})
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case d.Allowed:
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	h := l.Health()
+	local := h.Rules[0].FailLocalAdmissions + h.Rules[0].FailOpenAdmissions
+	if admitted.Load() > 50 || local > 0 || failed.Load() > 0 {
+		t.Fatalf("Check passed, then %d of 200 admitted at limit 50 (%d by the fail mode, %d errors); health %s",
+			admitted.Load(), local, failed.Load(), h.Status)
+	}
+}
+
+// TestFrozenServerIsATimeoutNotAShed_Regression: on a server that stops
+// answering (SIGSTOP; a network partition alike), the first call times
+// out on its session and the pool drops it; every later call waits for a
+// session the pool dials and the server never answers. Those calls are
+// the backend's failure, a timeout, not backend.ErrNotSent: a call never
+// sent is shed whatever the fail mode and never trips the breaker, so a
+// frozen database refused every request instead of failing over to the
+// fail mode.
+func TestFrozenServerIsATimeoutNotAShed_Regression(t *testing.T) {
+	srv, _, s := own(t)
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Signal(syscall.SIGCONT)
+	for i := range 6 {
+		err, took := decideWithin(s, 300*time.Millisecond)
+		if errors.Is(err, backend.ErrNotSent) {
+			t.Fatalf("call %d on a frozen server: %v, a shed; want a timeout", i, err)
+		}
+		wantKind(t, err, "timeout")
+		if took > time.Second {
+			t.Fatalf("call %d took %v, its deadline was 300ms", i, took)
+		}
+	}
+}
+
+// TestFrozenServerFailsOverToTheFailMode_Regression is the same through
+// the middleware: with a frozen database every request after the first
+// was a 503 and Health said healthy; the fail mode (FailLocal, the
+// default) must answer them, and Health must say the backend times out.
+func TestFrozenServerFailsOverToTheFailMode_Regression(t *testing.T) {
+	srv, pool, _ := own(t)
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "api", Key: ceiling.RemoteAddr, Limit: 50, Period: time.Hour}},
+		ceiling.WithBackend(New(pool, WithJanitor(0, 0), WithPrefix("atk-frozen"))),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)), ceiling.WithTimeout(200*time.Millisecond))
+	defer l.Close()
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }))
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Signal(syscall.SIGCONT)
+	for i := range 6 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("request %d on a frozen database: %d %q, want the fail mode's 200", i, rec.Code, rec.Body.String())
+		}
+	}
+	if hl := l.Health(); hl.Status != "degraded" || hl.Reason != "timeout" || hl.Shed != 0 {
+		t.Fatalf("health %s, reason %q, %d shed; want degraded by timeouts, none shed", hl.Status, hl.Reason, hl.Shed)
+	}
+}
+
+// TestLongKeyDecides_Attack: backend.Request bounds no key's length, and
+// memory and Redis decide any key; the table's primary key is a btree,
+// whose entries hold at most 2704 bytes, so a key (with the prefix) of
+// about 2.7 kB that does not compress fails every call (54000) as a
+// backend failure. ceiling's own keys are short unless a rule's name is
+// that long.
+func TestLongKeyDecides_Attack(t *testing.T) {
+	t.Skip("defect: a key over ~2.7 kB fails with 54000 (index row size exceeds btree maximum) instead of deciding")
+	s := New(migrated(t), WithJanitor(0, 0))
+	defer s.Close()
+	var key []byte // digests in a chain: nothing for compression to take
+	for sum := sha256.Sum256(nil); len(key) < 3000; sum = sha256.Sum256(sum[:]) {
+		key = hex.AppendEncode(key, sum[:])
+	}
+	r := backend.Request{Key: string(key), Algorithm: backend.FixedWindow, Limit: 5, Period: time.Hour, Cost: 1}
+	if _, err := s.Decide(context.Background(), []backend.Request{r}); err != nil {
+		t.Fatalf("Decide on a key of %d bytes: %v", len(r.Key), err)
+	}
+}
