@@ -134,12 +134,16 @@ func (rp *reports) file() http.Handler {
 		if u, err := rp.user(r); err == nil {
 			inputs = append(inputs, ceiling.Input{Rule: ruleReportUser, Key: u})
 		}
-		if !rp.list.room() {
+		// The room is held while the report is decided: a report admitted
+		// and then refused for a full list would have spent its
+		// reporter's budget for nothing.
+		if !rp.list.reserve() {
 			rp.full(w, r, b.Listing)
 			return
 		}
 		d, err := rp.limiter.Decide(r.Context(), inputs...)
 		if err != nil {
+			rp.list.unreserve()
 			rp.undecided(w, r, err)
 			return
 		}
@@ -151,6 +155,7 @@ func (rp *reports) file() http.Handler {
 			h.Set("RateLimit", v)
 		}
 		if !d.Allowed {
+			rp.list.unreserve()
 			// Retry-After is the middleware's to set; a caller of Decide
 			// sets it from the problem body, which says when every rule
 			// it names admits the report.
@@ -168,11 +173,7 @@ func (rp *reports) file() http.Handler {
 				review = true
 			}
 		}
-		n, flagged, ok := rp.list.add(b.Listing, b.Reason, review)
-		if !ok {
-			rp.full(w, r, b.Listing)
-			return
-		}
+		n, flagged := rp.list.add(b.Listing, b.Reason, review)
 		if flagged {
 			rp.logger.WarnContext(r.Context(), "listing flagged for review", slog.String("listing", b.Listing), slog.Int("reports", n))
 		}
@@ -251,6 +252,7 @@ type reviewList struct {
 	mu       sync.Mutex
 	max      int
 	held     int
+	reserved int // reports being decided, each with its room held
 	listings map[string]*reported
 	flagged  []string // the listings on review, in the order they went on it
 }
@@ -265,22 +267,33 @@ func newReviewList(max int) *reviewList {
 	return &reviewList{max: max, listings: map[string]*reported{}}
 }
 
-// room reports whether the list can take another report.
-func (l *reviewList) room() bool {
+// reserve holds room for one report while it is decided, and reports
+// false when the list has none. Each reservation ends with add or
+// unreserve.
+func (l *reviewList) reserve() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held < l.max
+	if l.held+l.reserved >= l.max {
+		return false
+	}
+	l.reserved++
+	return true
 }
 
-// add records a report of listing, putting the listing on review when
-// review is set. It returns the listing's reports, whether this report put
-// it on review, and false (recording nothing) when the list is full.
-func (l *reviewList) add(listing, reason string, review bool) (n int, flagged, ok bool) {
+// unreserve gives back the room of a report that was not recorded.
+func (l *reviewList) unreserve() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held >= l.max {
-		return 0, false, false
-	}
+	l.reserved--
+}
+
+// add records a report of listing in the room reserve held for it,
+// putting the listing on review when review is set. It returns the
+// listing's reports and whether this report put it on review.
+func (l *reviewList) add(listing, reason string, review bool) (n int, flagged bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reserved--
 	rp := l.listings[listing]
 	if rp == nil {
 		rp = &reported{}
@@ -292,7 +305,7 @@ func (l *reviewList) add(listing, reason string, review bool) (n int, flagged, o
 		rp.review, flagged = true, true
 		l.flagged = append(l.flagged, listing)
 	}
-	return len(rp.reasons), flagged, true
+	return len(rp.reasons), flagged
 }
 
 // A flaggedListing is one entry of GET /api/review: every report the

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
+)
+
+// heldBackend holds its first Decide until release is closed, telling
+// entered when it has it.
+type heldBackend struct {
+	backend.Backend
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *heldBackend) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	first := false
+	b.once.Do(func() { first = true })
+	if first {
+		close(b.entered)
+		<-b.release
+	}
+	return b.Backend.Decide(ctx, reqs)
+}
+
+// postReport serves one report from address 198.51.100.7 (through the
+// trusted loopback proxy) on h.
+func postReport(h http.Handler, listing string) *httptest.ResponseRecorder {
+	b, _ := json.Marshal(reportBody{Listing: listing, Reason: "scam"})
+	req := httptest.NewRequest("POST", "/api/reports", strings.NewReader(string(b)))
+	req.RemoteAddr = "127.0.0.1:40000"
+	req.Header.Set("X-Forwarded-For", "198.51.100.7")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+// Two reports decided at once while the review list has room for one:
+// the one the list then has no room for is refused with 503, and must
+// spend nothing of its reporter's budget (README: "a refused report counts
+// for nothing"). Checking for room before the decision and adding after it
+// let both be admitted, the second refused with its unit spent.
+func TestAReportRefusedForAFullListSpendsNothing_Regression(t *testing.T) {
+	cfg, _ := testConfig(t)
+	cfg = reportsConfig(cfg)
+	cfg.Limits.ReportsHeld = 1
+	ip, err := cfg.ClientIP()
+	if err != nil {
+		t.Fatal(err)
+	}
+	noUser := func(*http.Request) (string, error) { return "", ceiling.ErrNoKey }
+	hb := &heldBackend{Backend: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	rp, err := newReports(cfg, ip, noUser, []ceiling.Option{ceiling.WithBackend(hb)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rp.limiter.Close()
+	h := rp.file()
+
+	first := make(chan int)
+	go func() { first <- postReport(h, "flat-1").Code }()
+	<-hb.entered // the first report is being decided
+	second := postReport(h, "flat-2").Code
+	close(hb.release)
+	got := []int{<-first, second}
+	if !(got[0] == 202 && got[1] == 503 || got[0] == 503 && got[1] == 202) {
+		t.Fatalf("statuses %v, want one 202 and one 503", got)
+	}
+
+	// Room again: the address has spent one report (the 202) and this one.
+	rp.list.mu.Lock()
+	rp.list.max = 10
+	rp.list.mu.Unlock()
+	w := postReport(h, "flat-3")
+	if w.Code != 202 {
+		t.Fatalf("status %d, want 202: %s", w.Code, w.Body)
+	}
+	want := `"report:ip";r=8;t=0`
+	if got := w.Header().Get("RateLimit"); got != want {
+		t.Errorf("RateLimit %q, want %q: the report refused for a full list spent a unit", got, want)
+	}
+}
