@@ -91,6 +91,12 @@ var listingID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 // maxReason bounds a report's reason, in characters.
 const maxReason = 280
 
+// maxReportBody bounds a report's body: room for the longest valid
+// report however its client's JSON encoder writes it, up to 12 bytes a
+// character for one escaped as a surrogate pair (\ud83d\ude00), so
+// that no reason maxReason admits is refused as too large.
+const maxReportBody = 4 << 10
+
 // file files a dispute report: 202 when it is recorded, 429 when its
 // reporter has filed too many, 503 (with Retry-After) when the limiter
 // cannot decide. A report is either recorded or refused with a status
@@ -99,7 +105,7 @@ const maxReason = 280
 func (rp *reports) file() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b reportBody
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
 		dec.DisallowUnknownFields()
 		err := dec.Decode(&b)
 		if err == nil && dec.More() {
@@ -108,7 +114,7 @@ func (rp *reports) file() http.Handler {
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				service.Problem(w, http.StatusRequestEntityTooLarge, "a report is at most 1 KiB")
+				service.Problem(w, http.StatusRequestEntityTooLarge, "a report is at most 4 KiB")
 				return
 			}
 			service.Problem(w, http.StatusBadRequest, `want {"listing": "...", "reason": "..."}`)

@@ -90,3 +90,32 @@ func TestAReportRefusedForAFullListSpendsNothing_Regression(t *testing.T) {
 		t.Errorf("RateLimit %q, want %q: the report refused for a full list spent a unit", got, want)
 	}
 }
+
+// A reason of maxReason characters is a valid report however it is
+// written: in letters beyond ASCII (up to 4 bytes each in UTF-8) or
+// escaped by the client's JSON encoder (\u2028, a surrogate pair). The
+// body bound must not refuse with 413 what the reason bound admits.
+func TestAReasonOfTheMostCharactersIsNotTooLarge_Attack(t *testing.T) {
+	cfg, _ := testConfig(t)
+	cfg = reportsConfig(cfg)
+	ts := start(t, cfg)
+	for i, reason := range []string{
+		strings.Repeat("é", maxReason),
+		strings.Repeat("😀", maxReason),
+		`"` + strings.Repeat(`\ud83d\ude00`, maxReason) + `"`, // raw JSON
+	} {
+		body := `{"listing":"flat-42","reason":` + reason + `}`
+		if !strings.HasPrefix(reason, `"`) {
+			b, _ := json.Marshal(reportBody{Listing: "flat-42", Reason: reason})
+			body = string(b)
+		}
+		resp, err := http.Post(ts.URL+"/api/reports", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 202 {
+			t.Errorf("reason %d (%d bytes of body): status %d, want 202", i, len(body), resp.StatusCode)
+		}
+	}
+}
