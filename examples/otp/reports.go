@@ -232,7 +232,9 @@ func (rp *reports) review() http.Handler {
 			service.Problem(w, http.StatusForbidden, "the review list is off: the service has no OTP_ADMIN_TOKEN")
 			return
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// The scheme is case-insensitive (RFC 9110 section 11.1).
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		ok = ok && strings.EqualFold(scheme, "Bearer")
 		if sum := sha256.Sum256([]byte(tok)); !ok || subtle.ConstantTimeCompare(sum[:], rp.token[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="review"`)
 			service.Problem(w, http.StatusUnauthorized, "the review list needs the admin token")

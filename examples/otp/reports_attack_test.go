@@ -119,3 +119,33 @@ func TestAReasonOfTheMostCharactersIsNotTooLarge_Attack(t *testing.T) {
 		}
 	}
 }
+
+// The authentication scheme is case-insensitive (RFC 9110 section 11.1):
+// "bearer" and "BEARER" carry the admin token as "Bearer" does, and a
+// wrong token is still refused whatever the scheme's case.
+func TestReviewTakesTheBearerSchemeInAnyCase_Attack(t *testing.T) {
+	cfg, _ := testConfig(t)
+	ts := start(t, reportsConfig(cfg))
+	for _, tc := range []struct {
+		auth string
+		want int
+	}{
+		{"Bearer " + testAdminToken, 200},
+		{"bearer " + testAdminToken, 200},
+		{"BEARER " + testAdminToken, 200},
+		{"bearer " + testAdminToken + "x", 401},
+		{"Basic " + testAdminToken, 401},
+		{"Bearer", 401},
+	} {
+		req, _ := http.NewRequest("GET", ts.URL+"/api/review", nil)
+		req.Header.Set("Authorization", tc.auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Authorization %q: status %d, want %d", tc.auth, resp.StatusCode, tc.want)
+		}
+	}
+}
