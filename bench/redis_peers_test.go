@@ -42,9 +42,13 @@ func redisAddr(tb testing.TB) string {
 const poolSize = 64
 
 // newClient returns a client of its own (one "instance") that counts what
-// it sends, closed when the test ends.
+// it sends, closed when the test ends. It bounds a command by its
+// context's deadline (ContextTimeoutEnabled), as ceiling's Store asks and
+// ceilingredis.ParseURL sets, so that a lone decision is sent by its
+// caller; the peers' calls carry no deadline, so it changes nothing for
+// them.
 func newClient(tb testing.TB, addr string) (*redis.Client, *counter) {
-	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, DisableIdentity: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize, DisableIdentity: true, ContextTimeoutEnabled: true})
 	n := &counter{}
 	c.AddHook(n)
 	tb.Cleanup(func() { c.Close() })

@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,7 +50,10 @@ import (
 //     and it ends before the request context's deadline;
 //   - fewer than MaxRetries retries were made;
 //   - the refusal's body is at most 64 KiB, so that it can be kept whole
-//     across the wait while its connection goes back to the pool.
+//     across the wait while its connection goes back to the pool. A body
+//     still arriving when the wait is over (or after a second, for a
+//     shorter wait) is given up and the request sent again: a stalled
+//     body does not hold the request past the wait the server named.
 //
 // Otherwise the response is returned as the server sent it. When the
 // request's context ends during a wait, the last response is returned,
@@ -103,14 +107,20 @@ const (
 	// maxBuffered is the largest response body kept across a wait, so that
 	// a wait cut short by the context can still return it.
 	maxBuffered = 64 << 10
+	// bodyGrace is how long a refusal's body may take to arrive when the
+	// server's wait is shorter (Retry-After 0), before it is given up.
+	bodyGrace = time.Second
 )
 
 // RoundTrip sends req, waiting and sending it again as [Transport]
 // describes. Like every RoundTripper it does not modify req: attempts after
 // the first are clones with a body from GetBody.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		return t.base().RoundTrip(req) // its error, not a panic here
+	}
 	ctx := req.Context()
-	host := strings.ToLower(req.URL.Host)
+	host := hostKey(req)
 	if t.Pace {
 		if err := t.hold(ctx, host); err != nil {
 			if req.Body != nil {
@@ -133,14 +143,37 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if bodyErr != nil {
 			return resp, nil // GetBody failed: the response is all there is
 		}
-		if !buffer(resp) {
+		start := t.clock()
+		kept, late := buffer(resp, max(wait, bodyGrace))
+		if !kept && !late {
+			closeBody(next)
 			return resp, nil
 		}
-		if err := t.pause(ctx, wait); err != nil {
-			return resp, nil
+		// The wait runs from the refusal's arrival, so the time its body
+		// took is part of it; a body still unread when the wait was over
+		// was given up, and the retry's answer replaces it.
+		if rest := wait - t.clock().Sub(start); !late && rest > 0 {
+			if err := t.pause(ctx, rest); err != nil {
+				closeBody(next)
+				return resp, nil
+			}
 		}
 		resp, err = t.base().RoundTrip(next)
 	}
+}
+
+// hostKey is the host Pace remembers req's quota under: its URL's host
+// and port, lower-cased, without the scheme's default port, so that
+// http://api.test/ and http://API.test:80/ share one memory.
+func hostKey(req *http.Request) string {
+	u := req.URL
+	host := strings.ToLower(u.Host)
+	switch port := u.Port(); {
+	case port == "80" && strings.EqualFold(u.Scheme, "http"),
+		port == "443" && strings.EqualFold(u.Scheme, "https"):
+		host = strings.TrimSuffix(host, ":"+port)
+	}
+	return host
 }
 
 func (t *Transport) base() http.RoundTripper {
@@ -148,6 +181,15 @@ func (t *Transport) base() http.RoundTripper {
 		return t.Base
 	}
 	return http.DefaultTransport
+}
+
+// CloseIdleConnections closes Base's idle connections when Base can, so
+// that [http.Client.CloseIdleConnections] reaches them through the
+// Transport.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
 }
 
 func (t *Transport) maxRetries() int {
@@ -321,26 +363,42 @@ func again(req *http.Request) (*http.Request, error) {
 	return next, nil
 }
 
+// closeBody closes the body GetBody made for a retry that is not sent,
+// which may hold a file or a connection.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
 // buffer reads resp's body into memory and closes the connection's body,
 // so that the connection goes back to the pool during the wait while the
-// response stays whole for a caller whose context ends. It reports false,
+// response stays whole for a caller whose context ends. kept is false,
 // leaving resp as readable as before, when the body is larger than
-// maxBuffered or fails to read.
-func buffer(resp *http.Response) bool {
+// maxBuffered or fails to read. A body still arriving after d is closed
+// and given up (late): a server that stalls its refusal's body must not
+// hold the request past the wait it named.
+func buffer(resp *http.Response, d time.Duration) (kept, late bool) {
 	body := resp.Body
 	if body == nil { // a Base that breaks the RoundTripper contract
 		resp.Body = http.NoBody
-		return true
+		return true, false
 	}
+	var expired atomic.Bool
+	timer := time.AfterFunc(d, func() {
+		expired.Store(true)
+		body.Close()
+	})
 	b, err := io.ReadAll(io.LimitReader(body, maxBuffered+1))
-	if err != nil || len(b) > maxBuffered {
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.MultiReader(bytes.NewReader(b), body), body}
-		return false
+	timer.Stop()
+	if err == nil && len(b) <= maxBuffered {
+		body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		return true, false
 	}
-	body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	return true
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), body), body}
+	return false, err != nil && expired.Load()
 }

@@ -111,6 +111,15 @@ func parseRateLimit(lines []string) quotas {
 
 // nextMember splits s at its first comma outside a quoted string.
 func nextMember(s string) (member, rest string) {
+	if i := indexUnquoted(s, ','); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
+}
+
+// indexUnquoted is the index of s's first sep outside a quoted string, or
+// -1: a parameter's string value may hold commas and semicolons.
+func indexUnquoted(s string, sep byte) int {
 	quoted := false
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
@@ -118,11 +127,11 @@ func nextMember(s string) (member, rest string) {
 			i++ // the escaped byte is part of the string
 		case c == '"':
 			quoted = !quoted
-		case c == ',' && !quoted:
-			return s[:i], s[i+1:]
+		case c == sep && !quoted:
+			return i
 		}
 	}
-	return s, ""
+	return -1
 }
 
 // parseMember reads one member's r and t parameters; each is -1 when
@@ -159,7 +168,7 @@ func parseMember(m string) (r, t int64, ok bool) {
 		// Slicing, never concatenating: the scan stays linear however
 		// many parameters a member has.
 		p := rest[1:]
-		if i := strings.IndexByte(p, ';'); i >= 0 {
+		if i := indexUnquoted(p, ';'); i >= 0 {
 			p, rest = p[:i], p[i:]
 		} else {
 			rest = ""

@@ -65,6 +65,7 @@ type waiter struct {
 	node      *pipeliner    // the node its (first) op was queued for
 	one       [1]op         // the ops of a one-script decision
 	self      [maxBatch]*op // the batches of a decision its caller sends itself
+	wd        writeDeadline // the context of such a batch's round trip
 }
 
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
@@ -88,7 +89,7 @@ func (w *waiter) release(answered bool) {
 		return
 	}
 	w.one[0] = op{}
-	w.ctx, w.budget, w.detached, w.node = nil, 0, false, nil
+	w.ctx, w.budget, w.detached, w.node, w.wd = nil, 0, false, nil, writeDeadline{}
 	w.gone.Store(false)
 	w.mu.Lock()
 	clear(w.flights)
@@ -232,7 +233,7 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 		if len(batch) == 0 {
 			break // a caller that took a lane at the same time sends w's op
 		}
-		s.exec(batch, true)
+		s.exec(batch, w)
 		b.back.Store(time.Now().UnixNano())
 	}
 	clear(batch)
@@ -240,10 +241,22 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 	<-w.done // exec's signal, for the waiter that is not there
 	if err := w.one[0].cmd.Err(); err != nil && timedOut(err) &&
 		time.Now().UnixNano() >= w.written.Load()+int64(w.budget) {
+		late := time.Since(time.Unix(0, w.written.Load()+int64(w.budget))) >= w.budget/10
 		if s.cluster != nil {
 			s.healCluster()
 		}
-		s.starved(w.budget) // if it was this process, the next calls wait for it
+		// The socket's deadline ended the read, however late this
+		// goroutine came to it: on a process that was too busy to run it
+		// (the deadline's wake-up came late, or a yield is slow now), or
+		// while Redis replied to another round trip since the write (it
+		// runs, as in waitStarved), the reply may have come in time and
+		// been dropped unread, and the next calls wait for theirs
+		// (starvedLately).
+		ran := s.replied.Load() > w.written.Load()
+		if starved, _ := s.starved(w.budget); starved || late || ran {
+			s.slowYield.Store(time.Now().UnixNano())
+			return fmt.Errorf("%w (%w: no reply read within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
+		}
 		return s.timeoutError(w, entry)
 	}
 	return nil
@@ -283,8 +296,16 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 	}
 	limit := entry.Add(starvedLimit(w.budget))
 	for {
-		if wr := w.written.Load(); wr != 0 && w.wait(time.Until(time.Unix(0, wr).Add(w.budget))) {
-			return true
+		var late bool
+		if wr := w.written.Load(); wr != 0 {
+			due := time.Unix(0, wr).Add(w.budget)
+			if w.wait(time.Until(due)) {
+				return true
+			}
+			// A wake-up that came well past its time says the process
+			// was not running (its threads waited for a CPU), which a
+			// yield, quick once it runs again, does not show.
+			late = time.Since(due) >= w.budget/10
 		}
 		left := time.Until(limit)
 		if left <= 0 {
@@ -300,8 +321,21 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 		if w.answered() {
 			return true
 		}
+		if late && !starved {
+			starved = true
+			s.slowYield.Store(time.Now().UnixNano())
+		}
+		// Redis replied to a round trip since this call was taken: it
+		// runs, and this call's reply is most likely waiting for this
+		// process to read it. A frozen Redis replies to none.
+		if wr := w.written.Load(); !starved && wr != 0 && s.replied.Load() > wr {
+			starved = true
+		}
 		if !starved {
-			return false // a prompt process: Redis, not this process, is slow
+			// A prompt process: Redis, not this process, is slow, unless
+			// the reply came and the scheduler has not polled the network
+			// for it yet, which a busy process does only every few ms.
+			return w.wait(min(w.budget/10, time.Until(limit)))
 		}
 		if w.wait(min(max(took, w.budget/2), time.Until(limit))) {
 			return true
@@ -412,7 +446,9 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 	case !w.taken():
 		// Not sent: this process's delay, unless the round trips that
 		// held every lane were Redis's, none coming back for a budget.
-		if b := w.node; b != nil && time.Since(time.Unix(0, b.back.Load())) > w.budget {
+		// Redis replying to any round trip meanwhile clears it.
+		if b := w.node; b != nil && time.Since(time.Unix(0, b.back.Load())) > w.budget &&
+			time.Since(time.Unix(0, s.replied.Load())) > w.budget {
 			return fmt.Errorf("%w within %v: %w", errStuck, w.budget, context.DeadlineExceeded)
 		}
 		return fmt.Errorf("%w within %v: %w", errNotSent, w.budget, context.DeadlineExceeded)
@@ -529,7 +565,7 @@ func (b *pipeliner) flush() {
 			return
 		}
 		b.mu.Unlock()
-		b.s.exec(batch, false)
+		b.s.exec(batch, nil)
 		b.back.Store(time.Now().UnixNano())
 		clear(batch)
 	}
@@ -593,9 +629,11 @@ func (noRetry) NoRetry() bool { return true }
 // exec sends one batch in one round trip (a pipeline of its scripts, or
 // the lone script) with a deadline of its own, counted from the write,
 // then re-sends with EVAL the scripts a node did not have cached, and
-// wakes every waiter whose ops are all answered. inline is a batch its
-// caller sends itself (callInline): its deadline is the budget.
-func (s *Store) exec(batch []*op, inline bool) {
+// wakes every waiter whose ops are all answered. self is the waiter of a
+// caller that sends the batch itself (callInline), nil for a goroutine
+// that sends a queue: the caller's deadline is its budget.
+func (s *Store) exec(batch []*op, self *waiter) {
+	inline := self != nil
 	if beforeWrite != nil {
 		beforeWrite()
 	}
@@ -624,10 +662,14 @@ func (s *Store) exec(batch []*op, inline bool) {
 	}
 	var ctx context.Context
 	switch {
+	case !bounded && inline:
+		self.wd = writeDeadline{Context: self.ctx}
+		ctx = &self.wd
 	case !bounded: // neither deadline nor Done: the waiters wait as long as it takes
 		ctx = &writeDeadline{Context: batch[0].w.ctx}
-	case inline: // the caller is its own waiter
-		ctx = &writeDeadline{Context: batch[0].w.ctx, at: now.Add(budget), done: doneUnlessPast(batch[0].w.ctx, now)}
+	case inline: // the caller is its own waiter, held until exec returns
+		self.wd = writeDeadline{Context: self.ctx, at: now.Add(budget), done: doneUnlessPast(self.ctx, now)}
+		ctx = &self.wd
 	default:
 		// The waiters' patience with a starved process, and half the
 		// budget again, let a reply that came in time be read by a process
@@ -649,12 +691,18 @@ func (s *Store) exec(batch []*op, inline bool) {
 		}
 	}
 	s.send(ctx, batch)
-	heal := false
+	heal, replied := false, false
 	for _, o := range batch {
 		if err := o.cmd.Err(); err != nil {
 			s.logReply(err)
 			heal = heal || (s.cluster != nil && stale(err))
 		}
+		replied = replied || !timedOut(o.cmd.Err())
+	}
+	if replied {
+		s.replied.Store(time.Now().UnixNano())
+	}
+	for _, o := range batch {
 		if o.w.pending.Add(-1) == 0 {
 			o.w.done <- struct{}{}
 		}

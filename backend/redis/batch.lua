@@ -1,18 +1,15 @@
 
--- Independent decisions of one request each, for one node (one hash slot
--- on Cluster), in order, in one run: the command and TIME are paid once. A
--- lone call is a batch of one. A decision that fails (a key of another type,
--- a write refused under maxmemory) is an error in its place; the others stand.
---
--- KEYS[i] decision i's key. ARGV: minimum TTL ms, the number of rules R, 4
--- values per rule: algorithm (0 rolling window, 1 sliding log, 2 sliding
--- window, 3 fixed window, 4 gcra, 5 concurrency), limit, period µs, burst;
--- then 5 per decision: its rule (1..R), now µs or "" (TIME), cost, flags (1
--- force, 2 shadow, or their sum), the lease id (concurrency) or a refund's
--- stamp (0: none).
--- Reply: {now (0 when no decision read TIME), then per decision rejected,
--- allowed, remaining, reset µs, retry µs (-1 never), next µs, stamp}; a
--- decision that failed has its error in place of rejected, and 0s.
+-- Independent decisions of one request each, for one node (one hash slot on
+-- Cluster), in order, in one run; a lone call is a batch of one. A decision
+-- that fails (another type, a write refused under maxmemory) is an error in
+-- its place; the others stand. KEYS[i] decision i's key. ARGV: minimum TTL
+-- ms, the number of rules R, 4 per rule: algorithm (0 rolling window, 1
+-- sliding log, 2 sliding window, 3 fixed window, 4 gcra, 5 concurrency),
+-- limit, period µs, burst; then 5 per decision: its rule (1..R), now µs or
+-- "" (TIME), cost, flags (1 force, 2 shadow, or their sum), the lease id
+-- (concurrency) or a refund's stamp (0: none). Reply: {now (0 when no
+-- decision read TIME), then per decision rejected (or its error), allowed,
+-- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
 local uses = {} -- the rules' algorithms, whose functions lib.lua defines
 for r = 0, tonumber(ARGV[2]) - 1 do uses[ARGV[3 + 4 * r]] = true end
 -- lib.lua
@@ -40,7 +37,7 @@ local function one(i)
     s = op.load(KEYS[i], raw, now, minTTL)
   end
   local ok, remaining, reset, retry, nx, placed = op.decide(s, now, tonum(ARGV[r + 2]), P,
-    tonum(ARGV[r + 4]), tonum(ARGV[a + 3]), flags == '1' or flags == '3', ARGV[a + 5])
+    tonum(ARGV[r + 4]), tonum(ARGV[a + 3]), flags == '1' or flags == '3', alg == '5' and ARGV[a + 5] or tonum(ARGV[a + 5]))
   local rejected = 0
   if ok == 0 and flags ~= '2' and flags ~= '3' then
     rejected = 1 -- a shadow request blocks nothing

@@ -273,7 +273,7 @@ func TestSharedScriptsKeepToASlot(t *testing.T) {
 		{[]*op{x1(), y1(), x2()}, "own own own"},
 		{[]*op{x1(), x2(), multi(), x1(), x2()}, "shared(2) own shared(2)"},
 	} {
-		if got := shape(cluster.trips(ctx, c.ops)); got != c.want {
+		if got := shape(cluster.trips(ctx, c.ops, nil)); got != c.want {
 			t.Errorf("trips on Cluster = %s, want %s", got, c.want)
 		}
 	}
@@ -281,7 +281,7 @@ func TestSharedScriptsKeepToASlot(t *testing.T) {
 	three := func() []*op {
 		return []*op{mk(single, "{x}1", backend.RollingWindow), mk(single, "{y}1", backend.GCRA), mk(single, "{z}1", backend.SlidingLog)}
 	}
-	if got, want := shape(single.trips(ctx, three())), "shared(3)"; got != want {
+	if got, want := shape(single.trips(ctx, three(), nil)), "shared(3)"; got != want {
 		t.Errorf("trips on one server = %s, want %s", got, want)
 	}
 }

@@ -1,31 +1,20 @@
 
--- One all-or-nothing decision: every request of a Decide call (on Redis
--- Cluster, of one hash-slot group) is evaluated against the stored state,
--- in order, each seeing the state the previous one on its key would write,
--- then written all or nothing.
---
--- KEYS[i]      the stored key of request i
--- ARGV[1]      now in µs, or "" to read the server's TIME
--- ARGV[2]      minimum TTL in ms (0 in production)
--- ARGV[3]      "1" to add each request's peek of the unchanged state to
---              the reply (Redis Cluster: another slot may reject the call)
--- ARGV[4+8(i-1) ...] request i: algorithm (see batch.lua), limit, period
---              µs, burst (concurrency: the lease id), cost, force (0/1),
---              shadow (0/1), stamp (µs, or 0)
---
--- Reply: {now, rejected, then per request: allowed, remaining, reset µs,
--- retry µs (-1 never), next µs, stamp [, peek remaining, peek reset µs,
--- peek next µs]}. In a rejected call every admitted request reports the
--- unchanged state, as a peek would, and no stamp.
--- With peeks (a call spanning Cluster slots) the reply ends, per request,
--- with what the call did, to put it back if another slot rejects the call:
--- for a string state, its value before ('' absent), its PTTL before (ms),
--- what the script did (0 nothing, 1 set, 2 deleted) and the value it left;
--- for a Concurrency key, "off at;" and the leases the call changed as they
--- were ("id score n", or "id" when absent, separated by ","), '', 3 when
--- it changed any (else 0), and the same leases as it left them.
---
--- ARGV[3] = "u" puts such keys back, when they still hold what the call
+-- One all-or-nothing decision: the requests of a Decide call (on Cluster, of
+-- one hash slot), each seeing the state the previous one on its key would
+-- write, written all or nothing.
+-- KEYS[i] request i's key. ARGV: now µs or "" (TIME), minimum TTL ms, "1"
+-- for peeks (a call spanning Cluster slots), then 8 per request: algorithm
+-- (see batch.lua), limit, period µs, burst (Concurrency: the lease id),
+-- cost, force, shadow (0/1), stamp (µs, or 0).
+-- Reply: {now, rejected, then per request allowed, remaining, reset µs,
+-- retry µs (-1 never), next µs, stamp [, peek remaining, reset, next]}; in a
+-- rejected call the admitted requests report the unchanged state, no stamp.
+-- With peeks it ends, per request, with what the call did: for a string,
+-- its value and PTTL before, 0 (nothing), 1 (set) or 2 (deleted), and the
+-- value left; for a Concurrency key, "off at;" and the changed leases as
+-- they were ("id score n", or "id" when absent, ","-separated), '', 3 when
+-- any changed (else 0), and the same leases as left.
+-- ARGV[3] = "u" puts such keys back where they still hold what the call
 -- left (never another client's write): ARGV[4i..] is key i's action, value
 -- left, value before and PTTL. Reply: per key, 1 when put back, else 0.
 local uses = {} -- the requests' algorithms, whose functions lib.lua defines
@@ -33,9 +22,8 @@ if ARGV[3] ~= 'u' then
   for i = 0, #KEYS - 1 do uses[ARGV[4 + 8 * i]] = true end
 end
 -- lib.lua
--- leaseList is the companion's offset and last write ("off at;") and the
--- leases named in list ("id ..." entries) as key holds them now, in the
--- same form.
+-- leaseList is "off at;" of the companion and the leases named in list
+-- ("id ..." entries) as key holds them now, in the same form.
 local function leaseList(key, list)
   local hkey, parts = companion(key), {}
   local h = redis.call('HMGET', hkey, '+', '@')
@@ -97,8 +85,7 @@ local now
 if ARGV[1] == '' then now = serverTime() else now = tonum(ARGV[1]) end
 local minTTL, withPeeks = tonum(ARGV[2]), ARGV[3] == '1'
 
--- One MGET reads every state stored as one string (a key of another type
--- reads as absent).
+-- One MGET reads every state stored as one string (another type: absent).
 local raws = {}
 do
   local names, idx = {}, {}
@@ -124,8 +111,7 @@ local function state(i, alg)
   return s
 end
 
--- A state that a clock behind it anchors is written first, whatever the
--- call decides, and read again.
+-- A state that a clock behind it anchors is written first, and read again.
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 8
   local alg, key = ARGV[a], KEYS[i]
@@ -142,13 +128,12 @@ end
 -- run decides request i on s with cost c.
 local function run(i, s, c)
   local a = 4 + (i - 1) * 8
-  local alg, x = ARGV[a], ARGV[a + 7]
-  if alg == '5' then x = ARGV[a + 3] end
+  local alg = ARGV[a]
+  local x = alg == '5' and ARGV[a + 3] or tonum(ARGV[a + 7])
   return ops[alg].decide(s, now, tonum(ARGV[a + 1]), tonum(ARGV[a + 2]), tonum(ARGV[a + 3]), c, ARGV[a + 5] == '1', x)
 end
 
-local per = 6
-if withPeeks then per = 9 end
+local per = withPeeks and 9 or 6
 local out, before, ttls = { now, 0 }, {}, {}
 if withPeeks then -- before any request changes a state
   for i = 1, #KEYS do

@@ -1,16 +1,9 @@
 -- The algorithms of ceiling's Redis backend, each written once, as
 -- backend/ALGORITHMS.md gives them in whole µs: every value stays an integer
--- under 2^53, where doubles are exact (no intermediate passes it: nt - now
--- before + T), and floor division is corrected to stay exact. It replaces the
--- line "-- lib.lua" of batch.lua (independent decisions) and decide.lua (all
--- or nothing), after the lines that set uses to the call's algorithms.
---
--- A decision on a key loads its state, anchors it, decides over it in
--- memory and stores it (ops, below). Each algorithm returns allowed,
--- remaining, reset µs, retry µs (-1 never), next µs and the admission's
--- stamp (0 if none; Concurrency: 1 for a lease added, for the Cluster
--- undo). A state left empty is deleted; the call's next request on it
--- reads it as absent.
+-- under 2^53, where doubles are exact, and floor division is corrected to
+-- stay exact. It replaces the line "-- lib.lua" of batch.lua and decide.lua,
+-- after the lines that set uses to the call's algorithms. A decision loads a
+-- key's state, anchors it, decides over it in memory and stores it (ops).
 
 local floor, max, min, sub, fmt, tonum = math.floor, math.max, math.min, string.sub, string.format, tonumber
 
@@ -21,11 +14,7 @@ local debtHorizon, countMax = 4503599627370496, 1099511627776
 -- quotient can round up to the next integer when a/b is just below it.
 local function fdiv(a, b)
   local q = floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
+  if q * b > a then return q - 1 elseif (q + 1) * b <= a then return q + 1 end
   return q
 end
 
@@ -33,17 +22,14 @@ local function cdiv(a, b) return fdiv(a + b - 1, b) end
 
 local function serverTime() local t = redis.call('TIME') return tonum(t[1]) * 1000000 + tonum(t[2]) end
 
--- ops[alg] holds algorithm alg's functions, defined only when the call uses
--- alg (a script creates every function it defines, and what they capture,
--- on every run), over a key's state s:
--- load(key, raw, now, minTTL) parses it (raw: the value of the algorithms
--- stored as one string, '' when absent; a value in another layout is
--- absent); anchor(s, now, P) reads a clock behind it as ALGORITHMS.md says,
--- under period P, and reports whether it did (the anchored state is then
--- written before the call is decided, whatever it decides);
--- decide(s, now, L, P, B, c, force, x) runs the algorithm (limit L, period
--- P µs, burst B, cost c; x, an ARGV string, is the lease id or the stamp);
--- write(s, ttl, now, minTTL) is store's.
+-- ops[alg] holds alg's functions, defined only when the call uses alg (a
+-- script creates every function it defines on every run), over a key's
+-- state s: load(key, raw, now, minTTL) parses it (raw: a one-string value,
+-- '' when absent or of another layout); anchor(s, now, P) reads a clock
+-- behind it (ALGORITHMS.md), reporting whether it did; decide(s, now, L, P,
+-- B, c, force, x) (x: the lease id, or the stamp) returns allowed,
+-- remaining, reset µs, retry µs (-1 never), next µs and the stamp
+-- (Concurrency: 1 for a lease added); write(s, ttl, now, minTTL) is store's.
 local ops = {}
 
 -- The rolling window: "R2 W last S " (15 digits each), then the K+1 counts,
@@ -54,8 +40,7 @@ local RZEROS = '0000000000 0000000000 0000000000 0000000000 0000000000 000000000
 local RFRESH = 'R2 %015d %015d %015d %010d 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 0000000000 '
 
 if uses['0'] then
-  -- rcount is count i (0..K, oldest first; i < 0: one that left) of rolling
-  -- state s in bucket b: a count this call changed, or the stored one.
+  -- rcount is count i (0..K, oldest first; < 0: one that left) of s in bucket b.
   local function rcount(s, b, i)
     local v = s.set[i]
     if v then return v end
@@ -76,18 +61,16 @@ if uses['0'] then
   end
 
   local function rafter(s, b, W, now, L, S)
-    local reset, nx = 0, 0
+    local reset = 0
     if S > 0 then
       local h = K
       while h > 0 and rcount(s, b, h) == 0 do h = h - 1 end
       reset = (b + h + 1) * W - now
     end
-    if S >= L then nx = rwait(s, b, W, now, S, L - 1) end
-    return max(0, L - S), reset, nx
+    return max(0, L - S), reset, S >= L and rwait(s, b, W, now, S, L - 1) or 0
   end
 
   local function rolling(s, now, L, P, _, c, force, stamp)
-    stamp = tonum(stamp) or 0
     local W = cdiv(P, K)
     if s.W ~= W and c == 0 then
       return 1, L, 0, 0, 0, 0 -- a peek under another period sees nothing and clears nothing
@@ -112,8 +95,7 @@ if uses['0'] then
       end
     end
     if c > 0 and not force and S + c > L then
-      local retry = -1
-      if c <= L then retry = rwait(s, b, W, now, S, L - c) end
+      local retry = c <= L and rwait(s, b, W, now, S, L - c) or -1
       local remaining, reset, nx = rafter(s, b, W, now, L, S)
       return 0, remaining, reset, retry, nx, 0
     end
@@ -145,10 +127,9 @@ if uses['0'] then
     return 1, remaining, reset, 0, nx, placed
   end
 
-  -- rollingWrite writes s: an admission into the bucket last written, whose
-  -- count was above 0, rewrites S and that count in place and keeps the
-  -- expiry (it depends only on the bucket); any other write sets the value,
-  -- cut from the read one when only the current count changed.
+  -- rollingWrite writes s: an admission into the bucket last written (its
+  -- count above 0) rewrites S and that count in place, keeping the expiry;
+  -- any other write sets the value, cut from the read one where it can.
   local function rollingWrite(s, ttl, _, minTTL)
     local b, raw, top = s.last, s.raw, s.set[K]
     local d = b - s.rawLast
@@ -189,8 +170,7 @@ if uses['0'] then
 
   local function anchor(s, now, P)
     if not (s.W == cdiv(P, K) and s.last > fdiv(now, s.W)) then return false end
-    -- The units of the buckets from now / W on are read as now / W's, the
-    -- older buckets move up as many.
+    -- The buckets from now / W on are read as now / W's, the older ones move up.
     local W = s.W
     local cur = fdiv(now, W)
     local e, n, S, h = s.last - cur, {}, 0, -1
@@ -207,9 +187,8 @@ end
 
 if uses['4'] then
   local function after(t, now, T, tau)
-    local remaining, nx = fdiv(max(0, tau - (t - now)), T), 0
-    if remaining == 0 then nx = (t - now) - tau + T end
-    return remaining, t - now, nx
+    local remaining = fdiv(max(0, tau - (t - now)), T)
+    return remaining, t - now, remaining == 0 and (t - now) - tau + T or 0
   end
 
   -- gcraOtherRate decides on a state written under another emission
@@ -221,8 +200,7 @@ if uses['4'] then
     local remaining, nx = max(0, B - u), 0
     if remaining == 0 then nx = d - (B - 1) * s.T end
     if c > 0 and not force and (c > B or u + c > B) then
-      local retry = -1
-      if c <= B then retry = d - (B - c) * s.T end
+      local retry = c <= B and d - (B - c) * s.T or -1
       return 0, remaining, d, retry, nx, 0
     end
     if c == 0 then return 1, remaining, d, 0, nx, 0 end
@@ -235,15 +213,13 @@ if uses['4'] then
   end
 
   local function gcra(s, now, L, P, B, c, force, stamp)
-    stamp = tonum(stamp) or 0
     if B == 0 then B = L end
     local T = cdiv(P, L)
     local tau = T * B
     if s.T and s.T ~= T and s.tat > now then return gcraOtherRate(s, now, L, B, T, tau, c, force, stamp) end
     local t0 = max(s.tat or now, now)
     if c > 0 and not force and (c > B or (t0 - now) + c * T > tau) then
-      local retry = -1
-      if c <= B then retry = (t0 - now) + c * T - tau end
+      local retry = c <= B and (t0 - now) + c * T - tau or -1
       local remaining, reset, nx = after(t0, now, T, tau)
       return 0, remaining, reset, retry, nx, 0
     end
@@ -290,26 +266,21 @@ end
 
 if uses['3'] then
   local function fixed(s, now, L, P, _, c, force, stamp)
-    stamp = tonum(stamp) or 0
     local ws = fdiv(now, P) * P
     local fin = ws + P
     local count = s.ws == ws and s.count or 0
+    local function after() return max(0, L - count), count > 0 and fin - now or 0, count >= L and fin - now or 0 end
     if c > 0 and not force and count + c > L then
-      local retry, reset, nx = fin - now, 0, 0
-      if c > L then retry = -1 end
-      if count > 0 then reset = fin - now end
-      if count >= L then nx = fin - now end
-      return 0, max(0, L - count), reset, retry, nx, 0
+      local remaining, reset, nx = after()
+      return 0, remaining, reset, c > L and -1 or fin - now, nx, 0
     end
     if c ~= 0 then
       if not (c < 0 and stamp ~= 0 and fdiv(stamp, P) * P ~= ws) then count = min(countMax, max(0, count + c)) end
       s.ws, s.count, s.dirty, s.exp = ws, count, true, fin
       if count == 0 then s.exp = now end
     end
-    local reset, nx = 0, 0
-    if count > 0 then reset = fin - now end
-    if count >= L then nx = fin - now end
-    return 1, max(0, L - count), reset, 0, nx, c > 0 and now or 0
+    local remaining, reset, nx = after()
+    return 1, remaining, reset, 0, nx, c > 0 and now or 0
   end
 
   local function load(key, raw)
@@ -322,8 +293,7 @@ if uses['3'] then
 end
 
 if uses['2'] then
-  -- wait is the time until c units (at most L) fit, when they do not now,
-  -- rem µs before the window ends (Pm: P in ms).
+  -- wait is when c units (at most L) fit, rem µs before the window ends (Pm: P in ms).
   local function wait(L, P, Pm, rem, prev, cur, c)
     if cur + c <= L then
       local X = min(1000000, fdiv((L - cur - c) * 1000000, prev))
@@ -337,13 +307,11 @@ if uses['2'] then
   end
   local function after(L, P, Pm, rem, w, prev, cur)
     local remaining = fdiv(max(0, L * 1000000 - (prev * w + cur * 1000000)), 1000000)
-    local reset, nx = cur > 0 and rem + P or prev > 0 and rem or 0, 0
-    if remaining == 0 then nx = wait(L, P, Pm, rem, prev, cur, 1) end
-    return remaining, reset, nx
+    local reset = cur > 0 and rem + P or prev > 0 and rem or 0
+    return remaining, reset, remaining == 0 and wait(L, P, Pm, rem, prev, cur, 1) or 0
   end
 
   local function window(s, now, L, P, _, c, force, stamp)
-    stamp = tonum(stamp) or 0
     local ws = fdiv(now, P) * P
     local prev, cur = 0, 0
     if s.ws == ws then
@@ -355,8 +323,7 @@ if uses['2'] then
     local Pm = fdiv(P, 1000)
     local w = fdiv(fdiv(rem, 1000) * 1000000, Pm)
     if c > 0 and not force and prev * w + (cur + c) * 1000000 > L * 1000000 then
-      local retry = -1
-      if c <= L then retry = wait(L, P, Pm, rem, prev, cur, c) end
+      local retry = c <= L and wait(L, P, Pm, rem, prev, cur, c) or -1
       local remaining, reset, nx = after(L, P, Pm, rem, w, prev, cur)
       return 0, remaining, reset, retry, nx, 0
     end
@@ -389,9 +356,8 @@ end
 
 -- The sliding log (ALGORITHMS.md): a header of LH bytes, "L2 k newest head
 -- fin", then records of LR bytes, "t n" (n units admitted at t), the live
--- ones in bytes [head, fin). It is read a record at a time, so that a
--- decision costs the same at 10 units or 10,000; the records a call changes
--- or adds are held in s.mods (offset -> {t, n}) until store writes them.
+-- ones in [head, fin), read a record at a time (a decision costs the same at
+-- 10 units or 10,000); s.mods (offset -> {t, n}) holds the changed ones.
 local LH, LR = 59, 34
 
 if uses['1'] then
@@ -416,8 +382,7 @@ if uses['1'] then
     return s
   end
 
-  -- logRec is the instant and units of the record at byte offset o, reading
-  -- up to 8 stored records at a time, forward (or, backward, ending at o).
+  -- logRec is the record at byte offset o, read 8 at a time (backward: ending at o).
   local function logRec(s, o, backward)
     local m = s.mods[o]
     if m then return m[1], m[2] end
@@ -430,8 +395,7 @@ if uses['1'] then
     return tonum(sub(s.chunk, p + 1, p + 16)) or 0, tonum(sub(s.chunk, p + 18, p + 33)) or 0
   end
 
-  -- logUnit is the instant of the live unit at 0-based position idx, or now
-  -- when the live records hold fewer.
+  -- logUnit is the instant of the live unit at 0-based position idx (now if none).
   local function logUnit(s, head, idx, now)
     local seen = 0
     for o = head, s.fin - LR, LR do
@@ -443,9 +407,7 @@ if uses['1'] then
   end
 
   local function slidingLog(s, now, L, P, _, c, force, stamp)
-    stamp = tonum(stamp) or 0
-    -- Drop the records whose units no longer count (in s only when writing:
-    -- a peek under another period must not forget them).
+    -- Drop the records that no longer count (in s only when writing).
     local head, k = s.head, s.k
     while head < s.fin do
       local t, n = logRec(s, head)
@@ -455,10 +417,8 @@ if uses['1'] then
     if head >= s.fin then k = 0 end
     local newest = s.newest
     if c > 0 and not force and k + c > L then
-      local retry, reset, nx = -1, 0, 0
-      if c <= L then retry = logUnit(s, head, k + c - L - 1, now) + P - now end
-      if k > 0 then reset = newest + P - now end
-      if k >= L then nx = logUnit(s, head, k - L, now) + P - now end
+      local retry = c <= L and logUnit(s, head, k + c - L - 1, now) + P - now or -1
+      local reset, nx = k > 0 and newest + P - now or 0, k >= L and logUnit(s, head, k - L, now) + P - now or 0
       return 0, max(0, L - k), reset, retry, nx, 0
     end
     if c ~= 0 then s.head, s.k = head, k end
@@ -487,10 +447,7 @@ if uses['1'] then
       end
       while s.fin > s.head do -- records left empty at the end go
         local t, n = logRec(s, s.fin - LR, true)
-        if n > 0 then
-          s.newest = t
-          break
-        end
+        if n > 0 then s.newest = t break end
         s.fin = s.fin - LR
       end
       if s.fin <= s.head then s.k = 0 end
@@ -500,17 +457,14 @@ if uses['1'] then
       s.dirty, s.exp = true, newest + P
       if k <= 0 then s.exp = now end
     end
-    local reset, nx = 0, 0
-    if k > 0 then reset = newest + P - now end
-    if k >= L then nx = logUnit(s, head, k - L, now) + P - now end
+    local reset, nx = k > 0 and newest + P - now or 0, k >= L and logUnit(s, head, k - L, now) + P - now or 0
     if c ~= 0 and k <= 0 then logEmpty(s) end
     return 1, max(0, L - k), reset, 0, nx, placed
   end
 
   -- logWrite writes the records s changed and its header; a log whose dead
-  -- bytes (expired records before head, records taken back after fin)
-  -- outweigh its live ones is rewritten with the live ones only, so that it
-  -- holds about twice its live records at most.
+  -- bytes (before head, after fin) outweigh its live ones is rewritten with
+  -- the live ones only: it holds about twice its live records at most.
   local function logWrite(s, ttl)
     if not s.stored then
       local parts = { logHeader(s.k, s.newest, LH, s.fin) }
@@ -546,18 +500,15 @@ if uses['1'] then
   ops['1'] = { load = logLoad, anchor = anchor, decide = slidingLog, write = logWrite }
 end
 
--- Concurrency: the key is a sorted set of lease ids scored by expiry, and
--- its companion (same hash slot) a hash of id -> units, with the count of
--- units held under '#', the now of the last write under '@' and an offset
--- under '+': a lease expires at its score minus the offset, so that a clock
--- behind the state moves every expiry back in one write. A decision drops
--- the expired leases (O(log n + dropped)) and reads the lease it names: its
--- cost does not grow with the number of leases. The leases a call changes
--- are held in s.pend (id -> {n, exp}, false: released) until store writes
--- them, and s.orig keeps them as they were, for the Cluster undo.
--- unknownUnits are the units a lease whose own were lost counts for: the
--- largest limit (backend.MaxLimit), so that the key is full until it
--- expires.
+-- Concurrency: the key is a sorted set of lease ids scored by expiry, its
+-- companion (same slot) a hash of id -> units, with the units held under
+-- '#', the now of the last write under '@' and an offset under '+' (a lease
+-- expires at its score minus it: a clock behind the state moves every expiry
+-- in one write). A decision drops expired leases and reads the one it names,
+-- at a cost that does not grow with the leases. s.pend holds the leases a
+-- call changes (id -> {n, exp, units unchanged}, false: released) until
+-- store, s.orig them as they were (the Cluster undo). A lease whose units
+-- were lost counts unknownUnits (backend.MaxLimit): full until it expires.
 local unknownUnits = 1000000000
 
 local function companion(key)
@@ -577,23 +528,19 @@ if uses['5'] then
     if e then s.orig[id] = fmt('%d %d', e + s.off, n) else s.orig[id] = '' end
   end
 
-  -- leaseCheck reads the companion's '#', '@' and '+' and, when the
-  -- companion is missing, of another type, or a field is missing or out of
-  -- range ('#' below the number of leases, '+' at or past the earliest
-  -- score), rebuilds it from the leases that survive before they are read:
-  -- a lease whose units are lost counts as unknownUnits, so the key stays
-  -- full until it expires rather than admit past the limit (eviction can
-  -- drop one of the two keys, and the count must never lose a lease).
-  local function leaseCheck(key, hkey, now)
+  -- leaseCheck reads the companion's '#', '@' and '+', and the earliest
+  -- score; a companion missing, of another type, or with a field out of
+  -- range ('#' below card, the leases; '+' at or past the earliest score)
+  -- is rebuilt from the leases first, lost units counting unknownUnits
+  -- (eviction can drop one of the two keys; the count never loses a lease).
+  local function leaseCheck(key, hkey, now, card)
     local h = redis.pcall('HMGET', hkey, '#', '@', '+')
     local cnt, at, off = false, false, false
     if not h.err then cnt, at, off = tonum(h[1]), tonum(h[2]), tonum(h[3]) end
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local first = tonum(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
     local int = function(v) return v and v >= 0 and v < 2 ^ 53 and v == math.floor(v) end
-    if int(cnt) and int(at) and int(off) and cnt >= redis.call('ZCARD', key) and off < tonum(first[2]) then
-      return h
-    end
-    if not int(off) or off >= tonum(first[2]) then off = 0 end -- later expiries: never earlier
+    if int(cnt) and int(at) and int(off) and cnt >= card and off < first then return h, first end
+    if not int(off) or off >= first then off = 0 end -- later expiries: never earlier
     local ids = redis.call('ZRANGE', key, 0, -1)
     local ns = {}
     if not h.err then ns = redis.call('HMGET', hkey, unpack(ids)) end
@@ -606,13 +553,12 @@ if uses['5'] then
       cnt = cnt + n
     end
     redis.call('HSET', hkey, '#', cnt, '@', now, '+', off)
-    return { cnt, now, off }
+    return { cnt, now, off }, first
   end
 
   -- leaseOrphans gives the leases of a companion whose sorted set was lost
-  -- (a Reset deletes both; eviction can drop one) the companion's own
-  -- expiry, the latest of theirs, and reports whether there were any: the
-  -- key stays full until they could all have expired.
+  -- (eviction) the companion's expiry, the latest of theirs, and reports
+  -- whether there were any: the key stays full until they could expire.
   local function leaseOrphans(key, hkey, now)
     local ttl = redis.call('PTTL', hkey)
     if ttl <= 0 or redis.call('TYPE', hkey).ok ~= 'hash' then return false end
@@ -628,16 +574,20 @@ if uses['5'] then
     return any
   end
 
-  -- leaseLoad reads key's state and writes at once, whatever the call then
-  -- decides, the drop of expired leases and a clock behind the last write
-  -- (ALGORITHMS.md): an expired lease never counts again.
+  -- leaseLoad reads key's state and writes at once, whatever the call
+  -- decides, the drop of expired leases and a clock behind the last write:
+  -- an expired lease never counts again. Another type fails (WRONGTYPE).
   local function leaseLoad(key, _, now, minTTL)
     local s = { key = key, hkey = companion(key), pend = {}, orig = {}, count = 0, off = 0 }
-    if redis.call('EXISTS', key) == 0 and not leaseOrphans(key, s.hkey, now) then
-      s.clean = true -- what the companion still holds is stale
-      return s
+    local card = redis.call('ZCARD', key)
+    if card == 0 then
+      if not leaseOrphans(key, s.hkey, now) then
+        s.clean = true -- what the companion still holds is stale
+        return s
+      end
+      card = redis.call('ZCARD', key)
     end
-    local h = leaseCheck(key, s.hkey, now)
+    local h, first = leaseCheck(key, s.hkey, now, card)
     local at = tonum(h[2]) or now
     s.count, s.off = tonum(h[1]) or 0, tonum(h[3]) or 0
     local wrote = at > now
@@ -646,12 +596,8 @@ if uses['5'] then
       s.off, s.at = s.off + at - now, now
       redis.call('HSET', s.hkey, '@', now, '+', s.off)
     end
-    local gone = redis.pcall('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000)
-    if gone.err then -- another algorithm's state: absent
-      redis.call('DEL', key, s.hkey)
-      s.count, s.off = 0, 0
-      return s
-    end
+    local gone = {} -- the earliest lease tells whether any expired
+    if first <= now + s.off then gone = redis.call('ZRANGEBYSCORE', key, '-inf', now + s.off, 'LIMIT', 0, 1000) end
     while #gone > 0 do
       for _, n in ipairs(redis.call('HMGET', s.hkey, unpack(gone))) do s.count = s.count - (tonum(n) or 0) end
       redis.call('HDEL', s.hkey, unpack(gone))
@@ -673,13 +619,10 @@ if uses['5'] then
     return s
   end
 
-  -- leaseWait is the time until enough live leases expire for x more units
-  -- when count are held, walking them by expiry (those of s.pend merged in).
+  -- leaseWait is the time until x more units fit, walking leases by expiry.
   local function leaseWait(s, now, L, count, x)
     local extra = {}
-    for _, p in pairs(s.pend) do
-      if p then extra[#extra + 1] = p end
-    end
+    for _, p in pairs(s.pend) do if p then extra[#extra + 1] = p end end
     table.sort(extra, function(p, q) return p[2] < q[2] end)
     local xi, from = 1, 0
     while true do
@@ -710,9 +653,7 @@ if uses['5'] then
   -- leaseLast is the largest expiry of a live lease.
   local function leaseLast(s)
     local top, from = 0, 0
-    for _, p in pairs(s.pend) do
-      if p then top = max(top, p[2]) end
-    end
+    for _, p in pairs(s.pend) do if p then top = max(top, p[2]) end end
     while true do
       local got = redis.call('ZREVRANGE', s.key, from, from + 15, 'WITHSCORES')
       for j = 1, #got, 2 do
@@ -724,9 +665,9 @@ if uses['5'] then
   end
 
   local function leases(s, now, L, P, _, c, force, id)
-    local n, e
+    local n, e, p
     if c ~= 0 then
-      local p = s.pend[id]
+      p = s.pend[id]
       if p then
         n, e = p[1], p[2]
       elseif p == nil then
@@ -742,12 +683,11 @@ if uses['5'] then
     end
     local count, placed = s.count, 0
     if c > 0 and e then
-      s.pend[id] = { n, now + P } -- a renewal
+      s.pend[id] = { n, now + P, not p or p[3] } -- a renewal: stored units stay as stored
     elseif c > 0 and not force and count + c > L then
-      local retry, reset, nx = -1, 0, 0
-      if c <= L then retry = leaseWait(s, now, L, count, c) end
-      if count > 0 then reset = leaseLast(s) - now end
-      if count >= L then nx = c == 1 and retry or leaseWait(s, now, L, count, 1) end
+      local retry = c <= L and leaseWait(s, now, L, count, c) or -1
+      local reset = count > 0 and leaseLast(s) - now or 0
+      local nx = count >= L and (c == 1 and retry or leaseWait(s, now, L, count, 1)) or 0
       return 0, max(0, L - count), reset, retry, nx, 0
     elseif c > 0 then
       leaseTouch(s, id)
@@ -760,9 +700,7 @@ if uses['5'] then
       end
     end
     s.count = count
-    local reset, nx = 0, 0
-    if count > 0 then reset = leaseLast(s) - now end
-    if count >= L then nx = leaseWait(s, now, L, count, 1) end
+    local reset, nx = count > 0 and leaseLast(s) - now or 0, count >= L and leaseWait(s, now, L, count, 1) or 0
     if c ~= 0 then s.dirty, s.exp = true, now + reset end
     return 1, max(0, L - count), reset, 0, nx, placed
   end
@@ -775,7 +713,7 @@ if uses['5'] then
     for id, p in pairs(s.pend) do
       if p then
         redis.call('ZADD', s.key, p[2] + s.off, id)
-        redis.call('HSET', s.hkey, id, p[1])
+        if not p[3] then redis.call('HSET', s.hkey, id, p[1]) end
       else
         redis.call('ZREM', s.key, id)
         redis.call('HDEL', s.hkey, id)
@@ -790,9 +728,8 @@ if uses['5'] then
   ops['5'] = { load = leaseLoad, anchor = function() return false end, decide = leases, write = leaseWrite }
 end
 
--- store writes s, a state a decision changed, with its TTL (when it is
--- full again, in whole ms, at least 1 and minTTL), or deletes it when it is
--- empty (a Concurrency key with its companion).
+-- store writes s, a state a decision changed, with its TTL (when it is full
+-- again, in ms, at least 1 and minTTL), or deletes it when it is empty.
 local function store(s, alg, now, minTTL)
   if s.exp > now then return ops[alg].write(s, max(1, cdiv(s.exp - now, 1000), minTTL), now, minTTL) end
   if s.hkey then redis.call('DEL', s.key, s.hkey) else redis.call('DEL', s.key) end

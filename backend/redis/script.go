@@ -143,7 +143,8 @@ func (s *Store) runLone(ctx context.Context, script *redis.Script, req backend.R
 // loneCmd is the command of o, a lone call sent alone: batchScript's run
 // of one decision.
 func (s *Store) loneCmd(ctx context.Context, o *op) *redis.Cmd {
-	return s.batchCmd(ctx, []*op{o})
+	ops := [1]*op{o}
+	return s.batchCmd(ctx, ops[:])
 }
 
 // loneFields is how many values batchScript answers per decision.
@@ -165,9 +166,8 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 		distinct = append(distinct, r)
 		return len(distinct)
 	}
-	idx := make([]int, len(ops))
-	for i, o := range ops {
-		idx[i] = index(&o.lone.req)
+	for _, o := range ops {
+		index(&o.lone.req)
 	}
 	minTTL := 0
 	if s.clock != nil {
@@ -181,7 +181,7 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 	for _, r := range distinct {
 		a = append(a, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst)
 	}
-	for i, o := range ops {
+	for _, o := range ops {
 		var now any = ""
 		if o.lone.now >= 0 {
 			now = o.lone.now
@@ -191,7 +191,7 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 		if r.Algorithm == backend.Concurrency {
 			x = r.Lease
 		}
-		a = append(a, idx[i], now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x)
+		a = append(a, index(r), now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x)
 	}
 	return a
 }

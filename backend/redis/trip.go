@@ -21,12 +21,11 @@ func shareable(o *op) bool {
 	return o.cmd == nil && o.script == batchScript
 }
 
-// trips groups ops into the commands of one round trip: each run of
+// trips appends to trips the commands of one round trip: each run of
 // consecutive shareable ops (of one hash slot, on Cluster) is one command
 // of batchScript; every other op is its own command. Decisions keep their
 // order.
-func (s *Store) trips(ctx context.Context, ops []*op) []trip {
-	trips := make([]trip, 0, len(ops))
+func (s *Store) trips(ctx context.Context, ops []*op, trips []trip) []trip {
 	for i := 0; i < len(ops); {
 		j := i + 1
 		if shareable(ops[i]) {
@@ -52,8 +51,11 @@ func (s *Store) trips(ctx context.Context, ops []*op) []trip {
 // batchArgs).
 func (s *Store) batchCmd(ctx context.Context, ops []*op) *redis.Cmd {
 	a := make([]any, 0, 5+6*len(ops)+4*min(len(ops), 4))
-	return redis.NewCmd(ctx, s.batchArgs(append(a, "evalsha", batchScript.Hash()), ops)...)
+	return redis.NewCmd(ctx, s.batchArgs(append(a, "evalsha", batchSha), ops)...)
 }
+
+// batchSha is batchScript's hash, boxed once rather than per command.
+var batchSha any = batchScript.Hash()
 
 // answer gives each op of t its command, and a shared command's ops where
 // their answers start in its reply: {now, then loneFields values per
@@ -70,7 +72,8 @@ func (t *trip) answer() {
 // send sends ops in one round trip, then re-sends with EVAL, in one more,
 // the scripts a node did not have cached.
 func (s *Store) send(ctx context.Context, ops []*op) {
-	trips := s.trips(ctx, ops)
+	var buf [1]trip // a lone call's, without an allocation
+	trips := s.trips(ctx, ops, buf[:0])
 	s.roundTrip(ctx, trips)
 	var again []trip
 	for i := range trips {

@@ -16,8 +16,9 @@
 //	go run ./examples/chat -mint-token https://shop-1.myshopify.com [-sub user-1]
 //
 // Environment: ADDR, ADMIN_ADDR, REDIS_URL (redis://host:6379/0, redis+cluster://h1:6379,h2:6379
-// or redis+sentinel://h1:26379,h2:26379/master; without it limits are
-// per process, and the service says so loudly), TRUSTED_PROXIES
+// or redis+sentinel://h1:26379,h2:26379/master), DATABASE_URL
+// (postgres://user:password@host:5432/db, not with REDIS_URL; without
+// either, limits are per process, and the service says so loudly), TRUSTED_PROXIES
 // (comma-separated CIDRs of your reverse proxies), IPV6_PREFIX (how many
 // leading bits of an IPv6 address are one client; default 64), CHAT_JWT_SECRET (the
 // HS256 secret of the session tokens; a development default otherwise),

@@ -1,11 +1,13 @@
 // Package service is what the example services share: their settings from
 // flags and the environment, the choice of backend (Redis when REDIS_URL is
-// set, the in-process memory store otherwise, loudly), the client-address
+// set, Postgres when DATABASE_URL is, the in-process memory store
+// otherwise, loudly), the client-address
 // key, and serving until a signal. Each example's main package holds
 // everything about its endpoint; this package holds only the plumbing.
 package service
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -14,7 +16,9 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling"
+	ceilingpg "github.com/ceiling-go/ceiling/backend/postgres"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DefaultAddr is where the services listen without -addr or ADDR: loopback
@@ -42,6 +46,11 @@ type Config struct {
 	// Cluster or Sentinels, in a form of [ceilingredis.URLForms]. Empty means the
 	// in-process memory backend: limits per process.
 	RedisURL string
+	// DatabaseURL names a PostgreSQL database (DATABASE_URL,
+	// postgres://user:password@host:5432/db): limits are counted in its
+	// table ceiling_state, which the service creates at start. Setting it
+	// and RedisURL is an error.
+	DatabaseURL string
 	// TrustedProxies are the CIDR prefixes or addresses of the reverse
 	// proxies in front of the service (TRUSTED_PROXIES, comma-separated);
 	// only their X-Forwarded-For entries are believed.
@@ -73,8 +82,9 @@ type Config struct {
 // AdminAddr.
 func Register(fs *flag.FlagSet, getenv func(string) string) *Config {
 	c := &Config{
-		RedisURL:  strings.TrimSpace(getenv("REDIS_URL")),
-		KeySecret: []byte(getenv("KEY_SECRET")),
+		RedisURL:    strings.TrimSpace(getenv("REDIS_URL")),
+		DatabaseURL: strings.TrimSpace(getenv("DATABASE_URL")),
+		KeySecret:   []byte(getenv("KEY_SECRET")),
 	}
 	if v := getenv("INSTANCES"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -161,6 +171,12 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 		}
 		opts = append(opts, ceiling.WithKeySecret(c.KeySecret))
 	}
+	if c.RedisURL != "" && c.DatabaseURL != "" {
+		return nil, nil, fmt.Errorf("REDIS_URL and DATABASE_URL are both set: limits are counted in one backend, so set one of them")
+	}
+	if c.DatabaseURL != "" {
+		return c.postgres(logger, prefix, opts)
+	}
 	if c.RedisURL == "" {
 		logger.Warn("REDIS_URL is not set: limits are counted in this process's memory, so EVERY INSTANCE ENFORCES ITS OWN LIMITS "+
 			"(n instances admit n times each limit, and a restart forgets them); set REDIS_URL=redis://host:6379/0 to share them",
@@ -191,6 +207,40 @@ func (c *Config) Backend(logger *slog.Logger, prefix string) ([]ceiling.Option, 
 	// logger, the service's, sampled: ceiling.New hands it to the store.
 	opts = append(opts, ceiling.WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))))
 	return opts, client.Close, nil
+}
+
+// migrateTimeout bounds the creation of the Postgres table at start.
+const migrateTimeout = 10 * time.Second
+
+// postgres is Backend's DATABASE_URL: a pool on the database, the table
+// and functions created (or updated) there, and a Postgres store.
+func (c *Config) postgres(logger *slog.Logger, prefix string, opts []ceiling.Option) ([]ceiling.Option, func() error, error) {
+	cfg, err := pgxpool.ParseConfig(c.DatabaseURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), migrateTimeout)
+	defer cancel()
+	if err := ceilingpg.Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	logger.Info("limits are shared through Postgres", slog.String("backend", "postgres"),
+		slog.String("host", cfg.ConnConfig.Host), slog.Int("port", int(cfg.ConnConfig.Port)),
+		slog.String("database", cfg.ConnConfig.Database), slog.Bool("key_secret", len(c.KeySecret) > 0))
+	if c.RedisPrefix != "" {
+		prefix = c.RedisPrefix
+	}
+	store := ceilingpg.New(pool, ceilingpg.WithPrefix(prefix))
+	return append(opts, ceiling.WithBackend(store)), func() error {
+		err := store.Close()
+		pool.Close()
+		return err
+	}, nil
 }
 
 // Duration returns the duration in the environment variable name ("250ms",

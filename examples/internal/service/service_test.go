@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend/postgres/pgtest"
 	"github.com/ceiling-go/ceiling/examples/internal/servicetest"
 )
 
@@ -246,5 +247,43 @@ func TestRedisWithoutKeySecretWarnsOnce(t *testing.T) {
 		if tc.want == 1 && !strings.Contains(logs.String(), "SHA-256") {
 			t.Errorf("the one warning does not say why:\n%s", logs.String())
 		}
+	}
+}
+
+func TestBackendRefusesRedisAndPostgresTogether(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c := Register(fs, env(map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "DATABASE_URL": "postgres://u:p@127.0.0.1:1/db"}))
+	_, _, err := c.Backend(slog.New(slog.DiscardHandler), "p")
+	if err == nil || !strings.Contains(err.Error(), "REDIS_URL") || !strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("err %v, want one naming REDIS_URL and DATABASE_URL", err)
+	}
+}
+
+// DATABASE_URL selects the Postgres store: the table is created at start,
+// the start-up line names the backend, and decisions are stored there.
+func TestDatabaseURLSelectsPostgres(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.Options{})
+	url := srv.URL("postgres")
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c := Register(fs, env(map[string]string{"DATABASE_URL": url, "KEY_SECRET": strings.Repeat("s", 32)}))
+	var logs bytes.Buffer
+	opts, closeFn, err := c.Backend(slog.New(slog.NewTextHandler(&logs, nil)), "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if !strings.Contains(logs.String(), "backend=postgres") {
+		t.Errorf("start-up log %q does not name the Postgres backend", logs.String())
+	}
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "r", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Hour}},
+		append(opts, ceiling.WithLogger(slog.New(slog.DiscardHandler)))...)
+	defer l.Close()
+	if err := l.Check(context.Background()); err != nil {
+		t.Fatalf("Check on the Postgres backend: %v", err)
+	}
+	pool := pgtest.Pool(t, url)
+	var n int
+	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM ceiling_state").Scan(&n); err != nil {
+		t.Fatalf("the table the service should have created: %v", err)
 	}
 }

@@ -1,0 +1,267 @@
+-- ceiling_decide decides one Decide call all or nothing, in the caller's
+-- one statement (one round trip), on the server's clock unless p_now is
+-- given (tests).
+--
+-- It locks every key of the call first, in sorted order, with one INSERT
+-- ... ON CONFLICT DO UPDATE that creates the rows it lacks: two calls on
+-- the same keys, whatever their rule order, queue on the first key they
+-- share instead of deadlocking, and the locks hold until the caller's
+-- statement commits. The same statement returns each row's latest
+-- version, so a decision runs three statements in all (the call, the
+-- lock and read, the write) whether its keys had rows or not. Then every
+-- key's requests are evaluated in call order, anchored first (a clock
+-- behind the state), and the call's writes go out: the new states, or,
+-- for a rejected call, only the anchors (a DELETE for the keys it
+-- empties, only when there are any).
+--
+-- Reply: {now, rejected (0/1), then per request: allowed (0/1),
+-- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
+CREATE OR REPLACE FUNCTION ceiling_decide(p_now bigint, keys text[], algs int[], lims bigint[], pers bigint[],
+  bursts bigint[], costs bigint[], flags int[], leases bigint[], stamps bigint[])
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  now bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  n int := cardinality(keys);
+  res bigint[];
+  rejected boolean := false;
+  -- per distinct key: its name, algorithm (NULL absent), state, expiry,
+  -- whether a row of it was stored, and what the call leaves
+  dk text[] := '{}';
+  d_alg int[] := '{}';
+  d_st bigint[] := '{}'; -- the keys' states, one after another
+  d_off int[] := '{}';
+  d_len int[] := '{}';
+  d_exp bigint[] := '{}';
+  ki int[];
+  rec record;
+  ra record; -- an anchor's answer
+  r record; -- a step's answer
+  j int;
+  i int;
+  a int;
+  s bigint[];
+  e bigint;
+  anchored boolean;
+  changed boolean;
+  force boolean;
+  -- what the call writes: anchors (always) and states (when admitted)
+  anc_alg int[] := '{}';
+  anc_st bigint[] := '{}';
+  anc_off int[] := '{}';
+  anc_len int[] := '{}';
+  anc_exp bigint[] := '{}';
+  anc_w boolean[] := '{}';
+  fin_alg int[] := '{}';
+  fin_st bigint[] := '{}';
+  fin_off int[] := '{}';
+  fin_len int[] := '{}';
+  fin_exp bigint[] := '{}';
+  fin_w boolean[] := '{}';
+  w_key text[] := '{}';
+  w_alg int[] := '{}';
+  w_st bigint[] := '{}';
+  w_off int[] := '{}';
+  w_len int[] := '{}';
+  w_exp bigint[] := '{}';
+  del text[] := '{}';
+BEGIN
+  IF n = 1 THEN
+    RETURN ceiling_decide_one(now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
+  END IF;
+  res := array_fill(0::bigint, ARRAY[2 + 6 * n]);
+  res[1] := now;
+  IF n = 0 THEN RETURN res; END IF;
+  FOR rec IN
+    INSERT INTO ceiling_state AS t (key, alg, st, expires)
+    SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
+    ON CONFLICT (key) DO UPDATE SET alg = t.alg
+    RETURNING t.key, t.alg, t.st, t.expires
+  LOOP
+    dk := dk || rec.key;
+    d_alg := d_alg || CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END;
+    d_off := d_off || (cardinality(d_st) + 1);
+    d_len := d_len || cardinality(rec.st);
+    d_st := d_st || rec.st;
+    d_exp := d_exp || rec.expires;
+  END LOOP;
+  ki := array_fill(0, ARRAY[n]);
+  FOR i IN 1 .. n LOOP
+    ki[i] := array_position(dk, keys[i]);
+  END LOOP;
+
+  FOR j IN 1 .. cardinality(dk) LOOP
+    a := d_alg[j];
+    s := CASE WHEN a IS NULL THEN NULL ELSE d_st[d_off[j] : d_off[j] + d_len[j] - 1] END;
+    e := d_exp[j];
+    anchored := false;
+    FOR i IN 1 .. n LOOP
+      CONTINUE WHEN ki[i] <> j OR a IS DISTINCT FROM algs[i];
+      -- most states store no time past now: skip the call for them
+      CONTINUE WHEN CASE a WHEN 4 THEN s[2] <= now WHEN 3 THEN s[1] <= now WHEN 2 THEN s[1] <= now
+        WHEN 1 THEN s[cardinality(s) - 1] <= now WHEN 0 THEN s[2] <= now / s[1] ELSE false END;
+      ra := ceiling_anchor(a, s, now, pers[i]);
+      IF ra.changed THEN
+        anchored := true;
+        IF ra.exp <= now THEN a := NULL; s := NULL; ELSE s := ra.st; e := ra.exp; END IF;
+      END IF;
+    END LOOP;
+    anc_alg := anc_alg || a;
+    anc_off := anc_off || (cardinality(anc_st) + 1);
+    anc_len := anc_len || coalesce(cardinality(s), 0);
+    anc_st := anc_st || s;
+    anc_exp := anc_exp || e;
+    anc_w := anc_w || anchored;
+
+    changed := anchored;
+    FOR i IN 1 .. n LOOP
+      CONTINUE WHEN ki[i] <> j;
+      force := flags[i] & 1 = 1;
+      CASE algs[i]
+      WHEN 0 THEN r := ceiling_rolling(CASE WHEN a = 0 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 1 THEN r := ceiling_log(CASE WHEN a = 1 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 2 THEN r := ceiling_sliding(CASE WHEN a = 2 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 3 THEN r := ceiling_fixed(CASE WHEN a = 3 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+      WHEN 4 THEN r := ceiling_gcra(CASE WHEN a = 4 THEN s END, now, lims[i], pers[i], bursts[i], costs[i], force, stamps[i]);
+      WHEN 5 THEN r := ceiling_leases(CASE WHEN a = 5 THEN s END, now, lims[i], pers[i], costs[i], force, leases[i]);
+      END CASE;
+      res[3 + 6 * (i - 1) : 8 + 6 * (i - 1)] := ARRAY[r.ok::int, r.remaining, r.reset, r.retry, r.nxt, r.placed];
+      IF NOT r.ok AND flags[i] & 2 = 0 THEN rejected := true; END IF;
+      IF r.ok AND costs[i] <> 0 THEN
+        changed := true;
+        IF r.exp <= now THEN a := NULL; s := NULL; ELSE a := algs[i]; s := r.st; e := r.exp; END IF;
+      END IF;
+    END LOOP;
+    fin_alg := fin_alg || a;
+    fin_off := fin_off || (cardinality(fin_st) + 1);
+    fin_len := fin_len || coalesce(cardinality(s), 0);
+    fin_st := fin_st || s;
+    fin_exp := fin_exp || e;
+    fin_w := fin_w || changed;
+  END LOOP;
+
+  IF rejected THEN
+    res[2] := 1;
+    FOR i IN 1 .. n LOOP
+      j := ki[i];
+      res[8 + 6 * (i - 1)] := 0;
+      CONTINUE WHEN res[3 + 6 * (i - 1)] = 0;
+      r := ceiling_step(CASE WHEN anc_alg[j] = algs[i] THEN anc_st[anc_off[j] : anc_off[j] + anc_len[j] - 1] END,
+        algs[i], now, lims[i], pers[i], bursts[i], 0, false, leases[i], 0);
+      res[4 + 6 * (i - 1)] := r.remaining;
+      res[5 + 6 * (i - 1)] := r.reset;
+      res[7 + 6 * (i - 1)] := r.nxt;
+    END LOOP;
+    fin_alg := anc_alg; fin_st := anc_st; fin_off := anc_off; fin_len := anc_len; fin_exp := anc_exp; fin_w := anc_w;
+  END IF;
+
+  -- ALGORITHMS.md's clamps: remaining and reset at 0, next only when full,
+  -- retry only when rejected.
+  FOR i IN 0 .. n - 1 LOOP
+    res[4 + 6 * i] := greatest(0, res[4 + 6 * i]);
+    res[5 + 6 * i] := greatest(0, res[5 + 6 * i]);
+    IF res[3 + 6 * i] = 1 THEN res[6 + 6 * i] := 0; END IF;
+    IF res[4 + 6 * i] > 0 THEN res[7 + 6 * i] := 0; END IF;
+    IF res[3 + 6 * i] = 0 OR costs[i + 1] <= 0 THEN res[8 + 6 * i] := 0; END IF;
+  END LOOP;
+
+  FOR j IN 1 .. cardinality(dk) LOOP
+    IF fin_alg[j] IS NULL AND (fin_w[j] OR d_alg[j] IS NULL) THEN
+      del := del || dk[j]; -- emptied, or a row this call created for nothing
+    ELSIF fin_w[j] THEN
+      w_key := w_key || dk[j];
+      w_alg := w_alg || fin_alg[j];
+      w_off := w_off || (cardinality(w_st) + 1);
+      w_len := w_len || fin_len[j];
+      w_st := w_st || fin_st[fin_off[j] : fin_off[j] + fin_len[j] - 1];
+      w_exp := w_exp || fin_exp[j];
+    END IF;
+  END LOOP;
+  IF cardinality(del) > 0 THEN
+    DELETE FROM ceiling_state WHERE key = ANY (del);
+  END IF;
+  IF cardinality(w_key) = 1 THEN
+    UPDATE ceiling_state SET alg = w_alg[1], st = w_st, expires = w_exp[1] WHERE key = w_key[1];
+  ELSIF cardinality(w_key) > 1 THEN
+    UPDATE ceiling_state t SET alg = u.alg, st = w_st[u.off : u.off + u.len - 1], expires = u.exp
+    FROM unnest(w_key, w_alg, w_off, w_len, w_exp) AS u(key, alg, off, len, exp)
+    WHERE t.key = u.key;
+  END IF;
+  RETURN res;
+END $$;
+
+-- ceiling_decide_one is ceiling_decide for a call of one request, the
+-- most common, without the bookkeeping of several keys: the same lock,
+-- anchor, step and write, the same reply.
+CREATE OR REPLACE FUNCTION ceiling_decide_one(now bigint, p_key text, p_alg int, lim bigint, p bigint,
+  burst bigint, c bigint, flag int, lease bigint, stamp bigint)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  rec record;
+  ra record;
+  r record;
+  a int;
+  s bigint[];
+  e bigint;
+  anchored boolean := false;
+  current boolean;
+  force boolean := flag & 1 = 1;
+  remaining bigint;
+  nxt bigint;
+BEGIN
+  INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (p_key, -1, '{}', 0)
+  ON CONFLICT (key) DO UPDATE SET alg = t.alg
+  RETURNING t.alg, t.st, t.expires INTO rec;
+  a := CASE WHEN rec.alg = p_alg THEN p_alg END; -- another algorithm's state: absent
+  s := rec.st;
+  -- most states store no time past now: no anchor to compute for them
+  current := CASE a WHEN 4 THEN s[2] <= now WHEN 3 THEN s[1] <= now WHEN 2 THEN s[1] <= now
+    WHEN 1 THEN s[cardinality(s) - 1] <= now WHEN 0 THEN s[2] <= now / s[1] ELSE false END;
+  IF a IS NOT NULL AND current IS NOT TRUE THEN
+    ra := ceiling_anchor(a, s, now, p);
+    IF ra.changed THEN
+      anchored := true;
+      IF ra.exp <= now THEN a := NULL; ELSE s := ra.st; e := ra.exp; END IF;
+    END IF;
+  END IF;
+  IF a IS NULL THEN s := NULL; END IF;
+  CASE p_alg
+  WHEN 0 THEN r := ceiling_rolling(s, now, lim, p, c, force, stamp);
+  WHEN 1 THEN r := ceiling_log(s, now, lim, p, c, force, stamp);
+  WHEN 2 THEN r := ceiling_sliding(s, now, lim, p, c, force, stamp);
+  WHEN 3 THEN r := ceiling_fixed(s, now, lim, p, c, force, stamp);
+  WHEN 4 THEN r := ceiling_gcra(s, now, lim, p, burst, c, force, stamp);
+  WHEN 5 THEN r := ceiling_leases(s, now, lim, p, c, force, lease);
+  END CASE;
+  IF r.ok AND c <> 0 THEN
+    IF r.exp <= now THEN
+      DELETE FROM ceiling_state t WHERE t.key = p_key;
+    ELSE
+      UPDATE ceiling_state t SET alg = p_alg, st = r.st, expires = r.exp WHERE t.key = p_key;
+    END IF;
+  ELSIF anchored AND a IS NOT NULL THEN
+    UPDATE ceiling_state t SET st = s, expires = e WHERE t.key = p_key;
+  ELSIF anchored OR rec.alg < 0 THEN
+    DELETE FROM ceiling_state t WHERE t.key = p_key; -- emptied, or created for nothing
+  END IF;
+  remaining := greatest(0, r.remaining);
+  nxt := CASE WHEN remaining > 0 THEN 0 ELSE r.nxt END;
+  RETURN ARRAY[now, CASE WHEN NOT r.ok AND flag & 2 = 0 THEN 1 ELSE 0 END, r.ok::int, remaining, greatest(0, r.reset),
+    CASE WHEN r.ok THEN 0 ELSE r.retry END, nxt, CASE WHEN r.ok AND c > 0 THEN r.placed ELSE 0 END];
+END $$;
+
+-- ceiling_step decides one request on its key's state (NULL: absent or
+-- another algorithm's).
+CREATE OR REPLACE FUNCTION ceiling_step(s bigint[], alg int, now bigint, lim bigint, p bigint, burst bigint, c bigint,
+  force boolean, lease bigint, stamp bigint,
+  OUT ok boolean, OUT remaining bigint, OUT reset bigint, OUT retry bigint, OUT nxt bigint, OUT placed bigint, OUT st bigint[], OUT exp bigint)
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+  CASE alg
+  WHEN 0 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_rolling(s, now, lim, p, c, force, stamp);
+  WHEN 1 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_log(s, now, lim, p, c, force, stamp);
+  WHEN 2 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_sliding(s, now, lim, p, c, force, stamp);
+  WHEN 3 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_fixed(s, now, lim, p, c, force, stamp);
+  WHEN 4 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_gcra(s, now, lim, p, burst, c, force, stamp);
+  WHEN 5 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_leases(s, now, lim, p, c, force, lease);
+  END CASE;
+END $$;

@@ -1,0 +1,256 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultPrefix is the key prefix of a Store without [WithPrefix].
+const DefaultPrefix = "ceiling"
+
+// Janitor defaults: how often a Store deletes expired rows, and at most
+// how many per statement.
+const (
+	DefaultJanitorInterval = time.Minute
+	DefaultJanitorBatch    = 1000
+)
+
+// Store is a [backend.Backend] on PostgreSQL through a pgx pool. Each
+// decision is one call of the function ceiling_decide (one round trip),
+// which locks the call's rows in key order, reads them, decides with the
+// server's clock and the arithmetic of backend/ALGORITHMS.md, and writes
+// all or nothing in the same transaction.
+//
+// A Store is safe for simultaneous use by multiple goroutines, and any
+// number of Stores in any number of processes may share one database:
+// that is what makes a limit exact across instances. The zero value is not
+// usable; call [New], and [Migrate] before the first decision. A Store does
+// not own its pool; [Store.Close] stops its janitor and leaves the pool
+// open.
+type Store struct {
+	pool   *pgxpool.Pool
+	prefix string
+	clock  func() time.Time // nil: the server's clock_timestamp()
+
+	retries atomic.Int64 // calls sent again after the server aborted them
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ backend.DecideInto = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*config)
+
+type config struct {
+	prefix       string
+	clock        func() time.Time
+	janitorEvery time.Duration
+	janitorBatch int
+}
+
+// WithPrefix sets the prefix of every stored key, so several services can
+// share one table: a request's key K is stored as prefix + ":" + K. The
+// default is [DefaultPrefix]; an empty prefix stores K as is.
+func WithPrefix(prefix string) Option {
+	return func(c *config) { c.prefix = prefix }
+}
+
+// WithClock makes the Store take the current time from now instead of the
+// server's clock_timestamp(). It exists for tests with a fake clock (the
+// conformance suite); production code must not use it, because only the
+// server's clock is shared by every instance. The janitor then goes by it
+// too.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.clock = now }
+}
+
+// WithJanitor sets how often the Store deletes rows whose state is back to
+// full, and at most how many rows one delete takes (a tick runs deletes
+// until one takes fewer, at most ten). An interval of zero or less turns
+// the janitor off, for a service that runs it elsewhere or not at all.
+// The defaults are [DefaultJanitorInterval] and [DefaultJanitorBatch].
+// Rows a decision holds are skipped, never waited for.
+func WithJanitor(interval time.Duration, batch int) Option {
+	return func(c *config) { c.janitorEvery, c.janitorBatch = interval, batch }
+}
+
+// New returns a Store deciding on pool. It panics if pool is nil.
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	if pool == nil {
+		panic("ceiling/backend/postgres: New with a nil pool")
+	}
+	cfg := config{prefix: DefaultPrefix, janitorEvery: DefaultJanitorInterval, janitorBatch: DefaultJanitorBatch}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &Store{pool: pool, prefix: cfg.prefix, clock: cfg.clock, stop: make(chan struct{}), done: make(chan struct{})}
+	if s.prefix != "" {
+		s.prefix += ":"
+	}
+	if cfg.janitorEvery > 0 && cfg.janitorBatch > 0 {
+		go s.janitor(cfg.janitorEvery, cfg.janitorBatch)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the janitor and waits for it. It is idempotent; the pool
+// stays open.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+// now is the instant the Store passes to the server: nil for the server's
+// own clock.
+func (s *Store) now() *int64 {
+	if s.clock == nil {
+		return nil
+	}
+	us := s.clock().UnixMicro()
+	return &us
+}
+
+// Decide decides every request atomically and all or nothing, in one round
+// trip. See [backend.Backend], whose timeout rule it keeps: the budget is
+// what ctx's deadline leaves when Decide is entered. A call that gets no
+// connection from the pool by the deadline (every connection busy, or this
+// process too slow to take one) is never sent and fails with
+// [backend.ErrNotSent]; once a connection is in hand, the call has the
+// whole budget from then, whatever ctx says meanwhile.
+func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	res := make([]backend.Result, len(reqs))
+	if err := s.DecideInto(ctx, reqs, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// callSQL calls the decision function; its arguments are the requests'
+// fields as arrays.
+const callSQL = "SELECT ceiling_decide($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+
+// DecideInto is [Store.Decide] writing the results into the first
+// len(reqs) elements of results, which must be at least that long.
+//
+// A call PostgreSQL aborts (deadlock detected, serialization failure) is
+// sent once more: the aborted transaction wrote nothing, so the decision
+// still counts once.
+func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results []backend.Result) error {
+	if len(results) < len(reqs) {
+		return fmt.Errorf("ceiling/backend/postgres: %d results for %d requests", len(results), len(reqs))
+	}
+	for _, r := range reqs {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	n := len(reqs)
+	keys := make([]string, n)
+	algs := make([]int32, n)
+	lims, pers, bursts, costs, leases, stamps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	flags := make([]int32, n)
+	for i, r := range reqs {
+		keys[i] = s.prefix + r.Key
+		algs[i] = int32(r.Algorithm)
+		lims[i], pers[i], bursts[i], costs[i] = r.Limit, int64(r.Period/time.Microsecond), r.Burst, r.Cost
+		leases[i], stamps[i] = r.Lease, r.Stamp
+		if r.Force {
+			flags[i] |= 1
+		}
+		if r.Shadow {
+			flags[i] |= 2
+		}
+	}
+	budget := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		if budget = time.Until(dl); budget <= 0 {
+			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the deadline passed before the call", backend.ErrNotSent)
+		}
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		var ce *pgconn.ConnectError
+		if ctx.Err() != nil && !errors.As(err, &ce) {
+			return fmt.Errorf("ceiling/backend/postgres: decide: %w: no connection of the pool by the deadline: %w", backend.ErrNotSent, err)
+		}
+		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
+	}
+	defer conn.Release()
+	if budget > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), budget)
+		defer cancel()
+	}
+	var out []int64
+	for attempt := 0; attempt < 2; attempt++ {
+		err = conn.QueryRow(ctx, callSQL, s.now(), keys, algs, lims, pers, bursts, costs, flags, leases, stamps).Scan(&out)
+		if attempt > 0 || !aborted(err) {
+			break
+		}
+		s.retries.Add(1)
+	}
+	if err != nil {
+		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
+	}
+	if len(out) != 2+6*n {
+		return fmt.Errorf("ceiling/backend/postgres: decide: %d values in the reply for %d requests", len(out), n)
+	}
+	for i, r := range reqs {
+		v := out[2+6*i : 8+6*i]
+		res := backend.Result{
+			Allowed:    v[0] == 1,
+			Limit:      r.Limit,
+			Remaining:  v[1],
+			ResetAfter: time.Duration(v[2]) * time.Microsecond,
+			NextAfter:  time.Duration(v[4]) * time.Microsecond,
+			Stamp:      v[5],
+		}
+		switch {
+		case v[3] < 0:
+			res.RetryAfter = backend.Never
+		default:
+			res.RetryAfter = time.Duration(v[3]) * time.Microsecond
+		}
+		results[i] = res
+	}
+	return nil
+}
+
+// aborted reports a transaction PostgreSQL rolled back on its own and that
+// may be sent again: a deadlock or a serialization failure.
+func aborted(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+}
+
+// Reset forgets the state of the given keys, restoring their full quota.
+func (s *Store) Reset(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = s.prefix + k
+	}
+	if _, err := s.pool.Exec(ctx, "DELETE FROM ceiling_state WHERE key = ANY ($1)", full); err != nil {
+		return fmt.Errorf("ceiling/backend/postgres: reset: %w", classify(err))
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/postgres"
+	"github.com/ceiling-go/ceiling/backend/postgres/pgtest"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PostgresEnv names a PostgreSQL database to measure against (a URL);
+// without it the benchmarks start a server of their own through pgtest.
+const PostgresEnv = "CEILING_BENCH_POSTGRES"
+
+// postgresURL returns a fresh database to measure on, on a server that
+// tracks nested statements in pg_stat_statements.
+func postgresURL(tb testing.TB) string {
+	tb.Helper()
+	if url := os.Getenv(PostgresEnv); url != "" {
+		return url
+	}
+	return pgtest.Shared(tb, pgtest.Options{Settings: []string{"pg_stat_statements.track=all"}}).Database(tb)
+}
+
+// tripConn counts round trips: a read that follows a write.
+type tripConn struct {
+	net.Conn
+	trips   *atomic.Int64
+	written atomic.Bool
+}
+
+func (c *tripConn) Write(p []byte) (int, error) {
+	c.written.Store(true)
+	return c.Conn.Write(p)
+}
+
+func (c *tripConn) Read(p []byte) (int, error) {
+	if c.written.Swap(false) {
+		c.trips.Add(1)
+	}
+	return c.Conn.Read(p)
+}
+
+// pgFixture is one instance's Postgres store on a pool of its own.
+type pgFixture struct {
+	store *postgres.Store
+	pool  *pgxpool.Pool
+	trips *atomic.Int64
+}
+
+func newPGFixture(tb testing.TB, url string) *pgFixture {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.MaxConns = poolSize
+	trips := &atomic.Int64{}
+	dial := cfg.ConnConfig.DialFunc
+	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &tripConn{Conn: c, trips: trips}, nil
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	if err := postgres.Migrate(context.Background(), pool); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		tb.Fatal(err)
+	}
+	s := postgres.New(pool, postgres.WithPrefix(prefix(tb)))
+	tb.Cleanup(func() { s.Close() })
+	return &pgFixture{store: s, pool: pool, trips: trips}
+}
+
+// statements is how many statements the server has run in the fixture's
+// database, nested ones included (pg_stat_statements.track = all), less
+// the readings themselves, and the time it spent executing the decisions'
+// calls, in ms.
+func (f *pgFixture) statements(tb testing.TB) (n int64, ms float64) {
+	err := f.pool.QueryRow(context.Background(), `SELECT coalesce(sum(calls), 0)::bigint,
+		coalesce(sum(total_exec_time) FILTER (WHERE toplevel AND query LIKE '%ceiling_decide%'), 0)
+		FROM pg_stat_statements
+		WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat_statements%'`).Scan(&n, &ms)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n, ms
+}
+
+// BenchmarkPostgres is one decision of ceiling's Postgres store, one rule
+// and three rules on one request, over 10,000 keys: latency serial, and
+// throughput from 64 goroutines, beside ceiling's Redis store
+// (ceiling-store) in the same run. Every timed decision must be admitted.
+// For Postgres it reports the round trips per decision (trips/op, counted
+// on the connections) and the statements the server ran per decision
+// (stmts/op: the call and those inside the function, from
+// pg_stat_statements) and the server's execution time per decision
+// (srv-µs/op, the call's total_exec_time), which sizes the database.
+func BenchmarkPostgres(top *testing.B) {
+	url := postgresURL(top)
+	addr := redisAddr(top)
+	var store redisLib
+	for _, lib := range redisLibs {
+		if lib.name == "ceiling-store" {
+			store = lib
+		}
+	}
+	ks := keys(redisKeys)
+	for _, n := range []int{1, 3} {
+		for _, mode := range []string{"serial", "parallel64"} {
+			top.Run(fmt.Sprintf("rules=%d/%s/redis", n, mode), func(b *testing.B) {
+				f := setup(b, top, func() *redisFixture { return newRedisFixture(top, store, addr, n) })
+				if mode == "serial" {
+					redisSerial(b, f, ks)
+				} else {
+					redisParallel(b, f, ks)
+				}
+			})
+			top.Run(fmt.Sprintf("rules=%d/%s/postgres", n, mode), func(b *testing.B) {
+				f := setup(b, top, func() *pgFixture { return newPGFixture(top, url) })
+				pgMeasure(b, f, n, mode == "parallel64", ks)
+			})
+		}
+	}
+}
+
+// pgMeasure times b.N decisions of n huge rules on f, serially or from 64
+// goroutines, and reports round trips and statements per decision.
+func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
+	rules := hugeRules(n)
+	newReqs := func() []backend.Request {
+		reqs := make([]backend.Request, n)
+		for i, r := range rules {
+			reqs[i] = backend.Request{Limit: int64(r.limit), Period: r.period, Cost: 1}
+		}
+		return reqs
+	}
+	var rejected, errs atomic.Int64
+	decide := func(reqs []backend.Request, out []backend.Result, key string) {
+		for i := range reqs {
+			reqs[i].Key = key + ruleSuffix[i]
+		}
+		if err := f.store.DecideInto(ctx, reqs, out); err != nil {
+			errs.Add(1)
+			return
+		}
+		for _, r := range out[:len(reqs)] {
+			if !r.Allowed {
+				rejected.Add(1)
+				return
+			}
+		}
+	}
+	stmts0, ms0 := f.statements(b)
+	trips0 := f.trips.Load()
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	if !parallel {
+		reqs, out := newReqs(), make([]backend.Result, n)
+		for i := range b.N {
+			decide(reqs, out, ks[i%len(ks)])
+		}
+	} else {
+		b.SetParallelism((goroutines + 1) / 2)
+		var start atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			reqs, out := newReqs(), make([]backend.Result, n)
+			i := int(start.Add(7919)) % len(ks)
+			for pb.Next() {
+				decide(reqs, out, ks[i])
+				if i++; i == len(ks) {
+					i = 0
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "decisions/s")
+	}
+	b.StopTimer()
+	trips := f.trips.Load() - trips0
+	stmts, ms := f.statements(b)
+	stmts -= stmts0
+	verdict(b, int(rejected.Load()), int(errs.Load()))
+	b.ReportMetric(float64(trips)/float64(b.N), "trips/op")
+	b.ReportMetric(float64(stmts)/float64(b.N), "stmts/op")
+	b.ReportMetric((ms-ms0)*1000/float64(b.N), "srv-µs/op")
+}
+
+// BenchmarkPostgresExact is the exactness experiment on Postgres: limit
+// 100 per minute, 1000 concurrent decisions on one key from 4 instances
+// (each its own pool and store) on one database; exactly 100 is correct.
+// Run it with -benchtime=1x: every iteration is a fresh key.
+func BenchmarkPostgresExact(b *testing.B) {
+	url := postgresURL(b)
+	fs := make([]*pgFixture, exactInstances)
+	for i := range fs {
+		fs[i] = newPGFixture(b, url)
+		fs[i].store = postgres.New(fs[i].pool, postgres.WithPrefix("exact"))
+	}
+	var admitted, rejected, failed int64
+	runs := 0
+	for b.Loop() {
+		req := backend.Request{Key: "k" + itoa(runs), Limit: exactLimit, Period: time.Minute, Cost: 1}
+		var a, r, e atomic.Int64
+		var wg sync.WaitGroup
+		for i := range exactCalls {
+			s := fs[i%len(fs)].store
+			wg.Go(func() {
+				res, err := s.Decide(ctx, []backend.Request{req})
+				switch {
+				case err != nil:
+					e.Add(1)
+				case res[0].Allowed:
+					a.Add(1)
+				default:
+					r.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		admitted, rejected, failed = admitted+a.Load(), rejected+r.Load(), failed+e.Load()
+		runs++
+	}
+	n := float64(runs)
+	b.ReportMetric(float64(admitted)/n, "admitted")
+	b.ReportMetric(float64(rejected)/n, "rejected")
+	b.ReportMetric(float64(failed)/n, "errors")
+	if admitted != int64(runs*exactLimit) {
+		b.Fatalf("admitted %d in %d runs, want exactly %d per run", admitted, runs, exactLimit)
+	}
+}
