@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 
 	"github.com/ceiling-go/ceiling"
 	ceilingotel "github.com/ceiling-go/ceiling/metrics/otel"
@@ -57,7 +58,7 @@ func newTelemetry(ctx context.Context, getenv func(string) string, logger *slog.
 	if err != nil {
 		return telemetry{}, errors.Join(err, spans.Shutdown(ctx))
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(spans), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(withoutAddresses{spans}), sdktrace.WithResource(res))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics)), sdkmetric.WithResource(res))
 	shutdown := func(ctx context.Context) error { return errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx)) }
 	obs, err := ceilingotel.New(ceilingotel.Options{MeterProvider: mp})
@@ -72,4 +73,35 @@ func newTelemetry(ctx context.Context, getenv func(string) string, logger *slog.
 		},
 		shutdown: shutdown,
 	}, nil
+}
+
+// addressKeys are the span attributes otelhttp sets from the client's
+// address: the chat:ip rule's key value, and in client.address whatever
+// X-Forwarded-For a client sent, trusted or not.
+var addressKeys = []attribute.Key{"client.address", "network.peer.address", "network.peer.port"}
+
+// withoutAddresses exports spans without the client's address: the
+// collector, often a vendor's, gets no key value.
+type withoutAddresses struct{ sdktrace.SpanExporter }
+
+func (e withoutAddresses) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	out := make([]sdktrace.ReadOnlySpan, len(spans))
+	for i, s := range spans {
+		out[i] = scrubbed{s}
+	}
+	return e.SpanExporter.ExportSpans(ctx, out)
+}
+
+// scrubbed is a span without its address attributes.
+type scrubbed struct{ sdktrace.ReadOnlySpan }
+
+func (s scrubbed) Attributes() []attribute.KeyValue {
+	attrs := s.ReadOnlySpan.Attributes()
+	kept := make([]attribute.KeyValue, 0, len(attrs))
+	for _, kv := range attrs {
+		if !slices.Contains(addressKeys, kv.Key) {
+			kept = append(kept, kv)
+		}
+	}
+	return kept
 }

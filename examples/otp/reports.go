@@ -91,6 +91,12 @@ var listingID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 // maxReason bounds a report's reason, in characters.
 const maxReason = 280
 
+// maxReportBody bounds a report's body: room for the longest valid
+// report however its client's JSON encoder writes it, up to 12 bytes a
+// character for one escaped as a surrogate pair (\ud83d\ude00), so
+// that no reason maxReason admits is refused as too large.
+const maxReportBody = 4 << 10
+
 // file files a dispute report: 202 when it is recorded, 429 when its
 // reporter has filed too many, 503 (with Retry-After) when the limiter
 // cannot decide. A report is either recorded or refused with a status
@@ -99,7 +105,7 @@ const maxReason = 280
 func (rp *reports) file() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var b reportBody
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
 		dec.DisallowUnknownFields()
 		err := dec.Decode(&b)
 		if err == nil && dec.More() {
@@ -108,7 +114,7 @@ func (rp *reports) file() http.Handler {
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				service.Problem(w, http.StatusRequestEntityTooLarge, "a report is at most 1 KiB")
+				service.Problem(w, http.StatusRequestEntityTooLarge, "a report is at most 4 KiB")
 				return
 			}
 			service.Problem(w, http.StatusBadRequest, `want {"listing": "...", "reason": "..."}`)
@@ -134,12 +140,16 @@ func (rp *reports) file() http.Handler {
 		if u, err := rp.user(r); err == nil {
 			inputs = append(inputs, ceiling.Input{Rule: ruleReportUser, Key: u})
 		}
-		if !rp.list.room() {
+		// The room is held while the report is decided: a report admitted
+		// and then refused for a full list would have spent its
+		// reporter's budget for nothing.
+		if !rp.list.reserve() {
 			rp.full(w, r, b.Listing)
 			return
 		}
 		d, err := rp.limiter.Decide(r.Context(), inputs...)
 		if err != nil {
+			rp.list.unreserve()
 			rp.undecided(w, r, err)
 			return
 		}
@@ -151,6 +161,7 @@ func (rp *reports) file() http.Handler {
 			h.Set("RateLimit", v)
 		}
 		if !d.Allowed {
+			rp.list.unreserve()
 			// Retry-After is the middleware's to set; a caller of Decide
 			// sets it from the problem body, which says when every rule
 			// it names admits the report.
@@ -168,11 +179,7 @@ func (rp *reports) file() http.Handler {
 				review = true
 			}
 		}
-		n, flagged, ok := rp.list.add(b.Listing, b.Reason, review)
-		if !ok {
-			rp.full(w, r, b.Listing)
-			return
-		}
+		n, flagged := rp.list.add(b.Listing, b.Reason, review)
 		if flagged {
 			rp.logger.WarnContext(r.Context(), "listing flagged for review", slog.String("listing", b.Listing), slog.Int("reports", n))
 		}
@@ -225,7 +232,9 @@ func (rp *reports) review() http.Handler {
 			service.Problem(w, http.StatusForbidden, "the review list is off: the service has no OTP_ADMIN_TOKEN")
 			return
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// The scheme is case-insensitive (RFC 9110 section 11.1).
+		scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		ok = ok && strings.EqualFold(scheme, "Bearer")
 		if sum := sha256.Sum256([]byte(tok)); !ok || subtle.ConstantTimeCompare(sum[:], rp.token[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="review"`)
 			service.Problem(w, http.StatusUnauthorized, "the review list needs the admin token")
@@ -251,6 +260,7 @@ type reviewList struct {
 	mu       sync.Mutex
 	max      int
 	held     int
+	reserved int // reports being decided, each with its room held
 	listings map[string]*reported
 	flagged  []string // the listings on review, in the order they went on it
 }
@@ -265,22 +275,33 @@ func newReviewList(max int) *reviewList {
 	return &reviewList{max: max, listings: map[string]*reported{}}
 }
 
-// room reports whether the list can take another report.
-func (l *reviewList) room() bool {
+// reserve holds room for one report while it is decided, and reports
+// false when the list has none. Each reservation ends with add or
+// unreserve.
+func (l *reviewList) reserve() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.held < l.max
+	if l.held+l.reserved >= l.max {
+		return false
+	}
+	l.reserved++
+	return true
 }
 
-// add records a report of listing, putting the listing on review when
-// review is set. It returns the listing's reports, whether this report put
-// it on review, and false (recording nothing) when the list is full.
-func (l *reviewList) add(listing, reason string, review bool) (n int, flagged, ok bool) {
+// unreserve gives back the room of a report that was not recorded.
+func (l *reviewList) unreserve() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.held >= l.max {
-		return 0, false, false
-	}
+	l.reserved--
+}
+
+// add records a report of listing in the room reserve held for it,
+// putting the listing on review when review is set. It returns the
+// listing's reports and whether this report put it on review.
+func (l *reviewList) add(listing, reason string, review bool) (n int, flagged bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reserved--
 	rp := l.listings[listing]
 	if rp == nil {
 		rp = &reported{}
@@ -292,7 +313,7 @@ func (l *reviewList) add(listing, reason string, review bool) (n int, flagged, o
 		rp.review, flagged = true, true
 		l.flagged = append(l.flagged, listing)
 	}
-	return len(rp.reasons), flagged, true
+	return len(rp.reasons), flagged
 }
 
 // A flaggedListing is one entry of GET /api/review: every report the

@@ -224,7 +224,7 @@ func TestBadReportsAreRefusedAndCountForNothing(t *testing.T) {
 		{"a reason of 281 characters", `{"listing": "flat-1", "reason": "` + strings.Repeat("é", 281) + `"}`, 400},
 		{"two JSON values", `{"listing": "flat-1", "reason": "scam"} {"listing": "flat-2", "reason": "scam"}`, 400},
 		{"an unknown field", `{"listing": "flat-1", "reason": "scam", "phone": "+254700000000"}`, 400},
-		{"over 1 KiB", `{"listing": "flat-1", "reason": "` + strings.Repeat("x", 1024) + `"}`, 413},
+		{"over 4 KiB", `{"listing": "flat-1", "reason": "` + strings.Repeat("x", 4096) + `"}`, 413},
 	} {
 		resp, err := servicetest.Post(http.DefaultClient, ts.URL+"/api/reports", "", tc.body, "X-Forwarded-For: 198.51.100.1")
 		if err != nil {
