@@ -57,7 +57,13 @@ type URL struct {
 func ParseURL(raw string) (*URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("ceilingredis: %w; want %s", err, URLForms)
+		// net/url's error quotes the whole URL, password included: keep
+		// only what was wrong with it.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("ceilingredis: the URL does not parse: %w; want %s", err, URLForms)
 	}
 	scheme, kind, _ := strings.Cut(u.Scheme, "+")
 	if scheme != "redis" && scheme != "rediss" {

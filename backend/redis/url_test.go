@@ -110,3 +110,17 @@ func TestParseURLClientsDecide(t *testing.T) {
 		})
 	}
 }
+
+// A URL that does not parse is refused without quoting it: it may hold a
+// password, and the error goes to a start-up log.
+func TestParseURLErrorNamesNoPassword(t *testing.T) {
+	for _, raw := range []string{"redis://:tail-secret@127.0.0.1:x/0", "redis://u:tail%zzsecret@127.0.0.1/0"} {
+		_, err := ParseURL(raw)
+		if err == nil {
+			t.Fatalf("ParseURL(%q) accepted it", raw)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("ParseURL's error quotes the password: %v", err)
+		}
+	}
+}
