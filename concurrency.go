@@ -88,6 +88,7 @@ type held struct {
 	local []bool            // per request: taken on FailLocal's store (h.op guards it)
 	moved []bool            // per request: moved to the backend, still counted locally (h.op guards it)
 	rules []string          // per request: the rule, for logs
+	idx   []int             // per request: the rule's index, for the slots in use
 	every time.Duration
 
 	op      sync.Mutex // one renewal or release at a time, so none races a move
@@ -114,12 +115,14 @@ func (l *Limiter) hold(st *state) *held {
 		h.reqs = append(h.reqs, *q)
 		h.reqs[len(h.reqs)-1].Key = l.kept(q.Key) // held past this state's reuse
 		h.rules = append(h.rules, rr.Rule.Name)
+		h.idx = append(h.idx, l.ruleIndex(rr.Rule))
 		h.local = append(h.local, rr.Fallback == FailLocal)
 		h.every = min(h.every, q.Period/3)
 	}
 	if h == nil {
 		return nil
 	}
+	l.countSlots(h.reqs, h.idx, +1)
 	// The renewals hold the held weakly, and a cleanup releases it once
 	// nobody can: a Decision dropped without Release frees its slots when
 	// the garbage collector notices, instead of renewing them forever.
@@ -131,7 +134,7 @@ func (l *Limiter) hold(st *state) *held {
 			h.renew()
 		}
 	})
-	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules})
+	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules, idx: h.idx})
 	if l.remote {
 		l.holdSlots(wp)
 	}
@@ -261,6 +264,7 @@ type leaseSet struct {
 	reqs  []backend.Request
 	local []bool
 	rules []string
+	idx   []int
 }
 
 // dropped releases the slots of a Decision that was garbage collected
@@ -270,7 +274,18 @@ func dropped(s leaseSet) {
 	s.l.cfg.logger.LogAttrs(context.Background(), slog.LevelWarn,
 		"ceiling: a Decision holding concurrency slots was dropped without Release; released by the garbage collector",
 		slog.Any("rules", s.rules))
+	s.l.countSlots(s.reqs, s.idx, -1)
 	s.l.leaseCall(s.reqs, s.local, -1)
+}
+
+// countSlots adds (sign +1) or takes away (-1) the units that reqs, the
+// acquisitions of one held, take from their rules' slots in use
+// ([RuleHealth.SlotsInUse]): counted when the decision starts holding
+// them and until its release, whatever store they are on.
+func (l *Limiter) countSlots(reqs []backend.Request, idx []int, sign int64) {
+	for i, q := range reqs {
+		l.fo.counts[idx[i]].slots.Add(sign * q.Cost)
+	}
 }
 
 // Release gives back the concurrency slots the decision holds (see
@@ -321,6 +336,7 @@ func (h *held) releaseWith(extra []backend.Request) error {
 	h.timer.Stop()
 	h.cleanup.Stop()
 	h.mu.Unlock()
+	h.l.countSlots(h.reqs, h.idx, -1)
 	h.op.Lock()
 	defer h.op.Unlock()
 	h.l.dropSlots(h)

@@ -15,13 +15,13 @@ type configRecorder struct {
 
 // observedConfig is what one ObserveConfig call was told.
 type observedConfig struct {
-	Rules     []string
-	Timeout   time.Duration
-	Evictions func() uint64
+	Rules   []string
+	Timeout time.Duration
+	Health  func() Health
 }
 
-func (c *configRecorder) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
-	c.got = append(c.got, observedConfig{rules, timeout, evictions})
+func (c *configRecorder) ObserveConfig(rules []string, timeout time.Duration, health func() Health) {
+	c.got = append(c.got, observedConfig{rules, timeout, health})
 }
 
 // An observer learns the rules and the timeout a remote backend's

@@ -140,6 +140,7 @@ type ruleCounts struct {
 	failOpen  counter
 	failLocal counter
 	shadow    counter
+	slots     counter // units of Concurrency slots held now (concurrency.go)
 }
 
 // initFailover prepares the breaker, the local store and the start-up
@@ -1088,7 +1089,7 @@ func (l *Limiter) engineWarnings() []string {
 
 // reportEngine fills in what the engine knows of h: the breaker's state,
 // the writes dropped, the requests shed, and each rule's fail-mode
-// admissions and shadow rejections (h.Rules is one per rule, in order).
+// admissions, shadow rejections and concurrency slots in use (h.Rules is one per rule, in order).
 func (l *Limiter) reportEngine(h *Health) {
 	h.DroppedWrites = l.fo.resend.dropped.Load()
 	h.Shed = l.fo.shed.Load()
@@ -1108,6 +1109,7 @@ func (l *Limiter) reportEngine(h *Health) {
 		h.Rules[i].FailOpenAdmissions = c.failOpen.Load()
 		h.Rules[i].FailLocalAdmissions = c.failLocal.Load()
 		h.Rules[i].ShadowRejections = c.shadow.Load()
+		h.Rules[i].SlotsInUse = c.slots.Load()
 	}
 }
 

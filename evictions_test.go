@@ -35,7 +35,7 @@ func TestEvictionsAreReported(t *testing.T) {
 	if len(h.Warnings) != 1 || !strings.Contains(h.Warnings[0], fmt.Sprintf("evicted %d keys holding spent units", h.EvictedKeys)) {
 		t.Errorf("warnings = %q", h.Warnings)
 	}
-	if len(obs.got) != 1 || obs.got[0].Evictions == nil || obs.got[0].Evictions() != h.EvictedKeys {
+	if len(obs.got) != 1 || obs.got[0].Health == nil || obs.got[0].Health().EvictedKeys != h.EvictedKeys {
 		t.Errorf("the observer cannot read the evictions")
 	}
 }

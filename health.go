@@ -168,6 +168,11 @@ type RuleHealth struct {
 	FailLocalAdmissions int64 `json:"fail_local_admissions"`
 	// ShadowRejections counts requests a shadow rule would have rejected.
 	ShadowRejections int64 `json:"shadow_rejections,omitempty"`
+	// SlotsInUse is, for a [Concurrency] rule, how many units of its
+	// Limit this process holds now: the slots of the requests it admitted
+	// (on the backend or on FailLocal's store) that have not yet ended.
+	// Other instances' slots are not in it. Zero for other algorithms.
+	SlotsInUse int64 `json:"slots_in_use,omitempty"`
 }
 
 // Health returns the limiter's current state. It makes no backend call: it

@@ -60,8 +60,10 @@ type Observer interface {
 	// configured to enforce, so that the numbers can be read against it:
 	// the rules' names in declaration order, the backend timeout
 	// ([WithTimeout]; zero for an in-process backend, which is never timed
-	// out), and a function that reads [Health.EvictedKeys] at any time.
-	ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64)
+	// out), and a function that returns [Limiter.Health] at any time, for
+	// what a metric reads when it is scraped ([Health.EvictedKeys],
+	// [RuleHealth.SlotsInUse]). It makes no backend call.
+	ObserveConfig(rules []string, timeout time.Duration, health func() Health)
 	// ObserveDecision is called for every rule that applied to a request
 	// and was decided, by the backend or by the in-process store of
 	// [FailLocal]. Rules admitted failing open are not decisions: they are
@@ -114,7 +116,7 @@ func (l *Limiter) observeConfig() {
 	if l.remote {
 		timeout = l.cfg.timeout
 	}
-	o.ObserveConfig(rules, timeout, l.evictions)
+	o.ObserveConfig(rules, timeout, l.Health)
 }
 
 // observeCall reports one backend call, or a cached answer, to obs.
@@ -131,7 +133,7 @@ func observeCall(obs Observer, latency time.Duration, out []backend.Result, err 
 type NopObserver struct{}
 
 // ObserveConfig does nothing.
-func (NopObserver) ObserveConfig([]string, time.Duration, func() uint64) {}
+func (NopObserver) ObserveConfig([]string, time.Duration, func() Health) {}
 
 // ObserveDecision does nothing.
 func (NopObserver) ObserveDecision(string, Outcome) {}
@@ -180,9 +182,9 @@ func WithObserver(o Observer) Option {
 // everything, in order.
 type observers []Observer
 
-func (os observers) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
+func (os observers) ObserveConfig(rules []string, timeout time.Duration, health func() Health) {
 	for _, o := range os {
-		o.ObserveConfig(rules, timeout, evictions)
+		o.ObserveConfig(rules, timeout, health)
 	}
 }
 

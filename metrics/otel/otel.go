@@ -83,7 +83,7 @@ type Observer struct {
 
 	mu         sync.Mutex // guards the rest, and the replacement of rules
 	minTimeout time.Duration
-	evictions  []func() uint64
+	health     []func() ceiling.Health
 }
 
 // ruleOpts are a rule's measurement options: by [ceiling.Outcome], and by
@@ -141,6 +141,9 @@ func New(o Options) (*Observer, error) {
 	evicted, err := m.Int64ObservableCounter("ceiling.evicted_keys", metric.WithUnit("{key}"),
 		metric.WithDescription("Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back."))
 	errs = append(errs, err)
+	slots, err := m.Int64ObservableGauge("ceiling.concurrency.slots_in_use", metric.WithUnit("{slot}"),
+		metric.WithDescription("Units of a Concurrency rule's limit this process holds now, for requests it admitted that have not ended (ceiling.RuleHealth.SlotsInUse); 0 for rate rules."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -152,12 +155,24 @@ func New(o Options) (*Observer, error) {
 			o.ObserveFloat64(timeout, obs.minTimeout.Seconds(), metric.WithAttributeSet(set))
 		}
 		var n uint64
-		for _, f := range obs.evictions {
-			n += f()
+		var rules []string // in the order the limiters declare them
+		inUse := map[string]int64{}
+		for _, f := range obs.health {
+			h := f()
+			n += h.EvictedKeys
+			for _, r := range h.Rules {
+				if _, ok := inUse[r.Name]; !ok {
+					rules = append(rules, r.Name)
+				}
+				inUse[r.Name] += r.SlotsInUse // limiters sharing a rule name add up
+			}
 		}
 		o.ObserveInt64(evicted, int64(n), metric.WithAttributeSet(set))
+		for _, r := range rules {
+			o.ObserveInt64(slots, inUse[r], metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(obs.attrs), attribute.String("rule", r))...)))
+		}
 		return nil
-	}, degraded, timeout, evicted)
+	}, degraded, timeout, evicted, slots)
 	if err != nil {
 		return nil, err
 	}
@@ -204,9 +219,9 @@ func (o *Observer) rule(name string) *ruleOpts {
 }
 
 // ObserveConfig starts each rule's fail-mode counters at zero, builds its
-// measurement options, and keeps the limiter's backend timeout and
-// evictions for export. [ceiling.New] calls it.
-func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
+// measurement options, and keeps the limiter's backend timeout and health
+// (its evictions, its slots in use) for export. [ceiling.New] calls it.
+func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health func() ceiling.Health) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	next := map[string]*ruleOpts{}
@@ -224,8 +239,8 @@ func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, eviction
 		}
 	}
 	o.rules.Store(&next)
-	if evictions != nil {
-		o.evictions = append(o.evictions, evictions)
+	if health != nil {
+		o.health = append(o.health, health)
 	}
 	if timeout > 0 && (o.minTimeout == 0 || timeout < o.minTimeout) {
 		o.minTimeout = timeout

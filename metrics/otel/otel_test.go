@@ -105,12 +105,16 @@ func TestAlertedSeriesStartAtZero(t *testing.T) {
 }
 
 // One observer shared by limiters: counts add up, the timeout is the
-// smallest remote one, evictions are the limiters' sum, and the degraded
-// gauge follows the transitions.
+// smallest remote one, evictions and a rule's slots in use are the
+// limiters' sums, and the degraded gauge follows the transitions.
 func TestSharedObserverAddsUp(t *testing.T) {
 	obs, collect := sdkObserver(t)
-	obs.ObserveConfig([]string{"a"}, 200*time.Millisecond, func() uint64 { return 2 })
-	obs.ObserveConfig([]string{"a", "b"}, 50*time.Millisecond, func() uint64 { return 3 })
+	obs.ObserveConfig([]string{"a"}, 200*time.Millisecond, func() ceiling.Health {
+		return ceiling.Health{EvictedKeys: 2, Rules: []ceiling.RuleHealth{{Name: "a", SlotsInUse: 4}}}
+	})
+	obs.ObserveConfig([]string{"a", "b"}, 50*time.Millisecond, func() ceiling.Health {
+		return ceiling.Health{EvictedKeys: 3, Rules: []ceiling.RuleHealth{{Name: "a", SlotsInUse: 1}, {Name: "b"}}}
+	})
 	obs.ObserveConfig([]string{"c"}, 0, nil) // in process: never timed out
 	for range 3 {
 		obs.ObserveDecision("a", ceiling.OutcomeAllowed)
@@ -134,6 +138,8 @@ func TestSharedObserverAddsUp(t *testing.T) {
 		"ceiling.backend.errors{kind=unreachable}":                     1,
 		"ceiling.backend.timeout{}":                                    0.05,
 		"ceiling.evicted_keys{}":                                       5,
+		"ceiling.concurrency.slots_in_use{rule=a}":                     5,
+		"ceiling.concurrency.slots_in_use{rule=b}":                     0,
 		"ceiling.deny_cache.hits{}":                                    1,
 		"ceiling.degraded{}":                                           1,
 		"ceiling.degraded.transitions{}":                               1,

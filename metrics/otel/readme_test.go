@@ -56,7 +56,9 @@ func TestREADMETableIsWhatIsExported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	obs.ObserveConfig([]string{"chat"}, 100*time.Millisecond, func() uint64 { return 2 })
+	obs.ObserveConfig([]string{"chat"}, 100*time.Millisecond, func() ceiling.Health {
+		return ceiling.Health{EvictedKeys: 2, Rules: []ceiling.RuleHealth{{Name: "chat", SlotsInUse: 1}}}
+	})
 	obs.ObserveDecision("chat", ceiling.OutcomeRejected)
 	obs.ObserveBackend(time.Millisecond, errors.New("dial tcp 127.0.0.1:1: connection refused"))
 	obs.ObserveCached()

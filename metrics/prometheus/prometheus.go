@@ -68,13 +68,14 @@ type Observer struct {
 	timeout *prometheus.GaugeVec
 	cached  prometheus.Counter
 
-	// evicted reads the limiters' evictions at collection (the function
-	// ObserveConfig is given).
+	// evicted and slots read the limiters' health at collection (the
+	// function ObserveConfig is given).
 	evicted *prometheus.Desc
+	slots   *prometheus.Desc
 
 	mu         sync.Mutex
 	minTimeout time.Duration
-	evictions  []func() uint64
+	health     []func() ceiling.Health
 }
 
 var (
@@ -128,6 +129,9 @@ func New(o Options) *Observer {
 		evicted: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "evicted_keys_total"),
 			"Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back.",
 			nil, o.ConstLabels),
+		slots: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "concurrency_slots_in_use"),
+			"Units of a Concurrency rule's limit this process holds now, for requests it admitted that have not ended (ceiling.RuleHealth.SlotsInUse); 0 for rate rules.",
+			[]string{"rule"}, o.ConstLabels),
 	}
 	// Every series an alert watches exists from the start, at zero, so
 	// that its first increase is one that increase() and rate() can see.
@@ -138,8 +142,9 @@ func New(o Options) *Observer {
 }
 
 // ObserveConfig starts each rule's fail-mode counters at zero and exports
-// the limiter's backend timeout. [ceiling.New] calls it.
-func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, evictions func() uint64) {
+// the limiter's backend timeout; health is read at each collection.
+// [ceiling.New] calls it.
+func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health func() ceiling.Health) {
 	for _, rule := range rules {
 		for _, mode := range []ceiling.FailMode{ceiling.FailOpen, ceiling.FailLocal} {
 			o.failmode.WithLabelValues(rule, mode.String())
@@ -147,8 +152,8 @@ func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, eviction
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if evictions != nil {
-		o.evictions = append(o.evictions, evictions)
+	if health != nil {
+		o.health = append(o.health, health)
 	}
 	if timeout <= 0 {
 		return
@@ -205,6 +210,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.timeout.Describe(ch)
 	o.cached.Describe(ch)
 	ch <- o.evicted
+	ch <- o.slots
 }
 
 // Collect sends the metrics' current values.
@@ -218,10 +224,23 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.timeout.Collect(ch)
 	o.cached.Collect(ch)
 	o.mu.Lock()
-	var n uint64
-	for _, f := range o.evictions {
-		n += f()
-	}
+	health := o.health[:len(o.health):len(o.health)]
 	o.mu.Unlock()
+	var n uint64
+	var rules []string // in the order the limiters declare them
+	slots := map[string]int64{}
+	for _, f := range health {
+		h := f()
+		n += h.EvictedKeys
+		for _, r := range h.Rules {
+			if _, ok := slots[r.Name]; !ok {
+				rules = append(rules, r.Name)
+			}
+			slots[r.Name] += r.SlotsInUse // limiters sharing a rule name add up
+		}
+	}
 	ch <- prometheus.MustNewConstMetric(o.evicted, prometheus.CounterValue, float64(n))
+	for _, r := range rules {
+		ch <- prometheus.MustNewConstMetric(o.slots, prometheus.GaugeValue, float64(slots[r]), r)
+	}
 }

@@ -383,3 +383,45 @@ ceiling_evicted_keys_total %d
 		t.Error(err)
 	}
 }
+
+// The slots a limiter's concurrency rules hold are a gauge per rule, read
+// from its health at each scrape, and add up across the limiters an
+// observer serves; a rate rule's is 0.
+func TestConcurrencySlotsInUse(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	rules := []ceiling.Rule{
+		{Name: "jobs", Limit: 5, Period: time.Minute, Algorithm: ceiling.Concurrency},
+		{Name: "calls", Limit: 100, Period: time.Minute},
+	}
+	var ls []*ceiling.Limiter
+	for range 2 {
+		l := ceiling.MustNew(rules, ceiling.WithObserver(obs), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		ls = append(ls, l)
+	}
+	want := func(jobs int) string {
+		return fmt.Sprintf(`
+# HELP ceiling_concurrency_slots_in_use Units of a Concurrency rule's limit this process holds now, for requests it admitted that have not ended (ceiling.RuleHealth.SlotsInUse); 0 for rate rules.
+# TYPE ceiling_concurrency_slots_in_use gauge
+ceiling_concurrency_slots_in_use{rule="calls"} 0
+ceiling_concurrency_slots_in_use{rule="jobs"} %d
+`, jobs)
+	}
+	var ds []ceiling.Decision
+	for _, cost := range []int64{2, 1} { // 2 on one limiter, 1 on the other
+		d, err := ls[len(ds)].Decide(context.Background(), ceiling.Input{Rule: "jobs", Key: "tenant", Cost: cost})
+		if err != nil || !d.Allowed {
+			t.Fatalf("refused under the limit (%v)", err)
+		}
+		ds = append(ds, d)
+	}
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(3)), "ceiling_concurrency_slots_in_use"); err != nil {
+		t.Error(err)
+	}
+	for _, d := range ds {
+		d.Release()
+	}
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(0)), "ceiling_concurrency_slots_in_use"); err != nil {
+		t.Error(err)
+	}
+}
