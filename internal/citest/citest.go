@@ -14,7 +14,7 @@ import "testing"
 func Only(t testing.TB) {
 	t.Helper()
 	if !enabled {
-		t.Skip("a CI-only test (it floods the CPU): run it with go test -tags ceilingci, as .ci/run does")
+		t.Skip("a CI-only test (it floods the CPU, or times a frozen server and needs a CPU to itself): run it with go test -tags ceilingci, as .ci/run does")
 	}
 }
 
