@@ -167,26 +167,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		return nil
 	}
 	n := len(reqs)
-	sql, args := oneSQL, make([]any, 10)
-	if n == 1 {
-		r := reqs[0]
-		args[1], args[2], args[3], args[4] = s.prefix+r.Key, int32(r.Algorithm), r.Limit, int64(r.Period/time.Microsecond)
-		args[5], args[6], args[7], args[8], args[9] = r.Burst, r.Cost, flags(r), r.Lease, r.Stamp
-	} else {
-		keys := make([]string, n)
-		algs := make([]int32, n)
-		lims, pers, bursts, costs, leases, stamps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-		fl := make([]int32, n)
-		for i, r := range reqs {
-			keys[i] = s.prefix + r.Key
-			algs[i] = int32(r.Algorithm)
-			lims[i], pers[i], bursts[i], costs[i] = r.Limit, int64(r.Period/time.Microsecond), r.Burst, r.Cost
-			leases[i], stamps[i] = r.Lease, r.Stamp
-			fl[i] = flags(r)
-		}
-		sql = callSQL
-		args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9] = keys, algs, lims, pers, bursts, costs, fl, leases, stamps
-	}
+	sql, args := s.call(reqs)
 	budget := time.Duration(-1)
 	if dl, ok := ctx.Deadline(); ok {
 		if budget = time.Until(dl); budget <= 0 {
@@ -209,7 +190,6 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	var out []int64
 	for attempt := 0; attempt < 2; attempt++ {
-		args[0] = s.now()
 		err = conn.QueryRow(ctx, sql, args...).Scan(&out)
 		if attempt > 0 || !aborted(err) {
 			break
@@ -241,6 +221,34 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		results[i] = res
 	}
 	return nil
+}
+
+// call returns the statement deciding reqs (at least one) and its
+// arguments, the first of them the instant (s.now, NULL for the server's
+// clock).
+func (s *Store) call(reqs []backend.Request) (string, []any) {
+	n := len(reqs)
+	args := make([]any, 10)
+	args[0] = s.now()
+	if n == 1 {
+		r := reqs[0]
+		args[1], args[2], args[3], args[4] = s.prefix+r.Key, int32(r.Algorithm), r.Limit, int64(r.Period/time.Microsecond)
+		args[5], args[6], args[7], args[8], args[9] = r.Burst, r.Cost, flags(r), r.Lease, r.Stamp
+		return oneSQL, args
+	}
+	keys := make([]string, n)
+	algs := make([]int32, n)
+	lims, pers, bursts, costs, leases, stamps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	fl := make([]int32, n)
+	for i, r := range reqs {
+		keys[i] = s.prefix + r.Key
+		algs[i] = int32(r.Algorithm)
+		lims[i], pers[i], bursts[i], costs[i] = r.Limit, int64(r.Period/time.Microsecond), r.Burst, r.Cost
+		leases[i], stamps[i] = r.Lease, r.Stamp
+		fl[i] = flags(r)
+	}
+	args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9] = keys, algs, lims, pers, bursts, costs, fl, leases, stamps
+	return callSQL, args
 }
 
 // flags packs a request's booleans as ceiling_decide takes them: 1 Force,
