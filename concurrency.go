@@ -133,7 +133,7 @@ func (l *Limiter) hold(st *state) *held {
 	})
 	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules})
 	if l.remote {
-		l.fo.slots.add(wp)
+		l.holdSlots(wp)
 	}
 	return h
 }
@@ -193,7 +193,7 @@ func (s *heldSlots) live() []*held {
 // moved, leave no room for. On error the slots not moved stay local, and
 // the backend is not yet trusted.
 func (l *Limiter) retakeSlots(ctx context.Context) error {
-	hs := l.fo.slots.live()
+	hs := l.liveSlots()
 	for lo := 0; lo < len(hs); lo += chargeBatch {
 		if err := l.retake(ctx, hs[lo:min(lo+chargeBatch, len(hs))]); err != nil {
 			return err
@@ -323,7 +323,7 @@ func (h *held) releaseWith(extra []backend.Request) error {
 	h.mu.Unlock()
 	h.op.Lock()
 	defer h.op.Unlock()
-	h.l.fo.slots.remove(h)
+	h.l.dropSlots(h)
 	remote, _ := h.l.leaseCalls(h.reqs, h.local, -1, extra)
 	return remote
 }
@@ -346,7 +346,7 @@ func (h *held) renew() {
 	h.mu.Unlock()
 	local := h.local // h.op guards it
 	l := h.l
-	if slices.Contains(local, true) && l.remote && l.fo.breaker.Closed() {
+	if slices.Contains(local, true) && l.remote && l.breakerClosed() {
 		var moving []backend.Request
 		for i, q := range h.reqs {
 			if local[i] {
@@ -365,7 +365,7 @@ func (h *held) renew() {
 			}
 		}
 		sign := int64(+1)
-		if !l.fo.handingOver(l.cfg.clock()) {
+		if !l.inHandOver() {
 			sign, h.moved = -1, nil
 		}
 		_, _ = l.leaseCalls(moved, slices.Repeat([]bool{true}, len(moved)), sign, nil)
@@ -394,7 +394,7 @@ func (l *Limiter) leaseCalls(reqs []backend.Request, local []bool, sign int64, e
 	// A slot decided during the hand-over after a recovery was taken on
 	// FailLocal's store too: its release gives that back as well
 	// (releasing a lease the store does not hold does nothing).
-	handedOver := sign < 0 && l.fo.local.Load() != nil
+	handedOver := sign < 0 && l.loadedLocal() != nil
 	for i, q := range reqs {
 		q.Cost, q.Force, q.Shadow = sign*q.Cost, sign > 0, false
 		if local[i] || handedOver {
@@ -436,8 +436,7 @@ func (l *Limiter) leaseCalls(reqs []backend.Request, local []bool, sign int64, e
 		leaseErr = errors.Join(remoteErr, localErr)
 	}
 	if err := leaseErr; err != nil {
-		l.fo.leaseLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
-			"ceiling: a concurrency "+what+" failed; the slots come back when their leases expire", slog.Any("err", err))
+		l.logLease("ceiling: a concurrency "+what+" failed; the slots come back when their leases expire", err)
 	}
 	return remoteErr, localErr
 }

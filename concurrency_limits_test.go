@@ -3,6 +3,7 @@ package ceiling
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -54,17 +55,17 @@ func TestConcurrencyLimitPerRequest_LeaseRegression(t *testing.T) {
 				t.Fatalf("a stream on a plan of 2: %d, want 200", w.Code)
 			}
 			<-g.entered
-			_, done1 := start(h, req("acme", 2))
-			<-g.entered
-			_, done2 := start(h, req("acme", 2))
-			<-g.entered
+			w1, done1 := start(h, req("acme", 2))
+			waitEntered(t, g, w1, done1)
+			w2, done2 := start(h, req("acme", 2))
+			waitEntered(t, g, w2, done2)
 			if w := serve(t, h, req("acme", 2)); w.Code != http.StatusTooManyRequests {
 				t.Errorf("third stream on a plan of 2: %d, want 429", w.Code)
 			}
 			g.leave <- struct{}{}
 			<-done1
-			_, done3 := start(h, req("acme", 2))
-			<-g.entered
+			w3, done3 := start(h, req("acme", 2))
+			waitEntered(t, g, w3, done3)
 			g.leave <- struct{}{}
 			g.leave <- struct{}{}
 			<-done2
@@ -92,6 +93,18 @@ func TestConcurrencyLimitPerRequest_LeaseRegression(t *testing.T) {
 				d.Release()
 			}
 		})
+	}
+}
+
+// waitEntered waits until the request start began enters the gate's
+// handler, and fails the test if it was answered without entering (shed
+// with a 503 on a loaded machine, say) rather than wait for ever.
+func waitEntered(t *testing.T, g *gate, w *httptest.ResponseRecorder, done chan struct{}) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-done:
+		t.Fatalf("the request was answered %d without reaching the handler: %s", w.Code, w.Body)
 	}
 }
 

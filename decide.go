@@ -316,7 +316,7 @@ func grow[T any](s []T) []T {
 // clients.
 func (l *Limiter) emptyKey(rule *Rule) {
 	i := l.ruleIndex(rule)
-	if l.fo.emptyKeyLogged[i].CompareAndSwap(false, true) {
+	if l.firstEmptyKey(i) {
 		l.cfg.logger.LogAttrs(context.Background(), slog.LevelWarn,
 			"ceiling: a key value was empty; such requests are refused as bad input (logged once per rule)",
 			slog.String("rule", rule.Name))
@@ -336,7 +336,7 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 	results := st.results[:len(st.reqs)]
 	decided, unfit := l.neverFits(st, results)
 	var err error
-	if !decided && l.fo.usesLocal && l.fo.handingOver(l.cfg.clock()) {
+	if !decided && l.handOverLocal() {
 		decided, err = l.handover(ctx, st)
 	}
 	if !decided {

@@ -10,7 +10,7 @@ func (l *Limiter) evictions() uint64 {
 	if e, ok := l.backend.(backend.Evicting); ok {
 		n += e.Evictions()
 	}
-	if ls := l.fo.local.Load(); ls != nil {
+	if ls := l.loadedLocal(); ls != nil {
 		if e, ok := ls.b.(backend.Evicting); ok {
 			n += e.Evictions()
 		}

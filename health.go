@@ -182,41 +182,18 @@ func (l *Limiter) Health() Health {
 		FailMode: l.cfg.failMode.String(),
 		Rules:    make([]RuleHealth, len(l.rules)),
 	}
-	if l.fo.warning != "" {
-		h.Warnings = []string{l.fo.warning}
-	}
+	h.Warnings = l.engineWarnings()
 	h.Warnings = append(h.Warnings, l.keyWarnings()...)
 	h.Warnings = append(h.Warnings, spoofable.list()...)
 	h.Warnings = append(h.Warnings, l.notes.all()...)
 	if h.EvictedKeys = l.evictions(); h.EvictedKeys > 0 {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
 	}
-	h.DroppedWrites = l.fo.resend.dropped.Load()
-	h.Shed = l.fo.shed.Load()
-	if b := l.fo.breaker; b != nil {
-		h.Backend = "remote"
-		s := b.Status()
-		h.DegradedTotal = s.Opened
-		if s.Degraded {
-			h.Status, h.Since, h.NextProbeSeconds = "degraded", s.Since, s.RetryIn.Seconds()
-			if s.Cause != nil {
-				h.Reason = KindOf(s.Cause)
-			}
-		}
-	}
 	for i := range l.rules {
-		r, c, pl := &l.rules[i], &l.fo.counts[i], l.plans[i].Load()
-		h.Rules[i] = RuleHealth{
-			Limit:               pl.limit,
-			Burst:               pl.burst,
-			Name:                r.Name,
-			FailMode:            l.modeOf(r).String(),
-			Shadow:              r.Shadow,
-			FailOpenAdmissions:  c.failOpen.Load(),
-			FailLocalAdmissions: c.failLocal.Load(),
-			ShadowRejections:    c.shadow.Load(),
-		}
+		r, pl := &l.rules[i], l.plans[i].Load()
+		h.Rules[i] = RuleHealth{Limit: pl.limit, Burst: pl.burst, Name: r.Name, FailMode: l.modeOf(r).String(), Shadow: r.Shadow}
 	}
+	l.reportEngine(&h)
 	return h
 }
 
@@ -384,11 +361,12 @@ const (
 )
 
 // KindOf names the kind of a backend failure: "overloaded" (a call this
-// process never got to send, [backend.ErrNotSent]: not the backend's
-// failure), "unreachable", "timeout", "auth", "read-only", "out of
+// process never got to send, [backend.ErrNotSent], or whose reply it was
+// too busy to read, [backend.ErrUnread]: not the backend's failure), "unreachable", "timeout", "auth", "read-only", "out of
 // memory", or "error" for any other; "" for nil. Backends say the kind by
 // wrapping [backend.ErrUnreachable], [backend.ErrAuth],
-// [backend.ErrReadOnly], [backend.ErrOutOfMemory] or [backend.ErrNotSent];
+// [backend.ErrReadOnly], [backend.ErrOutOfMemory], [backend.ErrNotSent] or
+// [backend.ErrUnread];
 // a call that outlived the limiter's timeout is a "timeout" ([ErrTimeout]),
 // and a refused or reset connection is "unreachable" even from a backend
 // that does not wrap it.
@@ -396,7 +374,7 @@ func KindOf(err error) FailureKind {
 	switch {
 	case err == nil:
 		return ""
-	case errors.Is(err, backend.ErrNotSent):
+	case overloaded(err):
 		return kindOverloaded
 	case errors.Is(err, backend.ErrAuth):
 		return kindAuth

@@ -105,7 +105,7 @@ func (l *Limiter) limitFailed(ctx context.Context, e *LimitError, attrs ...slog.
 	if err != nil {
 		return
 	}
-	if ok, n := l.fo.limitLog[l.ruleIndex(rule)].allow(l.cfg.clock()); ok {
+	if ok, n := l.limitLogAllow(l.ruleIndex(rule)); ok {
 		attrs = append(attrs, slog.String("rule", e.Rule), slog.Any("err", e.Err), slog.Int64("occurrences", n))
 		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: a rule has no valid limit for a request; such requests are refused as a server error", attrs...)
 	}

@@ -189,7 +189,7 @@ type Limiter struct {
 	states     sync.Pool
 	extras     bool       // prefetches or estimates: requests carry an extras
 	rawKeys    bool       // the backend keeps only its own hashes: skip the digest
-	fo         *failState // fail modes, breaker, reporting (failmode.go)
+	fo         *failState // the failure engine: fail modes, breaker, probe, resends (engine.go)
 	notes      notes      // warnings about the configuration (health.go)
 	routes     routeWatch // a Route key mounted before routing (route.go)
 }

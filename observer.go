@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
-	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // Outcome is what one rule decided for one request. Every decided request
@@ -96,6 +95,9 @@ type Observer interface {
 	// failing closed refused the request because the backend could not
 	// decide.
 	ObserveRequest(ctx context.Context, d *Decision, err error)
+	// ObserveLimit is called after [Limiter.SetLimit] changed a rule's
+	// limit and burst.
+	ObserveLimit(rule string, limit, burst int64)
 }
 
 // observeConfig tells the observer about the limiter; New calls it.
@@ -148,6 +150,9 @@ func (NopObserver) ObserveFailMode(string, FailMode) {}
 
 // ObserveRequest does nothing.
 func (NopObserver) ObserveRequest(context.Context, *Decision, error) {}
+
+// ObserveLimit does nothing.
+func (NopObserver) ObserveLimit(string, int64, int64) {}
 
 // WithObserver reports the limiter's configuration, decisions, backend
 // calls and degradation to o. Given more than once, every observer is told
@@ -217,6 +222,12 @@ func (os observers) ObserveRequest(ctx context.Context, d *Decision, err error) 
 	}
 }
 
+func (os observers) ObserveLimit(rule string, limit, burst int64) {
+	for _, o := range os {
+		o.ObserveLimit(rule, limit, burst)
+	}
+}
+
 // A DegradedEvent is one transition between healthy (the backend decides)
 // and degraded (the circuit breaker is open and fail modes decide).
 type DegradedEvent struct {
@@ -233,38 +244,6 @@ type DegradedEvent struct {
 	// Unenforced is, on recovery, how many rule admissions were made
 	// without the backend (failing open or local) while degraded.
 	Unenforced int64
-}
-
-// emitTransition reports a transition of the breaker.
-func (l *Limiter) emitTransition(t failover.Transition) {
-	l.emitDegraded(DegradedEvent{Degraded: t.Degraded, Cause: t.Cause, At: t.At, Failures: t.Failures, Duration: t.Duration})
-}
-
-// emitDegraded logs, counts and reports a transition: loud, and once.
-func (l *Limiter) emitDegraded(ev DegradedEvent) {
-	unenforced := l.unenforced()
-	ctx := context.Background()
-	if ev.Degraded {
-		l.fo.unenforcedAtDegrade.Store(unenforced)
-		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: backend degraded; rules fall back to their fail modes until it answers again",
-			slog.Any("cause", ev.Cause), slog.Int("consecutive_failures", ev.Failures), slog.String("fail_mode", l.cfg.failMode.String()))
-	} else {
-		ev.Unenforced = unenforced - l.fo.unenforcedAtDegrade.Load()
-		l.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "ceiling: backend healthy again; limits enforced by the backend",
-			slog.Duration("degraded_for", ev.Duration), slog.Int64("unenforced_admissions", ev.Unenforced))
-	}
-	if o := l.cfg.observer; o != nil {
-		o.ObserveDegraded(ev)
-	}
-}
-
-// unenforced is the number of rule admissions made by fail modes so far.
-func (l *Limiter) unenforced() int64 {
-	var n int64
-	for i := range l.fo.counts {
-		n += l.fo.counts[i].failOpen.Load() + l.fo.counts[i].failLocal.Load()
-	}
-	return n
 }
 
 // WithShadowHeader makes responses name, in a RateLimit-Shadow header, the
@@ -288,12 +267,7 @@ func (l *Limiter) record(ctx context.Context, d *Decision) {
 	for i := range d.Results {
 		rr := &d.Results[i]
 		if rr.Fallback != inherit && d.Allowed && !rr.Rule.Shadow {
-			c := &l.fo.counts[l.ruleIndex(rr.Rule)]
-			if rr.Fallback == FailOpen {
-				c.failOpen.Add(1)
-			} else {
-				c.failLocal.Add(1)
-			}
+			l.countFallback(rr)
 			if obs != nil {
 				obs.ObserveFailMode(rr.Rule.Name, rr.Fallback)
 			}
@@ -341,9 +315,7 @@ func writeShadowHeader(h http.Header, d *Decision) {
 // shadowRejected counts a shadow rule's would-be rejection and logs a
 // sample of them.
 func (l *Limiter) shadowRejected(ctx context.Context, rr *RuleResult) {
-	i := l.ruleIndex(rr.Rule)
-	l.fo.counts[i].shadow.Add(1)
-	if ok, n := l.fo.shadow[i].allow(l.cfg.clock()); ok {
+	if ok, n := l.countShadow(l.ruleIndex(rr.Rule)); ok {
 		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: shadow rule would have rejected requests",
 			slog.String("rule", rr.Rule.Name), slog.Int64("requests", n), slog.Duration("retry_after", rr.RetryAfter))
 	}

@@ -24,7 +24,7 @@ type config struct {
 
 	prefetches []Prefetcher
 
-	// Failure handling and observability (failmode.go, breaker.go,
+	// Failure handling and observability (engine.go, breaker.go,
 	// observer.go, health.go).
 	localShare     float64
 	instances      int

@@ -211,11 +211,15 @@ func (s *slowFailing) Reset(context.Context, ...string) error { return nil }
 // write them in time.
 type notSending struct {
 	admitAll
-	drop atomic.Bool
+	drop  atomic.Bool
+	cause error // nil: backend.ErrNotSent
 }
 
 func (s *notSending) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
 	if s.drop.Load() {
+		if s.cause != nil {
+			return s.cause
+		}
 		return fmt.Errorf("the deadline passed before the write: %w", backend.ErrNotSent)
 	}
 	return s.admitAll.DecideInto(ctx, reqs, out)
@@ -259,5 +263,36 @@ func TestCallsNeverSentAreShedNotBlamed(t *testing.T) {
 	be.drop.Store(false)
 	if got := get(t, h).Code; got != 200 {
 		t.Errorf("once calls are sent again: %d, want 200", got)
+	}
+}
+
+// A call written but whose reply this process was too busy to read in time
+// (backend.ErrUnread: a Redis store whose reading goroutine waited for a
+// CPU past the deadline) is not the backend's failure either: shed like a
+// call never sent, the breaker never moves, no fail mode applies, and its
+// kind is "overloaded" (issue 30.1).
+func TestRepliesUnreadAreShedNotBlamed(t *testing.T) {
+	be := &notSending{admitAll: admitAll{remote: true},
+		cause: fmt.Errorf("written at t, no reply read by t+100ms: %w", backend.ErrUnread)}
+	var transitions atomic.Int64
+	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1e9, Period: time.Minute}}, WithBackend(be), WithFailMode(FailOpen),
+		WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}),
+		WithLogger(slog.New(slog.DiscardHandler)), onDegraded(func(DegradedEvent) { transitions.Add(1) }))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	be.drop.Store(true)
+	for range 10 {
+		if w := get(t, h); w.Code != 503 || w.Header().Get("Retry-After") != "1" {
+			t.Fatalf("a reply unread: %d, Retry-After %q; want 503 with Retry-After 1", w.Code, w.Header().Get("Retry-After"))
+		}
+	}
+	_, err := l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
+	if !errors.Is(err, backend.ErrUnread) || KindOf(err) != kindOverloaded {
+		t.Errorf("Decide of a reply unread: %v (kind %q); want it wrapping backend.ErrUnread, kind %q", err, KindOf(err), kindOverloaded)
+	}
+	hl := l.Health()
+	if transitions.Load() != 0 || hl.Status != "healthy" || hl.Shed != 11 || hl.Rules[0].FailOpenAdmissions != 0 {
+		t.Errorf("%d transitions, status %q, shed %d, failed open %d; want 0, healthy, 11, 0",
+			transitions.Load(), hl.Status, hl.Shed, hl.Rules[0].FailOpenAdmissions)
 	}
 }

@@ -270,6 +270,8 @@ func TestResendable(t *testing.T) {
 		{"connection reset", errRefused, []backend.Request{release, release}},
 		{"breaker open", errBreakerOpen, []backend.Request{release, refund, charge}},
 		{"never sent", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrNotSent), []backend.Request{release, refund, charge}},
+		// Written, so perhaps applied: only what is idempotent goes again.
+		{"reply unread", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrUnread), []backend.Request{release, release}},
 	} {
 		got := resendable(all, tc.err)
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {

@@ -31,8 +31,7 @@ type plan struct {
 // at start-up too (the example reloads a file on SIGHUP).
 //
 // The change is logged, shown in [Limiter.Health] (RuleHealth.Limit), and
-// told to every observer that has the method
-// ObserveLimit(rule string, limit, burst int64).
+// told to the observer ([Observer.ObserveLimit]).
 func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	r, err := l.rule(rule)
 	if err != nil {
@@ -61,26 +60,10 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	l.cfg.logger.LogAttrs(context.Background(), slog.LevelInfo, "ceiling: a rule's limit changed",
 		slog.String("rule", rule), slog.Int64("limit", limit), slog.Int64("burst", burst),
 		slog.Int64("previous_limit", old.limit), slog.Int64("previous_burst", old.burst))
-	observeLimit(l.cfg.observer, rule, limit, burst)
+	if o := l.cfg.observer; o != nil {
+		o.ObserveLimit(rule, limit, burst)
+	}
 	return nil
-}
-
-// limitObserver is the optional method of an [Observer] that wants to
-// know of [Limiter.SetLimit]'s changes.
-type limitObserver interface {
-	ObserveLimit(rule string, limit, burst int64)
-}
-
-func observeLimit(o Observer, rule string, limit, burst int64) {
-	if os, ok := o.(observers); ok {
-		for _, o := range os {
-			observeLimit(o, rule, limit, burst)
-		}
-		return
-	}
-	if lo, ok := o.(limitObserver); ok {
-		lo.ObserveLimit(rule, limit, burst)
-	}
 }
 
 // initPlans gives every rule its own limit as its plan; New calls it.

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// limitSeen is an observer with the optional ObserveLimit method.
+// limitSeen is an observer that records ObserveLimit's calls.
 type limitSeen struct {
 	NopObserver
 	mu   sync.Mutex

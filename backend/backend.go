@@ -203,8 +203,9 @@ const Never time.Duration = -1
 // however late this process gets to it, and waits for one at most as long
 // after the write as the deadline allowed when Decide was called. A call it
 // never wrote (the deadline passed while this process waited for a CPU or
-// for a connection) fails with an error wrapping [ErrNotSent]: that is the
-// caller's process at fault, not the backend, and the limiter sheds the
+// for a connection) fails with an error wrapping [ErrNotSent], and one whose
+// reply this process was too busy to read in time with [ErrUnread]: that is
+// the caller's process at fault, not the backend, and the limiter sheds the
 // request rather than blame the backend or apply a fail mode.
 //
 // Implementations must be safe for simultaneous use by multiple goroutines.

@@ -26,3 +26,10 @@ var (
 // reached the server, so it may be sent again, and it says nothing about
 // the server's health (see [Backend]).
 var ErrNotSent = errors.New("backend call never sent")
+
+// ErrUnread is wrapped by the error of a call the backend wrote but whose
+// reply this process was too busy to read by the deadline (its goroutine
+// waited for a CPU while the reply may well have come). Like [ErrNotSent]
+// it says nothing about the server's health; unlike it, the call may have
+// been applied, so it must not be sent again unless it is idempotent.
+var ErrUnread = errors.New("backend reply not read: this process was too busy")

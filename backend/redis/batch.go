@@ -241,10 +241,22 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 	<-w.done // exec's signal, for the waiter that is not there
 	if err := w.one[0].cmd.Err(); err != nil && timedOut(err) &&
 		time.Now().UnixNano() >= w.written.Load()+int64(w.budget) {
+		late := time.Since(time.Unix(0, w.written.Load()+int64(w.budget))) >= w.budget/10
 		if s.cluster != nil {
 			s.healCluster()
 		}
-		s.starved(w.budget) // if it was this process, the next calls wait for it
+		// The socket's deadline ended the read, however late this
+		// goroutine came to it: on a process that was too busy to run it
+		// (the deadline's wake-up came late, or a yield is slow now), or
+		// while Redis replied to another round trip since the write (it
+		// runs, as in waitStarved), the reply may have come in time and
+		// been dropped unread, and the next calls wait for theirs
+		// (starvedLately).
+		ran := s.replied.Load() > w.written.Load()
+		if starved, _ := s.starved(w.budget); starved || late || ran {
+			s.slowYield.Store(time.Now().UnixNano())
+			return fmt.Errorf("%w (%w: no reply read within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
+		}
 		return s.timeoutError(w, entry)
 	}
 	return nil
@@ -284,8 +296,16 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 	}
 	limit := entry.Add(starvedLimit(w.budget))
 	for {
-		if wr := w.written.Load(); wr != 0 && w.wait(time.Until(time.Unix(0, wr).Add(w.budget))) {
-			return true
+		var late bool
+		if wr := w.written.Load(); wr != 0 {
+			due := time.Unix(0, wr).Add(w.budget)
+			if w.wait(time.Until(due)) {
+				return true
+			}
+			// A wake-up that came well past its time says the process
+			// was not running (its threads waited for a CPU), which a
+			// yield, quick once it runs again, does not show.
+			late = time.Since(due) >= w.budget/10
 		}
 		left := time.Until(limit)
 		if left <= 0 {
@@ -301,8 +321,21 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 		if w.answered() {
 			return true
 		}
+		if late && !starved {
+			starved = true
+			s.slowYield.Store(time.Now().UnixNano())
+		}
+		// Redis replied to a round trip since this call was taken: it
+		// runs, and this call's reply is most likely waiting for this
+		// process to read it. A frozen Redis replies to none.
+		if wr := w.written.Load(); !starved && wr != 0 && s.replied.Load() > wr {
+			starved = true
+		}
 		if !starved {
-			return false // a prompt process: Redis, not this process, is slow
+			// A prompt process: Redis, not this process, is slow, unless
+			// the reply came and the scheduler has not polled the network
+			// for it yet, which a busy process does only every few ms.
+			return w.wait(min(w.budget/10, time.Until(limit)))
 		}
 		if w.wait(min(max(took, w.budget/2), time.Until(limit))) {
 			return true
@@ -413,7 +446,9 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 	case !w.taken():
 		// Not sent: this process's delay, unless the round trips that
 		// held every lane were Redis's, none coming back for a budget.
-		if b := w.node; b != nil && time.Since(time.Unix(0, b.back.Load())) > w.budget {
+		// Redis replying to any round trip meanwhile clears it.
+		if b := w.node; b != nil && time.Since(time.Unix(0, b.back.Load())) > w.budget &&
+			time.Since(time.Unix(0, s.replied.Load())) > w.budget {
 			return fmt.Errorf("%w within %v: %w", errStuck, w.budget, context.DeadlineExceeded)
 		}
 		return fmt.Errorf("%w within %v: %w", errNotSent, w.budget, context.DeadlineExceeded)
@@ -656,12 +691,18 @@ func (s *Store) exec(batch []*op, self *waiter) {
 		}
 	}
 	s.send(ctx, batch)
-	heal := false
+	heal, replied := false, false
 	for _, o := range batch {
 		if err := o.cmd.Err(); err != nil {
 			s.logReply(err)
 			heal = heal || (s.cluster != nil && stale(err))
 		}
+		replied = replied || !timedOut(o.cmd.Err())
+	}
+	if replied {
+		s.replied.Store(time.Now().UnixNano())
+	}
+	for _, o := range batch {
 		if o.w.pending.Add(-1) == 0 {
 			o.w.done <- struct{}{}
 		}

@@ -55,6 +55,9 @@ type Store struct {
 	// slowYield is the UnixNano of the last yield that showed this
 	// process starved (Store.starved).
 	slowYield atomic.Int64
+	// replied is the UnixNano of the last round trip Redis replied to
+	// (not one that timed out): evidence that Redis runs.
+	replied atomic.Int64
 	// logs is where go-redis's lines about this Store go (nil: where
 	// go-redis writes them); ownLogs, that WithLogger chose it, so that a
 	// limiter's logger does not replace it (see UseDefaultLogger).

@@ -1,7 +1,7 @@
 // Package failover is ceiling's failure engine: the circuit breaker that
 // stands between the limiter and a backend that does I/O, and the timing
 // of the probes that close it. The limiter decides what a failure is
-// (ceiling's call.go); this package decides what a run of them does.
+// (ceiling's engine.go); this package decides what a run of them does.
 package failover
 
 import (
