@@ -24,8 +24,8 @@ const (
 )
 
 // Store is a [backend.Backend] on PostgreSQL through a pgx pool. Each
-// decision is one call of the function ceiling_decide (one round trip),
-// which locks the call's rows in key order, reads them, decides with the
+// decision is one call of the function ceiling_decide (one round trip;
+// ceiling_decide_one for a call of one request), which locks the call's rows in key order, reads them, decides with the
 // server's clock and the arithmetic of backend/ALGORITHMS.md, and writes
 // all or nothing in the same transaction.
 //
