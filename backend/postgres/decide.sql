@@ -190,59 +190,88 @@ BEGIN
 END $$;
 
 -- ceiling_decide_one is ceiling_decide for a call of one request, the
--- most common, without the bookkeeping of several keys: the same lock,
--- anchor, step and write, the same reply.
+-- most common, which the Store calls directly with scalar arguments
+-- (p_now NULL: the server's clock): the same anchor, step and reply
+-- without the bookkeeping of several keys, and without the extra row
+-- version of the locking insert. It locks the key's row with SELECT ...
+-- FOR UPDATE, so a rejection or a peek writes nothing; a key without a row
+-- is decided as absent, and only an admission that leaves state inserts
+-- one (ON CONFLICT DO NOTHING). If another call created the row
+-- meanwhile, the decision is taken again on that row, locked by the
+-- insert of ceiling_decide, whose semantics it then has. Either way a
+-- decision runs three statements: the call, the lock, the write.
 CREATE OR REPLACE FUNCTION ceiling_decide_one(now bigint, p_key text, p_alg int, lim bigint, p bigint,
   burst bigint, c bigint, flag int, lease bigint, stamp bigint)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  rec record;
+  r_alg int;
+  r_st bigint[];
+  r_exp bigint;
+  have boolean;
   ra record;
   r record;
   a int;
   s bigint[];
   e bigint;
-  anchored boolean := false;
+  anchored boolean;
   current boolean;
   force boolean := flag & 1 = 1;
   remaining bigint;
   nxt bigint;
+  n int;
 BEGIN
-  INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (p_key, -1, '{}', 0)
-  ON CONFLICT (key) DO UPDATE SET alg = t.alg
-  RETURNING t.alg, t.st, t.expires INTO rec;
-  a := CASE WHEN rec.alg = p_alg THEN p_alg END; -- another algorithm's state: absent
-  s := rec.st;
-  -- most states store no time past now: no anchor to compute for them
-  current := CASE a WHEN 4 THEN s[2] <= now WHEN 3 THEN s[1] <= now WHEN 2 THEN s[1] <= now
-    WHEN 1 THEN s[cardinality(s) - 1] <= now WHEN 0 THEN s[2] <= now / s[1] ELSE false END;
-  IF a IS NOT NULL AND current IS NOT TRUE THEN
-    ra := ceiling_anchor(a, s, now, p);
-    IF ra.changed THEN
-      anchored := true;
-      IF ra.exp <= now THEN a := NULL; ELSE s := ra.st; e := ra.exp; END IF;
-    END IF;
-  END IF;
-  IF a IS NULL THEN s := NULL; END IF;
-  CASE p_alg
-  WHEN 0 THEN r := ceiling_rolling(s, now, lim, p, c, force, stamp);
-  WHEN 1 THEN r := ceiling_log(s, now, lim, p, c, force, stamp);
-  WHEN 2 THEN r := ceiling_sliding(s, now, lim, p, c, force, stamp);
-  WHEN 3 THEN r := ceiling_fixed(s, now, lim, p, c, force, stamp);
-  WHEN 4 THEN r := ceiling_gcra(s, now, lim, p, burst, c, force, stamp);
-  WHEN 5 THEN r := ceiling_leases(s, now, lim, p, c, force, lease);
-  END CASE;
-  IF r.ok AND c <> 0 THEN
-    IF r.exp <= now THEN
-      DELETE FROM ceiling_state t WHERE t.key = p_key;
+  now := coalesce(now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  FOR pass IN 1 .. 2 LOOP
+    IF pass = 1 THEN
+      SELECT t.alg, t.st, t.expires INTO r_alg, r_st, r_exp FROM ceiling_state t WHERE t.key = p_key FOR UPDATE;
+      have := FOUND;
     ELSE
-      UPDATE ceiling_state t SET alg = p_alg, st = r.st, expires = r.exp WHERE t.key = p_key;
+      INSERT INTO ceiling_state AS t (key, alg, st, expires) VALUES (p_key, -1, '{}', 0)
+      ON CONFLICT (key) DO UPDATE SET alg = t.alg
+      RETURNING t.alg, t.st, t.expires INTO r_alg, r_st, r_exp;
+      have := true;
     END IF;
-  ELSIF anchored AND a IS NOT NULL THEN
-    UPDATE ceiling_state t SET st = s, expires = e WHERE t.key = p_key;
-  ELSIF anchored OR rec.alg < 0 THEN
-    DELETE FROM ceiling_state t WHERE t.key = p_key; -- emptied, or created for nothing
-  END IF;
+    a := CASE WHEN r_alg = p_alg THEN p_alg END; -- another algorithm's state: absent
+    s := r_st;
+    anchored := false;
+    -- most states store no time past now: no anchor to compute for them
+    current := CASE a WHEN 4 THEN s[2] <= now WHEN 3 THEN s[1] <= now WHEN 2 THEN s[1] <= now
+      WHEN 1 THEN s[cardinality(s) - 1] <= now WHEN 0 THEN s[2] <= now / s[1] ELSE false END;
+    IF a IS NOT NULL AND current IS NOT TRUE THEN
+      ra := ceiling_anchor(a, s, now, p);
+      IF ra.changed THEN
+        anchored := true;
+        IF ra.exp <= now THEN a := NULL; ELSE s := ra.st; e := ra.exp; END IF;
+      END IF;
+    END IF;
+    IF a IS NULL THEN s := NULL; END IF;
+    CASE p_alg
+    WHEN 0 THEN r := ceiling_rolling(s, now, lim, p, c, force, stamp);
+    WHEN 1 THEN r := ceiling_log(s, now, lim, p, c, force, stamp);
+    WHEN 2 THEN r := ceiling_sliding(s, now, lim, p, c, force, stamp);
+    WHEN 3 THEN r := ceiling_fixed(s, now, lim, p, c, force, stamp);
+    WHEN 4 THEN r := ceiling_gcra(s, now, lim, p, burst, c, force, stamp);
+    WHEN 5 THEN r := ceiling_leases(s, now, lim, p, c, force, lease);
+    END CASE;
+    IF have THEN
+      IF r.ok AND c <> 0 THEN
+        IF r.exp <= now THEN
+          DELETE FROM ceiling_state t WHERE t.key = p_key;
+        ELSE
+          UPDATE ceiling_state t SET alg = p_alg, st = r.st, expires = r.exp WHERE t.key = p_key;
+        END IF;
+      ELSIF anchored AND a IS NOT NULL THEN
+        UPDATE ceiling_state t SET st = s, expires = e WHERE t.key = p_key;
+      ELSIF anchored OR r_alg < 0 THEN
+        DELETE FROM ceiling_state t WHERE t.key = p_key; -- emptied, or created for nothing
+      END IF;
+      EXIT;
+    END IF;
+    EXIT WHEN NOT r.ok OR c = 0 OR r.exp <= now; -- nothing to store
+    INSERT INTO ceiling_state (key, alg, st, expires) VALUES (p_key, p_alg, r.st, r.exp) ON CONFLICT (key) DO NOTHING;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    EXIT WHEN n = 1;
+  END LOOP;
   remaining := greatest(0, r.remaining);
   nxt := CASE WHEN remaining > 0 THEN 0 ELSE r.nxt END;
   RETURN ARRAY[now, CASE WHEN NOT r.ok AND flag & 2 = 0 THEN 1 ELSE 0 END, r.ok::int, remaining, greatest(0, r.reset),

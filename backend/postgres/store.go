@@ -24,8 +24,8 @@ const (
 )
 
 // Store is a [backend.Backend] on PostgreSQL through a pgx pool. Each
-// decision is one call of the function ceiling_decide (one round trip),
-// which locks the call's rows in key order, reads them, decides with the
+// decision is one call of the function ceiling_decide (one round trip;
+// ceiling_decide_one for a call of one request), which locks the call's rows in key order, reads them, decides with the
 // server's clock and the arithmetic of backend/ALGORITHMS.md, and writes
 // all or nothing in the same transaction.
 //
@@ -141,8 +141,13 @@ func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.R
 }
 
 // callSQL calls the decision function; its arguments are the requests'
-// fields as arrays.
-const callSQL = "SELECT ceiling_decide($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+// fields as arrays. oneSQL decides a call of one request, the common
+// case, with its fields as scalars: cheaper to encode and decode than ten
+// arrays, and without ceiling_decide's bookkeeping of several keys.
+const (
+	callSQL = "SELECT ceiling_decide($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+	oneSQL  = "SELECT ceiling_decide_one($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+)
 
 // DecideInto is [Store.Decide] writing the results into the first
 // len(reqs) elements of results, which must be at least that long.
@@ -163,22 +168,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		return nil
 	}
 	n := len(reqs)
-	keys := make([]string, n)
-	algs := make([]int32, n)
-	lims, pers, bursts, costs, leases, stamps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	flags := make([]int32, n)
-	for i, r := range reqs {
-		keys[i] = s.prefix + r.Key
-		algs[i] = int32(r.Algorithm)
-		lims[i], pers[i], bursts[i], costs[i] = r.Limit, int64(r.Period/time.Microsecond), r.Burst, r.Cost
-		leases[i], stamps[i] = r.Lease, r.Stamp
-		if r.Force {
-			flags[i] |= 1
-		}
-		if r.Shadow {
-			flags[i] |= 2
-		}
-	}
+	sql, args := s.call(reqs)
 	budget := time.Duration(-1)
 	if dl, ok := ctx.Deadline(); ok {
 		if budget = time.Until(dl); budget <= 0 {
@@ -208,7 +198,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	var out []int64
 	for attempt := 0; attempt < 2; attempt++ {
-		err = conn.QueryRow(ctx, callSQL, s.now(), keys, algs, lims, pers, bursts, costs, flags, leases, stamps).Scan(&out)
+		err = conn.QueryRow(ctx, sql, args...).Scan(&out)
 		if attempt > 0 || !aborted(err) {
 			break
 		}
@@ -239,6 +229,47 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		results[i] = res
 	}
 	return nil
+}
+
+// call returns the statement deciding reqs (at least one) and its
+// arguments, the first of them the instant (s.now, NULL for the server's
+// clock).
+func (s *Store) call(reqs []backend.Request) (string, []any) {
+	n := len(reqs)
+	args := make([]any, 10)
+	args[0] = s.now()
+	if n == 1 {
+		r := reqs[0]
+		args[1], args[2], args[3], args[4] = s.prefix+r.Key, int32(r.Algorithm), r.Limit, int64(r.Period/time.Microsecond)
+		args[5], args[6], args[7], args[8], args[9] = r.Burst, r.Cost, flags(r), r.Lease, r.Stamp
+		return oneSQL, args
+	}
+	keys := make([]string, n)
+	algs := make([]int32, n)
+	lims, pers, bursts, costs, leases, stamps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	fl := make([]int32, n)
+	for i, r := range reqs {
+		keys[i] = s.prefix + r.Key
+		algs[i] = int32(r.Algorithm)
+		lims[i], pers[i], bursts[i], costs[i] = r.Limit, int64(r.Period/time.Microsecond), r.Burst, r.Cost
+		leases[i], stamps[i] = r.Lease, r.Stamp
+		fl[i] = flags(r)
+	}
+	args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9] = keys, algs, lims, pers, bursts, costs, fl, leases, stamps
+	return callSQL, args
+}
+
+// flags packs a request's booleans as ceiling_decide takes them: 1 Force,
+// 2 Shadow.
+func flags(r backend.Request) int32 {
+	var f int32
+	if r.Force {
+		f |= 1
+	}
+	if r.Shadow {
+		f |= 2
+	}
+	return f
 }
 
 // aborted reports a transaction PostgreSQL rolled back on its own and that
