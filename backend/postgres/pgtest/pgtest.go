@@ -213,16 +213,7 @@ func start(tb testing.TB, o Options) (*Server, error) {
 	for _, kv := range o.Settings {
 		s.args = append(s.args, "-c", kv)
 	}
-	for attempt := 0; ; attempt++ {
-		s.Port, err = freePort()
-		if err == nil {
-			err = s.run()
-		}
-		if err == nil || attempt == 4 {
-			break
-		}
-	}
-	if err != nil {
+	if err := s.listen(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -276,20 +267,25 @@ func standby(primary *Server) (*Server, error) {
 			s.args[i] = dir
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		s.Port, err = freePort()
-		if err == nil {
-			err = s.run()
-		}
-		if err == nil || attempt == 4 {
-			break
-		}
-	}
-	if err != nil {
+	if err := s.listen(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	return s, nil
+}
+
+// listen runs the server on a free loopback port, trying up to five: a
+// port found free can be taken before the server binds it.
+func (s *Server) listen() error {
+	var err error
+	for range 5 {
+		if s.Port, err = freePort(); err == nil {
+			if err = s.run(); err == nil {
+				return nil
+			}
+		}
+	}
+	return err
 }
 
 // basebackup finds pg_basebackup beside postgres (a symbolic link on PATH
