@@ -65,6 +65,9 @@ DECLARE
   w_exp bigint[] := '{}';
   del text[] := '{}';
 BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    PERFORM ceiling_refuse_isolation();
+  END IF;
   IF n = 1 THEN
     RETURN ceiling_decide_one(now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
   END IF;
@@ -220,6 +223,9 @@ DECLARE
   nxt bigint;
   n int;
 BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    PERFORM ceiling_refuse_isolation();
+  END IF;
   now := coalesce(now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   FOR pass IN 1 .. 2 LOOP
     IF pass = 1 THEN
@@ -293,4 +299,16 @@ BEGIN
   WHEN 4 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_gcra(s, now, lim, p, burst, c, force, stamp);
   WHEN 5 THEN SELECT * INTO ok, remaining, reset, retry, nxt, placed, st, exp FROM ceiling_leases(s, now, lim, p, c, force, lease);
   END CASE;
+END $$;
+
+-- ceiling_refuse_isolation refuses a decision in a transaction above READ
+-- COMMITTED (a session default of REPEATABLE READ or SERIALIZABLE): there
+-- concurrent decisions on one key abort with serialization failures
+-- instead of queueing, and each abort would reach the limiter's fail mode,
+-- a limit weaker than configured. Refused, every call fails loudly and
+-- Limiter.Check refuses the configuration at start.
+CREATE OR REPLACE FUNCTION ceiling_refuse_isolation() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'ceiling: decisions need READ COMMITTED, and this transaction is %', current_setting('transaction_isolation')
+    USING ERRCODE = '0A000', HINT = 'set default_transaction_isolation to ''read committed'' for the role or the pool ceiling uses';
 END $$;

@@ -29,8 +29,9 @@
 // start.
 //
 // The decision needs READ COMMITTED, PostgreSQL's default: under
-// REPEATABLE READ or SERIALIZABLE as the session's default, concurrent
-// decisions on one key fail with serialization errors instead of queueing.
+// REPEATABLE READ or SERIALIZABLE, concurrent decisions on one key would
+// abort instead of queueing, so the decision refuses them, and
+// Limiter.Check refuses the setting at start.
 //
 // See README.md beside this file.
 package postgres
