@@ -18,11 +18,12 @@ import (
 // batch jobs.
 //
 // A wait consumes nothing: a rejected decision takes from no rule. Wait
-// returns at once, with the last rejected Decision, when ctx is done
-// (ctx's error), when the next retry would pass ctx's deadline (an error
-// wrapping [context.DeadlineExceeded]: it does not sleep to a deadline it
-// cannot make), and when the inputs can never be admitted (RetryAfter
-// [backend.Never]). Any error of Decide is returned as Decide returns it,
+// returns at once when ctx is done (ctx's error, with the last rejected
+// Decision if ctx ended a sleep, a zero Decision if it was done before a
+// retry), and with the last rejected Decision when the next retry would
+// pass ctx's deadline (an error wrapping [context.DeadlineExceeded]: it
+// does not sleep to a deadline it cannot make) and when the inputs can
+// never be admitted (RetryAfter [backend.Never]). Any error of Decide is returned as Decide returns it,
 // at once: when the backend fails, the rule's fail mode answers (admitted
 // by FailOpen, an [*UnavailableError] from FailClosed), never a loop of
 // backend calls; a FailLocal rejection is waited out like any other.
