@@ -321,7 +321,7 @@ func (c *clientIP) client(h http.Header, peer netip.Addr) netip.Addr {
 	case c.header == fromPeer:
 		return peer
 	case c.hops > 0:
-		return countHops(h[c.headerName()], c.header == fromForwarded, c.hops, peer)
+		return c.walk(h[c.headerName()], c.header == fromForwarded, peer)
 	case !c.anywhere && !c.isTrusted(peer):
 		return peer
 	}
@@ -340,27 +340,6 @@ func (c *clientIP) client(h http.Header, peer netip.Addr) netip.Addr {
 	default:
 		return c.walk(h["Forwarded"], true, peer)
 	}
-}
-
-// countHops returns the n-th entry from the right of a list header, or the
-// nearest address right of an unusable one, or the left-most of a shorter
-// list (the peer when there is none).
-func countHops(lines []string, forwarded bool, n int, peer netip.Addr) netip.Addr {
-	hop, seen := peer, 0
-	for i := len(lines) - 1; i >= 0; i-- {
-		for v := lines[i]; v != ""; {
-			var a netip.Addr
-			var ok bool
-			v, a, ok = cutLastHop(v, forwarded)
-			if seen++; ok {
-				hop = a
-			}
-			if seen == n {
-				return hop
-			}
-		}
-	}
-	return hop
 }
 
 // untrustedProxy records, once per process, the first request from a
@@ -425,24 +404,34 @@ func (c *clientIP) checkPeer(h http.Header, peer netip.Addr) {
 		slog.String("peer", peer.String()), slog.String("header", header))
 }
 
-// walk reads a list header from the right: the first hop that is not a
+// walk reads a list header from the right. Counting hops, the client is
+// the c.hops-th entry, or the nearest address right of an unusable one, or
+// the left-most of a shorter list. Otherwise the first hop that is not a
 // trusted proxy is the client; an unusable entry stops at the nearest
 // trusted hop; all trusted, the left-most. Only entries trusted proxies
 // wrote are ever parsed, so nothing the client wrote can shift them.
 func (c *clientIP) walk(lines []string, forwarded bool, peer netip.Addr) netip.Addr {
-	hop := peer
+	hop, seen := peer, 0
 	for i := len(lines) - 1; i >= 0; i-- {
 		for v := lines[i]; v != ""; {
 			var a netip.Addr
 			var ok bool
 			v, a, ok = cutLastHop(v, forwarded)
-			if !ok {
+			switch seen++; {
+			case c.hops > 0:
+				if ok {
+					hop = a
+				}
+				if seen == c.hops {
+					return hop
+				}
+			case !ok:
 				return hop
-			}
-			if !c.isTrusted(a) {
+			case !c.isTrusted(a):
 				return a
+			default:
+				hop = a
 			}
-			hop = a
 		}
 	}
 	return hop
