@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,7 +124,7 @@ func TestNumericBodyKeysShareOneBudget(t *testing.T) {
 	for _, n := range []string{"1000", "1000.0", "1e3", "10E2", "1000.5"} {
 		got = append(got, serve(t, h, bodyRequest("application/json", `{"id": `+n+`}`)).Code)
 	}
-	if want := []int{200, 200, 200, 429, 400}; !equalInts(got, want) {
+	if want := []int{200, 200, 200, 429, 400}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 	phone := MustNew([]Rule{{Name: "phone", Key: Must(BodyField("phone")), Limit: 1, Period: time.Hour}}, WithBackend(&quota{})).Handler(okHandler)
@@ -131,7 +132,7 @@ func TestNumericBodyKeysShareOneBudget(t *testing.T) {
 	for _, n := range []string{"15550001111.0", "15550001111", "155500011110"} {
 		got = append(got, serve(t, phone, bodyRequest("application/json", `{"phone": `+n+`}`)).Code)
 	}
-	if want := []int{200, 429, 200}; !equalInts(got, want) {
+	if want := []int{200, 429, 200}; !slices.Equal(got, want) {
 		t.Errorf("15550001111.0, 15550001111, 155500011110: statuses %v, want %v", got, want)
 	}
 }

@@ -266,7 +266,7 @@ func TestRandomXForwardedForBuysNoQuota(t *testing.T) {
 			}
 			reqs = append(reqs, ipRequest(tc.peer, header, spoof+tc.appends))
 		}
-		if got, want := statuses(t, h, reqs...), []int{200, 200, 200, 429, 429, 429}; !equalInts(got, want) {
+		if got, want := statuses(t, h, reqs...), []int{200, 200, 200, 429, 429, 429}; !slices.Equal(got, want) {
 			t.Errorf("%s: statuses %v, want %v", tc.name, got, want)
 		}
 	}

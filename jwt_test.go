@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,7 +173,7 @@ func TestForgedJWTSubjectsBuyNoQuota(t *testing.T) {
 	for i := range 9 {
 		reqs = append(reqs, bearerRequest(forge[i%3](fmt.Sprintf("user-%d-%d", i, time.Now().UnixNano()))))
 	}
-	if got, want := statuses(t, h, reqs...), []int{200, 200, 200, 429, 429, 429, 429, 429, 429}; !equalInts(got, want) {
+	if got, want := statuses(t, h, reqs...), []int{200, 200, 200, 429, 429, 429, 429, 429, 429}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 	// A genuine user from the same address has a budget of their own.
@@ -265,7 +266,7 @@ func TestJWTOversizedTokensFallBackToTheAddress(t *testing.T) {
 	for range 3 {
 		reqs = append(reqs, bearerRequest(huge))
 	}
-	if got, want := statuses(t, h, reqs...), []int{200, 200, 429}; !equalInts(got, want) {
+	if got, want := statuses(t, h, reqs...), []int{200, 200, 429}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 }

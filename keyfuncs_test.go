@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,7 @@ func TestSkipLeavesTheRuleOut(t *testing.T) {
 		httptest.NewRequest("GET", "/x", nil),
 		httptest.NewRequest("GET", "/x", nil),
 		httptest.NewRequest("GET", "/healthz", nil))
-	if want := []int{200, 200, 200, 429, 200}; !equalInts(got, want) {
+	if want := []int{200, 200, 200, 429, 200}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 	if got, want := be.calls, 2; got != want {
@@ -163,7 +164,7 @@ func TestNormalisedPhoneSharesABudget(t *testing.T) {
 		httptest.NewRequest("POST", "/otp?to=254700000000", nil),
 		httptest.NewRequest("POST", "/otp?to=254-700-000-000", nil),
 		httptest.NewRequest("POST", "/otp?to=%2B254+7OO", nil))
-	if want := []int{200, 200, 429, 400}; !equalInts(got, want) {
+	if want := []int{200, 200, 429, 400}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 	if be.calls != 3 {
