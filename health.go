@@ -70,11 +70,12 @@ func (l *Limiter) warnPlatform() {
 	}
 }
 
-// notes are a limiter's warnings about its own configuration, found in New
-// or in its first requests, for [Limiter.Health].
+// notes are warnings about a configuration, each kept once, for
+// [Limiter.Health].
 type notes struct {
-	mu   sync.Mutex
-	list []string
+	mu     sync.Mutex
+	list   []string
+	logged int // list[:logged] were logged, for notes logged later (flush)
 }
 
 // warn logs note once and keeps it.
@@ -93,6 +94,29 @@ func (n *notes) add(note string) bool {
 	}
 	n.list = append(n.list, note)
 	return true
+}
+
+// later keeps note and logs it once a limiter has set the process's
+// logger (key functions are built before any limiter may exist).
+func (n *notes) later(note string) {
+	if n.add(note) && processLogger.Load() != nil {
+		n.flush()
+	}
+}
+
+// flush logs, with the process's logger, the notes not logged yet.
+func (n *notes) flush() {
+	n.mu.Lock()
+	fresh := n.list[n.logged:]
+	n.logged = len(n.list)
+	n.mu.Unlock()
+	logger := processLogger.Load()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	for _, note := range fresh {
+		logger.Warn("ceiling: " + note + " (Logged once per process.)")
+	}
 }
 
 func (n *notes) all() []string {
@@ -171,7 +195,7 @@ func (l *Limiter) Health() Health {
 	}
 	h.Warnings = l.engineWarnings()
 	h.Warnings = append(h.Warnings, l.keyWarnings()...)
-	h.Warnings = append(h.Warnings, spoofable.list()...)
+	h.Warnings = append(h.Warnings, spoofable.all()...)
 	h.Warnings = append(h.Warnings, l.notes.all()...)
 	if h.EvictedKeys = l.evictions(); h.EvictedKeys > 0 {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))

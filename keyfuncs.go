@@ -3,13 +3,10 @@ package ceiling
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // A KeyFunc returns the value a rule limits by: a client address, an account,
@@ -59,7 +56,7 @@ func Header(name string) KeyFunc {
 	}
 	name = http.CanonicalHeaderKey(name)
 	if fix, ok := addressHeaders[name]; ok {
-		spoofable.add(fmt.Sprintf("ceiling.Header(%q) keys on a value every client can write, so each spoofed value is a fresh budget; "+
+		spoofable.later(fmt.Sprintf("ceiling.Header(%q) keys on a value every client can write, so each spoofed value is a fresh budget; "+
 			"key on the client address instead: ceiling.Must(ceiling.ClientIP(ceiling.%s))", name, fix))
 	}
 	what := "header " + name // built once: the key function does not allocate
@@ -78,52 +75,9 @@ var addressHeaders = map[string]string{
 }
 
 // spoofable holds the warnings about [Header] keys on address headers,
-// logged once by the first limiter's logger and kept for health reports.
-var spoofable keyFuncNotes
-
-// keyFuncNotes are warnings raised while key functions are built, before
-// any limiter (and so any logger) may exist.
-type keyFuncNotes struct {
-	mu     sync.Mutex
-	notes  []string
-	logged int // notes[:logged] were logged
-}
-
-// add records note (once) and logs it if a limiter has set the logger.
-func (n *keyFuncNotes) add(note string) {
-	n.mu.Lock()
-	if slices.Contains(n.notes, note) {
-		n.mu.Unlock()
-		return
-	}
-	n.notes = append(n.notes, note)
-	n.mu.Unlock()
-	if processLogger.Load() != nil {
-		n.flush()
-	}
-}
-
-// flush logs the notes not logged yet, with the process's logger.
-func (n *keyFuncNotes) flush() {
-	n.mu.Lock()
-	fresh := n.notes[n.logged:]
-	n.logged = len(n.notes)
-	n.mu.Unlock()
-	logger := processLogger.Load()
-	if logger == nil {
-		logger = slog.Default()
-	}
-	for _, note := range fresh {
-		logger.Warn("ceiling: " + note + " (Logged once per process.)")
-	}
-}
-
-// list returns the notes, for [Limiter.Health].
-func (n *keyFuncNotes) list() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.notes)
-}
+// process-wide like the key functions: each logged once, by the first
+// limiter's logger (flush), and kept for every limiter's health report.
+var spoofable notes
 
 // Query keys by the value of a URL query parameter; a missing or empty
 // parameter yields [ErrNoKey], and repeated parameters with different values

@@ -218,12 +218,12 @@ func TestMust(t *testing.T) {
 // other headers raise nothing.
 func TestHeaderOnAnAddressHeaderWarnsOnce(t *testing.T) {
 	var logs bytes.Buffer
-	saved, savedNotes := processLogger.Load(), spoofable.list()
+	saved, savedNotes := processLogger.Load(), spoofable.all()
 	processLogger.Store(nil)
-	spoofable = keyFuncNotes{}
+	spoofable = notes{}
 	t.Cleanup(func() {
 		processLogger.Store(saved)
-		spoofable = keyFuncNotes{notes: savedNotes, logged: len(savedNotes)}
+		spoofable = notes{list: savedNotes, logged: len(savedNotes)}
 	})
 
 	Header("X-Api-Key")
