@@ -29,7 +29,7 @@ type table[V any] struct {
 
 const (
 	minSlots   = 8
-	maxLoadNum = 4 // grow beyond 4/5 full: 40-byte GCRA slots cost 50..100 bytes per key
+	maxLoadNum = 4 // grow beyond 4/5 full
 	maxLoadDen = 5
 )
 
