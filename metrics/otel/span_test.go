@@ -151,6 +151,27 @@ func TestFailClosedIsRecordedOnTheSpan(t *testing.T) {
 	}
 }
 
+// A request shed because this process could not send its call is "shed",
+// not a fail mode's doing: no fail_mode attribute, though its rule fails
+// open.
+func TestShedIsRecordedOnTheSpan(t *testing.T) {
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "chat", Key: ceiling.Static("s"), Limit: 3, Period: time.Hour, FailMode: ceiling.FailOpen},
+	}, ceiling.WithBackend(notSent{}), ceiling.WithObserver(newObserver(t)), quiet)
+	t.Cleanup(func() { l.Close() })
+	h, rec := traced(t, l.Handler(ok))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("POST", "/chat", nil))
+	if w.Code != 503 {
+		t.Fatalf("status %d, want 503", w.Code)
+	}
+	want := []string{"ceiling.rate_limiting.result=shed",
+		"ceiling.rate_limiting.retry_after=" + w.Header().Get("Retry-After"), "ceiling.rate_limiting.rule=chat"}
+	if got := attrs(rec.Ended()[0]); !slices.Equal(got, want) {
+		t.Errorf("span attributes %q, want %q", got, want)
+	}
+}
+
 // A 429 leaves out a Hidden rule when a listed rule rejects too, and the
 // span says what the response says: the listed rule, and its wait.
 func TestSpanNamesWhatTheResponseNames(t *testing.T) {
