@@ -138,7 +138,7 @@ func (rc *receiver) rejectedCount() int64 {
 
 // With OTEL_EXPORTER_OTLP_ENDPOINT set, the binary exports over OTLP: the
 // 429 of the 31st chat in a minute arrives as the attributes of its
-// request's span and as an increment of the decisions counter, while
+// request's span and as an increment of the requests counter, while
 // GET /metrics still serves Prometheus.
 func TestBinaryExportsA429OverOTLP(t *testing.T) {
 	rc := newReceiver(t)

@@ -126,7 +126,7 @@ func TestExportsHoldNoKeyAddressOrSecret(t *testing.T) {
 		fmt.Fprintf(&exported, "span status %s\n", s.Status().Description)
 	}
 	text := exported.String()
-	for _, want := range []string{"result=rejected", "result=fail_closed", "result=shadow_rejected", "span ceiling.rate_limiting.result=unavailable"} {
+	for _, want := range []string{"result=rejected", "result=fail_closed", "result=shadow_rejected", "span ceiling.rate_limiting.result=fail_closed"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("nothing exported says %s: the scenario did not reach it\n%s", want, text)
 		}

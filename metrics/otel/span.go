@@ -21,11 +21,11 @@ const (
 	// the fewest units remaining, the nearest to refusing. Absent when no
 	// rule counted the request (every rule failed open).
 	AttrRule = attribute.Key("ceiling.rate_limiting.rule")
-	// AttrResult is, on a span, "admitted", "rejected" (429),
-	// "unavailable" (503: a rule fails closed and the backend could not
+	// AttrResult is, on a span, the request's result, in the words the
+	// requests counter uses for a rule's: "allowed", "rejected" (429),
+	// "fail_closed" (503: a rule fails closed and the backend could not
 	// decide) or "shed" (503: this process was too busy to ask the
-	// backend). On the requests counter it is a rule's result instead (see
-	// the README).
+	// backend).
 	AttrResult = attribute.Key("ceiling.rate_limiting.result")
 	// AttrFailMode is set when a fail mode decided instead of the
 	// backend: "open", "local" or "closed".
@@ -62,11 +62,11 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 	var ue *ceiling.UnavailableError
 	switch {
 	case errors.As(err, &ue):
-		kv[0], kv[1] = AttrRule.String(ue.Rule), AttrResult.String("unavailable")
+		kv[0], kv[1] = AttrRule.String(ue.Rule), AttrResult.String(results[resultFailClosed])
 		n = 2
 		if shed(ue) {
 			// No fail mode decided: the process was too busy to ask.
-			kv[1] = AttrResult.String("shed")
+			kv[1] = AttrResult.String(results[resultShed])
 		} else {
 			kv[n] = AttrFailMode.String(ceiling.FailClosed.String())
 			n++
@@ -78,7 +78,7 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 	case err != nil || d == nil:
 		return // not a decision: a bad input or limit, answered 400 or 500
 	case !d.Allowed:
-		kv[1] = AttrResult.String("rejected")
+		kv[1] = AttrResult.String(results[ceiling.OutcomeRejected])
 		n = 2
 		rr, retry := refused(d)
 		if rr != nil {
@@ -93,7 +93,7 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 			n++
 		}
 	default:
-		kv[1] = AttrResult.String("admitted")
+		kv[1] = AttrResult.String(results[ceiling.OutcomeAllowed])
 		n = 2
 		rr := nearest(d)
 		if rr != nil {
