@@ -17,7 +17,8 @@ import (
 const (
 	// AttrRule is the rule that decided: on a rejection the first
 	// rejecting rule in declaration order (the one the 429 names), on a
-	// 503 the first rule failing closed, on an admission the rule with
+	// 503 the first rule failing closed (or a shed request's first
+	// enforced rule), on an admission the rule with
 	// the fewest units remaining, the nearest to refusing. Absent when no
 	// rule counted the request (every rule failed open).
 	AttrRule = attribute.Key("ceiling.rate_limiting.rule")
