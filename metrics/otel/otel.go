@@ -103,7 +103,7 @@ type ruleOpts struct {
 // closed and the backend could not decide, and one shed with 503 because
 // this process was too busy to ask the backend (whatever the fail modes).
 const (
-	resultFailClosed = 4 + iota
+	resultFailClosed = int(ceiling.OutcomeNotCharged) + 1 + iota
 	resultShed
 )
 
