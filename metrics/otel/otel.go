@@ -110,9 +110,12 @@ const (
 // results are the values of AttrResult on the requests counter, by index:
 // the outcomes', then resultFailClosed's and resultShed's.
 var results = [...]string{
-	ceiling.OutcomeAllowed.String(), ceiling.OutcomeRejected.String(),
-	ceiling.OutcomeShadowRejected.String(), ceiling.OutcomeNotCharged.String(),
-	"fail_closed", "shed",
+	ceiling.OutcomeAllowed:        ceiling.OutcomeAllowed.String(),
+	ceiling.OutcomeRejected:       ceiling.OutcomeRejected.String(),
+	ceiling.OutcomeShadowRejected: ceiling.OutcomeShadowRejected.String(),
+	ceiling.OutcomeNotCharged:     ceiling.OutcomeNotCharged.String(),
+	resultFailClosed:              "fail_closed",
+	resultShed:                    "shed",
 }
 
 // AttrErrorType is OpenTelemetry's general attribute for the class of a
