@@ -16,9 +16,20 @@
 --
 -- Reply: {now, rejected (0/1), then per request: allowed (0/1),
 -- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
+--
+-- Both entry points run with the search_path Migrate set when it created
+-- them (pg_catalog first, ceiling's schema, pg_temp last), so no table,
+-- function or operator on the caller's search_path (nor a temporary table)
+-- can stand in for ceiling's. The helpers they call touch no table and are
+-- not pinned: a SET clause costs each call a GUC save and restore, and they
+-- run under the entry point's path.
+--
+-- The decision's transaction commits asynchronously (synchronous_commit
+-- off, SET LOCAL: a SET clause would be undone before the commit), unless
+-- Migrate's SynchronousCommit removes that line: see Migrate for the trade.
 CREATE OR REPLACE FUNCTION ceiling_decide(p_now bigint, keys text[], algs int[], lims bigint[], pers bigint[],
   bursts bigint[], costs bigint[], flags int[], leases bigint[], stamps bigint[])
-RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 DECLARE
   now bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   n int := cardinality(keys);
@@ -68,6 +79,7 @@ BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     PERFORM ceiling_refuse_isolation();
   END IF;
+  PERFORM set_config('synchronous_commit', 'off', true);
   IF n = 1 THEN
     RETURN ceiling_decide_one(now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
   END IF;
@@ -205,7 +217,7 @@ END $$;
 -- decision runs three statements: the call, the lock, the write.
 CREATE OR REPLACE FUNCTION ceiling_decide_one(now bigint, p_key text, p_alg int, lim bigint, p bigint,
   burst bigint, c bigint, flag int, lease bigint, stamp bigint)
-RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 DECLARE
   r_alg int;
   r_st bigint[];
@@ -226,6 +238,7 @@ BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     PERFORM ceiling_refuse_isolation();
   END IF;
+  PERFORM set_config('synchronous_commit', 'off', true);
   now := coalesce(now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   FOR pass IN 1 .. 2 LOOP
     IF pass = 1 THEN
