@@ -31,7 +31,7 @@ type migrateConfig struct{ unlogged, syncCommit bool }
 
 // asyncCommit is the line of decide.sql that makes a decision's
 // transaction commit without waiting for its WAL flush.
-const asyncCommit = "  PERFORM set_config('synchronous_commit', 'off', true);\n"
+const asyncCommit = "  sc := set_config('synchronous_commit', 'off', true);\n"
 
 // Unlogged makes the table UNLOGGED: its writes skip the write-ahead log,
 // which makes decisions cheaper for the server, but PostgreSQL empties an
