@@ -308,6 +308,9 @@ func aborted(err error) bool {
 }
 
 // Reset forgets the state of the given keys, restoring their full quota.
+// It deletes through ceiling_reset, pinned to ceiling's schema as the
+// decisions are, so a table of the same name elsewhere on the session's
+// search_path cannot take the delete.
 func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
@@ -316,7 +319,7 @@ func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	for i, k := range keys {
 		full[i] = s.prefix + storedKey(k)
 	}
-	if _, err := s.pool.Exec(ctx, "DELETE FROM ceiling_state WHERE key = ANY ($1)", full); err != nil {
+	if _, err := s.pool.Exec(ctx, "SELECT ceiling_reset($1)", full); err != nil {
 		return fmt.Errorf("ceiling/backend/postgres: reset: %w", classify(err))
 	}
 	return nil

@@ -1,0 +1,181 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/postgres/pgtest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// impostorTable is the column list of a table that could stand in for
+// ceiling_state.
+const impostorTable = "(key text PRIMARY KEY, alg smallint NOT NULL, st bigint[] NOT NULL, expires bigint NOT NULL)"
+
+// TestResetAndJanitorIgnoreImpostorTables_Attack: decisions are pinned to
+// ceiling's schema, but Reset and the janitor are plain statements on
+// the session's search_path. A temporary table ceiling_state (pg_temp is
+// searched first for tables) makes Reset delete from it and report
+// success while the real row keeps its count, and the janitor sweep the
+// impostor instead of the expired rows.
+func TestResetAndJanitorIgnoreImpostorTables_Attack(t *testing.T) {
+	srv := pgtest.Shared(t)
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			url := srv.Database(t)
+			ctx := context.Background()
+			owner := pgtest.Pool(t, url)
+			if err := Migrate(ctx, owner); err != nil {
+				t.Fatal(err)
+			}
+			pool := pgtest.Pool(t, url+"&default_query_exec_mode="+mode, func(c *pgxpool.Config) {
+				c.MaxConns = 1
+				c.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+					_, err := conn.Exec(ctx, "CREATE TEMP TABLE ceiling_state "+impostorTable)
+					return err
+				}
+			})
+			now := time.Unix(1_800_000_000, 0)
+			s := New(pool, WithJanitor(0, 0), WithPrefix(""), WithClock(func() time.Time { return now }))
+			defer s.Close()
+			r := backend.Request{Key: "victim", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1}
+			for i, want := range []bool{true, false} {
+				res, err := s.Decide(ctx, []backend.Request{r})
+				if err != nil || res[0].Allowed != want {
+					t.Fatalf("decision %d: %+v, %v; want allowed %v", i, res, err, want)
+				}
+			}
+			if err := s.Reset(ctx, "victim"); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Decide(ctx, []backend.Request{r})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res[0].Allowed {
+				t.Errorf("Reset returned nil, and the key is still at its limit: it deleted from the temporary table")
+			}
+			now = now.Add(3 * time.Hour)
+			if n := s.sweep(100); n != 1 {
+				t.Errorf("the janitor deleted %d rows, want the 1 expired row of ceiling_state", n)
+			}
+			var left int
+			if err := owner.QueryRow(ctx, "SELECT count(*) FROM public.ceiling_state").Scan(&left); err != nil {
+				t.Fatal(err)
+			}
+			if left != 0 {
+				t.Errorf("%d expired rows left in ceiling's table after the sweep", left)
+			}
+		})
+	}
+}
+
+// TestArrayTextKeys_Attack: a call of several requests passes its keys as
+// a text[]; in every query mode (simple_protocol encodes the array as a
+// literal), keys that are array syntax ("NULL", quotes, backslashes,
+// braces, commas, blanks) must reach the table as they are and decide on
+// rows of their own.
+func TestArrayTextKeys_Attack(t *testing.T) {
+	srv := pgtest.Shared(t)
+	keys := []string{"NULL", "null", `"`, `\`, `\\"`, "{}", "{a,b}", "a,b", " ", " x ", "'", "$$", "a\tb", "\u00e9", "~sha256"}
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			pool := pgtest.Pool(t, srv.Database(t)+"&default_query_exec_mode="+mode)
+			if err := Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			s := New(pool, WithJanitor(0, 0), WithPrefix(""))
+			defer s.Close()
+			var call []backend.Request
+			for _, k := range keys {
+				call = append(call, backend.Request{Key: k, Algorithm: backend.SlidingLog, Limit: 1, Period: time.Hour, Cost: 1})
+			}
+			res, err := s.Decide(ctx, call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range res {
+				if !r.Allowed {
+					t.Fatalf("key %q rejected on its first request", keys[i])
+				}
+			}
+			for i := range call {
+				res, err := s.Decide(ctx, call[i:i+1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res[0].Allowed {
+					t.Fatalf("key %q admitted a second unit at limit 1", keys[i])
+				}
+			}
+			rows, err := pool.Query(ctx, "SELECT key FROM ceiling_state")
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := slices.Clone(keys)
+			slices.Sort(want)
+			slices.Sort(stored)
+			if !slices.Equal(stored, want) {
+				t.Fatalf("stored keys %q, want %q", stored, want)
+			}
+		})
+	}
+}
+
+// TestOddSchemaName_Attack: ceiling migrated into a schema whose name
+// needs quoting (a quote, a comma, a dollar, a dot, upper case) decides
+// there, twice migrated, and its functions keep that schema.
+func TestOddSchemaName_Attack(t *testing.T) {
+	url := pgtest.Shared(t).Database(t)
+	ctx := context.Background()
+	const schema = `We"ird, $sch.ema`
+	quoted := `"We""ird, $sch.ema"`
+	owner := pgtest.Pool(t, url)
+	if _, err := owner.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t, url, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["search_path"] = quoted })
+	for range 2 {
+		if err := Migrate(ctx, pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := New(pool, WithJanitor(0, 0))
+	defer s.Close()
+	one := backend.Request{Key: "k", Algorithm: backend.GCRA, Limit: 1, Period: time.Hour, Cost: 1}
+	two := []backend.Request{one, {Key: "j", Algorithm: backend.RollingWindow, Limit: 1, Period: time.Hour, Cost: 1}}
+	for i, want := range []bool{true, false} {
+		for _, call := range [][]backend.Request{{one}, two} {
+			res, err := s.Decide(ctx, call)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 && len(call) == 2 {
+				want = false // k already spent by the lone call
+			}
+			if res[0].Allowed != want {
+				t.Fatalf("round %d, %d requests: allowed %v, want %v", i, len(call), res[0].Allowed, want)
+			}
+		}
+	}
+	var n int
+	if err := owner.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %s.ceiling_state", quoted)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("%d rows in %s.ceiling_state, want 1", n, schema)
+	}
+	if err := s.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+}
