@@ -179,3 +179,76 @@ func TestOddSchemaName_Attack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCrashLosesOnlyTheLastDecisions_Attack: a server with
+// synchronous_commit on, crashed (immediate shutdown) while decisions
+// flow and started again. With SynchronousCommit every acknowledged
+// decision survives; by default (asynchronous commit) the lost ones are
+// at most those acknowledged in the last three wal_writer_delay (0.6 s),
+// as the README promises. Either way nothing after the restart says
+// anything was lost: only the outage itself is an error.
+func TestCrashLosesOnlyTheLastDecisions_Attack(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		t.Run(fmt.Sprintf("SynchronousCommit=%v", sync), func(t *testing.T) {
+			srv := pgtest.Start(t, pgtest.Options{Settings: []string{"synchronous_commit=on", "fsync=on"}})
+			pool := pgtest.Pool(t, srv.URL("postgres"), func(c *pgxpool.Config) { c.MaxConns = 4 })
+			ctx := context.Background()
+			var opts []MigrateOption
+			if sync {
+				opts = append(opts, SynchronousCommit())
+			}
+			if err := Migrate(ctx, pool, opts...); err != nil {
+				t.Fatal(err)
+			}
+			s := New(pool, WithJanitor(0, 0))
+			defer s.Close()
+			r := backend.Request{Key: "crash", Algorithm: backend.FixedWindow, Limit: 1_000_000, Period: 24 * time.Hour, Cost: 1}
+			var acks []time.Time
+			start := time.Now()
+			for len(acks) < 3000 && time.Since(start) < 700*time.Millisecond {
+				res, err := s.Decide(ctx, []backend.Request{r})
+				if err != nil || !res[0].Allowed {
+					t.Fatalf("decision %d: %+v, %v", len(acks), res, err)
+				}
+				acks = append(acks, time.Now())
+			}
+			crashed := time.Now()
+			if err := srv.Crash(); err != nil {
+				t.Fatal(err)
+			}
+			peek := r
+			peek.Cost = 0
+			var res []backend.Result
+			var err error
+			for range 5 {
+				c, cancel := context.WithTimeout(ctx, 5*time.Second)
+				res, err = s.Decide(c, []backend.Request{peek})
+				cancel()
+				if err == nil {
+					break
+				}
+				wantKind(t, err, "unreachable")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			counted := r.Limit - res[0].Remaining
+			lost := int64(len(acks)) - counted
+			var recent int64
+			for _, a := range acks {
+				if crashed.Sub(a) <= 600*time.Millisecond {
+					recent++
+				}
+			}
+			t.Logf("%d acknowledged, %d counted after the crash, %d lost; %d acknowledged in its last 0.6 s", len(acks), counted, lost, recent)
+			switch {
+			case lost < 0:
+				t.Fatalf("%d counted, more than the %d acknowledged", counted, len(acks))
+			case sync && lost != 0:
+				t.Fatalf("SynchronousCommit lost %d acknowledged decisions", lost)
+			case lost > recent:
+				t.Fatalf("the crash lost %d decisions, more than the %d of its last 0.6 s", lost, recent)
+			}
+		})
+	}
+}
