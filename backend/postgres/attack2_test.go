@@ -252,3 +252,50 @@ func TestCrashLosesOnlyTheLastDecisions_Attack(t *testing.T) {
 		})
 	}
 }
+
+// TestStandbyPromoted_Attack: a Store on a hot standby refuses as
+// read-only, with the table logged or UNLOGGED (an unlogged table is not
+// even readable during recovery); once the standby is promoted, a logged
+// table's counts carried over and decisions go on from them, and an
+// unlogged one starts empty, as the README says.
+func TestStandbyPromoted_Attack(t *testing.T) {
+	for _, unlogged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unlogged=%v", unlogged), func(t *testing.T) {
+			ctx := context.Background()
+			primary := pgtest.Start(t, pgtest.Options{})
+			ppool := pgtest.Pool(t, primary.URL("postgres"))
+			var opts []MigrateOption
+			if unlogged {
+				opts = append(opts, Unlogged())
+			}
+			if err := Migrate(ctx, ppool, opts...); err != nil {
+				t.Fatal(err)
+			}
+			ps := New(ppool, WithJanitor(0, 0))
+			defer ps.Close()
+			for range 3 {
+				if err, _ := decideWithin(ps, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			standby := pgtest.Standby(t, primary)
+			spool := pgtest.Pool(t, standby.URL("postgres"))
+			s := New(spool, WithJanitor(0, 0))
+			defer s.Close()
+			err, _ := decideWithin(s, 10*time.Second)
+			wantKind(t, err, "read-only")
+			checkFails(t, spool, backend.ErrReadOnly, "SQLSTATE")
+			primary.Kill()
+			if _, err := spool.Exec(ctx, "SELECT pg_promote(true, 30)"); err != nil {
+				t.Fatal(err)
+			}
+			want := int64(2) // 5 less the 3 carried over
+			if unlogged {
+				want = 5
+			}
+			if got := remaining(t, s, charge); got != want {
+				t.Fatalf("remaining %d on the promoted standby, want %d", got, want)
+			}
+		})
+	}
+}

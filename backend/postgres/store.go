@@ -210,6 +210,9 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		s.retries.Add(1)
 	}
 	if err != nil {
+		if standby(ctx, conn, err) {
+			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the server is a standby: %w", backend.ErrReadOnly, err)
+		}
 		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
 	}
 	if len(out) != 2+6*n {
@@ -298,6 +301,21 @@ func flags(r backend.Request) int32 {
 		f |= 2
 	}
 	return f
+}
+
+// standby reports whether err, a refusal of the feature (0A000), came
+// from a server in recovery: a hot standby refuses an UNLOGGED table
+// ("cannot access temporary or unlogged relations during recovery")
+// before the write that a logged table's standby refuses as read-only
+// (25006), and the limiter's breaker, Check and health must see a
+// read-only server either way. It asks the session only on that error.
+func standby(ctx context.Context, conn *pgxpool.Conn, err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" {
+		return false
+	}
+	var recovering bool
+	return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering) == nil && recovering
 }
 
 // aborted reports a transaction PostgreSQL rolled back on its own and that
