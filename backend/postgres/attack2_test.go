@@ -3,10 +3,16 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/postgres/pgtest"
 	"github.com/jackc/pgx/v5"
@@ -333,5 +339,99 @@ func TestLaterMigrateWeakensAnotherInstancesCommit_Attack(t *testing.T) {
 	}
 	if migrateErr == nil && during != "on" {
 		t.Fatalf("after another instance's default Migrate, the SynchronousCommit instance's decisions commit with synchronous_commit %q", during)
+	}
+}
+
+// TestMigrateWhileDeciding_Attack: instances starting (Migrate, twice at
+// once, with the default options each time) while others decide: no
+// decision fails and the key admits exactly its limit.
+func TestMigrateWhileDeciding_Attack(t *testing.T) {
+	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	ctx := context.Background()
+	s := New(pool, WithJanitor(0, 0), WithPrefix("atk-mig"))
+	defer s.Close()
+	const limit = 300
+	r := backend.Request{Key: "k", Algorithm: backend.SlidingLog, Limit: limit, Period: time.Hour, Cost: 1}
+	two := []backend.Request{r, {Key: "j", Algorithm: backend.GCRA, Limit: 1_000, Period: time.Hour, Cost: 1}}
+	var admitted, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 100 {
+				call := []backend.Request{r}
+				if (g+i)%2 == 1 {
+					call = two
+				}
+				res, err := s.Decide(ctx, call)
+				switch {
+				case err != nil:
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				case res[0].Allowed:
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	for range 3 {
+		var mg sync.WaitGroup
+		for range 2 {
+			mg.Go(func() {
+				if err := Migrate(ctx, pool); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		mg.Wait()
+	}
+	wg.Wait()
+	if failed.Load() > 0 || admitted.Load() != limit {
+		t.Fatalf("%d admitted at limit %d, %d failed (first: %v) while instances migrated", admitted.Load(), limit, failed.Load(), firstErr.Load())
+	}
+}
+
+// TestLongRuleNameThroughTheLimiter_Attack: a rule name of 1000 bytes
+// (ceiling bounds only its characters) makes every stored key longer than
+// 512 bytes: the limiter's users still get 200, 200, then 429 with its
+// headers at limit 2, Health stays healthy, and the one row stored is a
+// digest naming neither the client's address nor the rule.
+func TestLongRuleNameThroughTheLimiter_Attack(t *testing.T) {
+	pool := migrated(t)
+	name := strings.Repeat("r", 1000)
+	l := ceiling.MustNew([]ceiling.Rule{{Name: name, Key: ceiling.RemoteAddr, Limit: 2, Period: time.Hour}},
+		ceiling.WithBackend(New(pool, WithJanitor(0, 0))), ceiling.WithKeySecret([]byte(strings.Repeat("s", 32))),
+		ceiling.WithTimeout(5*time.Second))
+	defer l.Close()
+	if err := l.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	for i, want := range []int{200, 200, 429} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/", nil)
+		req.RemoteAddr = "198.51.100.7:1234"
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Fatalf("request %d: %d %q, want %d", i, rec.Code, rec.Body.String(), want)
+		}
+		if want == 429 && rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("429 without Retry-After: %v", rec.Header())
+		}
+	}
+	if hl := l.Health(); hl.Status != "healthy" {
+		t.Fatalf("health %+v", hl)
+	}
+	rows, err := pool.Query(context.Background(), "SELECT key FROM ceiling_state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || !strings.HasPrefix(keys[0], "ceiling:~sha256:") || len(keys[0]) != len("ceiling:~sha256:")+64 ||
+		strings.Contains(keys[0], "198.51.100.7") {
+		t.Fatalf("stored keys %q, want one ceiling:~sha256: digest", keys)
 	}
 }
