@@ -84,8 +84,8 @@ func TestResetAndJanitorIgnoreImpostorTables_Attack(t *testing.T) {
 // TestArrayTextKeys_Attack: a call of several requests passes its keys as
 // a text[]; in every query mode (simple_protocol encodes the array as a
 // literal), keys that are array syntax ("NULL", quotes, backslashes,
-// braces, commas, blanks) must reach the table as they are and decide on
-// rows of their own.
+// braces, commas, blanks) must reach the table in their stored form and
+// decide on rows of their own.
 func TestArrayTextKeys_Attack(t *testing.T) {
 	srv := pgtest.Shared(t)
 	keys := []string{"NULL", "null", `"`, `\`, `\\"`, "{}", "{a,b}", "a,b", " ", " x ", "'", "$$", "a\tb", "\u00e9", "~sha256"}
@@ -128,7 +128,10 @@ func TestArrayTextKeys_Attack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := slices.Clone(keys)
+			var want []string
+			for _, k := range keys {
+				want = append(want, storedKey(k))
+			}
 			slices.Sort(want)
 			slices.Sort(stored)
 			if !slices.Equal(stored, want) {
@@ -433,5 +436,47 @@ func TestLongRuleNameThroughTheLimiter_Attack(t *testing.T) {
 	if len(keys) != 1 || !strings.HasPrefix(keys[0], "ceiling:~sha256:") || len(keys[0]) != len("ceiling:~sha256:")+64 ||
 		strings.Contains(keys[0], "198.51.100.7") {
 		t.Fatalf("stored keys %q, want one ceiling:~sha256: digest", keys)
+	}
+}
+
+// TestKeysOnALatin1Database_Attack: backend.Request bounds no key's bytes,
+// and memory and Redis decide any key. On a database whose encoding is
+// not UTF-8 (LATIN1 here, SQL_ASCII alike), a valid UTF-8 key with a
+// character the encoding lacks failed every call (22P05, a backend
+// failure to the limiter, its message quoting the key's bytes). Each such
+// key must decide on a row of its own.
+func TestKeysOnALatin1Database_Attack(t *testing.T) {
+	srv := pgtest.Shared(t)
+	ctx := context.Background()
+	admin := pgtest.Pool(t, srv.URL("postgres"))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE latin1 ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t, srv.URL("latin1")+"&client_encoding=UTF8")
+	if err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	s := New(pool, WithJanitor(0, 0))
+	defer s.Close()
+	keys := []string{"\u20ac", "\u65e5\u672c", "\U0001F600", "\u00e9", "e"}
+	for round, want := range []bool{true, false} {
+		for _, k := range keys {
+			for _, call := range [][]backend.Request{
+				{{Key: k, Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1}},
+				{{Key: k + "/a", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1},
+					{Key: k + "/b", Algorithm: backend.GCRA, Limit: 1, Period: time.Hour, Cost: 1}},
+			} {
+				res, err := s.Decide(ctx, call)
+				if err != nil {
+					t.Fatalf("round %d, key %q: %v", round, k, err)
+				}
+				if res[0].Allowed != want {
+					t.Fatalf("round %d, key %q: allowed %v, want %v at limit 1", round, k, res[0].Allowed, want)
+				}
+			}
+		}
+	}
+	if err := s.Reset(ctx, keys...); err != nil {
+		t.Fatal(err)
 	}
 }

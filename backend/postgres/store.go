@@ -65,8 +65,9 @@ type config struct {
 
 // WithPrefix sets the prefix of every stored key, so several services can
 // share one table: a request's key K is stored as prefix + ":" + K (K's
-// SHA-256 instead of K when K is over 512 bytes, not UTF-8, or holds a
-// NUL). The default is [DefaultPrefix]; an empty prefix stores K alone.
+// SHA-256 instead of K when K is over 512 bytes, holds a byte outside
+// ASCII or a NUL, or begins with "~sha256:"). The default is
+// [DefaultPrefix]; an empty prefix stores K alone.
 func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
@@ -276,18 +277,30 @@ const digestMark = "~sha256:"
 
 // storedKey is the form of a request's key in the table: the key itself,
 // or digestMark and its SHA-256 in hex when it is longer than maxKeyBytes,
-// is not UTF-8 or holds a NUL (text refuses both), or begins with
-// digestMark. A key of the first kind never begins with digestMark, one of
-// the second always does, so two keys share a row only if they are equal
-// or their digests collide. backend.Request bounds no key, and memory and
-// Redis decide any key; ceiling's own keys are short unless a rule's name
-// is long.
+// holds a byte outside ASCII or a NUL, or begins with digestMark. text
+// refuses a NUL and bytes that are not UTF-8, and a database whose
+// encoding is not UTF-8 refuses, under client_encoding UTF8, characters
+// it lacks; every server encoding holds ASCII. A key of the first kind
+// never begins with digestMark, one of the second always does, so two
+// keys share a row only if they are equal or their digests collide.
+// backend.Request bounds no key, and memory and Redis decide any key;
+// ceiling's own keys are short ASCII unless a rule's name is long.
 func storedKey(k string) string {
-	if len(k) <= maxKeyBytes && !strings.HasPrefix(k, digestMark) && strings.IndexByte(k, 0) < 0 && utf8.ValidString(k) {
+	if len(k) <= maxKeyBytes && !strings.HasPrefix(k, digestMark) && plainASCII(k) {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
 	return digestMark + hex.EncodeToString(sum[:])
+}
+
+// plainASCII reports whether k holds only ASCII bytes other than NUL.
+func plainASCII(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if k[i] == 0 || k[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // flags packs a request's booleans as ceiling_decide takes them: 1 Force,
