@@ -480,3 +480,19 @@ func TestKeysOnALatin1Database_Attack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDifferentialInPoolerModes_Attack: the model-based test, and 8
+// goroutines on shared keys, in the query modes transaction pooling
+// needs (an unnamed statement per call; the simple protocol, with every
+// argument a literal): the same answers and states as the model.
+func TestDifferentialInPoolerModes_Attack(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pool := migrated(t, func(c *pgxpool.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			d := differential(pool)
+			d.Sequences = 60
+			d.Run(t)
+			differential(pool).Concurrent(t, 8, 10, 40)
+		})
+	}
+}
