@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -495,4 +497,93 @@ func TestDifferentialInPoolerModes_Attack(t *testing.T) {
 			differential(pool).Concurrent(t, 8, 10, 40)
 		})
 	}
+}
+
+// TestStalledTableFailsOverUnderConcurrency_Regression: the table stalls
+// (an operator's transaction holds an ACCESS EXCLUSIVE lock on it, as
+// ALTER TABLE ... SET LOGGED of a second instance's Migrate does while it
+// rewrites the table) while more requests arrive at once than the pool
+// has sessions. The server, not this process, is what stops answering;
+// the requests must reach the fail mode (FailLocal: 200 under the limit).
+// Every request that found the pool's sessions busy was shed as this
+// process's overload instead (backend.ErrNotSent): 20 to 25 of 48 were
+// 503s.
+func TestStalledTableFailsOverUnderConcurrency_Regression(t *testing.T) {
+	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 4; c.MinConns = 4 })
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "api", Key: ceiling.RemoteAddr, Limit: 1000, Period: time.Hour}},
+		ceiling.WithBackend(New(pool, WithJanitor(0, 0), WithPrefix("atk-stall"))),
+		ceiling.WithLogger(slog.New(slog.DiscardHandler)), ceiling.WithTimeout(200*time.Millisecond))
+	defer l.Close()
+	if err := l.Check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	ctx := context.Background()
+	owner := pgtest.Pool(t, pool.Config().ConnString())
+	tx, err := owner.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE ceiling_state IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Go(func() {
+			for range 4 {
+				rec := httptest.NewRecorder()
+				req := httptest.NewRequest("GET", "/", nil)
+				req.RemoteAddr = fmt.Sprintf("192.0.2.%d:1", g+1)
+				h.ServeHTTP(rec, req)
+				mu.Lock()
+				codes[rec.Code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	hl := l.Health()
+	t.Logf("statuses %v; health %s, reason %q, shed %d", codes, hl.Status, hl.Reason, hl.Shed)
+	if codes[http.StatusOK] != 48 {
+		t.Fatalf("statuses %v while the table was locked; want the fail mode's 200 for all 48 (health %s, reason %q, %d shed)",
+			codes, hl.Status, hl.Reason, hl.Shed)
+	}
+}
+
+// TestBusyPoolOnAnAnsweringServerIsNotSent: the counterpart of the
+// stalled table. More calls at once than the pool has sessions, on a
+// server that answers each at once: a call that gets no session by its
+// deadline is this process's overload (backend.ErrNotSent), never a
+// timeout of the server.
+func TestBusyPoolOnAnAnsweringServerIsNotSent(t *testing.T) {
+	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 1; c.MinConns = 1 })
+	s := New(pool, WithJanitor(0, 0))
+	defer s.Close()
+	if err, _ := decideWithin(s, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 64)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			err, _ := decideWithin(s, 40*time.Millisecond)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var shed int
+	for err := range errs {
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, backend.ErrNotSent) {
+			t.Fatalf("a call on a busy pool of an answering server: %v, want backend.ErrNotSent", err)
+		}
+		shed++
+	}
+	t.Logf("%d of 64 calls shed", shed)
 }

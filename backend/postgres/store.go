@@ -46,6 +46,17 @@ type Store struct {
 
 	retries atomic.Int64 // calls sent again after the server aborted them
 
+	// inFlight counts the calls sent and not yet ended; answered is when
+	// (UnixNano) the server last answered one, and unanswered when one
+	// last ended without an answer (its deadline passed, its session
+	// broke). A call that finds every session busy by its deadline tells
+	// by them a stalled server (calls in flight or ended unanswered while
+	// it waited, none answered) from this process's overload (the server
+	// answering, the pool too small for the load).
+	inFlight   atomic.Int64
+	answered   atomic.Int64
+	unanswered atomic.Int64
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -136,7 +147,8 @@ func (s *Store) now() *int64 {
 // connection from the pool by the deadline (every connection busy, or this
 // process too slow to take one) is never sent and fails with
 // [backend.ErrNotSent], unless the pool was still dialing the server then
-// (a server that accepts no session is a timeout); once a connection is in hand, the call has the
+// or the server answered none of the calls in flight while it waited (a
+// server that accepts no session or answers no call is a timeout); once a connection is in hand, the call has the
 // whole budget from then, whatever ctx says meanwhile.
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
@@ -181,6 +193,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the deadline passed before the call", backend.ErrNotSent)
 		}
 	}
+	entered := time.Now().UnixNano()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		var ce *pgconn.ConnectError
@@ -191,6 +204,11 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 			// mode, where a shed would refuse every request.
 			if s.pool.Stat().ConstructingConns() > 0 {
 				return fmt.Errorf("ceiling/backend/postgres: decide: %w: no session of the server by the deadline: %w", context.DeadlineExceeded, err)
+			}
+			// So is a pool whose sessions all wait on calls the server
+			// answered none of meanwhile (a table lock, a stalled disk).
+			if s.answered.Load() < entered && (s.inFlight.Load() > 0 || s.unanswered.Load() >= entered) {
+				return fmt.Errorf("ceiling/backend/postgres: decide: %w: the server answered no call by the deadline: %w", context.DeadlineExceeded, err)
 			}
 			return fmt.Errorf("ceiling/backend/postgres: decide: %w: no connection of the pool by the deadline: %w", backend.ErrNotSent, err)
 		}
@@ -203,6 +221,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		defer cancel()
 	}
 	var out []int64
+	s.inFlight.Add(1)
 	for attempt := 0; attempt < 2; attempt++ {
 		err = conn.QueryRow(ctx, sql, args...).Scan(&out)
 		if attempt > 0 || !aborted(err) {
@@ -210,6 +229,12 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		}
 		s.retries.Add(1)
 	}
+	if pe := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pe) {
+		s.answered.Store(time.Now().UnixNano())
+	} else {
+		s.unanswered.Store(time.Now().UnixNano())
+	}
+	s.inFlight.Add(-1)
 	if err != nil {
 		if standby(ctx, conn, err) {
 			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the server is a standby: %w", backend.ErrReadOnly, err)
