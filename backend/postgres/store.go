@@ -148,8 +148,9 @@ func (s *Store) now() *int64 {
 // process too slow to take one) is never sent and fails with
 // [backend.ErrNotSent], unless the pool was still dialing the server then
 // or the server answered none of the calls in flight while it waited (a
-// server that accepts no session or answers no call is a timeout); once a connection is in hand, the call has the
-// whole budget from then, whatever ctx says meanwhile.
+// server that accepts no session or answers no call is a timeout); once
+// a connection is in hand, the call has the whole budget from then,
+// whatever ctx says meanwhile.
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
 	if err := s.DecideInto(ctx, reqs, res); err != nil {
