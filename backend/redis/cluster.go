@@ -58,7 +58,7 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 			sub[g] = append(sub[g], reqs[i])
 		}
 	}
-	replies, errs := s.runPipelined(ctx, keys, sub, nil, true)
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
 
 	res := make([]backend.Result, len(reqs))
 	rejected := false
@@ -174,7 +174,7 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 		}
 	}
 	if len(rreqs) > 0 {
-		s.settle(ctx, rkeys, rreqs, nil)
+		s.runGroups(ctx, rkeys, rreqs, false, true) // detached: a refund must land
 	}
 }
 
@@ -184,7 +184,7 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]int64 {
 	w, ops := newWaiter(ctx, len(keys))
 	for g := range keys {
-		head := s.args(nil, nil, false)[:2] // the clock and minimum TTL
+		head := s.args(nil, false)[:2] // the clock and minimum TTL
 		ops[g] = scriptOp(ctx, decideScript, keys[g], append(append(head, "u"), args[g]...))
 	}
 	err := s.call(ctx, w, ops, true)

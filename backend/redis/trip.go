@@ -39,7 +39,7 @@ func (s *Store) trips(ctx context.Context, ops []*op, trips []trip) []trip {
 		} else {
 			o := ops[i]
 			if o.cmd == nil {
-				o.cmd = s.loneCmd(ctx, o)
+				o.cmd = s.batchCmd(ctx, ops[i:j])
 			}
 			trips = append(trips, trip{cmd: o.cmd, script: o.script, ops: ops[i:j]})
 		}
@@ -174,24 +174,10 @@ func (s *Store) roundTrip(ctx context.Context, trips []trip) {
 	pipe.Exec(ctx) // errors are read per command
 }
 
-// evalArgs are the arguments of cmd, an EVALSHA of script, as an EVAL of
-// its source, which also loads it into the node's script cache.
+// evalArgs are cmd's arguments, an EVALSHA of script, as an EVAL of its
+// source, which also loads it into the node's script cache.
 func evalArgs(script *redis.Script, cmd *redis.Cmd) []any {
-	var src sourceOf
-	script.Eval(context.Background(), &src, nil)
 	args := append([]any(nil), cmd.Args()...)
-	args[0], args[1] = "eval", src.src
+	args[0], args[1] = "eval", source(script)
 	return args
-}
-
-// sourceOf is a redis.Scripter that runs nothing: handed to Script.Eval, it
-// learns the script's source.
-type sourceOf struct {
-	redis.Scripter
-	src string
-}
-
-func (s *sourceOf) Eval(_ context.Context, src string, _ []string, _ ...any) *redis.Cmd {
-	s.src = src
-	return nil
 }
