@@ -193,26 +193,14 @@ func (s *Store) call(ctx context.Context, w *waiter, ops []op, detached bool) er
 
 // callInline sends w's lone op on the caller's goroutine, which took a
 // lane of b: what b has queued, its own op among it, until its op is
-// answered; a queue left behind goes to a goroutine (handOn). The round
+// answered; a queue left behind goes to a goroutine (drain). The round
 // trip's deadline is the budget counted from the write, which the client
 // keeps (Store.inline). A cancellation before it is not noticed, and a
 // reply this process is too starved to read in time is lost, so call takes
 // this path only with a deadline (or neither deadline nor Done), and only
 // when no yield showed the process starved lately.
 func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
-	batch := w.self[:0]
-	for w.pending.Load() > 0 {
-		b.mu.Lock()
-		batch = b.take(batch[:0])
-		b.mu.Unlock()
-		if len(batch) == 0 {
-			break // a caller that took a lane at the same time sends w's op
-		}
-		s.exec(batch, w)
-		b.back.Store(time.Now().UnixNano())
-	}
-	clear(batch)
-	b.handOn()
+	b.drain(w)
 	<-w.done // exec's signal, for the waiter that is not there
 	if err := w.one[0].cmd.Err(); err != nil && timedOut(err) &&
 		time.Now().UnixNano() >= w.written.Load()+int64(w.budget) {
@@ -417,7 +405,7 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 // pipeliner queues the ops bound for one node while its lanes (round
 // trips in flight, at most max) are taken. There is no worker: a caller
 // that finds a lane free sends the queue itself (callInline) or, when it
-// cannot bound its own wait, starts a goroutine for that lane (flush).
+// cannot bound its own wait, starts a goroutine for that lane (drain).
 type pipeliner struct {
 	s     *Store
 	mu    sync.Mutex
@@ -457,7 +445,7 @@ func (s *Store) enqueue(ctx context.Context, w *waiter, ops []op, mayInline bool
 			if mayInline {
 				return b, nil
 			}
-			go b.flush()
+			go b.drain(nil)
 		}
 	}
 	return nil, nil
@@ -482,35 +470,35 @@ func (b *pipeliner) enqueue(ops []op, bs []*pipeliner) (lane bool) {
 	return false
 }
 
-// handOn gives back a lane whose round trip came back: to a goroutine that
-// sends what queued meanwhile, or for good.
-func (b *pipeliner) handOn() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.queue) > 0 {
-		go b.flush()
-		return
-	}
-	b.lanes--
-}
-
-// flush sends b's queue, a batch per round trip, until it is empty, then
-// gives its lane back.
-func (b *pipeliner) flush() {
+// drain sends b's queue, a batch per round trip, on a lane its caller
+// holds: until self's op is answered (self is callInline's waiter), or
+// else until the queue is empty. It then gives the lane back, to a new
+// goroutine if a queue is left.
+func (b *pipeliner) drain(self *waiter) {
 	var batch []*op
-	for {
+	if self != nil {
+		batch = self.self[:0]
+	}
+	for self == nil || self.pending.Load() > 0 {
 		b.mu.Lock()
 		batch = b.take(batch[:0])
 		if len(batch) == 0 {
-			b.lanes--
+			b.lanes-- // for self: a caller that took a lane at the same time sent its op
 			b.mu.Unlock()
 			return
 		}
 		b.mu.Unlock()
-		b.s.exec(batch, nil)
+		b.s.exec(batch, self)
 		b.back.Store(time.Now().UnixNano())
 		clear(batch)
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) > 0 {
+		go b.drain(nil)
+		return
+	}
+	b.lanes--
 }
 
 // take moves up to maxBatch ops from the queue into batch (more if the
@@ -568,7 +556,7 @@ func (noRetry) NoRetry() bool { return true }
 // counted from the write, re-sends with EVAL the scripts a node did not
 // have, and wakes every waiter whose ops are all answered. self is the
 // waiter of a caller that sends the batch itself (callInline), whose
-// budget is the round trip's; nil for a flush goroutine.
+// budget is the round trip's; nil for a drain goroutine.
 func (s *Store) exec(batch []*op, self *waiter) {
 	inline := self != nil
 	if beforeWrite != nil {

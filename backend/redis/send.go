@@ -8,20 +8,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptOp is one run of script on keys with args, bound for the node of
-// its first key.
+// scriptOp is one EVALSHA of script on keys with args, bound for the node
+// of its first key.
 func scriptOp(ctx context.Context, script *redis.Script, keys []string, args []any) op {
-	return op{script: script, key: keys[0], cmd: evalSha(ctx, script, keys, args)}
-}
-
-// evalSha is the EVALSHA command of script on keys with args.
-func evalSha(ctx context.Context, script *redis.Script, keys []string, args []any) *redis.Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, "evalsha", script.Hash(), len(keys))
 	for _, k := range keys {
 		a = append(a, k)
 	}
-	return redis.NewCmd(ctx, append(a, args...)...)
+	return op{script: script, key: keys[0], cmd: redis.NewCmd(ctx, append(a, args...)...)}
 }
 
 // runGroups runs decideScript once per group, the groups of one node in
@@ -52,9 +47,8 @@ func (s *Store) runGroups(ctx context.Context, keys [][]string, reqs [][]backend
 	return replies, errs
 }
 
-// del deletes keys, stored keys all, on the pipeliners of their nodes (one
-// DEL per key on Cluster, where a DEL over several slots is refused), and
-// returns by ctx's deadline like a decision.
+// del deletes stored keys (one DEL per key on Cluster, where a DEL over
+// several slots is refused), returning by ctx's deadline like a decision.
 func (s *Store) del(ctx context.Context, keys []string) error {
 	n := 1
 	if s.cluster != nil {
