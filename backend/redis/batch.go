@@ -586,14 +586,14 @@ func (s *Store) exec(batch []*op, self *waiter) {
 	}
 	var ctx context.Context
 	switch {
-	case !bounded && inline:
+	case inline:
 		self.wd = writeDeadline{Context: self.ctx}
+		if bounded {
+			self.wd.at, self.wd.done = now.Add(budget), doneUnlessPast(self.ctx, now)
+		}
 		ctx = &self.wd
 	case !bounded: // neither deadline nor Done: as long as it takes
 		ctx = &writeDeadline{Context: batch[0].w.ctx}
-	case inline:
-		self.wd = writeDeadline{Context: self.ctx, at: now.Add(budget), done: doneUnlessPast(self.ctx, now)}
-		ctx = &self.wd
 	default:
 		// The waiters' patience with a starved process, and half a budget
 		// more, so that a reply that came in time is read; cancelled as soon

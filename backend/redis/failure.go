@@ -128,7 +128,7 @@ func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 		c, err := next(ctx, network, addr)
 		if err != nil {
 			d.last.Store(&dialFailure{at: time.Now(), err: err})
-			d.logs.Load().warn("dial", fmt.Sprintf("failed to dial %s: %v", addr, err))
+			d.logs.Load().warn(kindDial, fmt.Sprintf("failed to dial %s: %v", addr, err))
 		}
 		return c, err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,38 +34,28 @@ func (s *Store) UseDefaultLogger(logger *slog.Logger) {
 
 // storeLog is a Store's logger and its samplers, one per kind.
 type storeLog struct {
-	logger *slog.Logger
-	mu     sync.Mutex
-	kinds  map[string]*sampler
+	logger   *slog.Logger
+	samplers [len(kinds) + 3]sampler // kinds, then "error", "timeout" and "dial"
 }
 
-func newStoreLog(logger *slog.Logger) *storeLog {
-	return &storeLog{logger: logger, kinds: map[string]*sampler{}}
-}
+func newStoreLog(logger *slog.Logger) *storeLog { return &storeLog{logger: logger} }
 
-// warn logs msg, of kind, sampled per kind; l may be nil (no logger).
-func (l *storeLog) warn(kind, msg string) {
+// Sampler indices past kinds'.
+const (
+	kindError = len(kinds) + iota
+	kindTimeout
+	kindDial
+)
+
+// warn logs msg, sampled per kind; l may be nil (no logger).
+func (l *storeLog) warn(kind int, msg string) {
 	if l == nil {
 		return
 	}
-	l.mu.Lock()
-	sm := l.kinds[kind]
-	if sm == nil {
-		if len(l.kinds) >= maxKinds {
-			l.mu.Unlock()
-			return
-		}
-		sm = &sampler{}
-		l.kinds[kind] = sm
-	}
-	l.mu.Unlock()
-	if ok, n := sm.allow(time.Now()); ok {
+	if ok, n := l.samplers[kind].allow(time.Now()); ok {
 		l.logger.LogAttrs(context.Background(), slog.LevelWarn, "ceiling/backend/redis: "+msg, slog.Int64("occurrences", n))
 	}
 }
-
-// maxKinds bounds the samplers: the kinds classify names, and dials.
-const maxKinds = 16
 
 // sampler lets one event through per logEvery and counts the others.
 type sampler struct {
@@ -86,7 +75,7 @@ func (s *sampler) allow(now time.Time) (bool, int64) {
 	return true, max(n, s.held.Swap(0))
 }
 
-var kinds = []error{backend.ErrUnreachable, backend.ErrAuth, backend.ErrReadOnly, backend.ErrOutOfMemory}
+var kinds = [...]error{backend.ErrUnreachable, backend.ErrAuth, backend.ErrReadOnly, backend.ErrOutOfMemory}
 
 // logReply logs an error of one of the Store's commands, sampled by kind;
 // a command its callers cancelled says nothing about Redis.
@@ -96,15 +85,15 @@ func (s *Store) logReply(err error) {
 		return
 	}
 	err = classify(err)
-	kind := "error"
-	for _, k := range kinds {
+	kind := kindError
+	for i, k := range kinds {
 		if errors.Is(err, k) {
-			kind = k.Error()
+			kind = i
 			break
 		}
 	}
 	if timedOut(err) {
-		kind = "timeout"
+		kind = kindTimeout
 	}
 	l.warn(kind, fmt.Sprintf("command failed: %v", err))
 }
