@@ -234,15 +234,10 @@ func (s *Store) starvedLately(now time.Time) bool {
 	return now.UnixNano()-s.slowYield.Load() < int64(starvedMemory)
 }
 
-// waitStarved waits, once the caller's deadline passed, as long as the
-// call may still be answered without blaming Redis for this process's
-// delays, and reports whether every op was answered. Written ops get their
-// whole budget from the write. Past it, a starved process (Store.starved)
-// may not have run the goroutine that reads a reply that came, so the
-// caller waits as long as its yield took (at least half the budget) and
-// asks again, up to starvedLimit(budget) after entry; ops taken but not
-// yet written are waited for without asking. On a prompt process a call to
-// a frozen or slow Redis fails at its budget.
+// waitStarved waits, past the caller's deadline, while the call may still
+// be answered without blaming Redis for this process's delays (written ops
+// get their whole budget from the write; a starved process waits as long
+// as its yields take, up to starvedLimit), and reports whether it was.
 func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 	if w.wait(time.Until(entry.Add(w.budget))) {
 		return true // ctx's deadline came before the budget
@@ -294,14 +289,11 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 	}
 }
 
-// starved yields the CPU up to yields times and reports whether this
-// process is too busy to run its goroutines promptly, and how long the
-// yield took. A yielding goroutine waits in the global run queue, where a
-// sender whose reply came waits too, while a caller woken by its timer
-// jumps it: on a starved process the caller wakes in time and finds no
-// reply, though one came. A yield of a tenth of the budget or more, or one
-// within starvedMemory, says starved; on a prompt process a yield takes
-// microseconds.
+// starved yields the CPU and reports whether this process is too busy to
+// run its goroutines promptly (a yield of a tenth of the budget, or one
+// within starvedMemory), and how long the yield took. A sender whose reply
+// came waits in the global run queue, as a yield does, while a caller
+// woken by its timer jumps it.
 func (s *Store) starved(budget time.Duration) (bool, time.Duration) {
 	var took time.Duration
 	for range yields {
@@ -317,9 +309,7 @@ func (s *Store) starved(budget time.Duration) (bool, time.Duration) {
 	return s.starvedLately(time.Now()), took
 }
 
-// yields: a goroutine that yields can be picked at once by luck on a
-// starved process (the scheduler takes from its global queue every 61
-// turns); on a prompt one three yields cost a microsecond.
+// yields: one yield can be quick by luck on a starved process.
 const yields = 3
 
 // wait waits up to d for every op of w to be answered, and reports
@@ -403,9 +393,7 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 }
 
 // pipeliner queues the ops bound for one node while its lanes (round
-// trips in flight, at most max) are taken. There is no worker: a caller
-// that finds a lane free sends the queue itself (callInline) or, when it
-// cannot bound its own wait, starts a goroutine for that lane (drain).
+// trips in flight, at most max) are taken. There is no worker (drain).
 type pipeliner struct {
 	s     *Store
 	mu    sync.Mutex
@@ -633,14 +621,10 @@ func (s *Store) exec(batch []*op, self *waiter) {
 	}
 }
 
-// writeDeadline is the context of a round trip its caller sends itself,
-// or of one with no deadline (then no Done either): the caller's, for its
-// values, with the budget's deadline from the write, which go-redis sets
-// on the connection (ContextTimeoutEnabled). It starts no timer, as
-// context.WithDeadline would per decision: go-redis reads Done only while
-// it waits for a connection, where the caller's Done serves, unless the
-// caller's deadline had passed at the write (done is then nil, and the
-// pool's own timeout bounds that wait).
+// writeDeadline is a round trip's context without a timer of its own: the
+// caller's values, the budget's deadline from the write (go-redis sets it
+// on the connection), and the caller's Done, which go-redis reads only
+// while it waits for a connection (nil when the deadline had passed).
 type writeDeadline struct {
 	context.Context
 	at   time.Time

@@ -91,14 +91,10 @@ func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.clock = now }
 }
 
-// WithDenyCache sets how many rejected keys the Store remembers in
-// process ([DefaultDenyCacheSize]; zero or less turns it off). A key Redis
-// rejected until T is rejected locally until T, with no round trip, for a
-// request of the same rule and cost (unforced, positive, not Shadow); the
-// call's other requests report Allowed and Unread. It never admits, and
-// never answers for two seconds the keys of a decision that was sent and
-// not answered. A refund or [Store.Reset] through this Store forgets the
-// key; another instance's does not (see README.md).
+// WithDenyCache sets how many rejected keys the Store remembers
+// ([DefaultDenyCacheSize]; zero or less: off). A key Redis rejected until T
+// is rejected locally until T for the same rule and cost, with no round
+// trip; it never admits (see README.md).
 func WithDenyCache(size int) Option {
 	return func(c *config) { c.denySize = size }
 }
