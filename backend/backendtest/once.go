@@ -45,8 +45,9 @@ func (s *suite) testSettleOnce(t *testing.T) {
 
 // testChargeOnce is a forced charge delivered twice charging once, the
 // repeat coming nearly two Periods later (the record's least life), and
-// the record being the key's own: the same Once on another key, or a
-// call that is rejected, records nothing.
+// the record being the key's own: the same Once on another key is another
+// settlement, and a call that is rejected records nothing. Within one call
+// the second delivery is the repeat.
 func (s *suite) testChargeOnce(t *testing.T) {
 	s.forEach(t, func(t *testing.T, e *env, alg backend.Algorithm) {
 		r := req(e.key("k"), alg, 3, time.Second, 1)
@@ -79,6 +80,19 @@ func (s *suite) testChargeOnce(t *testing.T) {
 		}
 		if got := e.one(next); !got.Allowed || got.Remaining != 2 {
 			t.Errorf("a charge whose first call was rejected: %+v, want applied, 2 remaining", got)
+		}
+		twice := charge
+		twice.Once = 9
+		if got := e.decide(twice, twice); got[0].Remaining != 1 || got[1].Remaining != 1 {
+			t.Errorf("one charge twice in a call: %+v, want it applied once, 1 remaining", got)
+		}
+		peek := other
+		peek.Cost, peek.Force, peek.Once = 0, false, 0
+		if got := e.decide(twice, peek); got[0].Remaining != 1 {
+			t.Errorf("the charge again beside another key: %+v, want 1 remaining", got[0])
+		}
+		if got := e.remaining(r); got != 1 {
+			t.Errorf("after the charge of 1 delivered three times: remaining %d, want 1", got)
 		}
 	})
 }

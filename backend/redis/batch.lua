@@ -37,7 +37,7 @@ local function one(i)
     s = op.load(KEYS[i], raw, now, minTTL)
   end
   local m, c = onceKey(KEYS[i], ARGV[a + 6]), tonum(ARGV[a + 3])
-  if m and redis.call('EXISTS', m) == 1 then c, m = 0, nil end -- applied before: a peek
+  if m and (tonum(redis.call('GET', m)) or 0) > now then c, m = 0, nil end -- applied: a peek
   local ok, remaining, reset, retry, nx, placed = op.decide(s, now, tonum(ARGV[r + 2]), P,
     tonum(ARGV[r + 4]), c, flags == '1' or flags == '3', alg == '5' and ARGV[a + 5] or tonum(ARGV[a + 5]))
   local rejected = 0
@@ -46,7 +46,7 @@ local function one(i)
   elseif s.dirty then
     store(s, alg, now, minTTL)
   end
-  if m and rejected == 0 then redis.call('SET', m, 1, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
+  if m and rejected == 0 then redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
   return rejected, ok, remaining, max(0, reset), retry, nx, placed
 end
 

@@ -143,7 +143,7 @@ local rejected, marks = false, {} -- marks: the once records the call writes, an
 for i = 1, #KEYS do
   local a = 4 + (i - 1) * 9
   local m, c = onceKey(KEYS[i], ARGV[a + 8]), tonum(ARGV[a + 4])
-  if m and (marks[m] or redis.call('EXISTS', m) == 1) then c, m = 0, nil end -- applied before: a peek
+  if m and (marks[m] or (tonum(redis.call('GET', m)) or 0) > now) then c, m = 0, nil end -- applied: a peek
   local ok, remaining, reset, retry, nx, placed = run(i, state(i, ARGV[a]), c)
   if m then marks[m], placed = tonum(ARGV[a + 2]), max(placed, 1) end
   if ok == 0 and ARGV[a + 6] ~= '1' then rejected = true end
@@ -196,6 +196,6 @@ for _, key in ipairs(order) do
     if withPeeks then written[key] = v and { 1, v } or { 2, '' } end -- a lease: any
   end
 end
-for m, P in pairs(marks) do redis.call('SET', m, 1, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
+for m, P in pairs(marks) do redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
 undo(written)
 return out

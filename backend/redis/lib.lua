@@ -517,7 +517,7 @@ local function companion(key, x)
   return '{' .. key .. '}#' .. (x or 'n')
 end
 
--- onceKey is settlement id's record on key, in its slot (backend.Request.Once; id '0': none).
+-- onceKey is settlement id's record on key, in its slot, holding until when (backend.Request.Once; '0': none).
 local function onceKey(key, id) if id ~= '0' then return companion(key, 'o' .. id) end end
 
 if uses['5'] then
