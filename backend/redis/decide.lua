@@ -3,7 +3,7 @@
 -- one hash slot), each seeing the state the previous one on its key would
 -- write, written all or nothing.
 -- KEYS[i] request i's key. ARGV: now µs or "" (TIME), minimum TTL ms, "1"
--- for peeks (a call spanning Cluster slots), then 8 per request: algorithm
+-- for peeks (a call spanning Cluster slots), then 9 per request: algorithm
 -- (see batch.lua), limit, period µs, burst (Concurrency: the lease id),
 -- cost, force, shadow (0/1), stamp (µs, or 0), once (0: none).
 -- Reply: {now, rejected, then per request allowed, remaining, reset µs,
