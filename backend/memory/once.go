@@ -12,7 +12,9 @@ import (
 // A Store cannot lose a reply, and ceiling's limiter sends it no Once; it
 // honours one all the same, so that the contract holds on every backend.
 // Calls that carry a Once take its lock around their decision: they are
-// serialized with each other, never with other calls.
+// serialized with each other, never with other calls, and allocate. A
+// record lapses twice its Period after it was applied; the set drops
+// lapsed records whenever it has doubled since it last did.
 type settledSet struct {
 	mu    sync.Mutex
 	exp   map[settledKey]int64 // µs: when the record may go
