@@ -50,7 +50,8 @@ type reply struct {
 	results  []backend.Result
 	// With the peeks asked for: the results had the call been rejected
 	// elsewhere, what it did to each key (or lease) to put it back, and
-	// which Concurrency acquisitions added a lease.
+	// which Concurrency acquisitions added a lease and which settlements
+	// with a Once it applied (an inverse undoes only those).
 	peeks []backend.Result
 	undo  []keyUndo
 	added []bool
@@ -59,7 +60,7 @@ type reply struct {
 // args encodes reqs as decideScript's ARGV; withPeeks asks the script for
 // the peeks of a reply.
 func (s *Store) args(reqs []backend.Request, withPeeks bool) []any {
-	args := make([]any, 0, 3+8*len(reqs))
+	args := make([]any, 0, 3+9*len(reqs))
 	if s.clock == nil {
 		args = append(args, "", 0)
 	} else {
@@ -71,7 +72,7 @@ func (s *Store) args(reqs []backend.Request, withPeeks bool) []any {
 		if r.Algorithm == backend.Concurrency {
 			burst = r.Lease // the script reads a lease id where a burst would be
 		}
-		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), burst, r.Cost, flag(r.Force), flag(r.Shadow), r.Stamp)
+		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), burst, r.Cost, flag(r.Force), flag(r.Shadow), r.Stamp, r.Once)
 	}
 	return args
 }
@@ -121,7 +122,7 @@ const loneFields = 7
 
 // batchArgs appends batchScript's KEYS and ARGV for ops, lone calls all
 // (see batch.lua): the rules they use, each once, then per call its rule,
-// clock, cost, flags, and lease (Concurrency) or stamp.
+// clock, cost, flags, lease (Concurrency) or stamp, and once.
 func (s *Store) batchArgs(a []any, ops []*op) []any {
 	var rules [4]*backend.Request // the first ops of distinct rules, in order
 	distinct := rules[:0]
@@ -159,7 +160,7 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 		if r.Algorithm == backend.Concurrency {
 			x = r.Lease
 		}
-		a = append(a, index(r), now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x)
+		a = append(a, index(r), now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x, r.Once)
 	}
 	return a
 }
@@ -261,7 +262,7 @@ func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
 			res.Remaining, res.ResetAfter, res.NextAfter = g[6], time.Duration(g[7])*time.Microsecond, time.Duration(g[8])*time.Microsecond
 			res.Stamp = 0
 			r.peeks[i] = res
-			r.added[i] = reqs[i].Algorithm == backend.Concurrency && g[5] == 1
+			r.added[i] = (reqs[i].Algorithm == backend.Concurrency || reqs[i].Once != 0) && g[5] >= 1
 		}
 	}
 	return r, nil
