@@ -6,8 +6,9 @@ import (
 )
 
 // janitorSQL deletes at most $2 rows whose state was back to full at $1
-// (NULL: the server's clock), skipping rows a decision holds, through the
-// function pinned to ceiling's schema (decide.sql), and returns how many.
+// (NULL: the server's clock), skipping rows a decision holds, and at most
+// $2 settlement records expired by then, through the function pinned to
+// ceiling's schema (decide.sql); it returns how many states it deleted.
 const janitorSQL = "SELECT ceiling_sweep($1, $2)"
 
 // janitor deletes expired rows every interval until Close, in bounded
