@@ -587,3 +587,58 @@ func TestBusyPoolOnAnAnsweringServerIsNotSent(t *testing.T) {
 	}
 	t.Logf("%d of 64 calls shed", shed)
 }
+
+// TestCrashEmptiesAnUnloggedTable_Attack: with Migrate(Unlogged()), a
+// crash (not a clean restart) empties the table, as the README warns:
+// every key is back to its full quota, and nothing says so afterwards.
+func TestCrashEmptiesAnUnloggedTable_Attack(t *testing.T) {
+	srv := pgtest.Start(t, pgtest.Options{})
+	pool := pgtest.Pool(t, srv.URL("postgres"))
+	if err := Migrate(context.Background(), pool, Unlogged()); err != nil {
+		t.Fatal(err)
+	}
+	s := New(pool, WithJanitor(0, 0))
+	defer s.Close()
+	for range 3 {
+		if err, _ := decideWithin(s, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for range 5 {
+		if err, _ = decideWithin(s, 5*time.Second); err == nil {
+			break
+		}
+		wantKind(t, err, "unreachable")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(t, s, charge); got != 1 {
+		t.Fatalf("remaining %d after a clean restart, want 1: an unlogged table survives it", got)
+	}
+	if err := srv.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	var res []backend.Result
+	peek := charge
+	peek.Cost = 0
+	for range 5 {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		res, err = s.Decide(c, []backend.Request{peek})
+		cancel()
+		if err == nil {
+			break
+		}
+		wantKind(t, err, "unreachable")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Remaining != charge.Limit {
+		t.Fatalf("remaining %d after a crash, want the full %d: the unlogged table was not emptied", res[0].Remaining, charge.Limit)
+	}
+}
