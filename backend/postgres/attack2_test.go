@@ -642,3 +642,43 @@ func TestCrashEmptiesAnUnloggedTable_Attack(t *testing.T) {
 		t.Fatalf("remaining %d after a crash, want the full %d: the unlogged table was not emptied", res[0].Remaining, charge.Limit)
 	}
 }
+
+// TestSynchronousCommitCoversSeveralRequestCalls_Attack: Migrate's
+// SynchronousCommit removes the asynchronous commit from the function by
+// its text; a call of several requests (ceiling_decide, not the lone
+// call's function) must commit as the server says too, and
+// asynchronously by default.
+func TestSynchronousCommitCoversSeveralRequestCalls_Attack(t *testing.T) {
+	pool := migrated(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["synchronous_commit"] = "on" })
+	ctx := context.Background()
+	s := New(pool, WithPrefix(""), WithJanitor(0, 0))
+	defer s.Close()
+	two := []backend.Request{
+		{Key: "a", Algorithm: backend.FixedWindow, Limit: 5, Period: time.Hour, Cost: 1},
+		{Key: "b", Algorithm: backend.GCRA, Limit: 5, Period: time.Hour, Cost: 1},
+	}
+	during := func() string {
+		t.Helper()
+		sql, args := s.call(two)
+		var got string
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, sql, args...); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&got)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := during(); got != "off" {
+		t.Fatalf("synchronous_commit %q in a two-request decision by default, want off", got)
+	}
+	if err := Migrate(ctx, pool, SynchronousCommit()); err != nil {
+		t.Fatal(err)
+	}
+	if got := during(); got != "on" {
+		t.Fatalf("synchronous_commit %q in a two-request decision after Migrate(SynchronousCommit()), want on", got)
+	}
+}
