@@ -682,3 +682,60 @@ func TestSynchronousCommitCoversSeveralRequestCalls_Attack(t *testing.T) {
 		t.Fatalf("synchronous_commit %q in a two-request decision after Migrate(SynchronousCommit()), want on", got)
 	}
 }
+
+// TestFailuresLeakNothing_Attack: through the limiter, on a server killed
+// and on a wrong password, neither the log nor what the client gets
+// holds the client's address or the database password, and a killed
+// server's requests get the fail mode's answer.
+func TestFailuresLeakNothing_Attack(t *testing.T) {
+	srv, pool, _ := own(t)
+	const client = "192.0.2.9"
+	for _, c := range []struct {
+		name string
+		pool *pgxpool.Pool
+	}{
+		{"wrong password", pgtest.Pool(t, strings.Replace(srv.URL("postgres"), pgtest.Password, "guess-"+pgtest.Password, 1))},
+		{"killed", pool},
+	} {
+		if c.name == "killed" {
+			srv.Kill()
+		}
+		var log strings.Builder
+		var mu sync.Mutex
+		l := ceiling.MustNew([]ceiling.Rule{{Name: "api", Key: ceiling.RemoteAddr, Limit: 5, Period: time.Hour}},
+			ceiling.WithBackend(New(c.pool, WithJanitor(0, 0))), ceiling.WithKeySecret([]byte(strings.Repeat("s", 32))),
+			ceiling.WithLogger(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return log.Write(p)
+			}), &slog.HandlerOptions{Level: slog.LevelDebug}))), ceiling.WithTimeout(2*time.Second))
+		h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+		var seen strings.Builder
+		for range 3 {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest("GET", "/", nil)
+			req.RemoteAddr = client + ":4444"
+			h.ServeHTTP(rec, req)
+			fmt.Fprintf(&seen, "%d %v %s\n", rec.Code, rec.Header(), rec.Body.String())
+			if rec.Code != http.StatusOK {
+				t.Errorf("%s: status %d, want the fail mode's 200", c.name, rec.Code)
+			}
+		}
+		l.Close()
+		mu.Lock()
+		all := log.String() + seen.String()
+		mu.Unlock()
+		if log.Len() == 0 {
+			t.Errorf("%s: nothing logged", c.name)
+		}
+		for _, secret := range []string{client, pgtest.Password} {
+			if strings.Contains(all, secret) {
+				t.Errorf("%s: %q leaks:\n%s", c.name, secret, all)
+			}
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
