@@ -178,7 +178,7 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 	// A request this process was too busy to decide is shed, a 503 that
 	// /metrics counts as kind "overloaded": never a fail-mode admission.
 	shed := 0
-	if m := regexp.MustCompile(`(?m)^ceiling_backend_errors_total\{kind="overloaded"\} (\d+)$`).FindStringSubmatch(m.Body); m != nil {
+	if m := regexp.MustCompile(`(?m)^ceiling_rate_limiting_backend_errors_total\{error_type="overloaded"\} (\d+)$`).FindStringSubmatch(m.Body); m != nil {
 		shed, _ = strconv.Atoi(m[1])
 	}
 	for status, n := range floodStatus {
@@ -187,7 +187,7 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 		}
 	}
 	for _, line := range nonzero {
-		if strings.HasPrefix(line, "ceiling_failmode_admissions_total") {
+		if strings.HasPrefix(line, "ceiling_rate_limiting_fail_mode_admissions_total") {
 			t.Errorf("a rule was admitted by its fail mode on a healthy Redis: %s", line)
 		}
 	}
@@ -200,8 +200,8 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 	if n := strings.Count(p.Log(), "backend degraded"); n > 0 {
 		t.Errorf("the service logged %d breaker transitions to degraded on a healthy Redis", n)
 	}
-	if !slices.Contains(strings.Split(m.Body, "\n"), "ceiling_degraded_transitions_total 0") {
-		t.Errorf("/metrics does not say 0 breaker transitions: %s", regexp.MustCompile(`(?m)^ceiling_degraded.*$`).FindAllString(m.Body, -1))
+	if !slices.Contains(strings.Split(m.Body, "\n"), "ceiling_rate_limiting_degraded_transitions_total 0") {
+		t.Errorf("/metrics does not say 0 breaker transitions: %s", regexp.MustCompile(`(?m)^ceiling_rate_limiting_degraded.*$`).FindAllString(m.Body, -1))
 	}
 	if t.Failed() {
 		t.Logf("service log:\n%s", p.Log())
