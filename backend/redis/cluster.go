@@ -107,7 +107,10 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // another client took since (a Concurrency acquisition releases its lease;
 // a renewal stays renewed); an undone refund is charged again in full, at
 // the undo's instant. GCRA gives back only what is still outstanding of the
-// units: the limiter may under-admit for a while, never over-admit.
+// units: the limiter may under-admit for a while, never over-admit. A
+// settlement with a Once goes with its key: put back, its record goes too;
+// on a key another client wrote, it stays applied and recorded, so that a
+// repeat is still a no-op.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var ukeys [][]string
 	var uargs [][]any
@@ -131,7 +134,7 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			}
 			entry[j] = len(k)
 			k = append(k, keys[g][j])
-			a = append(a, u.action, u.value, u.old, u.ttl)
+			a = append(a, u.action, u.value, u.old, u.ttl, appliedOnces(sub[g], keys[g], replies[g].added, keys[g][j]))
 		}
 		if len(k) > 0 {
 			ukeys, uargs, ugroups, entries = append(ukeys, k), append(uargs, a), append(ugroups, g), append(entries, entry)
@@ -161,6 +164,8 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 				continue // put back, untouched, or never consumed (a shadow request that did not fit)
 			case r.Algorithm == backend.Concurrency && r.Cost > 0 && !replies[g].added[j]:
 				continue // a renewal
+			case r.Once != 0:
+				continue // applied, and recorded: the call then took it, and a repeat is a no-op
 			}
 			r.Stamp = res.Stamp
 			if r.Cost < 0 {
@@ -176,6 +181,19 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 	if len(rreqs) > 0 {
 		s.settle(ctx, rkeys, rreqs, nil)
 	}
+}
+
+// appliedOnces lists, space-separated, the Once of every settlement in reqs
+// (stored under keys) on key that the call applied (added): the records the
+// undo of key deletes with it.
+func appliedOnces(reqs []backend.Request, keys []string, added []bool, key string) string {
+	var b strings.Builder
+	for j, r := range reqs {
+		if r.Once != 0 && added[j] && keys[j] == key {
+			fmt.Fprintf(&b, "%d ", r.Once)
+		}
+	}
+	return b.String()
 }
 
 // restore runs decideScript's "u" mode once per group, in one round trip

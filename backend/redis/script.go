@@ -41,7 +41,7 @@ var decideScript = redis.NewScript(withLib(decideSource))
 const fakeClockMinTTL = 60_000
 
 // argsPerRequest is how many ARGV values the script reads per request.
-const argsPerRequest = 8
+const argsPerRequest = 9
 
 // reply is one run of the decide script.
 type reply struct {
@@ -55,7 +55,8 @@ type reply struct {
 	// lease), to put it back if another slot rejects the call.
 	undo []keyUndo
 	// added reports, with the peeks, which Concurrency acquisitions added a
-	// lease (a renewal did not): an inverse releases only those.
+	// lease (a renewal did not), and which settlements with a Once the call
+	// applied (a repeat it was not): an inverse undoes only those.
 	added []bool
 }
 
@@ -79,7 +80,7 @@ func (s *Store) args(reqs []backend.Request, stamps []int64, withPeeks bool) []a
 		if r.Algorithm == backend.Concurrency {
 			burst = r.Lease // the script reads a lease id where a burst would be
 		}
-		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), burst, r.Cost, flag(r.Force), flag(r.Shadow), stamp)
+		args = append(args, int(r.Algorithm), r.Limit, r.Period.Microseconds(), burst, r.Cost, flag(r.Force), flag(r.Shadow), stamp, r.Once)
 	}
 	return args
 }
@@ -152,8 +153,8 @@ const loneFields = 7
 
 // batchArgs encodes ops, lone calls all, as batchScript's KEYS and ARGV,
 // after the command's first values: the rules they use, each once, then
-// per call its rule, clock, cost, flags, and lease (Concurrency) or stamp
-// (see batch.lua).
+// per call its rule, clock, cost, flags, lease (Concurrency) or stamp, and
+// once (see batch.lua).
 func (s *Store) batchArgs(a []any, ops []*op) []any {
 	var rules [4]*backend.Request // the first ops of distinct rules, in order
 	distinct := rules[:0]
@@ -191,7 +192,7 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 		if r.Algorithm == backend.Concurrency {
 			x = r.Lease
 		}
-		a = append(a, index(r), now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x)
+		a = append(a, index(r), now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x, r.Once)
 	}
 	return a
 }
@@ -304,7 +305,7 @@ func decode(v any, reqs []backend.Request, withPeeks bool) (reply, error) {
 			res.Remaining, res.ResetAfter, res.NextAfter = f[6], time.Duration(f[7])*time.Microsecond, time.Duration(f[8])*time.Microsecond
 			res.Stamp = 0
 			r.peeks[i] = res
-			r.added[i] = reqs[i].Algorithm == backend.Concurrency && f[5] == 1
+			r.added[i] = (reqs[i].Algorithm == backend.Concurrency || reqs[i].Once != 0) && f[5] >= 1
 		}
 	}
 	return r, nil
