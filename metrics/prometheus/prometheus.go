@@ -26,8 +26,9 @@
 // on), so that one rule file and one dashboard serve either exporter.
 //
 // Alert on ceiling_rate_limiting_degraded == 1 and on any increase of
-// ceiling_rate_limiting_fail_mode_admissions_total: both mean limits are
-// enforced less than configured. The module ships these alerts as a
+// ceiling_rate_limiting_fail_mode_admissions_total, both meaning limits are
+// enforced less than configured, and on the fail_closed and shed results,
+// 503s for callers within their limits. The module ships these alerts as a
 // Prometheus rule file, alerts.yml, and a Grafana dashboard,
 // dashboard.json; its README is their runbook.
 package ceilingprom
