@@ -313,37 +313,68 @@ func TestStandbyPromoted_Attack(t *testing.T) {
 
 // TestLaterMigrateWeakensAnotherInstancesCommit_Attack: the commit mode
 // (and the table's persistence) is a property of the database that the
-// last Migrate sets, not of the Store that asked for it. An instance
+// last Migrate set, not of the Store that asked for it. An instance
 // started with Migrate(SynchronousCommit()), because it must lose no
-// acknowledged decision, has its decisions commit asynchronously from the
+// acknowledged decision, had its decisions commit asynchronously from the
 // moment any other instance (an older build in a rolling deploy, a
-// service sharing the database) runs a default Migrate: nothing fails,
-// nothing is logged, and the instance is silently weaker than configured.
-// Either the second Migrate must refuse to change the mode, or the first
-// instance's decisions must keep theirs.
+// service sharing the database) ran a default Migrate: nothing failed,
+// nothing was logged. Now that Migrate fails with ErrDurability, naming
+// both settings, and changes nothing; so does one asking for an UNLOGGED
+// table on a logged one. With ChangeDurability it changes them.
 func TestLaterMigrateWeakensAnotherInstancesCommit_Attack(t *testing.T) {
-	t.Skip("defect: SynchronousCommit (and Unlogged) are last-Migrate-wins for the whole database; another instance's default Migrate silently makes a SynchronousCommit instance commit asynchronously")
 	url := pgtest.Shared(t).Database(t)
 	ctx := context.Background()
 	strict := pgtest.Pool(t, url, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["synchronous_commit"] = "on" })
 	if err := Migrate(ctx, strict, SynchronousCommit()); err != nil {
 		t.Fatal(err)
 	}
-	other := pgtest.Pool(t, url)
-	migrateErr := Migrate(ctx, other)
-	var during string
-	err := pgx.BeginFunc(ctx, strict, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, oneSQL, nil, "k", int32(backend.FixedWindow), int64(5), int64(time.Hour/time.Microsecond),
-			int64(0), int64(1), int32(0), int64(0), int64(0)); err != nil {
-			return err
+	during := func() string {
+		t.Helper()
+		var got string
+		err := pgx.BeginFunc(ctx, strict, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, oneSQL, nil, "k", int32(backend.FixedWindow), int64(5), int64(time.Hour/time.Microsecond),
+				int64(0), int64(1), int32(0), int64(0), int64(0)); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&got)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&during)
-	})
-	if err != nil {
+		return got
+	}
+	other := pgtest.Pool(t, url)
+	for _, c := range []struct {
+		opts []MigrateOption
+		want []string // in the error
+	}{
+		{nil, []string{"installed with synchronous commit (SynchronousCommit) and a logged table", "asks for asynchronous commit (no SynchronousCommit)"}},
+		{[]MigrateOption{SynchronousCommit(), Unlogged()}, []string{"a logged table (no Unlogged)", "asks for synchronous commit (SynchronousCommit) and an UNLOGGED table (Unlogged)"}},
+	} {
+		err := Migrate(ctx, other, c.opts...)
+		if !errors.Is(err, ErrDurability) {
+			t.Fatalf("Migrate(%d options) over a SynchronousCommit schema: %v, want ErrDurability", len(c.opts), err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("the error %q does not say %q", err, w)
+			}
+		}
+		if got := during(); got != "on" {
+			t.Fatalf("after a refused Migrate, the SynchronousCommit instance's decisions commit with synchronous_commit %q", got)
+		}
+		if got := persistence(t, strict); got != "p" {
+			t.Fatalf("relpersistence %q after a refused Migrate, want p", got)
+		}
+	}
+	if err := Migrate(ctx, strict, SynchronousCommit()); err != nil {
+		t.Fatalf("Migrate with the installed options: %v", err)
+	}
+	if err := Migrate(ctx, other, ChangeDurability()); err != nil {
 		t.Fatal(err)
 	}
-	if migrateErr == nil && during != "on" {
-		t.Fatalf("after another instance's default Migrate, the SynchronousCommit instance's decisions commit with synchronous_commit %q", during)
+	if got := during(); got != "off" {
+		t.Fatalf("synchronous_commit %q after Migrate(ChangeDurability()), want off", got)
 	}
 }
 
@@ -675,7 +706,7 @@ func TestSynchronousCommitCoversSeveralRequestCalls_Attack(t *testing.T) {
 	if got := during(); got != "off" {
 		t.Fatalf("synchronous_commit %q in a two-request decision by default, want off", got)
 	}
-	if err := Migrate(ctx, pool, SynchronousCommit()); err != nil {
+	if err := Migrate(ctx, pool, SynchronousCommit(), ChangeDurability()); err != nil {
 		t.Fatal(err)
 	}
 	if got := during(); got != "on" {
