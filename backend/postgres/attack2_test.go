@@ -774,34 +774,59 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // TestStaleSessionsFailOneCallEach_Attack: once the server is back (a
 // restart, a failover, pg_terminate_backend of ceiling's sessions, a
 // pooler's server_idle_timeout), every pooled session the server ended
-// still fails the next call made on it as unreachable: a pool of 8 warm
-// sessions fails the next 8 decisions, each sent to the fail mode and
-// counted by the breaker after the outage is over. pgxpool pings only
-// sessions idle for more than a second, and the Store does not send a
-// call again on a fresh session when the server refused it at once.
+// failed the next call made on it as unreachable: a pool of 8 warm
+// sessions failed the next 8 decisions, each sent to the fail mode and
+// counted by the breaker after the outage was over. pgxpool pings only
+// sessions idle for more than a second. A call the server answered only
+// with the FATAL of its ended session (57P01) did not commit, so the
+// Store now sends it once more on a session that is alive; the key counts
+// each decision once.
 func TestStaleSessionsFailOneCallEach_Attack(t *testing.T) {
-	t.Skip("defect: each pooled session the server ended fails one decision (unreachable) after the server is back; 8 of 8 with a warm pool of 8")
-	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 8; c.MinConns = 8 })
-	s := New(pool, WithJanitor(0, 0))
-	defer s.Close()
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() { decideWithin(s, 5*time.Second) })
-	}
-	wg.Wait()
-	admin := pgtest.Pool(t, pool.Config().ConnString())
-	if _, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // the sessions end; the server stays up
-	var failed int
-	for range 10 {
-		if err, _ := decideWithin(s, 2*time.Second); err != nil {
-			failed++
-		}
-	}
-	if failed > 0 {
-		t.Fatalf("%d of 10 decisions failed on a server that was up, after its sessions were ended", failed)
+	for _, how := range []string{"pg_terminate_backend", "restart"} {
+		t.Run(how, func(t *testing.T) {
+			srv, pool, s := own(t, func(c *pgxpool.Config) { c.MaxConns = 8; c.MinConns = 8 })
+			r := backend.Request{Key: "stale", Algorithm: backend.FixedWindow, Limit: 100, Period: time.Hour, Cost: 1}
+			decide := func(d time.Duration) error {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				_, err := s.Decide(ctx, []backend.Request{r})
+				return err
+			}
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() { _ = decide(5 * time.Second) })
+			}
+			wg.Wait()
+			switch how {
+			case "restart":
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				admin := pgtest.Pool(t, pool.Config().ConnString())
+				if _, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+					WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`); err != nil {
+					t.Fatal(err)
+				}
+				admin.Close()
+				time.Sleep(50 * time.Millisecond) // the sessions end; the server stays up
+			}
+			var failed int
+			for range 10 {
+				if err := decide(2 * time.Second); err != nil {
+					t.Log(err)
+					failed++
+				}
+			}
+			if failed > 0 {
+				t.Fatalf("%d of 10 decisions failed on a server that was up, after its sessions were ended", failed)
+			}
+			if got := s.resent.Load(); got == 0 {
+				t.Fatal("no call was sent again, yet none failed: the sessions were not ended")
+			}
+			if got := remaining(t, s, r); got != r.Limit-18 {
+				t.Fatalf("remaining %d after 18 decisions, want %d: a call sent again counted twice or not at all", got, r.Limit-18)
+			}
+		})
 	}
 }
