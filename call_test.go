@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -274,6 +275,10 @@ func TestBackendIsCalledInline(t *testing.T) {
 // once with ErrDegraded instead of waiting for a dead backend; otherwise
 // they are bounded by the timeout like decisions.
 func TestOperatorCallsGoThroughTheBreaker(t *testing.T) {
+	synctest.Test(t, testOperatorCallsGoThroughTheBreaker)
+}
+
+func testOperatorCallsGoThroughTheBreaker(t *testing.T) {
 	be := &flaky{}
 	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
 		WithBackend(be), WithFailMode(FailOpen), WithTimeout(20*time.Millisecond),
@@ -299,8 +304,10 @@ func TestOperatorCallsGoThroughTheBreaker(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Peek on a hung backend took %v", d)
 	}
+	time.Sleep(confirmBudget) // virtual: the probe that confirms the timeout fails
+	synctest.Wait()
 	if got := l.Health().Status; got != "degraded" {
-		t.Fatalf("a timed-out Peek is a backend failure like any other: %q", got)
+		t.Fatalf("a timed-out Peek, confirmed by a probe, is a backend failure like any other: %q", got)
 	}
 	calls := be.callCount()
 	for name, call := range map[string]func() error{

@@ -118,6 +118,7 @@ type failState struct {
 	// FailLocal across the outage's edges (local.go).
 	seen          failover.Seen    // what the backend last said of each key
 	journal       failover.Journal // keys the local store admitted while degraded
+	charging      atomic.Bool      // chargeSoon runs
 	handoverUntil atomic.Int64     // Unix ns: FailLocal rules are decided locally too until then
 
 	// The prober.
@@ -173,7 +174,7 @@ func (l *Limiter) initFailover() error {
 		f.cached, _ = l.backend.(backend.CachedDecider)
 		f.spread, _ = l.backend.(backend.Spread)
 		c := l.cfg.breaker.withDefaults()
-		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, l.startProber, isTimeout)
+		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, l.startProber, isTimeout, l.startConfirm)
 	}
 	usesLocal := l.cfg.failMode == FailLocal
 	for i := range l.rules {
@@ -225,7 +226,9 @@ func (l *Limiter) Close() error {
 // UnavailableError is the error behind a 503 (and [Limiter.Decide]'s
 // refusal): the backend could not decide and a rule of the request fails
 // closed, or this process was too busy to ask it in time (Err wraps
-// [backend.ErrNotSent]: the request was shed, whatever the fail modes).
+// [backend.ErrNotSent]: the request was shed, whatever the fail modes), or
+// a FailOpen rule's call timed out before a probe confirmed that the
+// backend is at fault (shed too).
 type UnavailableError struct {
 	// Rule is the first enforced rule, in declaration order, that fails
 	// closed (or, for a shed request, the first enforced rule).
@@ -276,7 +279,8 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 			return nil, err
 		}
 	}
-	local := 0
+	unconfirmed := l.unconfirmed(cause)
+	local, open := 0, false
 	for i := range d.Results {
 		rule := d.Results[i].Rule
 		switch m := l.modeOf(rule); {
@@ -284,7 +288,12 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 			return nil, l.unavailable(rule.Name, cause)
 		case m == FailLocal:
 			local++
+		case m == FailOpen && !rule.Shadow:
+			open = true
 		}
+	}
+	if open && unconfirmed {
+		return nil, l.shed(d, cause)
 	}
 	out := st.results[:len(st.reqs)]
 	var sc *localScratch
@@ -336,6 +345,18 @@ func (l *Limiter) shed(d *Decision, cause error) error {
 		}
 	}
 	return nil
+}
+
+// unconfirmed reports a timeout while the breaker is closed: no probe has
+// confirmed yet that the backend is at fault, and this process may as well
+// have been too busy to read a reply that came (the backend could not say
+// which). FailOpen does not apply then, since a flood that saturates the
+// instance would buy unmetered admissions: the request is shed instead,
+// and FailLocal, already bounded, decides locally. Once a probe confirms
+// the timeouts (the breaker opens), every fail mode applies.
+func (l *Limiter) unconfirmed(cause error) bool {
+	b := l.fo.breaker
+	return b != nil && b.Closed() && isTimeout(cause)
 }
 
 // localRequest is req scaled to its share of the limit (the rule's, or the
@@ -451,6 +472,8 @@ func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backen
 // nothing, and any other failure counts towards opening.
 func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, err error) {
 	b := l.fo.breaker
+	if err != nil {
+	}
 	switch {
 	case err != nil && errors.Is(err, backend.ErrInvalidRequest):
 		// What the caller sent, not the backend's health.
@@ -465,6 +488,9 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, err error)
 		}
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.Learn(reqs, out, l.cfg.clock())
+			if l.fo.journal.Len() > 0 && b.Closed() {
+				l.chargeSoon() // FailLocal decided while the timeouts were unconfirmed
+			}
 		}
 	case overloaded(err):
 		l.fo.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
@@ -628,10 +654,7 @@ func (l *Limiter) probeLoop() {
 		}
 		err := l.probe()
 		if err == nil {
-			if f.usesLocal {
-				h := l.cfg.breaker.MaxCoolDown + l.cfg.timeout
-				f.handoverUntil.Store(l.cfg.clock().Add(h).UnixNano())
-			}
+			l.handOverFrom(l.cfg.clock())
 			f.probeMu.Lock()
 			f.probing = false
 			f.probeMu.Unlock()
@@ -653,13 +676,31 @@ func (l *Limiter) probeLoop() {
 // one call: every server must answer, or a cluster with a master down
 // would look healthy whenever the canary's own master answers.
 func (l *Limiter) probe() error {
-	reqs, err := l.canaries()
+	if err := l.canary(l.cfg.timeout); err != nil {
+		return err
+	}
+	return l.chargeLocal()
+}
+
+// handOverFrom starts the hand-over after a recovery at now (local.go),
+// if some rule fails local.
+func (l *Limiter) handOverFrom(now time.Time) {
+	if l.fo.usesLocal {
+		h := l.cfg.breaker.MaxCoolDown + l.cfg.timeout
+		l.fo.handoverUntil.Store(now.Add(h).UnixNano())
+	}
+}
+
+// canary decides the probe's canaries within timeout and reports why the
+// backend cannot be trusted yet, or nil.
+func (l *Limiter) canary(timeout time.Duration) error {
+	reqs, err := l.canaries(timeout)
 	if err != nil {
 		return err
 	}
 	out := make([]backend.Result, len(reqs))
 	start := time.Now()
-	err = l.bounded(context.Background(), op{reqs: reqs, out: out})
+	err = l.bounded(context.Background(), op{reqs: reqs, out: out, timeout: timeout})
 	if obs := l.cfg.observer; obs != nil {
 		observeCall(obs, time.Since(start), out, err)
 	}
@@ -674,17 +715,77 @@ func (l *Limiter) probe() error {
 			return fmt.Errorf("ceiling: probe: the backend rejected a canary far under its limit (retry after %v)", out[i].RetryAfter)
 		}
 	}
-	return l.chargeLocal()
+	return nil
+}
+
+// confirmBudget is the least time the probe that confirms a run of
+// timeouts gives the backend: a healthy Redis answers a canary in well
+// under a millisecond, so one that sends nothing for a second is at fault,
+// while a process too busy to read replies within the request timeout
+// usually reads this one.
+const confirmBudget = time.Second
+
+// startConfirm starts the probe that confirms a run of timeouts (the
+// breaker calls it, see failover.Breaker.Failure), off every request's
+// path: requests meanwhile keep calling the backend, and a timeout sheds
+// their FailOpen rules (unconfirmed).
+func (l *Limiter) startConfirm() {
+	f := l.fo
+	f.probeMu.Lock()
+	defer f.probeMu.Unlock()
+	if f.stopped {
+		f.breaker.Confirmed(nil)
+		return
+	}
+	f.probeWG.Add(1)
+	go func() {
+		defer f.probeWG.Done()
+		f.breaker.Confirmed(l.confirm())
+	}()
+}
+
+// chargeSoon charges the backend, in the background, with what FailLocal
+// admitted while the breaker was closed (timeouts no probe had confirmed
+// yet), once the backend answers again: the recovery's charge, without a
+// recovery. One charge runs at a time.
+func (l *Limiter) chargeSoon() {
+	f := l.fo
+	if !f.charging.CompareAndSwap(false, true) {
+		return
+	}
+	f.probeMu.Lock()
+	defer f.probeMu.Unlock()
+	if f.stopped {
+		f.charging.Store(false)
+		return
+	}
+	f.probeWG.Add(1)
+	go func() {
+		defer f.probeWG.Done()
+		defer f.charging.Store(false)
+		_ = l.chargeJournal() // on error the journal keeps it for the next answer
+	}()
+}
+
+// confirm decides the canaries with their own budget and reports whether
+// the backend is at fault: nil when it answered, or when this process was
+// too busy to ask it (overloaded: no verdict, so no opening).
+func (l *Limiter) confirm() error {
+	err := l.canary(max(l.cfg.timeout, confirmBudget))
+	if overloaded(err) {
+		return nil
+	}
+	return err
 }
 
 // canaries are the probe's requests: the canary, or one variant of it on
 // each server of a backend of several.
-func (l *Limiter) canaries() ([]backend.Request, error) {
+func (l *Limiter) canaries(timeout time.Duration) ([]backend.Request, error) {
 	c := l.fo.canary
 	if l.fo.spread == nil {
 		return []backend.Request{c}, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	keys, err := l.fo.spread.SpreadKeys(ctx, c.Key)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -530,5 +531,92 @@ func TestSettlementIsBoundedByTheTimeout(t *testing.T) {
 	}
 	if got, want := be.callCount(), 2; got != want {
 		t.Errorf("backend calls %d, want %d (decision and settlement)", got, want)
+	}
+}
+
+// slowDecisions is a remote backend whose decisions all time out; its
+// probes answer (a healthy Redis behind a process too busy to read its
+// replies in time) unless frozen (a Redis that answers nothing).
+type slowDecisions struct {
+	frozen bool
+}
+
+func (s *slowDecisions) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	if isProbe(reqs) && !s.frozen {
+		return []backend.Result{{Allowed: true, Limit: reqs[0].Limit, Remaining: reqs[0].Limit - 1}}, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (s *slowDecisions) Reset(context.Context, ...string) error { return nil }
+
+// A timeout is not the backend's fault until a probe, with a budget of its
+// own, confirms it: until then a FailOpen rule is shed (503, counted),
+// never admitted unmetered, and FailLocal decides locally. A probe that
+// the backend answers keeps the breaker closed however many timeouts come
+// (a CPU-flooded process on a healthy Redis); one that fails too opens it,
+// and the fail modes apply in full (a frozen Redis), within the timeout
+// plus the probe's budget.
+func TestTimeoutsOpenTheBreakerOnlyOnceAProbeConfirmsThem(t *testing.T) {
+	for _, frozen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("frozen=%v", frozen), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var transitions []DegradedEvent
+				on := func(path string) KeyFunc {
+					return func(r *http.Request) (string, error) {
+						if r.URL.Path != path {
+							return "", ErrNoKey
+						}
+						return "k", nil
+					}
+				}
+				l := MustNew([]Rule{
+					{Name: "chat", Key: on("/"), Limit: 100, Period: time.Minute, FailMode: FailOpen},
+					{Name: "otp", Key: on("/otp"), Limit: 2, Period: time.Minute, FailMode: FailLocal},
+				}, WithBackend(&slowDecisions{frozen: frozen}), WithTimeout(100*time.Millisecond),
+					WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)),
+					onDegraded(func(e DegradedEvent) { transitions = append(transitions, e) }))
+				defer l.Close()
+				h := l.Handler(okHandler)
+				otp := func() int { return serve(t, h, httptest.NewRequest("GET", "/otp", nil)).Code }
+				var codes []int
+				for range 5 {
+					w := get(t, h)
+					if w.Header().Get("Retry-After") != "1" {
+						t.Errorf("a shed request's Retry-After %q, want 1", w.Header().Get("Retry-After"))
+					}
+					codes = append(codes, w.Code)
+				}
+				if want := []int{503, 503, 503, 503, 503}; !sameInts(codes, want) {
+					t.Errorf("FailOpen on unconfirmed timeouts: %v, want %v (shed)", codes, want)
+				}
+				if got, want := []int{otp(), otp(), otp()}, []int{200, 200, 429}; !sameInts(got, want) {
+					t.Errorf("FailLocal on unconfirmed timeouts: %v, want %v (decided locally)", got, want)
+				}
+				time.Sleep(confirmBudget) // virtual: the probe's budget runs out
+				synctest.Wait()
+				hl := l.Health()
+				if hl.Shed != 5 || hl.Rules[0].FailOpenAdmissions != 0 {
+					t.Errorf("%d shed, %d failed open; want 5 and 0", hl.Shed, hl.Rules[0].FailOpenAdmissions)
+				}
+				if !frozen {
+					if hl.Status != "healthy" || len(transitions) != 0 {
+						t.Errorf("probes answered: %q with %d transitions, want healthy and none", hl.Status, len(transitions))
+					}
+					if got := get(t, h).Code; got != 503 {
+						t.Errorf("the next timeout: %d, want 503 (shed again)", got)
+					}
+					return
+				}
+				if hl.Status != "degraded" || len(transitions) != 1 {
+					t.Fatalf("the probe failed too: %q with %d transitions, want degraded, once", hl.Status, len(transitions))
+				}
+				start := time.Now()
+				if got := get(t, h).Code; got != 200 || time.Since(start) != 0 {
+					t.Errorf("with the breaker open: %d after %v, want 200 (failing open) at once", got, time.Since(start))
+				}
+			})
+		})
 	}
 }

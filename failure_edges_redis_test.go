@@ -372,7 +372,7 @@ func windowMaxEnding(insts []*instance, p time.Duration, at time.Time) int {
 }
 
 // Three instances at 300 decisions a second on one key limited to 30 per
-// 2 s, and Redis frozen for 3 s: inside the outage each admits its third;
+// 2 s, and Redis frozen for 4 s: inside the outage each admits its third;
 // the windows that span the outage's start and end admit at most the
 // limit too, because the local stores start from Redis's last word and
 // Redis is charged with what they admitted before it decides again (issue
@@ -386,7 +386,10 @@ func TestFailLocalBoundAcrossAFrozenRedis(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	inst.Freeze(t)
 	frozen := time.Now()
-	time.Sleep(3 * time.Second)
+	// Redis, frozen: long enough that the key's deny-cache entry (up to
+	// the 2 s period) runs out and five timeouts, confirmed by a probe,
+	// open the breakers.
+	time.Sleep(4 * time.Second)
 	inst.Thaw(t)
 	thawed := time.Now()
 	time.Sleep(3 * time.Second)

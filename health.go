@@ -145,9 +145,10 @@ type Health struct {
 	// ends) that the caller did not use: an error towards the limit.
 	DroppedWrites int64 `json:"dropped_writes,omitempty"`
 	// Shed counts requests refused with 503 because this process was too
-	// busy to send their backend call within the timeout (see
-	// [backend.ErrNotSent]): an overloaded instance sheds load rather than
-	// admit unmetered, and the backend is not blamed for it.
+	// busy to send their backend call or read its reply within the timeout
+	// (see [backend.ErrNotSent]), or because a FailOpen rule's call timed
+	// out before a probe confirmed that the backend is at fault: an
+	// overloaded instance sheds load rather than admit unmetered.
 	Shed int64 `json:"shed,omitempty"`
 	// Rules reports what each rule admitted without the backend.
 	Rules []RuleHealth `json:"rules"`

@@ -3,6 +3,7 @@ package failover
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -28,7 +29,11 @@ func Capacity(req backend.Request) int64 {
 type Journal struct {
 	mu      sync.Mutex
 	entries map[string]JournalEntry
+	n       atomic.Int64 // len(entries), read without mu
 }
+
+// Len is how many keys the journal holds.
+func (j *Journal) Len() int64 { return j.n.Load() }
 
 // JournalEntry is one key of a Journal.
 type JournalEntry struct {
@@ -48,6 +53,7 @@ func (j *Journal) Add(global, local backend.Request) {
 		return // the local store cannot hold more keys either
 	}
 	j.entries[global.Key] = JournalEntry{Global: global, Local: local}
+	j.n.Store(int64(len(j.entries)))
 }
 
 // Take empties the journal and returns what it held.
@@ -55,6 +61,7 @@ func (j *Journal) Take() []JournalEntry {
 	j.mu.Lock()
 	m := j.entries
 	j.entries = nil
+	j.n.Store(0)
 	j.mu.Unlock()
 	out := make([]JournalEntry, 0, len(m))
 	for _, e := range m {
