@@ -284,7 +284,7 @@ func dropped(s leaseSet) {
 // them and until its release, whatever store they are on.
 func (l *Limiter) countSlots(reqs []backend.Request, idx []int, sign int64) {
 	for i, q := range reqs {
-		l.fo.counts[idx[i]].slots.Add(sign * q.Cost)
+		l.slotsInUse(idx[i], sign*q.Cost)
 	}
 }
 

@@ -2,8 +2,6 @@ package ceiling
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -114,6 +112,7 @@ type failState struct {
 
 	emptyKeyLogged []atomic.Bool // per rule: an empty key value was logged
 	overloadLog    sampler       // calls this process was too busy to send
+	resendLog      sampler       // writes given up after their call failed
 
 	// FailLocal across the outage's edges (local.go).
 	seen          failover.Seen    // what the backend last said of each key
@@ -121,19 +120,17 @@ type failState struct {
 	charging      atomic.Bool      // chargeSoon runs
 	handoverUntil atomic.Int64     // Unix ns: FailLocal rules are decided locally too until then
 
-	// The prober.
-	canary  backend.Request
-	probeMu sync.Mutex
-	probing bool          // a probe loop runs
-	stopped bool          // Close was called: start no more
-	stop    chan struct{} // closed by Close
-	probeWG sync.WaitGroup
+	// The background: the prober, the probe that confirms a timeout, the
+	// charge after it and the resends, stopped together by Close.
+	canary backend.Request
+	group  *failover.Group
+	prober failover.Prober
 
 	unenforcedAtDegrade counter
 	shed                counter // requests refused because this process could not send their call
 
-	resend resends   // writes to send again after their call failed
-	slots  heldSlots // decisions holding concurrency slots (concurrency.go)
+	resend failover.Resends // writes to send again after their call failed
+	slots  heldSlots        // decisions holding concurrency slots (concurrency.go)
 }
 
 // ruleCounts are a rule's totals, reported by the health handler.
@@ -161,11 +158,20 @@ func (l *Limiter) initFailover() error {
 	l.cfg.localShare = 1 / float64(l.cfg.instances)
 	f.errLog.every = time.Minute
 	f.overloadLog.every = time.Minute
-	f.stop = make(chan struct{})
-	f.canary = newCanary()
+	f.group = failover.NewGroup()
+	f.canary = failover.NewCanary()
 	f.leaseLog.every = time.Minute
-	f.resend.wake = make(chan struct{}, 1)
-	f.resend.log.every = time.Minute
+	f.resendLog.every = time.Minute
+	f.resend = failover.Resends{
+		Group: f.group,
+		Send: func(reqs []backend.Request) error {
+			return l.callOutside(context.Background(), op{reqs: reqs, out: make([]backend.Result, len(reqs))})
+		},
+		Ready:   l.breakerClosed,
+		Unsent:  unsent,
+		Keep:    l.kept,
+		Dropped: l.droppedWrites,
+	}
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
 		f.limitLog[i].every = limitLogEvery
@@ -174,7 +180,12 @@ func (l *Limiter) initFailover() error {
 		f.cached, _ = l.backend.(backend.CachedDecider)
 		f.spread, _ = l.backend.(backend.Spread)
 		c := l.cfg.breaker.withDefaults()
-		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, l.startProber, isTimeout, l.startConfirm)
+		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, f.prober.Start, isTimeout, l.startConfirm)
+		p := &f.prober
+		p.Breaker, p.Group, p.CoolDown, p.MaxCoolDown = f.breaker, f.group, c.CoolDown, c.MaxCoolDown
+		p.Probe = l.probe
+		p.Recovered = func() { l.handOverFrom(l.cfg.clock()) }
+		p.Closed = f.resend.Poke // writes that waited for the recovery
 	}
 	usesLocal := l.cfg.failMode == FailLocal
 	for i := range l.rules {
@@ -213,7 +224,7 @@ func (l *Limiter) initFailover() error {
 func (l *Limiter) Close() error {
 	var err error
 	l.fo.once.Do(func() {
-		l.stopProber()
+		l.fo.group.Stop()
 		l.fo.localMu.Lock()
 		defer l.fo.localMu.Unlock()
 		for _, c := range l.fo.closers {
@@ -483,8 +494,8 @@ func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, err error)
 			return // the deny cache answered: no evidence either way
 		}
 		b.Success()
-		if l.fo.resend.pending.Load() > 0 {
-			l.fo.resend.poke() // the backend answers: send what waits
+		if l.fo.resend.Pending() > 0 {
+			l.fo.resend.Poke() // the backend answers: send what waits
 		}
 		if l.fo.usesLocal && len(reqs) > 0 {
 			l.fo.seen.Learn(reqs, out, l.cfg.clock())
@@ -585,89 +596,8 @@ func (l *Limiter) callOutside(ctx context.Context, o op) error {
 	return err
 }
 
-// While the circuit breaker is open, one goroutine per limiter probes the
-// backend, so that recovery needs no traffic: an idle instance whose health
-// check is a readiness probe would otherwise stay out of rotation forever.
-
-// newCanary is the probe's request: a real decision (so a backend that
-// answers but cannot write, read-only or out of memory, fails it) on a key
-// of its own that no rule's stored key can equal (those end in a 22-byte
-// digest), limited so high that it is never rejected, with a one-second
-// period so that the backend forgets it at once.
-func newCanary() backend.Request {
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	return backend.Request{
-		Key:       "ceiling-probe:" + hex.EncodeToString(id[:]),
-		Algorithm: backend.FixedWindow,
-		Limit:     backend.MaxLimit,
-		Period:    time.Second,
-		Cost:      1,
-	}
-}
-
 // errProbeCached is a probe answered from a cache in process: no evidence.
 var errProbeCached = errors.New("ceiling: probe answered from a cache, not by the backend")
-
-// startProber starts the probe loop; the breaker calls it when it opens.
-func (l *Limiter) startProber() {
-	f := l.fo
-	f.probeMu.Lock()
-	defer f.probeMu.Unlock()
-	if f.stopped || f.probing {
-		return
-	}
-	f.probing = true
-	f.probeWG.Add(1)
-	go l.probeLoop()
-}
-
-// stopProber stops the probe loop and waits for it.
-func (l *Limiter) stopProber() {
-	f := l.fo
-	f.probeMu.Lock()
-	if !f.stopped {
-		f.stopped = true
-		close(f.stop)
-	}
-	f.probeMu.Unlock()
-	f.probeWG.Wait()
-}
-
-// probeLoop probes the backend until it answers (and closes the breaker)
-// or the limiter is closed. The first probe goes a cool-down after the
-// opening; the interval doubles while probes fail, up to the maximum, and
-// every wait is jittered.
-func (l *Limiter) probeLoop() {
-	f, b := l.fo, l.fo.breaker
-	defer f.probeWG.Done()
-	interval := l.cfg.breaker.CoolDown
-	// The opening set when the first probe goes (jittered), before this
-	// goroutine ran: the 503s' Retry-After already says so.
-	t := time.NewTimer(b.FirstProbe())
-	defer t.Stop()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-t.C:
-		}
-		err := l.probe()
-		if err == nil {
-			l.handOverFrom(l.cfg.clock())
-			f.probeMu.Lock()
-			f.probing = false
-			f.probeMu.Unlock()
-			b.Close()
-			f.resend.poke() // writes that waited for the recovery
-			return
-		}
-		interval = min(2*interval, l.cfg.breaker.MaxCoolDown)
-		wait := failover.Jittered(interval)
-		b.Probed(err, wait)
-		t.Reset(wait)
-	}
-}
 
 // probe asks the backend for a canary decision and, when it answers,
 // charges it with what FailLocal admitted meanwhile. It reports why the
@@ -730,18 +660,10 @@ const confirmBudget = time.Second
 // path: requests meanwhile keep calling the backend, and a timeout sheds
 // their FailOpen rules (unconfirmed).
 func (l *Limiter) startConfirm() {
-	f := l.fo
-	f.probeMu.Lock()
-	defer f.probeMu.Unlock()
-	if f.stopped {
-		f.breaker.Confirmed(nil)
-		return
+	b := l.fo.breaker
+	if !l.fo.group.Go(func() { b.Confirmed(l.confirm()) }) {
+		b.Confirmed(nil) // closed: nothing more to confirm
 	}
-	f.probeWG.Add(1)
-	go func() {
-		defer f.probeWG.Done()
-		f.breaker.Confirmed(l.confirm())
-	}()
 }
 
 // chargeSoon charges the backend, in the background, with what FailLocal
@@ -753,18 +675,12 @@ func (l *Limiter) chargeSoon() {
 	if !f.charging.CompareAndSwap(false, true) {
 		return
 	}
-	f.probeMu.Lock()
-	defer f.probeMu.Unlock()
-	if f.stopped {
-		f.charging.Store(false)
-		return
-	}
-	f.probeWG.Add(1)
-	go func() {
-		defer f.probeWG.Done()
+	if !f.group.Go(func() {
 		defer f.charging.Store(false)
 		_ = l.chargeJournal() // on error the journal keeps it for the next answer
-	}()
+	}) {
+		f.charging.Store(false)
+	}
 }
 
 // confirm decides the canaries with their own budget and reports whether
@@ -807,319 +723,27 @@ func (l *Limiter) trip(err error) {
 	}
 }
 
-// Writes that must reach the backend after their call failed: settlements
-// and slot releases that timed out or met an open breaker, and the release
-// of a slot whose acquisition's outcome is unknown (its reply was lost).
-// One goroutine per limiter resends them while any are pending, as soon as
-// the backend answers again (a recovery or any answered call wakes it),
-// then every so often, until each is applied or no longer matters: a
-// lease ends and a unit stops counting at most a Period after the call
-// that failed, so a write pending longer is dropped, counted and logged.
-//
-// What is resent is what may be applied twice, or what surely was not
-// applied, so that a settlement still takes effect at most once:
-//
-//   - a release of a lease is idempotent (the lease id names it: releasing
-//     an absent lease does nothing), so it is resent whatever happened,
-//     and so is the release of an acquisition whose reply was lost;
-//   - a refund or a forced charge (a settlement under or over its
-//     estimate) is resent only when its call surely never reached the
-//     backend: the breaker was open, or this process never got to send
-//     it. One whose call was sent and not answered may have been applied,
-//     and applying it again would be wrong: a second refund gives back
-//     units of other requests (a stamp names where the refunded units
-//     went, not which they were), a second charge bills the caller twice.
-//     It is dropped, counted and logged. The bound: a dropped refund
-//     leaves its reservation at its estimate (towards the limit); a
-//     dropped charge leaves uncounted what the request used past its
-//     estimate, at most the rule's capacity (settle caps it), as when the
-//     settlement failed before anything was resent.
-
-// maxResends bounds the requests pending a resend, those a round is
-// sending included; past it a write is dropped at once (counted and
-// logged).
-const maxResends = 4096
-
-// resendEvery is the longest wait between two rounds of resends while the
-// backend does not answer; a recovery wakes the loop at once.
-const resendEvery = time.Second
-
-// resendGap is the shortest wait between two rounds of resends.
-const resendGap = 100 * time.Millisecond
-
-// resends is the limiter's pending writes and its resend loop's state.
-type resends struct {
-	mu      sync.Mutex
-	items   []resendItem
-	n       int  // requests in items and in the round that runs
-	running bool // a resend loop runs
-	wake    chan struct{}
-	pending atomic.Int64 // requests in items, read on the hot path
-	dropped atomic.Int64 // requests dropped for good
-	log     sampler
-}
-
-// resendItem is the requests of one failed call still to apply, and when
-// they stop mattering.
-type resendItem struct {
-	reqs  []backend.Request
-	until time.Time
-	what  string
-}
-
-// unsent reports whether a failed call surely never reached the backend.
+// unsent reports whether a failed call surely never reached the backend,
+// so that a settlement may be resent (failover.Resendable).
 func unsent(err error) bool {
 	return errors.Is(err, ErrDegraded) || notSent(err)
 }
 
-// resendable returns what of reqs, whose call failed with err, may be sent
-// again (see the top of this file): releases always, refunds and forced
-// charges only when the call was never sent. The acquisition of a slot
-// becomes its release; renewals and peeks are not resent.
-func resendable(reqs []backend.Request, err error) []backend.Request {
-	var out []backend.Request
-	never := unsent(err)
-	for _, q := range reqs {
-		switch {
-		case q.Cost == 0:
-			continue
-		case q.Algorithm == Concurrency && q.Cost > 0 && !q.Force:
-			if never {
-				continue // not taken: nothing to give back
-			}
-			q.Cost = -q.Cost // an acquisition whose outcome is unknown
-		case q.Algorithm == Concurrency && q.Cost > 0:
-			continue // a renewal: its timer tries again
-		case q.Algorithm != Concurrency && !never:
-			continue // a settlement that may have been applied
-		}
-		q.Shadow = false
-		out = append(out, q)
-	}
-	return out
-}
-
 // resendLater queues what of reqs (whose call failed with err) may be sent
-// again, and starts the resend loop. It reports how many requests were
-// dropped instead.
+// again (failover.Resends). It reports how many requests were dropped
+// instead.
 func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) int {
 	if !l.remote {
 		return 0
 	}
-	again := resendable(reqs, err)
-	lost := settlements(reqs) - settlements(again)
-	l.dropResends(lost, what, "its outcome is unknown, and applying it twice would be wrong")
-	reqs = again
-	if len(reqs) == 0 {
-		return lost
-	}
-	var period time.Duration
-	for i := range reqs {
-		reqs[i].Key = l.kept(reqs[i].Key) // the caller's arena is reused
-		period = max(period, reqs[i].Period)
-	}
-	r := &l.fo.resend
-	r.mu.Lock()
-	if r.n+len(reqs) > maxResends {
-		r.mu.Unlock()
-		l.dropResends(len(reqs), what, "too many pending")
-		return lost + len(reqs)
-	}
-	r.items = append(r.items, resendItem{reqs: reqs, until: time.Now().Add(period), what: what})
-	r.n += len(reqs)
-	r.pending.Store(int64(r.n))
-	start := !r.running
-	r.running = true
-	r.mu.Unlock()
-	if start && !l.startResender() {
-		r.mu.Lock()
-		r.running = false
-		r.mu.Unlock()
-		l.dropPending("the limiter is closed")
-		return lost + len(reqs)
-	}
-	r.poke()
-	return lost
+	return l.fo.resend.Later(reqs, err, what)
 }
 
-// settlements counts the refunds and charges of rate rules in reqs.
-func settlements(reqs []backend.Request) int {
-	n := 0
-	for _, q := range reqs {
-		if q.Cost != 0 && q.Algorithm != Concurrency {
-			n++
-		}
-	}
-	return n
-}
-
-// poke wakes the resend loop, if it waits.
-func (r *resends) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// startResender starts the resend loop unless the limiter is closed.
-func (l *Limiter) startResender() bool {
-	f := l.fo
-	f.probeMu.Lock()
-	defer f.probeMu.Unlock()
-	if f.stopped {
-		return false
-	}
-	f.probeWG.Add(1)
-	go l.resendLoop()
-	return true
-}
-
-// resendLoop resends pending writes while there are any: at once when
-// woken (a recovery, an answered call, a new write), else every
-// resendEvery. It returns when nothing is pending, or on Close, dropping
-// what is left.
-func (l *Limiter) resendLoop() {
-	f, r := l.fo, &l.fo.resend
-	defer f.probeWG.Done()
-	t := time.NewTimer(resendEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.stop:
-			l.stopResends()
-			return
-		case <-r.wake:
-		case <-t.C:
-		}
-		if !l.resendRound() {
-			return
-		}
-		// At most one round per resendGap, however often the backend
-		// answers: a write that keeps failing costs it little.
-		gap := time.NewTimer(resendGap)
-		select {
-		case <-f.stop:
-			gap.Stop()
-			l.stopResends()
-			return
-		case <-gap.C:
-		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(resendEvery)
-	}
-}
-
-// resendBatch is how many requests one call of a resend round carries at
-// most (an item larger than that goes alone).
-const resendBatch = 256
-
-// resendRound sends every pending write the backend may take now, the
-// items together in as few calls as resendBatch allows, and keeps what
-// failed. It stops early on Close, between calls. It reports whether any
-// write is left; when none is, the loop is marked stopped before it
-// returns.
-func (l *Limiter) resendRound() bool {
-	f, r := l.fo, &l.fo.resend
-	r.mu.Lock()
-	items := r.items
-	r.items = nil // r.n still counts them: the cap holds during the round
-	r.mu.Unlock()
-	sent := 0
-	for _, it := range items {
-		sent += len(it.reqs)
-	}
-	var keep []resendItem
-	now := time.Now()
-	for lo := 0; lo < len(items); {
-		if now.After(items[lo].until) {
-			l.dropResends(len(items[lo].reqs), items[lo].what, "pending for longer than its units count")
-			lo++
-			continue
-		}
-		stopped := false
-		select {
-		case <-f.stop:
-			stopped = true
-		default:
-		}
-		if b := f.breaker; stopped || b != nil && !b.Closed() {
-			keep = append(keep, items[lo:]...) // wait for the recovery, or for Close to drop them
-			break
-		}
-		var reqs []backend.Request
-		hi := lo
-		for hi < len(items) && !now.After(items[hi].until) && (hi == lo || len(reqs)+len(items[hi].reqs) <= resendBatch) {
-			reqs = append(reqs, items[hi].reqs...)
-			hi++
-		}
-		err := l.callOutside(context.Background(), op{reqs: reqs, out: make([]backend.Result, len(reqs))})
-		for _, it := range items[lo:hi] {
-			if err == nil {
-				continue
-			}
-			again := resendable(it.reqs, err)
-			l.dropResends(len(it.reqs)-len(again), it.what, "its outcome is unknown, and applying it twice would be wrong")
-			if len(again) > 0 {
-				it.reqs = again
-				keep = append(keep, it)
-			}
-		}
-		lo = hi
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.n -= sent
-	for _, it := range keep {
-		r.n += len(it.reqs)
-	}
-	// Writes queued meanwhile were counted against the cap with the round's,
-	// so the merge cannot pass it.
-	r.items = append(keep, r.items...)
-	r.pending.Store(int64(r.n))
-	if len(r.items) == 0 {
-		r.running = false
-		return false
-	}
-	return true
-}
-
-// stopResends ends the resend loop on Close, dropping what is pending.
-func (l *Limiter) stopResends() {
-	r := &l.fo.resend
-	r.mu.Lock()
-	r.running = false
-	r.mu.Unlock()
-	l.dropPending("the limiter was closed")
-}
-
-// dropPending drops every pending write: the limiter is closing.
-func (l *Limiter) dropPending(why string) {
-	r := &l.fo.resend
-	r.mu.Lock()
-	items := r.items
-	r.items, r.n = nil, 0
-	r.pending.Store(0)
-	r.mu.Unlock()
-	for _, it := range items {
-		l.dropResends(len(it.reqs), it.what, why)
-	}
-}
-
-// dropResends counts and logs n requests of a write given up for good.
-func (l *Limiter) dropResends(n int, what, why string) {
-	if n == 0 {
-		return
-	}
-	r := &l.fo.resend
-	r.dropped.Add(int64(n))
-	r.log.log(l.cfg.logger, time.Now(), slog.LevelError,
+// droppedWrites logs, sampled, n requests of a write given up for good.
+func (l *Limiter) droppedWrites(n int, what, why string, total int64) {
+	l.fo.resendLog.log(l.cfg.logger, time.Now(), slog.LevelError,
 		"ceiling: a "+what+" was given up after its call failed; its units stay counted until they expire",
-		slog.Int("requests", n), slog.String("why", why), slog.Int64("dropped_total", r.dropped.Load()))
+		slog.Int("requests", n), slog.String("why", why), slog.Int64("dropped_total", total))
 }
 
 // What the rest of the package asks of the engine. No file but this one
@@ -1159,6 +783,16 @@ func (l *Limiter) logLease(msg string, err error) {
 	l.fo.leaseLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, msg, slog.Any("err", err))
 }
 
+// slotsInUse adds n units to rule i's slots in use.
+func (l *Limiter) slotsInUse(i int, n int64) { l.fo.counts[i].slots.Add(n) }
+
+// pendingWrites, backendFailures and canaryKey are what tests read of the
+// engine: the writes waiting for a resend, the breaker's run of failures,
+// and the probe's key.
+func (l *Limiter) pendingWrites() int64   { return l.fo.resend.Pending() }
+func (l *Limiter) backendFailures() int64 { return l.fo.breaker.Fails() }
+func (l *Limiter) canaryKey() string      { return l.fo.canary.Key }
+
 // holdSlots, liveSlots and dropSlots track the decisions holding
 // concurrency slots, which a recovery takes again on the backend.
 func (l *Limiter) holdSlots(p weak.Pointer[held]) { l.fo.slots.add(p) }
@@ -1192,7 +826,7 @@ func (l *Limiter) engineWarnings() []string {
 // the writes dropped, the requests shed, and each rule's fail-mode
 // admissions, shadow rejections and concurrency slots in use (h.Rules is one per rule, in order).
 func (l *Limiter) reportEngine(h *Health) {
-	h.DroppedWrites = l.fo.resend.dropped.Load()
+	h.DroppedWrites = l.fo.resend.DroppedTotal()
 	h.Shed = l.fo.shed.Load()
 	if b := l.fo.breaker; b != nil {
 		h.Backend = "remote"

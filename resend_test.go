@@ -13,6 +13,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // switchable is a remote backend over a memory store whose calls can be
@@ -273,7 +274,7 @@ func TestResendable(t *testing.T) {
 		// Written, so perhaps applied: only what is idempotent goes again.
 		{"reply unread", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrUnread), []backend.Request{release, release}},
 	} {
-		got := resendable(all, tc.err)
+		got := failover.Resendable(all, tc.err, unsent)
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: resends %+v, want %+v", tc.name, got, tc.want)
 		}
@@ -292,7 +293,7 @@ func TestHandedOverSlotReleasedLocallyToo(t *testing.T) {
 		d.Release()
 		be.fail(nil)
 		time.Sleep(600 * time.Millisecond) // the first probe (by 500 ms) finds the backend back
-		if !l.fo.handingOver(l.cfg.clock()) || l.Health().Status != "healthy" {
+		if !l.inHandOver() || l.Health().Status != "healthy" {
 			t.Fatalf("not in the hand-over after the recovery: %+v", l.Health())
 		}
 		d, err := l.Decide(t.Context(), Input{Rule: "streams", Key: "acme"})
