@@ -210,138 +210,143 @@ func get(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
 // interval that doubles while it fails, capped; and the first answered
 // probe closes the breaker without any request.
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
-	be := &flaky{}
-	logs := &logRecorder{}
-	var mu sync.Mutex
-	var events []DegradedEvent
-	const coolDown, maxCoolDown = 20 * time.Millisecond, 80 * time.Millisecond
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
-		WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(logs)),
-		WithBreaker(BreakerConfig{Failures: 5, CoolDown: coolDown, MaxCoolDown: maxCoolDown}),
-		onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
-	defer l.Close()
-	h := l.Handler(okHandler)
+	synctest.Test(t, func(t *testing.T) {
+		be := &flaky{}
+		logs := &logRecorder{}
+		var mu sync.Mutex
+		var events []DegradedEvent
+		const coolDown, maxCoolDown = 20 * time.Millisecond, 80 * time.Millisecond
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
+			WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(logs)),
+			WithBreaker(BreakerConfig{Failures: 5, CoolDown: coolDown, MaxCoolDown: maxCoolDown}),
+			onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+		defer l.Close()
+		h := l.Handler(okHandler)
 
-	get(t, h)
-	be.fail(errDown)
-	for i := range 4 {
 		get(t, h)
-		if got := l.Health().Status; got != "healthy" {
-			t.Fatalf("after %d failures: %q, want healthy", i+1, got)
+		be.fail(errDown)
+		for i := range 4 {
+			get(t, h)
+			if got := l.Health().Status; got != "healthy" {
+				t.Fatalf("after %d failures: %q, want healthy", i+1, got)
+			}
 		}
-	}
-	get(t, h)
-	if got := l.Health().Status; got != "degraded" {
-		t.Fatalf("after 5 failures: %q, want degraded", got)
-	}
-	calls := be.callCount()
-	for range 20 {
-		if w := get(t, h); w.Code != http.StatusOK {
-			t.Fatalf("status %d, want 200 (failing open)", w.Code)
+		get(t, h)
+		if got := l.Health().Status; got != "degraded" {
+			t.Fatalf("after 5 failures: %q, want degraded", got)
 		}
-	}
-	if got := be.callCount() - calls; got != 0 {
-		t.Errorf("requests called the backend %d times through the open breaker", got)
-	}
-	if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
-		t.Fatalf("only %d background probes while degraded", len(be.probeTimes()))
-	}
-	// Timers never fire early: each gap is at least the jittered interval,
-	// which doubles from the cool-down up to the cap.
-	probes := be.probeTimes()
-	interval := coolDown
-	for i := 1; i < 5; i++ {
-		interval = min(2*interval, maxCoolDown)
-		if gap := probes[i].Sub(probes[i-1]); gap < interval*3/4 {
-			t.Errorf("probe %d came %v after the previous one, want at least %v", i, gap, interval*3/4)
+		calls := be.callCount()
+		for range 20 {
+			if w := get(t, h); w.Code != http.StatusOK {
+				t.Fatalf("status %d, want 200 (failing open)", w.Code)
+			}
 		}
-	}
-	if h := l.Health(); h.Reason != "unreachable" || h.NextProbeSeconds > maxCoolDown.Seconds() {
-		t.Errorf("degraded report %+v: want reason unreachable and the next probe within %v", h, maxCoolDown)
-	}
+		if got := be.callCount() - calls; got != 0 {
+			t.Errorf("requests called the backend %d times through the open breaker", got)
+		}
+		if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
+			t.Fatalf("only %d background probes while degraded", len(be.probeTimes()))
+		}
+		// Timers never fire early: each gap is at least the jittered interval,
+		// which doubles from the cool-down up to the cap.
+		probes := be.probeTimes()
+		interval := coolDown
+		for i := 1; i < 5; i++ {
+			interval = min(2*interval, maxCoolDown)
+			if gap := probes[i].Sub(probes[i-1]); gap < interval*3/4 {
+				t.Errorf("probe %d came %v after the previous one, want at least %v", i, gap, interval*3/4)
+			}
+		}
+		if h := l.Health(); h.Reason != "unreachable" || h.NextProbeSeconds > maxCoolDown.Seconds() {
+			t.Errorf("degraded report %+v: want reason unreachable and the next probe within %v", h, maxCoolDown)
+		}
 
-	be.fail(nil) // no request from now on
-	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
-		t.Fatal("the backend answers again but the limiter stays degraded without traffic")
-	}
-	calls = be.callCount()
-	for range 5 {
-		get(t, h)
-	}
-	if got, want := be.callCount()-calls, 5; got != want {
-		t.Errorf("after recovery: backend calls = %d, want %d", got, want)
-	}
-	// The prober reports the closing after the breaker closed: Health can
-	// say healthy a moment before the event is delivered.
-	eventually(func() bool { mu.Lock(); defer mu.Unlock(); return len(events) >= 2 })
-	mu.Lock()
-	defer mu.Unlock()
-	if len(events) != 2 || !events[0].Degraded || events[1].Degraded {
-		t.Fatalf("events = %+v, want one degraded then one healthy", events)
-	}
-	if !errors.Is(events[0].Cause, errDown) || events[0].Failures != 5 {
-		t.Errorf("degraded event = %+v, want cause %v after 5 failures", events[0], errDown)
-	}
-	// Requests admitted unenforced while degraded: the one whose failure
-	// opened the breaker and the 20 after it.
-	if got, want := events[1].Unenforced, int64(1+20); got != want {
-		t.Errorf("unenforced admissions while degraded = %d, want %d", got, want)
-	}
-	if got, want := logs.count(slog.LevelError, "backend degraded"), 1; got != want {
-		t.Errorf("degraded logged %d times, want %d:\n%s", got, want, strings.Join(logs.lines, "\n"))
-	}
-	if got, want := logs.count(slog.LevelWarn, "healthy again"), 1; got != want {
-		t.Errorf("recovery logged %d times, want %d", got, want)
-	}
-	if got, want := l.Health().DegradedTotal, int64(1); got != want {
-		t.Errorf("DegradedTotal = %d, want %d", got, want)
-	}
+		be.fail(nil) // no request from now on
+		if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+			t.Fatal("the backend answers again but the limiter stays degraded without traffic")
+		}
+		calls = be.callCount()
+		for range 5 {
+			get(t, h)
+		}
+		if got, want := be.callCount()-calls, 5; got != want {
+			t.Errorf("after recovery: backend calls = %d, want %d", got, want)
+		}
+		// The prober reports the closing after the breaker closed: Health can
+		// say healthy a moment before the event is delivered.
+		eventually(func() bool { mu.Lock(); defer mu.Unlock(); return len(events) >= 2 })
+		mu.Lock()
+		defer mu.Unlock()
+		if len(events) != 2 || !events[0].Degraded || events[1].Degraded {
+			t.Fatalf("events = %+v, want one degraded then one healthy", events)
+		}
+		if !errors.Is(events[0].Cause, errDown) || events[0].Failures != 5 {
+			t.Errorf("degraded event = %+v, want cause %v after 5 failures", events[0], errDown)
+		}
+		// Requests admitted unenforced while degraded: the one whose failure
+		// opened the breaker and the 20 after it.
+		if got, want := events[1].Unenforced, int64(1+20); got != want {
+			t.Errorf("unenforced admissions while degraded = %d, want %d", got, want)
+		}
+		if got, want := logs.count(slog.LevelError, "backend degraded"), 1; got != want {
+			t.Errorf("degraded logged %d times, want %d:\n%s", got, want, strings.Join(logs.lines, "\n"))
+		}
+		if got, want := logs.count(slog.LevelWarn, "healthy again"), 1; got != want {
+			t.Errorf("recovery logged %d times, want %d", got, want)
+		}
+		if got, want := l.Health().DegradedTotal, int64(1); got != want {
+			t.Errorf("DegradedTotal = %d, want %d", got, want)
+		}
+	})
 }
 
 // While degraded only the prober calls the backend, one probe at a time:
 // requests never do, even while a probe hangs.
 func TestBreakerProbesOneAtATime(t *testing.T) {
-	be := &flaky{}
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
-		WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(&logRecorder{})),
-		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}), WithTimeout(time.Hour))
-	defer l.Close()
-	h := l.Handler(okHandler)
-	release, entered := make(chan struct{}), make(chan struct{}, 10)
-	be.mu.Lock()
-	be.err, be.block, be.entered = errDown, release, entered
-	be.mu.Unlock()
-	go close(release) // the opening call itself must return
-	get(t, h)         // opens
-	<-entered         // the opening call
-	release = make(chan struct{})
-	be.mu.Lock()
-	be.err, be.block = nil, release
-	be.mu.Unlock()
-	<-entered // a probe is inside the backend, and hangs there
-	for range 10 {
-		if w := get(t, h); w.Code != 200 {
-			t.Fatalf("request during the probe: status %d", w.Code)
+	synctest.Test(t, func(t *testing.T) {
+		be := &flaky{}
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
+			WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(&logRecorder{})),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}), WithTimeout(time.Hour))
+		defer l.Close()
+		h := l.Handler(okHandler)
+		release, entered := make(chan struct{}), make(chan struct{}, 10)
+		be.mu.Lock()
+		be.err, be.block, be.entered = errDown, release, entered
+		be.mu.Unlock()
+		go close(release) // the opening call itself must return
+		get(t, h)         // opens
+		<-entered         // the opening call
+		release = make(chan struct{})
+		be.mu.Lock()
+		be.err, be.block = nil, release
+		be.mu.Unlock()
+		<-entered // a probe is inside the backend, and hangs there
+		for range 10 {
+			if w := get(t, h); w.Code != 200 {
+				t.Fatalf("request during the probe: status %d", w.Code)
+			}
 		}
-	}
-	time.Sleep(20 * time.Millisecond) // twenty probe intervals
-	if got := len(entered); got != 0 {
-		t.Errorf("%d more calls entered the backend while a probe was in flight", got)
-	}
-	if got, want := be.callCount(), 1; got != want {
-		t.Errorf("request calls = %d, want %d (the opening failure only)", got, want)
-	}
-	be.mu.Lock()
-	be.block, be.entered = nil, nil
-	be.mu.Unlock()
-	close(release)
-	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
-		t.Fatal("the answered probe did not close the breaker")
-	}
-	get(t, h)
-	if got, want := be.callCount(), 2; got != want {
-		t.Errorf("after the probe answered: request calls = %d, want %d", got, want)
-	}
+		time.Sleep(20 * time.Millisecond) // twenty probe intervals, virtual
+		synctest.Wait()
+		if got := len(entered); got != 0 {
+			t.Errorf("%d more calls entered the backend while a probe was in flight", got)
+		}
+		if got, want := be.callCount(), 1; got != want {
+			t.Errorf("request calls = %d, want %d (the opening failure only)", got, want)
+		}
+		be.mu.Lock()
+		be.block, be.entered = nil, nil
+		be.mu.Unlock()
+		close(release)
+		if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+			t.Fatal("the answered probe did not close the breaker")
+		}
+		get(t, h)
+		if got, want := be.callCount(), 2; got != want {
+			t.Errorf("after the probe answered: request calls = %d, want %d", got, want)
+		}
+	})
 }
 
 // A hung backend cannot hold a request past the timeout: the middleware's
