@@ -88,6 +88,7 @@ func (l *Limiter) modeOf(r *Rule) FailMode {
 // failover holds what the limiter needs when the backend fails: the circuit
 // breaker, the in-process store of FailLocal, and the event reporting.
 type failState struct {
+	caller  failover.Caller   // every backend call
 	breaker *failover.Breaker // nil for in-process backends
 	// cached answers from the backend's cache in process (the Redis deny
 	// cache) when the backend cannot decide; nil if it keeps none.
@@ -176,11 +177,26 @@ func (l *Limiter) initFailover() error {
 		f.shadow[i].every = l.cfg.shadowLogEvery
 		f.limitLog[i].every = limitLogEvery
 	}
+	f.caller = failover.Caller{Backend: l.backend, Into: l.into, Timeout: l.cfg.timeout}
+	if o := l.cfg.observer; o != nil {
+		f.caller.Observe = func(d time.Duration, out []backend.Result, err error) { observeCall(o, d, out, err) }
+	}
 	if l.remote {
+		f.caller.Answered = l.answered
+		f.caller.Overloaded = func(err error) {
+			f.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
+				"ceiling: this process was too busy to send backend calls in time; requests shed with 503, the backend is not blamed",
+				slog.Any("err", err))
+		}
+		f.caller.Failed = func(err error) {
+			f.errLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, "ceiling: backend call failed; fail modes applied to this request",
+				slog.String("kind", string(KindOf(err))), slog.Any("err", err))
+		}
 		f.cached, _ = l.backend.(backend.CachedDecider)
 		f.spread, _ = l.backend.(backend.Spread)
 		c := l.cfg.breaker.withDefaults()
 		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, f.prober.Start, isTimeout, l.startConfirm)
+		f.caller.Breaker = f.breaker
 		p := &f.prober
 		p.Breaker, p.Group, p.CoolDown, p.MaxCoolDown = f.breaker, f.group, c.CoolDown, c.MaxCoolDown
 		p.Probe = l.probe
@@ -410,127 +426,29 @@ func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, err error) {
 	writeUnavailable(w, retry)
 }
 
-// Every call the limiter makes to a backend that does I/O goes through here:
-// decisions, settlements, charges, peeks, resets, probes and the start-up
-// check. Each is bounded by the limiter's own timeout whatever the caller's
-// context does, skipped while the circuit breaker is open (except the
-// probes and the check, whose job is to call), and judged by one rule:
-// only the backend's own answers and failures move the breaker. A call the
-// backend never wrote ([backend.ErrNotSent]: this process was too busy, or
-// every connection was taken) says nothing about the backend; it is this
-// process that is overloaded, and the request is shed (see shed).
-
-// errResultCount is returned when a backend breaks the contract by
-// answering the wrong number of results.
-var errResultCount = errors.New("ceiling: backend answered the wrong number of results")
+// Every backend call goes through the engine's failover.Caller (see
+// there): bounded, through the breaker, observed and judged.
 
 // ErrTimeout is wrapped by the error of a backend call that took longer
 // than the limiter's timeout ([WithTimeout]).
-var ErrTimeout = errors.New("ceiling: backend timed out")
+var ErrTimeout = failover.ErrTimeout
 
 // ErrDegraded is wrapped by the error of a call that was not made because
 // the circuit breaker is open: the backend is failing and the limiter is
 // probing it in the background ([Limiter.Health] says why).
-var ErrDegraded = errors.New("ceiling: backend degraded; not called until a probe answers")
+var ErrDegraded = failover.ErrDegraded
 
 // errBreakerOpen is the cause of a fallback decided without calling the
 // backend because the circuit breaker is open.
-var errBreakerOpen = fmt.Errorf("%w (circuit breaker open)", ErrDegraded)
+var errBreakerOpen = failover.ErrBreakerOpen
 
 // notSent reports a call that never reached the backend because this
 // process did not get to write it.
 func notSent(err error) bool { return err != nil && errors.Is(err, backend.ErrNotSent) }
 
 // overloaded reports a call that failed by this process's fault, not the
-// backend's: it was never written ([backend.ErrNotSent]), or its reply
-// came too late to be read by a process too busy to run the goroutine
-// that reads it ([backend.ErrUnread]; the call may have been applied).
-func overloaded(err error) bool {
-	return notSent(err) || (err != nil && errors.Is(err, backend.ErrUnread))
-}
-
-// call decides reqs into out with one backend call. For a backend that does
-// I/O it goes through the circuit breaker (failing at once while it is
-// open) and is bounded by the timeout.
-func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	obs := l.cfg.observer
-	b := l.fo.breaker
-	if b == nil {
-		var start time.Time
-		if obs != nil {
-			start = time.Now()
-		}
-		err := l.decideInto(ctx, reqs, out)
-		if obs != nil {
-			observeCall(obs, time.Since(start), out, err)
-		}
-		return err
-	}
-	if !b.Closed() {
-		return errBreakerOpen
-	}
-	start := time.Now()
-	err := l.bounded(ctx, op{reqs: reqs, out: out})
-	if obs != nil {
-		observeCall(obs, time.Since(start), out, err)
-	}
-	l.judge(reqs, out, err)
-	return err
-}
-
-// judge moves the breaker by a call's outcome: an answer of the backend's
-// own resets the failure count, a cached answer or a call never sent says
-// nothing, and any other failure counts towards opening.
-func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, err error) {
-	b := l.fo.breaker
-	if err != nil {
-	}
-	switch {
-	case err != nil && errors.Is(err, backend.ErrInvalidRequest):
-		// What the caller sent, not the backend's health.
-		return
-	case err == nil:
-		if len(out) > 0 && out[0].Cached {
-			return // the deny cache answered: no evidence either way
-		}
-		b.Success()
-		if l.fo.resend.Pending() > 0 {
-			l.fo.resend.Poke() // the backend answers: send what waits
-		}
-		if l.fo.usesLocal && len(reqs) > 0 {
-			l.fo.seen.Learn(reqs, out, l.cfg.clock())
-			if l.fo.journal.Len() > 0 && b.Closed() {
-				l.chargeSoon() // FailLocal decided while the timeouts were unconfirmed
-			}
-		}
-	case overloaded(err):
-		l.fo.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
-			"ceiling: this process was too busy to send backend calls in time; requests shed with 503, the backend is not blamed",
-			slog.Any("err", err))
-	default:
-		if b.Failure(err) {
-			l.fo.errLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, "ceiling: backend call failed; fail modes applied to this request",
-				slog.String("kind", string(KindOf(err))), slog.Any("err", err))
-		}
-	}
-}
-
-// decideInto calls the backend, preferring the allocation-free path, and
-// checks the answer's shape.
-func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	if l.into != nil {
-		return l.into.DecideInto(ctx, reqs, out)
-	}
-	res, err := l.backend.Decide(ctx, reqs)
-	if err != nil {
-		return err
-	}
-	if len(res) != len(reqs) {
-		return fmt.Errorf("%w: %d for %d requests", errResultCount, len(res), len(reqs))
-	}
-	copy(out, res)
-	return nil
-}
+// backend's ([backend.ErrNotSent], [backend.ErrUnread]).
+var overloaded = failover.Overloaded
 
 // op is one backend operation: a decision of reqs into out, or, with
 // reset set, a Reset of keys.
@@ -542,58 +460,47 @@ type op struct {
 	timeout time.Duration // zero: the limiter's
 }
 
-func (l *Limiter) do(ctx context.Context, o op) error {
-	if o.reset {
-		return l.backend.Reset(ctx, o.keys...)
-	}
-	return l.decideInto(ctx, o.reqs, o.out)
+func (o op) fo() failover.Op {
+	return failover.Op{Reqs: o.reqs, Out: o.out, Keys: o.keys, Reset: o.reset, Timeout: o.timeout}
 }
 
-// bounded runs o on the caller's goroutine under the limiter's own
-// deadline: the caller's cancellation does not reach the backend (a client
-// that goes away is not a backend failure, and its decision counts like any
-// other). The backend returns by the deadline (the [backend.Backend]
-// contract), or, once it wrote the call, when the reply comes or the
-// timeout has passed since the write; a call it never wrote fails with
-// [backend.ErrNotSent]. A call that comes back failed after the deadline
-// is a timeout, whatever error the backend gave.
-func (l *Limiter) bounded(ctx context.Context, o op) error {
-	timeout := o.timeout
-	if timeout <= 0 {
-		timeout = l.cfg.timeout
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	err := l.do(ctx, o)
-	cancel()
-	if err == nil || errors.Is(err, ErrTimeout) {
-		return err
-	}
-	if errors.Is(err, context.DeadlineExceeded) || time.Since(start) >= timeout {
-		return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
-	}
-	return err
+// call decides reqs into out with one backend call, through the breaker.
+func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	return l.fo.caller.Decide(ctx, reqs, out)
 }
 
-// callOutside is a backend call outside a request's decision (a settlement,
-// a charge, a peek, a reset): bounded like every call, skipped while the
-// circuit breaker is open (it could only wait and fail), and judged like a
-// decision.
+// callOutside is a backend call outside a request's decision (a
+// settlement, a charge, a peek, a reset), through the breaker.
 func (l *Limiter) callOutside(ctx context.Context, o op) error {
-	if !l.remote {
-		return l.do(ctx, o)
+	return l.fo.caller.Outside(ctx, o.fo())
+}
+
+// bounded is a call bounded by the timeout, neither through the breaker
+// nor judged: the probes and the check.
+func (l *Limiter) bounded(ctx context.Context, o op) error {
+	return l.fo.caller.Bounded(ctx, o.fo())
+}
+
+// decideInto is the bare call, neither bounded nor judged.
+func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	return l.fo.caller.Do(ctx, failover.Op{Reqs: reqs, Out: out})
+}
+
+// answered takes an answer of the backend's own: it wakes the resends,
+// and, for FailLocal, learns what the backend said of each key and
+// charges it with what the local store admitted while the timeouts were
+// unconfirmed.
+func (l *Limiter) answered(reqs []backend.Request, out []backend.Result) {
+	f := l.fo
+	if f.resend.Pending() > 0 {
+		f.resend.Poke()
 	}
-	b := l.fo.breaker
-	if !b.Closed() {
-		return errBreakerOpen
+	if f.usesLocal && len(reqs) > 0 {
+		f.seen.Learn(reqs, out, l.cfg.clock())
+		if f.journal.Len() > 0 && f.breaker.Closed() {
+			l.chargeSoon()
+		}
 	}
-	start := time.Now()
-	err := l.bounded(ctx, o)
-	if obs := l.cfg.observer; obs != nil && !o.reset {
-		observeCall(obs, time.Since(start), o.out, err)
-	}
-	l.judge(o.reqs, o.out, err)
-	return err
 }
 
 // errProbeCached is a probe answered from a cache in process: no evidence.

@@ -63,7 +63,7 @@ func (ls *localStore) decide(ctx context.Context, reqs []backend.Request, out []
 	}
 	res, err := ls.b.Decide(ctx, reqs)
 	if err == nil && len(res) != len(out) {
-		err = errResultCount
+		err = failover.ErrResultCount
 	}
 	copy(out, res)
 	return err
