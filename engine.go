@@ -96,11 +96,10 @@ type failState struct {
 	// spread spreads the probe's canary over every server of a backend
 	// made of several (Redis Cluster); nil for one server.
 	spread backend.Spread
-	// local is FailLocal's store, created on the first fallback that
-	// needs it, so that a healthy limiter runs no second store.
-	local     atomic.Pointer[localStore]
-	usesLocal bool // some rule may fail local and the backend is remote
-	localMu   sync.Mutex
+	// local is FailLocal's store, made on the first fallback that needs
+	// it, and its view of the backend across an outage's edges.
+	local     failover.Local
+	usesLocal bool      // some rule may fail local and the backend is remote
 	scratch   sync.Pool // *localScratch
 	errLog    sampler   // isolated backend errors while healthy
 	shadow    []sampler // per rule: "would have rejected" log lines
@@ -115,11 +114,8 @@ type failState struct {
 	overloadLog    sampler       // calls this process was too busy to send
 	resendLog      sampler       // writes given up after their call failed
 
-	// FailLocal across the outage's edges (local.go).
-	seen          failover.Seen    // what the backend last said of each key
-	journal       failover.Journal // keys the local store admitted while degraded
-	charging      atomic.Bool      // chargeSoon runs
-	handoverUntil atomic.Int64     // Unix ns: FailLocal rules are decided locally too until then
+	charging      atomic.Bool  // chargeSoon runs
+	handoverUntil atomic.Int64 // Unix ns: FailLocal rules are decided locally too until then
 
 	// The background: the prober, the probe that confirms a timeout, the
 	// charge after it and the resends, stopped together by Close.
@@ -216,7 +212,9 @@ func (l *Limiter) initFailover() error {
 	}
 	if usesLocal && l.remote {
 		f.usesLocal = true
-		f.seen.Init()
+		f.local.Share, f.local.Store, f.local.Logger = l.cfg.localShare, l.cfg.localStore, l.cfg.logger
+		f.local.HandOver = l.cfg.breaker.MaxCoolDown + l.cfg.timeout
+		f.local.Seen.Init()
 		n := len(l.rules)
 		f.scratch.New = func() any {
 			return &localScratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n), wait: make([]time.Duration, 0, n)}
@@ -241,11 +239,10 @@ func (l *Limiter) Close() error {
 	var err error
 	l.fo.once.Do(func() {
 		l.fo.group.Stop()
-		l.fo.localMu.Lock()
-		defer l.fo.localMu.Unlock()
 		for _, c := range l.fo.closers {
 			err = errors.Join(err, c.Close())
 		}
+		err = errors.Join(err, l.fo.local.Close())
 	})
 	return err
 }
@@ -386,30 +383,6 @@ func (l *Limiter) unconfirmed(cause error) bool {
 	return b != nil && b.Closed() && isTimeout(cause)
 }
 
-// localRequest is req scaled to its share of the limit (the rule's, or the
-// call's own), never so small that the request's cost could not fit.
-func localRequest(req backend.Request, share float64) backend.Request {
-	req.Limit = scaled(req.Limit, share, req.Cost)
-	if req.Burst > 0 {
-		req.Burst = scaled(req.Burst, share, req.Cost)
-	}
-	return req
-}
-
-func scaled(n int64, share float64, cost int64) int64 {
-	v := int64(float64(n) * share)
-	if v < cost {
-		v = cost
-	}
-	if v < 1 {
-		v = 1
-	}
-	if v > n {
-		v = n
-	}
-	return v
-}
-
 // failed answers a request that its rules' fail modes cannot admit (a rule
 // fails closed): 503 with Retry-After set to when the backend will next be
 // tried. The cause is reported by the degradation events, never sent to the
@@ -496,8 +469,8 @@ func (l *Limiter) answered(reqs []backend.Request, out []backend.Result) {
 		f.resend.Poke()
 	}
 	if f.usesLocal && len(reqs) > 0 {
-		f.seen.Learn(reqs, out, l.cfg.clock())
-		if f.journal.Len() > 0 && f.breaker.Closed() {
+		f.local.Seen.Learn(reqs, out, l.cfg.clock())
+		if f.local.Journal.Len() > 0 && f.breaker.Closed() {
 			l.chargeSoon()
 		}
 	}
@@ -523,8 +496,7 @@ func (l *Limiter) probe() error {
 // if some rule fails local.
 func (l *Limiter) handOverFrom(now time.Time) {
 	if l.fo.usesLocal {
-		h := l.cfg.breaker.MaxCoolDown + l.cfg.timeout
-		l.fo.handoverUntil.Store(now.Add(h).UnixNano())
+		l.fo.local.StartHandOver(now)
 	}
 }
 
@@ -715,11 +687,11 @@ func (l *Limiter) breakerClosed() bool {
 
 // inHandOver reports whether the hand-over after a recovery runs, and
 // handOverLocal whether FailLocal rules are then decided locally too.
-func (l *Limiter) inHandOver() bool    { return l.fo.handingOver(l.cfg.clock()) }
+func (l *Limiter) inHandOver() bool    { return l.fo.local.HandingOver(l.cfg.clock()) }
 func (l *Limiter) handOverLocal() bool { return l.fo.usesLocal && l.inHandOver() }
 
 // loadedLocal is FailLocal's store if a fallback created it, else nil.
-func (l *Limiter) loadedLocal() *localStore { return l.fo.local.Load() }
+func (l *Limiter) loadedLocal() *localStore { return l.fo.local.Loaded() }
 
 // engineWarnings is the configuration warning the engine holds, if any.
 func (l *Limiter) engineWarnings() []string {

@@ -304,7 +304,7 @@ func TestHandedOverSlotReleasedLocallyToo(t *testing.T) {
 		rl, _ := l.rule("streams")
 		peek := l.request(rl, "acme")
 		out := make([]backend.Result, 1)
-		if err := l.localStore().decide(t.Context(), []backend.Request{peek}, out); err != nil || out[0].Remaining != 1 {
+		if err := l.localStore().Decide(t.Context(), []backend.Request{peek}, out); err != nil || out[0].Remaining != 1 {
 			t.Errorf("the local store after the release: %+v, %v; want its slot free (1 remaining)", out[0], err)
 		}
 	})
