@@ -17,13 +17,12 @@ import (
 )
 
 // The failure engine: everything the limiter does when the backend cannot
-// decide, behind the one field l.fo, which no other file touches. In the
-// order a request meets it: the fail modes and their fallback (shed, open,
-// local, closed), every bounded backend call and its judgement (call,
-// judge), the probe that closes the breaker without traffic, the resends of
-// writes that failed, and what the rest of the package asks of it (the
-// end of the file). The breaker and FailLocal's seeds and journal live in
-// internal/failover; FailLocal's store and its hand-over in local.go.
+// decide, behind the one field l.fo, which no other file touches. Its
+// machinery is internal/failover (the bounded call and its judgement, the
+// breaker, the probes, FailLocal's store and hand-over, the resends); this
+// file holds what needs the rules: the fail modes, a request's way through
+// the engine (decideBackend, then fallback), the wiring, and what the rest
+// of the package asks of it (the end of the file).
 
 // FailMode says what the middleware does for a rule when the backend cannot
 // decide (unreachable, timed out, broken, or skipped by the open circuit
@@ -280,6 +279,33 @@ func (e *UnavailableError) Error() string {
 
 // Unwrap returns why the backend could not decide.
 func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// decideBackend is the failure engine's entry for a request: it decides
+// st on the backend (during the hand-over after a recovery, on the local
+// store too), and when the backend cannot, by the rules' fail modes
+// (fallback). It returns the results, or the backend's own refusal of
+// what it was sent ([backend.ErrInvalidRequest], no fail mode applies), or
+// why the request is refused (an *UnavailableError).
+func (l *Limiter) decideBackend(ctx context.Context, st *state) ([]backend.Result, error) {
+	results := st.results[:len(st.reqs)]
+	decided, err := false, error(nil)
+	if l.handOverLocal() {
+		decided, err = l.handover(ctx, st)
+	}
+	if !decided {
+		err = l.call(ctx, st.reqs, results)
+	}
+	switch {
+	case err == nil:
+		return results, nil
+	case errors.Is(err, backend.ErrInvalidRequest):
+		return nil, err
+	}
+	if l.concurrent {
+		l.releaseUnknown(st, err)
+	}
+	return l.fallback(ctx, st, err)
+}
 
 // fallback decides the request by its rules' fail modes after the backend
 // failed with cause. It fills out like the backend would have, marking each

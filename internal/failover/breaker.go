@@ -1,7 +1,10 @@
-// Package failover is ceiling's failure engine: the circuit breaker that
-// stands between the limiter and a backend that does I/O, and the timing
-// of the probes that close it. The limiter decides what a failure is
-// (ceiling's engine.go); this package decides what a run of them does.
+// Package failover is ceiling's failure engine: every backend call and
+// the judgement of its outcome (Caller), the circuit breaker that stands
+// between the limiter and a backend that does I/O (Breaker), the probes
+// that confirm a timeout and close the breaker (Prober), FailLocal's store
+// and its bound across an outage's edges (Local), and the resends of
+// writes whose call failed (Resends), all stopped by one Group. ceiling's
+// engine.go wires it to the rules and their fail modes.
 package failover
 
 import (
