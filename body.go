@@ -12,119 +12,60 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 )
-
-// defaultBodyLimit is how many bytes of a request body [BodyField] and
-// [FormField] read unless [BodyLimit] says otherwise.
-const defaultBodyLimit = 64 << 10
-
-// defaultBodyTimeout is how long [BodyField] and [FormField] wait for a
-// body unless [BodyTimeout] says otherwise.
-const defaultBodyTimeout = 5 * time.Second
 
 // ErrBodyTimeout is returned (wrapped) by key functions whose request body
 // did not arrive in time; the middleware answers 408.
 var ErrBodyTimeout = errors.New("ceiling: request body not received in time")
 
 // BodyField returns a [KeyFunc] that keys by a field of a JSON request body:
-// "phone", or "user.id" for {"user": {"id": ...}}. It is how an OTP endpoint
-// limits by the destination phone number, which the client names in the body.
+// "phone", or "user.id" for {"user": {"id": ...}}, so that an OTP endpoint
+// can limit by the phone number the client names in the body.
 //
-// The body is read once per request, however many rules use it, up to the
-// limit (see [BodyLimit]); a longer body is an error wrapping
-// [ErrBodyTooLarge] (413). It is parsed once, and the handler afterwards reads
-// exactly the bytes the client sent: r.Body is replaced by a reader over
-// them. Key functions run one after another, so this needs no lock; a body
-// that is never asked for is never touched.
+// The body is read once per request however many rules use it, bounded in
+// size ([BodyLimit]; beyond it [ErrBodyTooLarge], a 413) and, through the
+// middleware, in time ([BodyTimeout], by the connection's read deadline; a
+// 408). The handler then reads exactly the bytes the client sent. Any other
+// read failure is a 400 whose detail never names the error.
 //
-// Reading is bounded in time as well as size: through the limiter's
-// middleware, the connection's read deadline is set to 5 seconds (see
-// [BodyTimeout]) from the first read, unless the server's own
-// ReadTimeout is shorter; net/http lifts it once the body is read. A client
-// that sends one byte a second is answered 408 when it runs out, even on a
-// server without a ReadTimeout, and any other failure to read the body is a
-// 400 with a generic detail: the error itself (a network address, an
-// internal type) goes to the limiter's log, never to the client. Called
-// outside the middleware, or with a ResponseWriter that cannot set
-// deadlines (one that wraps net/http's without an Unwrap method, see
-// [http.NewResponseController]), the server's ReadTimeout is the only
-// bound. Echo's and Gin's writers unwrap, so the bound holds through the
-// adapters.
+// The body is JSON whatever its Content-Type. Malformed JSON is a 400, and
+// so is a field that appears twice on the path in any letter case, since
+// parsers disagree on which copy wins and the limiter must read the one the
+// handler reads. A missing field, null or "" yields [ErrNoKey]; a string or
+// boolean is the key; an object or array is a 400. A number is keyed by its
+// integer value (1000, 1e3 and 1000.0 are "1000"); a fraction or a number
+// beyond every int64 and uint64 is a 400.
 //
-// The body is parsed as JSON whatever its Content-Type, as handlers decoding
-// it do. Malformed JSON is a 400. So is a field that appears twice on the
-// path, or in two letter cases ("phone" and "Phone"): encoding/json matches
-// struct fields case-insensitively and keeps the last duplicate, other
-// parsers keep the first, and a limiter that read another copy than the
-// handler would limit the wrong phone number. A missing field, null or an
-// empty string yields [ErrNoKey]; a string or boolean is the key; an object
-// or array is a 400. A dot always separates names, so a name holding a dot
-// cannot be addressed.
-//
-// A number is keyed by its value, not its spelling: 1000, 1000.0, 1e3 and
-// 10E2 are one key, "1000", as they are one value to a handler decoding
-// an int64 or a float64 (and -0 is "0"). Only integer values of at most 20
-// digits (every int64 and uint64) make keys; a fraction (1.5) or a larger
-// number is a 400, since a handler decoding it as a float64 could not tell
-// some of them apart. A number and the string of its digits are one key.
-//
-// BodyField returns an error for an empty path or segment; use
-// [Must] for literals. The KeyFunc is safe for simultaneous use on
-// different requests.
+// BodyField returns an error for an empty path or segment. The KeyFunc is
+// safe for simultaneous use.
 func BodyField(path string, opts ...BodyOption) (KeyFunc, error) {
-	if path == "" {
-		return nil, errors.New("ceiling: BodyField: empty path")
-	}
 	segs := strings.Split(path, ".")
-	for _, s := range segs {
-		if s == "" {
-			return nil, fmt.Errorf("ceiling: BodyField(%q): empty name in path", path)
-		}
+	if slices.Contains(segs, "") {
+		return nil, fmt.Errorf("ceiling: BodyField(%q): empty name in path", path)
 	}
-	b := bodyKey{limit: defaultBodyLimit, timeout: defaultBodyTimeout}
-	if err := b.apply("BodyField", path, opts); err != nil {
-		return nil, err
-	}
-	return func(r *http.Request) (string, error) {
-		cb, err := bodyOf(r, b)
-		if err != nil {
-			return "", err
-		}
+	return bodyKeyFunc("BodyField", path, opts, func(_ *http.Request, cb *cachedBody) (string, error) {
 		root, err := cb.jsonTree()
 		if err != nil {
 			return "", err
 		}
 		return root.lookup(path, segs)
-	}, nil
+	})
 }
 
-// FormField returns a [KeyFunc] that keys by a form field, as
-// [http.Request.FormValue] would see it: URL-encoded bodies (whatever the
-// Content-Type says, unless it is multipart/form-data) and multipart forms
-// (files are ignored), together with the URL's query parameters, because
-// FormValue falls back to them. The body is read and parsed once per
-// request, bounded in size and time like [BodyField]'s, and left intact for
-// the handler. A
-// missing or empty field yields [ErrNoKey]; copies with different values (in
-// the body, or the body and the query) or a malformed body are a 400.
-// FormField returns an error for an empty name; use [Must] for
-// literals.
+// FormField returns a [KeyFunc] that keys by a form field as
+// [http.Request.FormValue] sees it: a URL-encoded or multipart body (files
+// ignored) and the query. The body is read as by [BodyField]. A missing or
+// empty field yields [ErrNoKey]; copies with different values or a
+// malformed body are a 400. It returns an error for an empty name.
 func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
 	if name == "" {
 		return nil, errors.New("ceiling: FormField: empty name")
 	}
-	b := bodyKey{limit: defaultBodyLimit, timeout: defaultBodyTimeout}
-	if err := b.apply("FormField", name, opts); err != nil {
-		return nil, err
-	}
-	return func(r *http.Request) (string, error) {
-		cb, err := bodyOf(r, b)
-		if err != nil {
-			return "", err
-		}
+	return bodyKeyFunc("FormField", name, opts, func(r *http.Request, cb *cachedBody) (string, error) {
 		form, err := cb.formValues(r)
 		if err != nil {
 			return "", err
@@ -138,15 +79,14 @@ func FormField(name string, opts ...BodyOption) (KeyFunc, error) {
 			vs = append(vs[:len(vs):len(vs)], q[name]...)
 		}
 		return single(vs, "form field "+name)
-	}, nil
+	})
 }
 
 // A BodyOption configures [BodyField] and [FormField].
 type BodyOption func(*bodyKey) error
 
-// BodyLimit sets how many bytes of the body may be read (default 64
-// KiB). When rules with different limits read one body, each
-// applies its own.
+// BodyLimit sets how many bytes of the body may be read (default 64 KiB).
+// Rules with different limits on one body each apply their own.
 func BodyLimit(n int64) BodyOption {
 	return func(b *bodyKey) error {
 		if n <= 0 {
@@ -157,9 +97,8 @@ func BodyLimit(n int64) BodyOption {
 	}
 }
 
-// BodyTimeout sets how long the body may take to arrive, from the first
+// BodyTimeout sets how long the body may take to arrive from the first
 // read (default 5 seconds); past it the request is answered 408.
-// A server ReadTimeout that ends sooner still applies.
 func BodyTimeout(d time.Duration) BodyOption {
 	return func(b *bodyKey) error {
 		if d <= 0 {
@@ -175,16 +114,25 @@ type bodyKey struct {
 	timeout time.Duration
 }
 
-func (b *bodyKey) apply(fn, arg string, opts []BodyOption) error {
+// bodyKeyFunc applies opts and returns the KeyFunc that reads the body and
+// hands it to key.
+func bodyKeyFunc(fn, arg string, opts []BodyOption, key func(*http.Request, *cachedBody) (string, error)) (KeyFunc, error) {
+	b := bodyKey{limit: 64 << 10, timeout: 5 * time.Second}
 	for _, o := range opts {
 		if o == nil {
-			return fmt.Errorf("ceiling: %s(%q): nil option", fn, arg)
+			return nil, fmt.Errorf("ceiling: %s(%q): nil option", fn, arg)
 		}
-		if err := o(b); err != nil {
-			return fmt.Errorf("ceiling: %s(%q): %w", fn, arg, err)
+		if err := o(&b); err != nil {
+			return nil, fmt.Errorf("ceiling: %s(%q): %w", fn, arg, err)
 		}
 	}
-	return nil
+	return func(r *http.Request) (string, error) {
+		cb, err := bodyOf(r, b)
+		if err != nil {
+			return "", err
+		}
+		return key(r, cb)
+	}, nil
 }
 
 // cachedBody replaces r.Body once a key function has read it: the handler
@@ -288,25 +236,13 @@ type bodyGuard struct {
 }
 
 // arm sets the connection's read deadline d from now, unless the server's
-// own ReadTimeout (counted from the request's start) is no longer, in
-// which case its deadline stands. Nothing lifts it: net/http clears
-// the deadline itself when the body has been read to its end (to watch the
-// connection for a hang-up), and a request whose body was not (too large,
-// too slow) is refused and the connection closed. Lifting it ourselves
-// would be wrong: a deadline set after net/http's clearing would end its
-// background read and cancel the handler's context.
+// ReadTimeout is no longer. Nothing lifts it: net/http clears it once the
+// body is read, and a deadline set after that would cancel the handler.
 func (g *bodyGuard) arm(r *http.Request, d time.Duration) {
-	if rt := serverReadTimeout(r); rt > 0 && rt <= d {
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.ReadTimeout > 0 && srv.ReadTimeout <= d {
 		return
 	}
 	_ = http.NewResponseController(g.w).SetReadDeadline(time.Now().Add(d))
-}
-
-func serverReadTimeout(r *http.Request) time.Duration {
-	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
-		return srv.ReadTimeout
-	}
-	return 0
 }
 
 // decideGuarded is decide with r.Body guarded (see bodyGuard) while the key

@@ -15,77 +15,42 @@ import (
 //
 // # Trust model
 //
-// With no option the key is the address of the connection's peer
-// (r.RemoteAddr), and every header is ignored. That is the only address a
-// client cannot choose, and the right key when clients connect directly.
+// With no option the key is the connection's peer (r.RemoteAddr) and every
+// header is ignored: the only address a client cannot choose. Behind
+// reverse proxies, say how to find the client with exactly one of:
 //
-// Behind reverse proxies the peer is the proxy, and all clients would share
-// its budget. Say how to find the client with exactly one of:
-//
-//   - [TrustXForwardedFor], [TrustForwarded] or [TrustHeader] (X-Real-IP,
-//     CF-Connecting-IP...): the header your proxies write, and the address ranges
-//     they connect from. This is the safest form: a request that did not
-//     come through your proxies cannot choose its key.
+//   - [TrustXForwardedFor], [TrustForwarded] or [TrustHeader]: the header
+//     your proxies write and the ranges they connect from. The safest form:
+//     a request that did not come through them cannot choose its key.
 //   - [TrustXForwardedForHops] or [TrustForwardedHops]: how many proxies
-//     every request passes, for platforms whose proxy addresses are not
-//     published. Safe only when the service cannot be reached except
-//     through all of them.
-//   - [TrustHeaderFromAnywhere]: a single-address header that the platform
-//     in front (a CDN) sets on every request, read whoever the peer is.
-//     Safe only when the platform removes the header from what clients
-//     send, and the service cannot be reached except through it.
+//     every request passes, when their addresses are not published. Safe
+//     only if the service cannot be reached except through all of them.
+//   - [TrustHeaderFromAnywhere]: a header a CDN sets on every request,
+//     read whoever the peer is. Safe only if the CDN strips the client's
+//     copy and is the only way in.
 //
-// With ranges:
+// With ranges, a request whose peer is not trusted is keyed by the peer.
+// A list header is walked from the right, skipping trusted proxies, and
+// the first untrusted address is the client: the left-most entry, which
+// the client wrote, is never believed for being first. An entry that is
+// not an address ("unknown", "_hidden") stops the walk at the nearest
+// trusted hop, one shared budget, never an address from the untrusted
+// part; when every entry is trusted the left-most one is the client. A
+// single-address header is read only from a trusted peer, its last line
+// winning.
 //
-//   - A request whose peer is not a trusted proxy is keyed by the peer, and
-//     its headers are ignored: a client that reaches the server directly
-//     cannot spoof anything.
-//   - X-Forwarded-For and Forwarded are lists to which every proxy appends
-//     the address it received the request from. Everything left of what your
-//     own proxies appended was written by the client. So the list (all header
-//     lines, in order) is walked from the right, skipping trusted proxies,
-//     and the first address that is not a trusted proxy is the client. The
-//     left-most entry is never believed just for being first: a client
-//     sending a random X-Forwarded-For on every request gets no fresh quota.
-//   - X-Real-IP holds one address, which a proxy overwrites; it is read only
-//     when the peer is trusted, and the last line wins.
-//   - When the walk meets an entry it cannot use (not an address, an RFC
-//     7239 obfuscated identifier such as "_hidden", "unknown", or a Forwarded
-//     element without for=) before finding an untrusted address, the key is
-//     the trusted hop closest to it (the nearest trusted address to its
-//     right, or the peer): one shared budget for requests that cannot be
-//     attributed, never an address taken from the untrusted part.
-//   - When every entry is trusted (an internal caller), the left-most one is
-//     the client.
+// A private or loopback peer that sends forwarding headers the key does
+// not trust is a proxy left out of the configuration, and all its clients
+// share one budget: the first one seen is logged once per process and
+// reported by every [Limiter.Health].
 //
-// Trust only the header your proxies write: a header they pass through
-// untouched is written by the client. A proxy that appends to
-// X-Forwarded-For does not protect a Forwarded header, and vice versa.
+// IPv4-mapped IPv6 addresses are keyed as IPv4 and zones are dropped, so
+// one client cannot appear as two; IPv6 clients are keyed by their /64
+// ([IPv6Prefix]). A peer that is not an IP address (a Unix socket) is
+// keyed as it is, and an empty one yields [ErrNoKey].
 //
-// # A proxy nobody trusts
-//
-// When a request from a private or loopback address (a load balancer in
-// your network, a proxy on the same host) carries X-Forwarded-For or
-// Forwarded (or the header the key reads) and the key does not trust that
-// peer, every client behind it shares one budget: the proxy's. The first
-// time a ClientIP key sees this, it logs a warning naming the peer and the
-// fix (once per process, to the logger of the first [Limiter] created), and
-// every limiter's [Limiter.Health] carries it in its warnings. Requests from
-// public addresses never raise it, since any client can send the headers.
-//
-// # Grouping
-//
-// IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) are keyed as the IPv4
-// address, and zones are dropped, so one client cannot appear as two. IPv6
-// clients are keyed by their /64 prefix (see [IPv6Prefix]): a subscriber is
-// usually given a whole /64 and can rotate addresses inside it at will.
-//
-// If r.RemoteAddr is not an IP address (a Unix socket), the key is
-// r.RemoteAddr itself: one budget for every such connection. An empty
-// r.RemoteAddr yields [ErrNoKey].
-//
-// ClientIP returns an error naming the bad option; use [Must] for
-// literals. The KeyFunc is safe for simultaneous use.
+// ClientIP returns an error naming a bad option. The KeyFunc is safe for
+// simultaneous use.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	c := &clientIP{v6bits: 64}
 	for _, o := range opts {
@@ -99,10 +64,8 @@ func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	return c.key, nil
 }
 
-// RemoteAddr keys by the address of the connection's peer, ignoring every
-// header: behind a proxy it is the proxy's address. It is [ClientIP] with no
-// option (IPv6 grouped by /64, IPv4-mapped addresses as IPv4), the only IP
-// key that cannot be spoofed without trusting anybody.
+// RemoteAddr keys by the connection's peer, ignoring every header: it is
+// [ClientIP] with no option, the one IP key nobody can spoof.
 func RemoteAddr(r *http.Request) (string, error) { return peerOnly.key(r) }
 
 var peerOnly = clientIP{v6bits: 64}
@@ -112,9 +75,7 @@ type IPOption func(*clientIP) error
 
 // TrustXForwardedFor makes [ClientIP] read X-Forwarded-For when the peer is
 // one of the trusted proxies, given as CIDR prefixes ("10.0.0.0/8") or
-// single addresses. nginx's $proxy_add_x_forwarded_for, HAProxy's
-// "option forwardfor", and the AWS, Google Cloud and Cloudflare load
-// balancers append to this header.
+// addresses.
 func TrustXForwardedFor(proxies ...string) IPOption {
 	return trust(fromXFF, "TrustXForwardedFor", proxies)
 }
@@ -126,12 +87,9 @@ func TrustForwarded(proxies ...string) IPOption {
 }
 
 // TrustHeader makes [ClientIP] read a header holding the one client address
-// (CF-Connecting-IP, Fly-Client-IP, True-Client-IP, X-Real-IP...) when the
-// peer is one of the trusted proxies, given as for [TrustXForwardedFor]. If
-// the header appears on several lines the last one counts; a missing or
-// malformed value keys the request by its peer. Use it only with a proxy
-// that overwrites the header on every request: for X-Real-IP, nginx's
-// proxy_set_header X-Real-IP $remote_addr.
+// (CF-Connecting-IP, X-Real-IP...) when the peer is a trusted proxy. The
+// last line counts; a missing or malformed value keys by the peer. Use it
+// only with a proxy that overwrites the header on every request.
 func TrustHeader(name string, proxies ...string) IPOption {
 	return func(c *clientIP) error {
 		if err := c.setHeader(name, "TrustHeader"); err != nil {
@@ -142,12 +100,9 @@ func TrustHeader(name string, proxies ...string) IPOption {
 }
 
 // TrustHeaderFromAnywhere makes [ClientIP] read a single-address header
-// whoever the peer is, for platforms whose proxy addresses are not
-// published or change (a CDN, a PaaS router). It is safe only when the
-// platform sets the header on every request, removes any copy the client
-// sent, and is the only way to reach the service: otherwise a client
-// writes its own key. Prefer [TrustHeader] with the platform's ranges where
-// they are published (Cloudflare's are).
+// whoever the peer is, for a CDN whose addresses are not published. Safe
+// only when the CDN sets the header on every request, removes the client's
+// copy, and is the only way in; prefer [TrustHeader] with its ranges.
 func TrustHeaderFromAnywhere(name string) IPOption {
 	return func(c *clientIP) error {
 		if err := c.setHeader(name, "TrustHeaderFromAnywhere"); err != nil {
@@ -161,22 +116,14 @@ func TrustHeaderFromAnywhere(name string) IPOption {
 	}
 }
 
-// TrustXForwardedForHops makes [ClientIP] take the client from
-// X-Forwarded-For by counting proxies instead of knowing their addresses:
-// every request passes exactly n proxies, each appending the address it
-// received the request from, so the client is the n-th entry from the right
-// (the right-most for one proxy). Entries left of it were written by the
-// client and are never read. A request with fewer entries reached the
-// service through fewer proxies and is keyed by its left-most entry (the
-// peer when there is none); an n-th entry that is not an address (an
-// obfuscated or garbage value) falls back to the nearest address to its
-// right, the peer at worst: a shared budget, never the client's text.
-//
-// It is express's "trust proxy = n" and the right choice on platforms that
-// publish the number of hops but not their addresses. It trusts the peer
-// whoever it is, so use it only when the service cannot be reached except
-// through the n proxies: a client that reaches it through fewer picks its
-// own key.
+// TrustXForwardedForHops makes [ClientIP] count proxies instead of knowing
+// their addresses: every request passes exactly n, each appending to
+// X-Forwarded-For, so the client is the n-th entry from the right and the
+// entries left of it are never read. A shorter list is keyed by its
+// left-most entry, and an n-th entry that is not an address by the nearest
+// address to its right (the peer at worst). It trusts the peer whoever it
+// is: use it only when the service cannot be reached except through the n
+// proxies.
 func TrustXForwardedForHops(n int) IPOption {
 	return trustHops(fromXFF, "TrustXForwardedForHops", n)
 }
@@ -203,11 +150,9 @@ func trustHops(h proxyHeader, name string, n int) IPOption {
 // maxHops bounds TrustXForwardedForHops: no real chain of proxies is longer.
 const maxHops = 32
 
-// PrivateRanges returns the loopback and private address ranges (RFC 1918,
-// RFC 4193), for [TrustXForwardedFor] and friends when the proxies run on the
-// same host or private network: TrustXForwardedFor(PrivateRanges()...). It
-// leaves out shared address space (100.64.0.0/10), which carriers use for
-// their subscribers.
+// PrivateRanges returns the loopback and private ranges (RFC 1918, RFC
+// 4193), for proxies on the same host or network:
+// TrustXForwardedFor(PrivateRanges()...). Carrier-grade NAT is left out.
 func PrivateRanges() []string {
 	return []string{"127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "::1/128", "fc00::/7"}
 }
@@ -376,7 +321,7 @@ func (c *clientIP) client(h http.Header, peer netip.Addr) netip.Addr {
 	case c.header == fromPeer:
 		return peer
 	case c.hops > 0:
-		return countHops(h[c.headerName()], c.header == fromForwarded, c.hops, peer)
+		return c.walk(h[c.headerName()], c.header == fromForwarded, peer)
 	case !c.anywhere && !c.isTrusted(peer):
 		return peer
 	}
@@ -395,29 +340,6 @@ func (c *clientIP) client(h http.Header, peer netip.Addr) netip.Addr {
 	default:
 		return c.walk(h["Forwarded"], true, peer)
 	}
-}
-
-// countHops returns the n-th entry from the right of a list header (all its
-// lines, in order): the address the first of n proxies received the request
-// from. An unusable n-th entry falls back to the nearest address to its
-// right, and a list shorter than n to its left-most address; the peer when
-// there is none. Entries left of the n-th are never parsed.
-func countHops(lines []string, forwarded bool, n int, peer netip.Addr) netip.Addr {
-	hop, seen := peer, 0
-	for i := len(lines) - 1; i >= 0; i-- {
-		for v := lines[i]; v != ""; {
-			var a netip.Addr
-			var ok bool
-			v, a, ok = cutLastHop(v, forwarded)
-			if seen++; ok {
-				hop = a
-			}
-			if seen == n {
-				return hop
-			}
-		}
-	}
-	return hop
 }
 
 // untrustedProxy records, once per process, the first request from a
@@ -441,11 +363,9 @@ func keyFuncWarnings() []string {
 	return nil
 }
 
-// checkPeer is called for a request keyed by its private or loopback peer:
-// if the request carries the forwarding header the key would read from a
-// trusted proxy (any forwarding header, when the key trusts none), the peer
-// is a proxy the configuration left out, and every client behind it shares
-// one budget. It says so once per process.
+// checkPeer reports, once per process, a private or loopback peer whose
+// forwarding header the key does not trust: a proxy the configuration
+// left out, behind which every client shares one budget.
 func (c *clientIP) checkPeer(h http.Header, peer netip.Addr) {
 	var header string
 	switch {
@@ -484,26 +404,34 @@ func (c *clientIP) checkPeer(h http.Header, peer netip.Addr) {
 		slog.String("peer", peer.String()), slog.String("header", header))
 }
 
-// walk reads a list header (all its lines, in order) from the right: the
-// first hop that is not a trusted proxy is the client. At an unusable entry
-// it stops at the nearest trusted hop, and when every hop is trusted it is
-// the left-most. Reading from the right means that only entries written by
-// trusted proxies are ever parsed: whatever the client wrote (unbalanced
-// quotes included) cannot change where their entries begin.
+// walk reads a list header from the right. Counting hops, the client is
+// the c.hops-th entry, or the nearest address right of an unusable one, or
+// the left-most of a shorter list. Otherwise the first hop that is not a
+// trusted proxy is the client; an unusable entry stops at the nearest
+// trusted hop; all trusted, the left-most. Only entries trusted proxies
+// wrote are ever parsed, so nothing the client wrote can shift them.
 func (c *clientIP) walk(lines []string, forwarded bool, peer netip.Addr) netip.Addr {
-	hop := peer
+	hop, seen := peer, 0
 	for i := len(lines) - 1; i >= 0; i-- {
 		for v := lines[i]; v != ""; {
 			var a netip.Addr
 			var ok bool
 			v, a, ok = cutLastHop(v, forwarded)
-			if !ok {
+			switch seen++; {
+			case c.hops > 0:
+				if ok {
+					hop = a
+				}
+				if seen == c.hops {
+					return hop
+				}
+			case !ok:
 				return hop
-			}
-			if !c.isTrusted(a) {
+			case !c.isTrusted(a):
 				return a
+			default:
+				hop = a
 			}
-			hop = a
 		}
 	}
 	return hop
@@ -562,11 +490,9 @@ func parsePeer(s string) (netip.Addr, bool) {
 	return normalAddr(peerHost(s))
 }
 
-// peer4 reads the common r.RemoteAddr, "a.b.c.d:port", in one pass, for
-// what peerHost and normalAddr together cost three times as much. It
-// answers only when they would give the same host and address (four
-// canonical decimal fields, no zone, a port without ':', '[' or ']'), and
-// ok false otherwise, for them to decide.
+// peer4 parses the common r.RemoteAddr "a.b.c.d:port" in one pass, a third
+// of what peerHost and normalAddr cost; ok is false whenever they might
+// answer otherwise, for them to decide.
 func peer4(s string) (host string, a netip.Addr, ok bool) {
 	var ip [4]byte
 	field, n, digits := 0, 0, 0

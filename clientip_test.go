@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -265,7 +266,7 @@ func TestRandomXForwardedForBuysNoQuota(t *testing.T) {
 			}
 			reqs = append(reqs, ipRequest(tc.peer, header, spoof+tc.appends))
 		}
-		if got, want := statuses(t, h, reqs...), []int{200, 200, 200, 429, 429, 429}; !equalInts(got, want) {
+		if got, want := statuses(t, h, reqs...), []int{200, 200, 200, 429, 429, 429}; !slices.Equal(got, want) {
 			t.Errorf("%s: statuses %v, want %v", tc.name, got, want)
 		}
 	}
@@ -406,4 +407,166 @@ func TestUntrustedProxyIsReported(t *testing.T) {
 		l.Close()
 		other.Close()
 	}
+}
+
+// peer4 is RemoteAddr's fast path: whenever it answers, it must answer what
+// net.SplitHostPort and netip.ParseAddr (peerHost, normalAddr) would.
+func checkPeer4(t *testing.T, s string) (ok bool) {
+	t.Helper()
+	host, a, ok := peer4(s)
+	if !ok {
+		return false
+	}
+	wantHost := peerHost(s)
+	want, wantOK := normalAddr(wantHost)
+	if !wantOK || host != wantHost || a != want {
+		t.Fatalf("peer4(%q) = %q, %v; the slow path says %q, %v (ok %v)", s, host, a, wantHost, want, wantOK)
+	}
+	return true
+}
+
+func TestPeer4AgreesWithTheSlowPath(t *testing.T) {
+	for _, s := range []string{"203.0.113.9:4711", "10.0.0.1:1", "0.0.0.0:0", "255.255.255.255:65535", "1.2.3.4:"} {
+		if !checkPeer4(t, s) {
+			t.Errorf("peer4(%q) declined a canonical IPv4 address and port", s)
+		}
+	}
+	for _, s := range []string{
+		"", "1.2.3.4", "1.2.3:4", "1.2.3.4.5:6", "01.2.3.4:5", "1.2.3.00:5", "256.1.1.1:1", "1.2.3.4:5:6",
+		"1.2.3.4:[", "1.2.3.4:]", "[1.2.3.4]:5", "::ffff:1.2.3.4:5", "1.2.3.4%eth0:5", " 1.2.3.4:5", "1..2.3:4",
+		"1.2.3.1000:5", "a.b.c.d:1", "1.2.3.4 :5",
+	} {
+		if checkPeer4(t, s) {
+			t.Errorf("peer4(%q) answered; only the slow path may judge it", s)
+		}
+	}
+}
+
+func FuzzPeer4(f *testing.F) {
+	for _, s := range []string{"203.0.113.9:4711", "1.2.3.4", "01.2.3.4:5", "1.2.3.4:5:6", "[::1]:80", "1.2.3.4:]"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) { checkPeer4(t, s) })
+}
+
+// validIPKey reports whether k is what ClientIP may return for a parseable
+// peer: an address or a prefix, never raw header text.
+func validIPKey(k string) bool {
+	if _, err := netip.ParseAddr(k); err == nil {
+		return true
+	}
+	_, err := netip.ParsePrefix(k)
+	return err == nil
+}
+
+func fuzzProxyHeader(f *testing.F, header string, fn KeyFunc, client string) {
+	f.Fuzz(func(t *testing.T, spoof string) {
+		// A client that reaches the server directly is its peer, whatever it sends.
+		direct := ipRequest("203.0.113.9:1", header, spoof)
+		if got, err := fn(direct); err != nil || got != "203.0.113.9" {
+			t.Fatalf("direct client with %s %q: key %q, %v; want the peer", header, spoof, got, err)
+		}
+		// Behind the trusted proxy the key is an address, never header text.
+		proxied := ipRequest("10.0.0.1:1", header, spoof)
+		got, err := fn(proxied)
+		if err != nil || !validIPKey(got) {
+			t.Fatalf("%s %q: key %q, %v", header, spoof, got, err)
+		}
+		// Whatever the client wrote, the entry the proxy appended decides.
+		appended := ipRequest("10.0.0.1:1", header, spoof+", "+client)
+		if got, err := fn(appended); err != nil || got != "198.51.100.1" {
+			t.Fatalf("%s %q + proxy's entry: key %q, %v; want 198.51.100.1", header, spoof, got, err)
+		}
+		if strings.ContainsAny(spoof, "\r\n") {
+			return
+		}
+		// So does a separate line the proxy added.
+		twoLines := ipRequest("10.0.0.1:1", header, spoof, header, client)
+		if got, err := fn(twoLines); err != nil || got != "198.51.100.1" {
+			t.Fatalf("%s lines %q, %q: key %q, %v", header, spoof, client, got, err)
+		}
+	})
+}
+
+func FuzzXForwardedFor(f *testing.F) {
+	for _, s := range []string{"", "1.2.3.4", "1.2.3.4, 10.0.0.2", "[::1]:80", "::ffff:10.0.0.3", "fe80::1%eth0", ",,,", " , 10.0.0.9"} {
+		f.Add(s)
+	}
+	fuzzProxyHeader(f, "X-Forwarded-For", Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), "198.51.100.1")
+}
+
+func FuzzForwarded(f *testing.F) {
+	for _, s := range []string{"", "for=1.2.3.4", `for="[2001:db8::1]:80"`, "for=_hidden", "for=unknown", `for="a,b`, `for=1.2.3.4;by=10.0.0.1, for=10.0.0.2`, `x="\"`} {
+		f.Add(s)
+	}
+	fuzzProxyHeader(f, "Forwarded", Must(ClientIP(TrustForwarded("10.0.0.0/8"))), "for=198.51.100.1")
+}
+
+func FuzzXRealIP(f *testing.F) {
+	for _, s := range []string{"", "1.2.3.4", "[::1]:80", "::ffff:1.2.3.4", "10.0.0.1, 1.2.3.4"} {
+		f.Add(s)
+	}
+	fn := Must(ClientIP(TrustHeader("X-Real-IP", "10.0.0.0/8")))
+	f.Fuzz(func(t *testing.T, v string) {
+		if got, err := fn(ipRequest("203.0.113.9:1", "X-Real-IP", v)); err != nil || got != "203.0.113.9" {
+			t.Fatalf("direct X-Real-IP %q: key %q, %v", v, got, err)
+		}
+		if got, err := fn(ipRequest("10.0.0.1:1", "X-Real-IP", v)); err != nil || !validIPKey(got) {
+			t.Fatalf("X-Real-IP %q: key %q, %v", v, got, err)
+		}
+	})
+}
+
+// fuzzHops checks a hop-count key: whatever the client wrote, the entries
+// the two proxies appended decide, and the key is always an address.
+func fuzzHops(f *testing.F, header string, fn KeyFunc, appended string) {
+	f.Fuzz(func(t *testing.T, spoof string) {
+		if got, err := fn(ipRequest("198.18.0.1:1", header, spoof)); err != nil || !validIPKey(got) {
+			t.Fatalf("%s %q: key %q, %v", header, spoof, got, err)
+		}
+		if got, err := fn(ipRequest("198.18.0.1:1", header, spoof+", "+appended)); err != nil || got != "198.51.100.1" {
+			t.Fatalf("%s %q + the proxies' entries: key %q, %v; want 198.51.100.1", header, spoof, got, err)
+		}
+		if strings.ContainsAny(spoof, "\r\n") {
+			return
+		}
+		if got, err := fn(ipRequest("198.18.0.1:1", header, spoof, header, appended)); err != nil || got != "198.51.100.1" {
+			t.Fatalf("%s lines %q, %q: key %q, %v", header, spoof, appended, got, err)
+		}
+	})
+}
+
+func FuzzXForwardedForHops(f *testing.F) {
+	for _, s := range []string{"", "1.2.3.4", "1.2.3.4, 5.6.7.8", ",,,", "unknown", `"`, "[::1]:80, fe80::1%eth0"} {
+		f.Add(s)
+	}
+	fuzzHops(f, "X-Forwarded-For", Must(ClientIP(TrustXForwardedForHops(2))), "198.51.100.1, 198.18.0.2")
+}
+
+func FuzzForwardedHops(f *testing.F) {
+	for _, s := range []string{"", "for=1.2.3.4", `for="a,b`, "for=_hidden", `x="\"`, "for=1.2.3.4;for=5.6.7.8"} {
+		f.Add(s)
+	}
+	fuzzHops(f, "Forwarded", Must(ClientIP(TrustForwardedHops(2))), "for=198.51.100.1, for=198.18.0.2")
+}
+
+// FuzzTrustHeader: a single-address header counts only from the trusted
+// range, or from anywhere when asked; the key is always an address.
+func FuzzTrustHeader(f *testing.F) {
+	for _, s := range []string{"", "1.2.3.4", "[2001:db8::1]:443", "1.2.3.4, 5.6.7.8", "::ffff:1.2.3.4", "unknown", "fe80::1%eth0"} {
+		f.Add(s)
+	}
+	cf := Must(ClientIP(TrustHeader("CF-Connecting-IP", "10.0.0.0/8")))
+	anywhere := Must(ClientIP(TrustHeaderFromAnywhere("Fly-Client-IP")))
+	f.Fuzz(func(t *testing.T, v string) {
+		if got, err := cf(ipRequest("203.0.113.9:1", "CF-Connecting-IP", v)); err != nil || got != "203.0.113.9" {
+			t.Fatalf("direct CF-Connecting-IP %q: key %q, %v; want the peer", v, got, err)
+		}
+		if got, err := cf(ipRequest("10.0.0.1:1", "CF-Connecting-IP", v)); err != nil || !validIPKey(got) {
+			t.Fatalf("CF-Connecting-IP %q: key %q, %v", v, got, err)
+		}
+		if got, err := anywhere(ipRequest("203.0.113.9:1", "Fly-Client-IP", v)); err != nil || !validIPKey(got) {
+			t.Fatalf("Fly-Client-IP %q: key %q, %v", v, got, err)
+		}
+	})
 }

@@ -42,7 +42,7 @@ func TestConcurrencyExactAcrossInstancesOnRedis(t *testing.T) {
 		n := inside.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a handler's real work, so that requests overlap on redis-server
 		inside.Add(-1)
 	})
 	hs := make([]http.Handler, len(ls))
@@ -64,7 +64,7 @@ func TestConcurrencyExactAcrossInstancesOnRedis(t *testing.T) {
 					return
 				}
 				refused.Add(1)
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(2 * time.Millisecond) // a refused client's pace before it retries
 			}
 		})
 	}
@@ -102,7 +102,7 @@ func TestConcurrencyLeasesOfAKilledInstanceExpire(t *testing.T) {
 	})
 	other := ls[1].Handler(okHandler)
 	// Twice the lease later the slots are still held: they were renewed.
-	time.Sleep(2 * lease)
+	time.Sleep(2 * lease) // redis-server's clock: the lease must pass there
 	if w := serve(t, other, inflightRequest("acme")); w.Code != 429 {
 		t.Fatalf("2 leases after the slots were taken: %d, want 429 (renewed)", w.Code)
 	}
@@ -121,6 +121,6 @@ func TestConcurrencyLeasesOfAKilledInstanceExpire(t *testing.T) {
 		if time.Since(killed) > 15*time.Second {
 			t.Fatalf("the dead instance's slots never came back (last %d)", w.Code)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polling redis-server until the lease expires on its clock
 	}
 }

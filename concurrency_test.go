@@ -198,7 +198,7 @@ func TestConcurrencyThroughDecide(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a dropped Decision's slot never came back")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the GC runs the cleanup on a goroutine of its own
 	}
 	if logs.count(slog.LevelWarn, "dropped without Release") != 1 {
 		t.Error("no warning about the dropped Decision")

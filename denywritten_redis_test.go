@@ -60,7 +60,7 @@ func TestNoCachedRejectionForAWrittenDecisionAfterAFailedDial(t *testing.T) {
 				if len(keys) >= 2 {
 					break
 				}
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(5 * time.Millisecond) // polling redis-server for the lost reply's write
 			}
 			// another request on the spent key, answered by Redis: 429 (learnt)
 			code2, _ := serve("198.51.100.7")

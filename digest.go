@@ -12,12 +12,10 @@ import (
 	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
-// keyHasher is the capability of a backend that keeps nothing of a key
-// but a hash under seeds of its own and no reference to the key's string
-// once its call returns, as [memory.Store] does: for it a digest buys no
-// privacy, and the stored key is built without an allocation (see
-// [Limiter.storedKey]). A backend opts in by a method, not by its type, so
-// that the limiter knows no concrete backend.
+// keyHasher is the capability of a backend that keeps nothing of a key but
+// a hash under seeds of its own, and no reference to the key's string once
+// its call returns: for it a digest buys no privacy, and the stored key is
+// built without an allocation (see [Limiter.storedKey]).
 type keyHasher interface {
 	HashesKeys() bool
 }
@@ -42,9 +40,7 @@ const noSecretWarning = "no key secret (WithKeySecret) with a remote backend: st
 	"set a secret of at least 32 random bytes, the same on every instance"
 
 // newDigester returns the limiter's digester, for its key secret if it has
-// one. A remote backend without a secret is warned about here, once, at
-// start: logged, and kept for the health report. An in-process backend
-// needs no secret: its keys never leave the process.
+// one, warning once about a remote backend without one.
 func (l *Limiter) newDigester() digester {
 	var d digester
 	if secret := l.cfg.secret; len(secret) > 0 {
@@ -66,30 +62,16 @@ func (l *Limiter) keyWarnings() []string {
 	return w
 }
 
-// storedKey returns "{tag}:rule" for a key value, where tag is the
-// digest of the value alone (128 bits of its HMAC-SHA256 under the key
-// secret, or of its SHA-256 without one): fixed length, no raw identifier,
-// and no user byte that could pick a Redis Cluster slot.
+// storedKey returns "{tag}:rule" for a key value, tag being 128 bits of its
+// HMAC-SHA256 under the key secret (SHA-256 without one): fixed length, no
+// raw identifier, no user byte that could pick a Redis Cluster slot. The
+// tag is a hash tag, so every rule keyed by one value is stored in one slot
+// and decided in one script, at the price of showing a backend reader which
+// keys belong to one (unnamed) caller.
 //
-// The tag is a Redis Cluster hash tag, so every rule keyed by one value
-// (a shop's minute, day, tokens and in-flight rules) is stored in one
-// slot: a request decides them in one script on one node, and a rejection
-// by one of them leaves no other slot to refund. The price is linkability:
-// someone who reads the backend sees which keys belong to one caller (one
-// tag under several rules), though never who that caller is. The rule name
-// outside the tag keeps the keys of different rules apart (a digest in
-// its place would hide nothing the tag does not already link), and a
-// 128-bit tag keeps different values apart: collisions are out of reach.
-//
-// A backend that hashes keys itself ([keyHasher]: the memory store keeps
-// nothing of a key but a 128-bit hash under seeds random to the process)
-// gains no privacy from the digest, which costs a quarter of the
-// middleware's time, and has no slots: it gets "rule\x00value" instead
-// (rule names cannot hold a NUL, so the join is unambiguous). Nor does it
-// keep the key's string past the call, so that key is built in st's key
-// arena without an allocation, and is valid only while st is checked out
-// of the pool: whatever keeps a request past its decision (held leases,
-// reservations) copies the key (see [state.keys]).
+// A [keyHasher] backend gets "rule\x00value" instead, built in st's key
+// arena: valid only while st is out of the pool, so whatever keeps a
+// request past its decision copies it ([Limiter.kept]).
 func (l *Limiter) storedKey(st *state, rule, value string) string {
 	if l.rawKeys {
 		start := len(st.keys)

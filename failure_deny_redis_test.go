@@ -77,12 +77,12 @@ func TestSpentKeyStaysRefusedWhileRedisIsDown(t *testing.T) {
 					t.Fatalf("a fresh key, Redis down: %+v, want admitted failing %v", rr, mode)
 				}
 				checked++
-				time.Sleep(20 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond) // a client's pace while redis-server is down
 			}
 			if checked == 0 {
 				t.Fatal("the breaker took the whole RetryAfter to open; nothing checked")
 			}
-			time.Sleep(time.Until(until) + 50*time.Millisecond)
+			time.Sleep(time.Until(until) + 50*time.Millisecond) // past the RetryAfter redis-server gave, on the real clock
 			if rr := decide(spent); rr.Fallback != mode || rr.Cached {
 				t.Errorf("the spent key after its RetryAfter, Redis down: %+v, want decided failing %v", rr, mode)
 			}

@@ -94,7 +94,7 @@ func TestRedisKilledUnderLoadFailOpen(t *testing.T) {
 	ld := startLoad(l.Handler(okHandler), 4, 5000)
 	// Let the load reach Redis before killing it.
 	for ld.count(200) < 100 {
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // real load reaching redis-server before it is killed
 	}
 	inst.Kill()
 	killed := time.Now()

@@ -21,24 +21,18 @@ import (
 type HeaderStyle uint8
 
 const (
-	// HeadersIETF sends the fields of the IETF httpapi draft
-	// (draft-ietf-httpapi-ratelimit-headers): RateLimit-Policy lists every
-	// enforced rule as `"name";q=LIMIT;w=SECONDS`, and RateLimit the current
-	// state of each rule that applied as `"name";r=REMAINING;t=SECONDS`. Both
-	// are HTTP Structured Field lists. t is draft-11's: the seconds until at
-	// least one more unit is available (0 while some remain); on a 429 a
-	// rejecting rule's t is its Retry-After.
+	// HeadersIETF sends the IETF httpapi draft's fields: RateLimit-Policy
+	// lists every enforced rule as `"name";q=LIMIT;w=SECONDS`, and RateLimit
+	// each applied rule's state as `"name";r=REMAINING;t=SECONDS`, t being the
+	// seconds until one more unit is available (on a 429, the rule's wait).
 	HeadersIETF HeaderStyle = iota
 	// HeadersRateLimit sends the widely deployed RateLimit-Limit,
 	// RateLimit-Remaining and RateLimit-Reset (delta-seconds) of the most
 	// constrained rule.
 	HeadersRateLimit
-	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset of the most constrained rule. X-RateLimit-Reset is
-	// what clients of these fields parse, as go-chi/httprate, ulule/limiter,
-	// express-rate-limit and GitHub's API send it: the Unix time in seconds
-	// at which the rule is full again (this instance's clock plus the
-	// backend's reset delay, rounded up), not a number of seconds.
+	// HeadersXRateLimit sends X-RateLimit-Limit, -Remaining and -Reset of the
+	// most constrained rule; Reset is the Unix time in seconds at which the
+	// rule is full again, as clients of these fields parse it.
 	HeadersXRateLimit
 	// HeadersNone sends no rate-limit headers (Retry-After is still sent on
 	// every 429).
@@ -106,13 +100,9 @@ func validUnit(u string) error {
 	return nil
 }
 
-// write sets the style's headers for d on h; clock gives the time of day
-// for the one field that carries it (X-RateLimit-Reset). On a rejection
-// only the rejecting rules' state is shown: the others' state is no
-// business of a request they did not decide, and a 429 must not be a free
-// way to watch a key (a victim's phone number) that the caller cannot
-// spend. That is also all the Redis deny cache knows, so its answers and
-// Redis's agree.
+// write sets the style's headers for d on h. A rejection shows only the
+// rejecting rules' state: a 429 must not be a free way to watch a key the
+// caller cannot spend (and the Redis deny cache knows no more).
 func (s HeaderStyle) write(h http.Header, d *Decision, policy []string, st *state, clock func() time.Time) {
 	switch s {
 	case HeadersIETF:
@@ -170,11 +160,9 @@ var (
 	xRateLimitNames = [3]string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"}
 )
 
-// untilNext is the RateLimit field's t for rr, as draft-11 defines it: the
-// time until the rule can take at least one more unit (zero while units
-// remain). For a rule that rejected the request it is that request's
-// RetryAfter, so a lone rejecting rule's t equals Retry-After and
-// Retry-After is the largest t of the rejecting rules.
+// untilNext is the RateLimit field's t: the time until the rule takes one
+// more unit, or for a rejecting rule its RetryAfter, so that Retry-After is
+// the largest t of the rejecting rules.
 func (rr *RuleResult) untilNext() time.Duration {
 	if !rr.Allowed && rr.RetryAfter > 0 {
 		return rr.RetryAfter
@@ -182,17 +170,14 @@ func (rr *RuleResult) untilNext() time.Duration {
 	return rr.NextAfter
 }
 
-// advertised reports whether rr's state belongs in the headers: not for a
-// shadow rule (it limits nobody yet), a Hidden rule, a rule that failed
-// open (nothing was counted) or a state the backend did not read.
+// advertised reports whether rr's state belongs in the headers: not a
+// shadow or Hidden rule's, one that failed open, or a state never read.
 func (rr *RuleResult) advertised() bool {
 	return !rr.Rule.Shadow && !rr.Rule.Hidden && rr.Fallback != FailOpen && !rr.Unread
 }
 
-// mostConstrained is the rule whose headers a single-policy style reports:
-// on a rejection the first rejecting rule that is advertised (none when
-// only Hidden rules reject), else the one with the fewest units remaining
-// (the first such in declaration order).
+// mostConstrained is the rule a single-policy style reports: the first
+// advertised rejecting rule, else the one with the fewest units left.
 func mostConstrained(d *Decision) *RuleResult {
 	if !d.Allowed {
 		for i := range d.Results {
@@ -298,12 +283,9 @@ func WriteRejection(w http.ResponseWriter, r *http.Request, d *Decision) {
 }
 
 // RejectionProblem is the problem body of a rejected decision: 429
-// quota-exceeded, naming every rejecting rule in declaration order with the
-// limit that applied, and when to retry. Adapters for other protocols (the
-// gRPC status of package ceilinggrpc) say the same from it.
-//
-// A Hidden rule is named, and its wait counted in RetryAfter, only when no
-// other rule rejects too (see [Rule.Hidden]).
+// quota-exceeded, naming every rejecting rule with the limit that applied,
+// and when to retry; a Hidden rule only when no other rule rejects too.
+// Adapters for other protocols say the same from it.
 func RejectionProblem(d *Decision) *Problem {
 	p := &Problem{
 		Type:   quotaExceededType,
@@ -315,8 +297,6 @@ func RejectionProblem(d *Decision) *Problem {
 	for i := range d.Results {
 		if rr := &d.Results[i]; f.names(rr) {
 			p.ViolatedPolicies = append(p.ViolatedPolicies, rr.Rule.Name)
-			// The limit that applied to this request, which a rule's
-			// Limits may have chosen.
 			quotas = append(quotas, fmt.Sprintf("%s (%s)", rr.Rule.Name, quotaText(rr.Rule, rr.Limit)))
 		}
 	}
@@ -336,11 +316,9 @@ type shownRefusal struct {
 	retryAfter time.Duration // when every named rule admits, or backend.Never
 }
 
-// refusal is what a response may say about d: the rejecting rules, less
-// the Hidden ones when a listed rule rejects too, and the wait after which
-// every one of those would admit. Naming a Hidden rule beside a listed one
-// would tell a caller who has spent their own budget, for free, whether a
-// third party's key is at its limit, and for how long.
+// refusal is what a response may say about d: the rejecting rules (less the
+// Hidden ones when a listed rule rejects too, so that a caller cannot watch
+// a third party's key for free) and the wait after which all would admit.
 func refusal(d *Decision) shownRefusal {
 	var f shownRefusal
 	for i := range d.Results {
@@ -369,12 +347,9 @@ func (f shownRefusal) names(rr *RuleResult) bool {
 	return !rr.Allowed && !rr.Rule.Shadow && !(f.hideHidden && rr.Rule.Hidden)
 }
 
-// writeInputError answers a request that a key function refused, before
-// any backend call. The detail is the error's text when it describes the
-// input (malformed JSON, a field sent twice); a failure to read the body,
-// or an error from the network, the file system or a Go decoder, which can
-// name server addresses, paths or internal types, gets a generic detail,
-// and its text goes to the log only.
+// writeInputError answers a request a key function refused. An error whose
+// text may name addresses, paths or Go types (see hides) gets a generic
+// detail, its text going to the log only.
 func (l *Limiter) writeInputError(w http.ResponseWriter, r *http.Request, e *inputError) {
 	title, detail := "Bad Request", e.Error()
 	switch e.status {
@@ -436,12 +411,9 @@ func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
 	})
 }
 
-// lineSlab hands out one-line header values without an allocation per
-// response: each value's bytes and its one-element slice are carved from
-// blocks that are never written again once carved, so the value belongs to
-// the response that holds it (its slice has capacity 1: an append copies).
-// A full block is left to the responses holding its values, which keep it
-// alive, and a fresh one taken: one allocation per many responses.
+// lineSlab hands out one-line header values carved from shared blocks that
+// are never written again once carved, so a response owns its values (each
+// slice has capacity 1) at one allocation per many responses.
 type lineSlab struct {
 	bytes []byte
 	lines []string

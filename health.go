@@ -22,13 +22,10 @@ import (
 )
 
 // WithInstances declares how many instances of the service run. With an
-// in-process backend (the default memory store) and n > 1, every instance
-// enforces the full limit: the limiter logs a warning at start-up and its
-// health report carries it, since the effective limit is up to n times the
-// configured one. With a shared backend it sizes [FailLocal]'s share to 1/n
-// of each limit (and burst), so that n instances deciding locally together
-// admit about one limit's worth; a rule's local limit is never below its
-// cost, so a request can still fit.
+// in-process backend and n > 1 each enforces the full limit, so the limiter
+// warns (log and health report). With a shared backend it sizes
+// [FailLocal]'s share to 1/n of each limit, never below a rule's cost, so
+// that n instances deciding locally admit about one limit's worth.
 func WithInstances(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -52,11 +49,8 @@ var platforms = []struct{ env, name string }{
 // process, however many limiters raise it.
 var platformWarned atomic.Bool
 
-// warnPlatform warns, when the limiter counts in process with no
-// [WithInstances], that the environment looks like a platform that runs
-// several instances: each would enforce the full limit. It does not guess
-// how many. Logged once per process; every such limiter's health report
-// keeps it.
+// warnPlatform warns, for an in-process backend without [WithInstances],
+// that the environment names a platform running several instances.
 func (l *Limiter) warnPlatform() {
 	if l.remote || l.cfg.instancesSet {
 		return
@@ -76,11 +70,12 @@ func (l *Limiter) warnPlatform() {
 	}
 }
 
-// notes are a limiter's warnings about its own configuration, found in New
-// or in its first requests, for [Limiter.Health].
+// notes are warnings about a configuration, each kept once, for
+// [Limiter.Health].
 type notes struct {
-	mu   sync.Mutex
-	list []string
+	mu     sync.Mutex
+	list   []string
+	logged int // list[:logged] were logged, for notes logged later (flush)
 }
 
 // warn logs note once and keeps it.
@@ -101,6 +96,29 @@ func (n *notes) add(note string) bool {
 	return true
 }
 
+// later keeps note and logs it once a limiter has set the process's
+// logger (key functions are built before any limiter may exist).
+func (n *notes) later(note string) {
+	if n.add(note) && processLogger.Load() != nil {
+		n.flush()
+	}
+}
+
+// flush logs, with the process's logger, the notes not logged yet.
+func (n *notes) flush() {
+	n.mu.Lock()
+	fresh := n.list[n.logged:]
+	n.logged = len(n.list)
+	n.mu.Unlock()
+	logger := processLogger.Load()
+	if logger == nil {
+		logger = slog.Default()
+	}
+	for _, note := range fresh {
+		logger.Warn("ceiling: " + note + " (Logged once per process.)")
+	}
+}
+
 func (n *notes) all() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -113,8 +131,7 @@ type Health struct {
 	// breaker is open and the rules' fail modes decide).
 	Status string `json:"status"`
 	// Reason is, when degraded, the kind of the latest backend failure
-	// ([KindOf]). It never holds the error's text, which can name
-	// addresses, stored keys and scripts; the log has the whole error.
+	// ([KindOf]), never its text; the log has the whole error.
 	Reason FailureKind `json:"reason,omitempty"`
 	// Since is when the limiter became degraded.
 	Since time.Time `json:"since,omitzero"`
@@ -125,30 +142,23 @@ type Health struct {
 	Backend string `json:"backend"`
 	// FailMode is the limiter's fail mode (rules may override it).
 	FailMode string `json:"fail_mode"`
-	// Warnings are configurations weaker than they read, such as an
-	// in-process backend with several instances. They do not make the
-	// limiter degraded.
+	// Warnings are configurations weaker than they read; they do not make
+	// the limiter degraded.
 	Warnings []string `json:"warnings,omitempty"`
 	// DegradedTotal counts healthy → degraded transitions since start.
 	DegradedTotal int64 `json:"degraded_total"`
-	// EvictedKeys counts keys the in-process stores (the memory backend,
-	// FailLocal's store) evicted while they held spent units, to stay under
-	// their key bound: each gave a caller quota back. Above zero, the bound
-	// is too small for the keys in use, or fresh keys are flooding in.
+	// EvictedKeys counts keys the in-process stores evicted while they held
+	// spent units, to stay under their key bound: each gave quota back.
 	EvictedKeys uint64 `json:"evicted_keys,omitempty"`
-	// DroppedWrites counts the requests of settlements and slot releases
-	// that failed and were not applied later either: the limiter resends
-	// them in the background once the backend answers, but gives up on a
-	// refund that may already have been applied, on one pending for longer
-	// than its rule's Period, and on what is pending at Close. Each left
-	// units counted (a reservation at its estimate, a slot until its lease
-	// ends) that the caller did not use: an error towards the limit.
+	// DroppedWrites counts settlements and slot releases that failed and
+	// were never applied by the background resend either (one that may
+	// have been applied, is older than its rule's Period, or is pending at
+	// Close): each left unused units counted, an error towards the limit.
 	DroppedWrites int64 `json:"dropped_writes,omitempty"`
 	// Shed counts requests refused with 503 because this process was too
-	// busy to send their backend call or read its reply within the timeout
-	// (see [backend.ErrNotSent]), or because a FailOpen rule's call timed
-	// out before a probe confirmed that the backend is at fault: an
-	// overloaded instance sheds load rather than admit unmetered.
+	// busy to send their backend call or read its reply in time, or a
+	// FailOpen rule's call timed out before a probe confirmed the backend
+	// at fault: it sheds load rather than admit unmetered.
 	Shed int64 `json:"shed,omitempty"`
 	// Rules reports what each rule admitted without the backend.
 	Rules []RuleHealth `json:"rules"`
@@ -169,18 +179,14 @@ type RuleHealth struct {
 	FailLocalAdmissions int64 `json:"fail_local_admissions"`
 	// ShadowRejections counts requests a shadow rule would have rejected.
 	ShadowRejections int64 `json:"shadow_rejections,omitempty"`
-	// SlotsInUse is, for a [Concurrency] rule, how many units of its
-	// Limit this process holds now: the slots of the requests it admitted
-	// (on the backend or on FailLocal's store) that have not yet ended.
-	// Other instances' slots are not in it. Zero for other algorithms.
+	// SlotsInUse is, for a [Concurrency] rule, how many slots the requests
+	// this process admitted hold now (other instances' are not in it).
 	SlotsInUse int64 `json:"slots_in_use,omitempty"`
 }
 
 // Health returns the limiter's current state. It makes no backend call: it
-// reports what the requests and the background probes saw, so a health
-// check costs the backend nothing. While degraded, the limiter probes the
-// backend itself about every second, so the report turns healthy again
-// within about a second of the backend answering, with or without traffic.
+// reports what requests and the background probe saw, and the probe runs
+// while degraded, so the report recovers without traffic.
 func (l *Limiter) Health() Health {
 	h := Health{
 		Status:   "healthy",
@@ -190,7 +196,7 @@ func (l *Limiter) Health() Health {
 	}
 	h.Warnings = l.engineWarnings()
 	h.Warnings = append(h.Warnings, l.keyWarnings()...)
-	h.Warnings = append(h.Warnings, spoofable.list()...)
+	h.Warnings = append(h.Warnings, spoofable.all()...)
 	h.Warnings = append(h.Warnings, l.notes.all()...)
 	if h.EvictedKeys = l.evictions(); h.EvictedKeys > 0 {
 		h.Warnings = append(h.Warnings, fmt.Sprintf("the in-process store evicted %d keys holding spent units to stay under its key bound: their callers got quota back", h.EvictedKeys))
@@ -204,12 +210,9 @@ func (l *Limiter) Health() Health {
 }
 
 // HealthHandler answers health checks with the [Health] report as JSON:
-// 200 when healthy, 503 when degraded. It never calls the backend.
-//
-// Mind what a 503 does where you point it: an uptime check or an alert
-// should see it; a load balancer that takes degraded instances out of
-// rotation turns a Redis outage into a full outage even for rules that fail
-// open or local, since every instance is degraded at once.
+// 200 when healthy, 503 when degraded, never calling the backend. Point
+// alerts at it, not a load balancer: every instance degrades at once, and
+// taking them all out of rotation turns a backend outage into a full one.
 func (l *Limiter) HealthHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := l.Health()
@@ -237,28 +240,17 @@ func (l *Limiter) HealthHandler() http.Handler {
 // admits a request over its limit.
 var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 
-// Check is a start-up probe: it proves the backend answers, can write, and
-// actually rejects. For each algorithm the rules use it asks for a canary
-// key limited to 1 per day, three times: the first must be admitted and a
-// later one rejected (a backend that admits everything fails with
-// [ErrNotEnforcing]). Canary keys are random and reset afterwards. Each
-// call is bounded by the limiter's timeout (one that times out is given up
-// to 2s more to name its cause); ctx bounds the whole check.
+// Check is a start-up probe: it proves the backend answers, writes and
+// rejects, by asking three times for a random canary key limited to 1 per
+// day per algorithm the rules use (an admitted third wraps
+// [ErrNotEnforcing]); canaries are reset afterwards. Each call is bounded
+// by the limiter's timeout; ctx bounds the whole check.
 //
-// When the backend cannot decide, the error names the root cause and wraps
-// its kind (see [KindOf]): wrong or missing credentials
-// ([backend.ErrAuth]), a read-only replica ([backend.ErrReadOnly]), a full
-// server ([backend.ErrOutOfMemory]), an unreachable ([backend.ErrUnreachable])
-// or slow ([ErrTimeout]) one. The limiter then becomes degraded at once
-// (logged, reported to the [Observer] and by [Limiter.Health]) and probes the
-// backend in the background like after any failure.
-//
-// What to do with the error is the service's call. A misconfiguration
-// (credentials, a replica, a full server, [ErrNotEnforcing]) will not fix
-// itself: refuse to start. An unreachable backend is an outage like any
-// other: a service whose rules fail open or local may start degraded, and
-// say so loudly; one that fails closed serves only 503s until the backend
-// answers, so refusing to start may be clearer.
+// A backend that cannot decide makes the limiter degraded at once, and the
+// error names the root cause and wraps its kind ([KindOf]). A
+// misconfiguration ([backend.ErrAuth], [backend.ErrReadOnly],
+// [backend.ErrOutOfMemory], [ErrNotEnforcing]) will not fix itself: refuse
+// to start. An unreachable or slow backend is an outage like any other.
 func (l *Limiter) Check(ctx context.Context) error {
 	var id [8]byte
 	_, _ = rand.Read(id[:])
@@ -309,11 +301,8 @@ func (l *Limiter) Check(ctx context.Context) error {
 func (l *Limiter) lateCauseWait() time.Duration { return min(2*time.Second, 20*l.cfg.timeout) }
 
 // checkFailed makes the limiter degraded by err and returns Check's error.
-// A timeout may hide the root cause: go-redis retrying a refused dial or a
-// READONLY reply past the timeout, or a process too busy at start-up to
-// read a wrong password's reply in time. Check asks req again with a
-// longer timeout, so that the error names the cause; it stays a timeout
-// when the longer call answers.
+// A timeout may hide the cause (a refused dial retried, a slow start), so
+// req is asked again with a longer timeout to name it.
 func (l *Limiter) checkFailed(ctx context.Context, err error, req backend.Request) error {
 	if !l.remote {
 		return fmt.Errorf("ceiling: check: the backend did not decide: %w", err)
@@ -350,9 +339,8 @@ func (l *Limiter) checkDecide(ctx context.Context, req backend.Request) (backend
 }
 
 // FailureKind is the kind of a backend failure, for reports that must not
-// repeat the error's text (it can name addresses, stored keys, script
-// hashes): the health report's Reason, metric labels, logs. [KindOf] tells
-// it from an error, and [FailureKinds] lists every kind.
+// repeat the error's text (addresses, keys): the health report, metric
+// labels, logs.
 type FailureKind string
 
 // The kinds of failure, as [KindOf] names them.
@@ -366,16 +354,11 @@ const (
 	kindError       FailureKind = "error"
 )
 
-// KindOf names the kind of a backend failure: "overloaded" (a call this
-// process never got to send, [backend.ErrNotSent], or whose reply it was
-// too busy to read, [backend.ErrUnread]: not the backend's failure), "unreachable", "timeout", "auth", "read-only", "out of
-// memory", or "error" for any other; "" for nil. Backends say the kind by
-// wrapping [backend.ErrUnreachable], [backend.ErrAuth],
-// [backend.ErrReadOnly], [backend.ErrOutOfMemory], [backend.ErrNotSent] or
-// [backend.ErrUnread];
-// a call that outlived the limiter's timeout is a "timeout" ([ErrTimeout]),
-// and a refused or reset connection is "unreachable" even from a backend
-// that does not wrap it.
+// KindOf names the kind of a backend failure, "" for nil. Backends say it
+// by wrapping backend's sentinel errors; [backend.ErrNotSent] and
+// [backend.ErrUnread] are "overloaded" (this process's fault, not the
+// backend's), a call past the limiter's timeout is "timeout", and a refused
+// or reset connection is "unreachable" from any backend.
 func KindOf(err error) FailureKind {
 	switch {
 	case err == nil:
@@ -400,8 +383,8 @@ func KindOf(err error) FailureKind {
 	return kindError
 }
 
-// FailureKinds returns every kind [KindOf] names, in that order, for code
-// that must cover each (a metric's label values, an alert's matcher).
+// FailureKinds returns every kind [KindOf] names, for code that must cover
+// each (metric labels, alert matchers).
 func FailureKinds() []FailureKind {
 	return []FailureKind{kindOverloaded, kindUnreachable, kindTimeout, kindAuth, kindReadOnly, kindOutOfMemory, kindError}
 }

@@ -12,32 +12,21 @@ import (
 )
 
 // JWTClaim returns a [KeyFunc] that keys by a claim of a verified JSON Web
-// Token: "sub" for the account, or any other claim naming what a budget
-// belongs to (Shopify session tokens carry the shop in "dest").
+// Token: "sub" for the account, or any claim naming what a budget belongs
+// to.
 //
 // Only a token that verifies counts. keyfunc returns the verification key
-// (see [jwt.Keyfunc]; a JWKS client provides one), and methods lists the
-// signing algorithms accepted ("RS256", "EdDSA"...): an explicit list, so
-// that a token cannot choose its own algorithm ("none", or HS256 signed with
-// an RSA public key). A missing, malformed, wrongly signed, expired or
-// not-yet-valid token, or one without the claim, yields [ErrNoKey]: the rule
-// does not apply, and a fallback rule (the client address) does. The claim
-// of an unverified token is never used, so forging tokens with fresh subjects
-// buys no fresh budget.
+// (see [jwt.Keyfunc]), and methods lists the accepted signing algorithms
+// explicitly, so that a token cannot choose its own ("none", or HS256
+// signed with an RSA public key). A missing, malformed, wrongly signed,
+// expired or oversized ([JWTMaxSize]) token, or one without the claim,
+// yields [ErrNoKey], so a fallback rule applies and forged subjects buy no
+// fresh budget. String and number claims make keys; others yield ErrNoKey.
 //
 // The token is read from "Authorization: Bearer ..." unless [JWTFromHeader]
-// or [JWTFromCookie] says otherwise. [JWTParserOptions] adds checks
-// (audience, issuer); options that would accept expired tokens are refused.
-// String and number claims make keys; other kinds yield [ErrNoKey].
-//
-// A token longer than 8 KiB (or [JWTMaxSize]) yields
-// [ErrNoKey] at once, before any decoding: a real token is a few hundred
-// bytes to a few KiB, and a megabyte of junk would otherwise cost
-// milliseconds of base64 and JSON work per request before its signature
-// fails to verify.
-//
-// JWTClaim returns an error naming the bad argument; use [Must] for
-// literals. The KeyFunc is safe for simultaneous use if keyfunc is.
+// or [JWTFromCookie] says otherwise; [JWTParserOptions] adds checks, except
+// ones that would accept expired tokens. JWTClaim returns an error naming
+// the bad argument. The KeyFunc is safe for simultaneous use if keyfunc is.
 func JWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOption) (KeyFunc, error) {
 	if claim == "" {
 		return nil, errors.New("ceiling: JWTClaim: no claim name")
@@ -108,14 +97,10 @@ func JWTFromCookie(name string) JWTOption {
 	}
 }
 
-// defaultJWTMaxSize is the longest token, in bytes, that [JWTClaim] parses
-// unless [JWTMaxSize] says otherwise.
 const defaultJWTMaxSize = 8 << 10
 
 // JWTMaxSize sets the longest token, in bytes, that [JWTClaim] parses
-// (default 8 KiB); a longer one is refused unread, as an
-// invalid token is: [ErrNoKey]. Raise it for identity providers that pack
-// many claims (group lists) into their tokens.
+// (default 8 KiB); a longer one yields [ErrNoKey] unread.
 func JWTMaxSize(n int) JWTOption {
 	return func(k *jwtKey) error {
 		if n < 16 {

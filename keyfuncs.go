@@ -3,25 +3,19 @@ package ceiling
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // A KeyFunc returns the value a rule limits by: a client address, an account,
 // a phone number. ceiling never stores it raw (see [WithKeySecret]).
 //
-// Returning an error wrapping [ErrNoKey] means the rule does not apply to this
-// request (an anonymous caller for a per-user rule) and the rule is left out
-// of the decision. Any other error is bad input: the request is answered 400
-// (413 when it wraps [ErrBodyTooLarge]) before any backend call. An empty
-// value with a nil error is bad input too (a 400 naming the rule, logged
-// once per rule), never one budget shared by every
-// request without a key: return ErrNoKey when the rule does not apply.
+// An error wrapping [ErrNoKey] leaves the rule out for this request (an
+// anonymous caller for a per-user rule). Any other error, or an empty value,
+// is bad input: a 400 (413 for [ErrBodyTooLarge]) before any backend call,
+// never one budget shared by every request without a key.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey is returned by a [KeyFunc] when its rule does not apply to the
@@ -32,12 +26,9 @@ var ErrNoKey = errors.New("ceiling: no key")
 // body larger than their bound; the middleware answers 413.
 var ErrBodyTooLarge = errors.New("ceiling: request body too large")
 
-// Must returns k, and panics if err is not nil: it wraps a call to a key
-// constructor that checks its arguments ([ClientIP], [BodyField],
-// [FormField], [JWTClaim], [JWTSubject]) when they are literals, as in
-// Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))), so that a mistake
-// stops the program at start-up. Configuration read from a file should
-// check the error instead.
+// Must returns k, and panics if err is not nil, for key constructors called
+// with literals: Must(ClientIP(TrustXForwardedFor("10.0.0.0/8"))) stops a
+// mistake at start-up. Configuration read from a file should check err.
 func Must(k KeyFunc, err error) KeyFunc {
 	if err != nil {
 		panic(err)
@@ -51,19 +42,13 @@ func Static(value string) KeyFunc {
 }
 
 // Header keys by the value of a request header; a missing or empty header
-// yields [ErrNoKey], and several lines with different values are a 400,
-// because handlers disagree on which one counts.
+// yields [ErrNoKey], and several lines with different values are a 400.
 //
-// A header is only as trustworthy as whoever wrote it. Key on a header that
-// your own gateway sets (and strips from clients), or on one whose value is
-// the thing limited and checked later (an API key), never on one a client
-// can vary freely to obtain fresh budgets: use [ClientIP] for addresses.
-// Header on X-Forwarded-For, X-Real-IP, Forwarded or True-Client-IP, which
-// any client can write, logs a warning naming the [ClientIP] option to use
-// instead, once per process, and every limiter's [Limiter.Health] keeps it.
-// It is a warning, not an error, because a gateway that overwrites the
-// header makes the key sound; ClientIP with that gateway trusted is still
-// the better key, since it also refuses requests that bypass the gateway.
+// A header is only as trustworthy as whoever wrote it: key on one your
+// gateway sets, or whose value is checked later (an API key), never on one
+// a client can vary for fresh budgets. Header on an address header any
+// client can write (X-Forwarded-For, X-Real-IP...) warns once per process,
+// and in every [Limiter.Health], naming the [ClientIP] option to use.
 // Header panics if name is empty.
 func Header(name string) KeyFunc {
 	if name == "" {
@@ -71,7 +56,7 @@ func Header(name string) KeyFunc {
 	}
 	name = http.CanonicalHeaderKey(name)
 	if fix, ok := addressHeaders[name]; ok {
-		spoofable.add(fmt.Sprintf("ceiling.Header(%q) keys on a value every client can write, so each spoofed value is a fresh budget; "+
+		spoofable.later(fmt.Sprintf("ceiling.Header(%q) keys on a value every client can write, so each spoofed value is a fresh budget; "+
 			"key on the client address instead: ceiling.Must(ceiling.ClientIP(ceiling.%s))", name, fix))
 	}
 	what := "header " + name // built once: the key function does not allocate
@@ -90,54 +75,9 @@ var addressHeaders = map[string]string{
 }
 
 // spoofable holds the warnings about [Header] keys on address headers,
-// process-wide like the key functions themselves: each logged once, by the
-// logger of the first limiter (or at once when one exists), and kept for
-// every limiter's health report.
-var spoofable keyFuncNotes
-
-// keyFuncNotes are warnings raised while key functions are built, before
-// any limiter (and so any logger) may exist.
-type keyFuncNotes struct {
-	mu     sync.Mutex
-	notes  []string
-	logged int // notes[:logged] were logged
-}
-
-// add records note (once) and logs it if a limiter has set the logger.
-func (n *keyFuncNotes) add(note string) {
-	n.mu.Lock()
-	if slices.Contains(n.notes, note) {
-		n.mu.Unlock()
-		return
-	}
-	n.notes = append(n.notes, note)
-	n.mu.Unlock()
-	if processLogger.Load() != nil {
-		n.flush()
-	}
-}
-
-// flush logs the notes not logged yet, with the process's logger.
-func (n *keyFuncNotes) flush() {
-	n.mu.Lock()
-	fresh := n.notes[n.logged:]
-	n.logged = len(n.notes)
-	n.mu.Unlock()
-	logger := processLogger.Load()
-	if logger == nil {
-		logger = slog.Default()
-	}
-	for _, note := range fresh {
-		logger.Warn("ceiling: " + note + " (Logged once per process.)")
-	}
-}
-
-// list returns the notes, for [Limiter.Health].
-func (n *keyFuncNotes) list() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return slices.Clone(n.notes)
-}
+// process-wide like the key functions: each logged once, by the first
+// limiter's logger (flush), and kept for every limiter's health report.
+var spoofable notes
 
 // Query keys by the value of a URL query parameter; a missing or empty
 // parameter yields [ErrNoKey], and repeated parameters with different values
@@ -176,10 +116,9 @@ func single(vs []string, what string) (string, error) {
 	return vs[0], nil
 }
 
-// Join keys by several values at once (the account and the route): the
-// parts are length-prefixed, so ("a|b", "c") and ("a", "b|c") are different
-// keys. If any part yields [ErrNoKey] or an error, so does Join; the
-// functions after it are not called. Join panics without functions or with a
+// Join keys by several values at once (the account and the route), each
+// length-prefixed so that ("a|b", "c") and ("a", "b|c") differ. A part's
+// [ErrNoKey] or error is Join's. Join panics without functions or with a
 // nil one.
 func Join(fns ...KeyFunc) KeyFunc {
 	mustFuncs("Join", fns)
@@ -199,12 +138,11 @@ func Join(fns ...KeyFunc) KeyFunc {
 	}
 }
 
-// FirstOf keys by the first function that has a key for the request: a
-// verified account, else the client address. A function returning
-// [ErrNoKey] passes to the next; any other error is returned at once. The
-// key is tagged with the function's position, so that a user named
-// "192.0.2.1" and the anonymous client at 192.0.2.1 do not share a budget.
-// FirstOf panics without functions or with a nil one.
+// FirstOf keys by the first function that has a key for the request (a
+// verified account, else the client address); [ErrNoKey] passes to the
+// next, any other error is returned. The key is tagged with the function's
+// position, so a user named "192.0.2.1" and that address do not share a
+// budget. FirstOf panics without functions or with a nil one.
 func FirstOf(fns ...KeyFunc) KeyFunc {
 	mustFuncs("FirstOf", fns)
 	return func(r *http.Request) (string, error) {
@@ -221,11 +159,9 @@ func FirstOf(fns ...KeyFunc) KeyFunc {
 	}
 }
 
-// Skip leaves a rule out for the requests pred selects (health checks,
-// allow-listed callers) and keys the others with fn. pred sees the request
-// as the client sent it: select on what a client cannot forge (a verified
-// identity, the peer address), never on a header it could copy. Skip panics
-// if either argument is nil.
+// Skip leaves a rule out for the requests pred selects (health checks) and
+// keys the others with fn. Select on what a client cannot forge. Skip
+// panics if either argument is nil.
 func Skip(pred func(*http.Request) bool, fn KeyFunc) KeyFunc {
 	if pred == nil || fn == nil {
 		panic("ceiling: Skip with a nil predicate or key function")
@@ -261,17 +197,11 @@ func Normalize(fn KeyFunc, norm func(string) (string, error)) KeyFunc {
 	}
 }
 
-// Digits normalises a phone number to its digits: "+254 700 000 000",
-// "254-700-000-000" and "254700000000" are one key. Anything but ASCII
-// digits, spaces and "+-.()" is an error rather than dropped, so that
-// look-alike characters (fullwidth digits, a letter O) cannot make a second
-// key for a number an SMS gateway would still reach. It knows no numbering
-// plan, so it cannot tell that "+44 7700 900123", "0044 7700 900123" and
-// "+44 (0)7700 900123" are one handset: for real phone numbers parse them
-// into E.164 with a phone-number library such as
-// github.com/nyaruka/phonenumbers, as the module's examples/otp does (in
-// [Normalize], or a KeyFunc of your own), and send to what you keyed on.
-// Digits stays here so that the core module needs no such dependency.
+// Digits normalises a phone number to its digits: "+254 700 000 000" and
+// "254700000000" are one key. Anything but ASCII digits, spaces and "+-.()"
+// is an error, so that look-alike characters cannot make a second key for
+// one number. It knows no numbering plan: parse real numbers into E.164
+// with a phone-number library, as examples/otp does.
 func Digits(s string) (string, error) {
 	n := 0
 	for i := 0; i < len(s); i++ {

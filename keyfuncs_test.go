@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,7 @@ func TestSkipLeavesTheRuleOut(t *testing.T) {
 		httptest.NewRequest("GET", "/x", nil),
 		httptest.NewRequest("GET", "/x", nil),
 		httptest.NewRequest("GET", "/healthz", nil))
-	if want := []int{200, 200, 200, 429, 200}; !equalInts(got, want) {
+	if want := []int{200, 200, 200, 429, 200}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 	if got, want := be.calls, 2; got != want {
@@ -163,7 +164,7 @@ func TestNormalisedPhoneSharesABudget(t *testing.T) {
 		httptest.NewRequest("POST", "/otp?to=254700000000", nil),
 		httptest.NewRequest("POST", "/otp?to=254-700-000-000", nil),
 		httptest.NewRequest("POST", "/otp?to=%2B254+7OO", nil))
-	if want := []int{200, 200, 429, 400}; !equalInts(got, want) {
+	if want := []int{200, 200, 429, 400}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 	if be.calls != 3 {
@@ -217,12 +218,12 @@ func TestMust(t *testing.T) {
 // other headers raise nothing.
 func TestHeaderOnAnAddressHeaderWarnsOnce(t *testing.T) {
 	var logs bytes.Buffer
-	saved, savedNotes := processLogger.Load(), spoofable.list()
+	saved, savedNotes := processLogger.Load(), spoofable.all()
 	processLogger.Store(nil)
-	spoofable = keyFuncNotes{}
+	spoofable = notes{}
 	t.Cleanup(func() {
 		processLogger.Store(saved)
-		spoofable = keyFuncNotes{notes: savedNotes, logged: len(savedNotes)}
+		spoofable = notes{list: savedNotes, logged: len(savedNotes)}
 	})
 
 	Header("X-Api-Key")

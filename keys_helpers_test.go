@@ -57,18 +57,6 @@ func statuses(t *testing.T, h http.Handler, reqs ...*http.Request) []int {
 	return out
 }
 
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // mustKey runs fn on r and fails the test on an error.
 func mustKey(t *testing.T, fn KeyFunc, r *http.Request) string {
 	t.Helper()

@@ -23,95 +23,70 @@ const (
 	GCRA          = backend.GCRA
 )
 
-// MaxSlidingLogLimit is the largest Limit of a [SlidingLog] rule. A sliding
-// log keeps one record per admission in its window, and a key is as large
-// as its log, for each client the rule tracks (BenchmarkSlidingLogKeySize
-// in backend/redis measures it; an admission costs the same at any length). Past it
-// the rule is a configuration error, and a limit a request brings past it
-// ([Rule.Limits], [Input.Limit]) a [*LimitError] for that request:
-// RollingWindow holds the same ceiling in bounded state per key.
+// MaxSlidingLogLimit is the largest Limit of a [SlidingLog] rule, whose
+// state grows with its limit. Past it a rule is a configuration error, and
+// a limit a request brings ([Rule.Limits], [Input.Limit]) a [*LimitError];
+// RollingWindow holds the same ceiling in bounded state.
 const MaxSlidingLogLimit = 10_000
 
 // A Rule is one limit on one dimension of a request: at most Limit units per
 // Period for each distinct value of Key.
 //
 // The zero Algorithm is [RollingWindow]: never more than Limit in any rolling
-// Period, a full burst of Limit at once, a unit readmitted at most Period/16
-// later than exactly. For exactly "at most N in any rolling window" with
-// small N (3 OTPs per 15 minutes) use [SlidingLog]; for a smooth rate with
-// a burst, [GCRA] (the default before RollingWindow).
+// Period, a unit readmitted at most Period/16 later than exactly. For exactly
+// "at most N in any rolling window" with small N use [SlidingLog]; for a
+// smooth rate with a burst, [GCRA].
 type Rule struct {
 	// Name identifies the rule in headers, problem bodies, metrics and stored
 	// keys. Required, unique within a limiter: letters, digits and ":_.-/".
 	Name string
-	// Key says what the rule limits by in an HTTP request. There is no
-	// default key: the middleware ([Limiter.Handler]) refuses a rule
-	// without one. A rule decided only with [Limiter.Decide], whose callers
-	// pass the key value themselves, leaves it nil.
+	// Key says what the rule limits by. There is no default: the middleware
+	// refuses a rule without one. A rule decided only with [Limiter.Decide]
+	// leaves it nil.
 	Key KeyFunc
-	// Limit is the number of units admitted per Period. Required: it is the
-	// limit of every request when Limits is nil, and the default otherwise.
+	// Limit is the number of units admitted per Period. Required; with
+	// Limits set, it is the default limit.
 	Limit int64
 	// Period is the window, at least 1ms. Required.
 	Period time.Duration
-	// Burst is GCRA's bucket size; zero means Limit. Other algorithms have
-	// none: setting it without Algorithm GCRA is an error.
+	// Burst is GCRA's bucket size; zero means Limit. It is an error on any
+	// other algorithm.
 	Burst int64
 	// Algorithm selects how the rule counts; the zero value is
 	// RollingWindow.
 	Algorithm backend.Algorithm
 	// Cost is the number of units one request takes; zero means 1.
 	Cost int64
-	// Unit names what the rule counts when that is not requests: "tokens"
-	// for a budget of LLM tokens, "content-bytes" for one of bytes. It is
-	// sent as RateLimit-Policy's qu parameter (draft-11 section 3.1), so a
-	// client reads q=200000 as tokens. Empty means requests, the draft's
-	// default, which is not sent; a [Concurrency] rule's is
-	// "concurrent-requests". Lower-case letters, digits and '-'.
+	// Unit names what the rule counts when that is not requests ("tokens"),
+	// sent as RateLimit-Policy's qu parameter. Empty means requests; a
+	// [Concurrency] rule's is "concurrent-requests". Lower-case letters,
+	// digits and '-'.
 	Unit string
-	// Estimate, when set, makes the cost provisional: it returns the units
-	// to reserve for r when the request is decided, and the handler reports
-	// the real cost with [Settle]. Zero means the cost is charged only after
-	// the work: the request is admitted while any budget is left.
-	// [ErrNoKey] (the request names no cost) estimates one unit, never
-	// leaves the rule out: only Key does that. Other errors are treated
-	// like the Key's. Set Cost or Estimate, not both.
+	// Estimate, when set, makes the cost provisional: the units to reserve
+	// when the request is decided, settled by the handler with [Settle]. Zero
+	// charges only after the work. [ErrNoKey] estimates one unit; other
+	// errors are treated like the Key's. Set Cost or Estimate, not both.
 	Estimate func(r *http.Request) (int64, error)
-	// Limits, when set, gives the limit and burst that apply to r: a limit
-	// per plan or per tenant, read from a verified claim or a lookup. It is
-	// called after Key, only for requests the rule applies to, and the
-	// request is still decided in one backend call, all or nothing. A zero
-	// limit or burst means the rule's own, and so does [ErrNoKey] (a request
-	// without a plan, as [JWTClaim] answers for a token without the claim
-	// or with one that is not a string): what the lookup does not know is
-	// limited as the rule says, never unlimited. To leave the rule out for
-	// some requests (an unlimited plan), say so in its Key, which returns
-	// ErrNoKey for them. Any other error, or a value that Limit and Burst
-	// could not hold (a sliding log over [MaxSlidingLogLimit] included), is
-	// the server's fault, not the client's: the request is answered 500 and
-	// the error is logged (see [LimitError]). The headers and the problem
-	// body show the limit that applied. Period and Algorithm are the rule's.
-	// Requests of one key under different limits share its state, each
-	// judged by its own limit against every unit the key holds (see
-	// [Input.Limit]). [Limiter.Decide] ignores it: its callers pass
-	// [Input.Limit]. [Limiter.SetLimit] changes the rule's own Limit and
-	// Burst, the ones a request without a plan gets.
+	// Limits, when set, gives the limit and burst that apply to r (a plan
+	// read from a verified claim), called after Key; the request is still
+	// decided in one call, all or nothing. A zero value or [ErrNoKey] means
+	// the rule's own: what the lookup does not know is limited, never
+	// unlimited (to exempt a request, return ErrNoKey from Key). Any other
+	// error, or a value out of range, is the server's fault: a 500 and a
+	// log line (see [LimitError]). Requests of one key under different
+	// limits share its state. [Limiter.Decide] ignores it (callers pass
+	// [Input.Limit]); [Limiter.SetLimit] changes the rule's own.
 	Limits func(r *http.Request) (limit, burst int64, err error)
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
 	// Shadow evaluates and reports the rule but never rejects with it, so a
-	// new limit can be rolled out safely. Its would-be rejections are
-	// counted by the observer and the health report, and logged at most
-	// once per 10 seconds, with how many requests the line stands for.
+	// new limit can be rolled out safely: its would-be rejections are
+	// counted, reported by health and logged at a bounded rate.
 	Shadow bool
-	// Hidden keeps the rule's state out of every response: no
-	// RateLimit-Policy, RateLimit, single-policy or RateLimit-Shadow field
-	// names it. Set it on a rule whose key names a third party (the
-	// destination phone of an OTP, a listing being reported): its state is
-	// that party's activity, which the caller must not be able to watch. A
-	// 429 names a hidden rule, and its wait counts in Retry-After, only when
-	// no other rule refuses the request too: then the refusal itself has
-	// already told the caller that the key is at its limit.
+	// Hidden keeps the rule's state out of every response header. Set it on
+	// a rule whose key names a third party (the phone an OTP goes to), whose
+	// activity the caller must not watch. A 429 names a hidden rule only
+	// when no other rule refuses the request too.
 	Hidden bool
 
 	plan *atomic.Pointer[plan] // the limit in force (setlimit.go); set by New
@@ -195,21 +170,15 @@ type Limiter struct {
 }
 
 // New validates the rules and options and returns a Limiter. Errors name the
-// rule or option at fault; use it for configuration that may come from a
-// file, and [MustNew] for literals.
+// rule or option at fault; use [MustNew] for literals.
 //
-// Close the limiter when done with it ([Limiter.Close], deferred in main):
-// until then it keeps a goroutine and the memory of its counts (the default
-// memory store's janitor and its keys), and with a remote backend also
-// FailLocal's store and, while degraded, the background probe. A program
-// that builds limiters per test, per tenant or per reload and never closes
-// them leaks a goroutine for each.
+// Close the limiter when done with it: until then it keeps goroutines (the
+// memory store's janitor; with a remote backend, the probe while degraded)
+// and its counts.
 //
-// New warns (logged once, and kept in [Limiter.Health]) about
-// configurations weaker than they read: an in-process backend where the
-// environment shows a platform that runs several instances (K_SERVICE,
-// AWS_LAMBDA_FUNCTION_NAME, VERCEL, KUBERNETES_SERVICE_HOST) and no
-// [WithInstances], and a remote backend without [WithKeySecret].
+// New warns, once and in [Limiter.Health], about a configuration weaker than
+// it reads: an in-process backend on a platform that runs several instances,
+// without [WithInstances], and a remote backend without [WithKeySecret].
 func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	if len(rules) == 0 {
 		return nil, errors.New("ceiling: no rules")
@@ -282,9 +251,7 @@ func (l *Limiter) Rules() []Rule { return append([]Rule(nil), l.plans[0].Load().
 // sets the rate-limit headers, and answers 429 (or 503 when failing closed)
 // without calling next when the request is not admitted.
 //
-// Every rule needs a Key to be decided here: Handler panics, naming the
-// rule, when one has none (such rules are for [Limiter.Decide] only; give
-// them a limiter of their own, on the same backend).
+// Handler panics, naming the rule, when a rule has no Key.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	for i := range l.rules {
 		if l.rules[i].Key == nil {
@@ -298,10 +265,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			l.beginExtras(st)
 			defer l.endExtras(r, st)
 		}
-		// While the limiter watches its first requests for a Route key
-		// mounted before routing (route.go), the keys see a copy of r
-		// that records it; the handler still gets r, with the body the
-		// keys read.
+		// The keys may see a copy of r that watches for a Route key
+		// mounted before routing (route.go).
 		rk := l.watching(r)
 		err := l.decideGuarded(w, rk, st)
 		if rk != r {
@@ -343,9 +308,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		if h := d.leases; h != nil {
-			// Slots of concurrency rules: given back when the handler
-			// returns, panicking or not; with the settlements, in their
-			// one call, when the request has extras.
+			// Concurrency slots: released when the handler returns, with
+			// the settlements when the request has extras.
 			d.leases = nil
 			if st.x != nil {
 				st.x.leases = h

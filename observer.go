@@ -12,10 +12,8 @@ import (
 	"github.com/ceiling-go/ceiling/backend"
 )
 
-// Outcome is what one rule decided for one request. Every decided request
-// gives each rule that applied exactly one outcome, so a rule's outcomes sum
-// to the requests it decided, and its allowed outcomes count the requests
-// it was charged for.
+// Outcome is what one rule decided for one request: exactly one per rule
+// that applied, so a rule's outcomes sum to the requests it decided.
 type Outcome uint8
 
 const (
@@ -49,53 +47,36 @@ func (o Outcome) String() string {
 }
 
 // An Observer is told what the limiter does, for metrics and alerts. Its
-// methods are called synchronously, on the request path, from many
-// goroutines at once: they must be safe for simultaneous use and must not
-// block. Packages metrics/prometheus and metrics/otel implement it.
-//
-// Embed [NopObserver] to implement only some of the methods; methods added
-// to Observer later come with a no-op there.
+// methods are called on the request path from many goroutines at once:
+// they must be safe for simultaneous use and must not block. Embed
+// [NopObserver] to implement only some; methods added later come with a
+// no-op there.
 type Observer interface {
-	// ObserveConfig is called once, by [New], with what the limiter is
-	// configured to enforce, so that the numbers can be read against it:
-	// the rules' names in declaration order, the backend timeout
-	// ([WithTimeout]; zero for an in-process backend, which is never timed
-	// out), and a function that returns [Limiter.Health] at any time, for
-	// what a metric reads when it is scraped ([Health.EvictedKeys],
-	// [RuleHealth.SlotsInUse]). It makes no backend call.
+	// ObserveConfig is called once, by [New], with the rules' names in
+	// declaration order, the backend timeout (zero in process) and a
+	// function returning [Limiter.Health], for what a scrape reads.
 	ObserveConfig(rules []string, timeout time.Duration, health func() Health)
-	// ObserveDecision is called for every rule that applied to a request
-	// and was decided, by the backend or by the in-process store of
-	// [FailLocal]. Rules admitted failing open are not decisions: they are
-	// reported to ObserveFailMode.
+	// ObserveDecision is called for every rule decided for a request, by
+	// the backend or by [FailLocal]'s store (failing open is not a
+	// decision: see ObserveFailMode).
 	ObserveDecision(rule string, outcome Outcome)
 	// ObserveBackend is called after every backend call with its latency
-	// and error (nil when it answered). Calls skipped by the open circuit
-	// breaker are not calls, and neither are answers from a cache in
-	// process, which go to ObserveCached. Label a failure by
-	// [KindOf](err) (one of [FailureKinds]), never by the error's text,
-	// which can name addresses and stored keys.
+	// and error. Label a failure by [KindOf], never by the error's text.
 	ObserveBackend(latency time.Duration, err error)
 	// ObserveCached is called for each decision a backend answered from a
-	// cache in this process ([backend.Result.Cached], the Redis deny
-	// cache) without calling its server. Counted as calls, their
-	// near-zero latency would hide a slow backend's quantiles.
+	// cache in this process ([backend.Result.Cached]), whose near-zero
+	// latency would hide a slow backend's quantiles as a call.
 	ObserveCached()
 	// ObserveDegraded is called once per transition between healthy and
-	// degraded, after it is logged, one call at a time and in order; it
-	// may read [Limiter.Health].
+	// degraded, one call at a time and in order; it may read
+	// [Limiter.Health].
 	ObserveDegraded(e DegradedEvent)
-	// ObserveFailMode is called for every rule of an admitted request that
-	// the backend did not decide: mode is [FailOpen] (admitted without
-	// enforcement) or [FailLocal] (admitted by the in-process store, a
-	// weaker limit).
+	// ObserveFailMode is called for every rule of an admitted request the
+	// backend did not decide: mode is [FailOpen] or [FailLocal].
 	ObserveFailMode(rule string, mode FailMode)
-	// ObserveRequest is called once per request decided, after the calls
-	// for its rules, with the request's context and its decision, which
-	// is valid only during the call: where a tracing observer finds the
-	// request's span. err is nil, or an [*UnavailableError] when a rule
-	// failing closed refused the request because the backend could not
-	// decide.
+	// ObserveRequest is called once per decided request, after its rules,
+	// with its context (where a tracer finds its span) and its decision,
+	// valid only during the call. err is nil or an [*UnavailableError].
 	ObserveRequest(ctx context.Context, d *Decision, err error)
 	// ObserveLimit is called after [Limiter.SetLimit] changed a rule's
 	// limit and burst.
@@ -132,35 +113,25 @@ func observeCall(obs Observer, latency time.Duration, out []backend.Result, err 
 // only some events.
 type NopObserver struct{}
 
-// ObserveConfig does nothing.
 func (NopObserver) ObserveConfig([]string, time.Duration, func() Health) {}
 
-// ObserveDecision does nothing.
 func (NopObserver) ObserveDecision(string, Outcome) {}
 
-// ObserveBackend does nothing.
 func (NopObserver) ObserveBackend(time.Duration, error) {}
 
-// ObserveCached does nothing.
 func (NopObserver) ObserveCached() {}
 
-// ObserveDegraded does nothing.
 func (NopObserver) ObserveDegraded(DegradedEvent) {}
 
-// ObserveFailMode does nothing.
 func (NopObserver) ObserveFailMode(string, FailMode) {}
 
-// ObserveRequest does nothing.
 func (NopObserver) ObserveRequest(context.Context, *Decision, error) {}
 
-// ObserveLimit does nothing.
 func (NopObserver) ObserveLimit(string, int64, int64) {}
 
 // WithObserver reports the limiter's configuration, decisions, backend
 // calls and degradation to o. Given more than once, every observer is told
-// everything, in the order given: a page on degradation beside the
-// Prometheus metrics. By default nothing is observed and nothing is spent
-// on it.
+// everything, in the order given.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
 		if o == nil {

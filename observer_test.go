@@ -8,14 +8,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
 // counting is a small exact in-process store: each key admits Limit units
@@ -490,5 +493,257 @@ func TestEveryObserverIsTold(t *testing.T) {
 	defer obs.mu.Unlock()
 	if obs.failmodes["ip open"] != 1 || len(obs.events) != 1 {
 		t.Errorf("the observer between them saw fail-mode admissions %v and %d transitions, want ip open once and one", obs.failmodes, len(obs.events))
+	}
+}
+
+type configRecorder struct {
+	NopObserver
+	got []observedConfig
+}
+
+// observedConfig is what one ObserveConfig call was told.
+type observedConfig struct {
+	Rules   []string
+	Timeout time.Duration
+	Health  func() Health
+}
+
+func (c *configRecorder) ObserveConfig(rules []string, timeout time.Duration, health func() Health) {
+	c.got = append(c.got, observedConfig{rules, timeout, health})
+}
+
+// An observer learns the rules and the timeout a remote backend's
+// calls are bounded by, once; an in-process backend has no timeout.
+func TestObserverIsToldTheRulesAndTheTimeout(t *testing.T) {
+	rules := []Rule{
+		{Name: "chat:minute", Key: RemoteAddr, Limit: 3, Period: time.Minute},
+		{Name: "chat:day", Key: RemoteAddr, Limit: 100, Period: 24 * time.Hour},
+	}
+	remote := newCounting()
+	remote.remote = true
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		timeout time.Duration
+	}{
+		{"remote", []Option{WithBackend(remote), WithTimeout(250 * time.Millisecond)}, 250 * time.Millisecond},
+		{"remote default", []Option{WithBackend(remote)}, defaultTimeout},
+		{"in process", []Option{WithBackend(newCounting()), WithTimeout(250 * time.Millisecond)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := &configRecorder{}
+			l := MustNew(rules, append(tc.opts, WithObserver(obs), WithLogger(slog.New(slog.DiscardHandler)))...)
+			defer l.Close()
+			if len(obs.got) != 1 {
+				t.Fatalf("ObserveConfig called %d times, want once", len(obs.got))
+			}
+			c := obs.got[0]
+			if want := []string{"chat:minute", "chat:day"}; !slices.Equal(c.Rules, want) {
+				t.Errorf("rules = %q, want %q", c.Rules, want)
+			}
+			if c.Timeout != tc.timeout {
+				t.Errorf("timeout = %v, want %v", c.Timeout, tc.timeout)
+			}
+		})
+	}
+}
+
+type callCounter struct {
+	NopObserver
+	mu            sync.Mutex
+	calls, cached int
+}
+
+func (c *callCounter) ObserveBackend(time.Duration, error) { c.mu.Lock(); c.calls++; c.mu.Unlock() }
+
+type cacheCounter struct{ *callCounter }
+
+func (c cacheCounter) ObserveCached() { c.mu.Lock(); c.cached++; c.mu.Unlock() }
+
+// An answer from the deny cache is not a backend call: its latency would
+// hide a slow backend's quantiles. It is counted apart, for an observer
+// that counts it.
+func TestCachedAnswersAreNotBackendCalls(t *testing.T) {
+	rules := []Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}}
+	for _, asks := range []bool{true, false} {
+		be := &denyCached{spent: "no key starts so"}
+		counts := &callCounter{}
+		var obs Observer = counts
+		if asks {
+			obs = cacheCounter{counts}
+		}
+		l := MustNew(rules, WithBackend(be), WithObserver(obs), WithLogger(slog.New(slog.DiscardHandler)))
+		h := l.Handler(okHandler)
+		if got, want := codes(t, h, 3), []int{200, 200, 200}; !sameInts(got, want) {
+			t.Fatalf("statuses = %v, want %v", got, want)
+		}
+		be.mu.Lock()
+		be.spent = "" // every key is in the deny cache
+		be.mu.Unlock()
+		if got, want := codes(t, h, 2), []int{429, 429}; !sameInts(got, want) {
+			t.Fatalf("statuses = %v, want %v", got, want)
+		}
+		l.Close()
+		counts.mu.Lock()
+		calls, cached := counts.calls, counts.cached
+		counts.mu.Unlock()
+		if calls != 3 {
+			t.Errorf("observer counting cached answers %v: backend calls observed = %d, want 3", asks, calls)
+		}
+		if want := map[bool]int{true: 2, false: 0}[asks]; cached != want {
+			t.Errorf("observer counting cached answers %v: cached answers observed = %d, want %d", asks, cached, want)
+		}
+	}
+}
+
+type requestKey struct{}
+
+// breakable is a memory store behind the bare Backend contract, as a
+// remote backend would be, that fails once broken.
+type breakable struct {
+	store  *memory.Store
+	broken atomic.Bool
+}
+
+func (b *breakable) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	if b.broken.Load() {
+		return nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
+	}
+	return b.store.Decide(ctx, reqs)
+}
+
+func (b *breakable) Reset(ctx context.Context, keys ...string) error {
+	return b.store.Reset(ctx, keys...)
+}
+
+// requestRecorder notes, for each ObserveRequest, the request's context
+// value, whether it was admitted, the first rejecting rule and the error.
+type requestRecorder struct {
+	NopObserver
+	mu   sync.Mutex
+	seen []string
+}
+
+func (o *requestRecorder) ObserveRequest(ctx context.Context, d *Decision, err error) {
+	s, _ := ctx.Value(requestKey{}).(string)
+	switch {
+	case err != nil:
+		var ue *UnavailableError
+		if errors.As(err, &ue) {
+			s += " unavailable:" + ue.Rule
+		} else {
+			s += " error"
+		}
+	case d.Allowed:
+		s += " admitted"
+	default:
+		s += " rejected:" + d.Rejected().Rule.Name
+	}
+	o.mu.Lock()
+	o.seen = append(o.seen, s)
+	o.mu.Unlock()
+}
+
+// Every observer is told of each decided request once, with the
+// request's own context (where its span is) and the decision: admitted,
+// rejected, and refused failing closed.
+func TestObserveRequestGetsTheRequestsContext(t *testing.T) {
+	be := &breakable{store: memory.New()}
+	t.Cleanup(func() { be.store.Close() })
+	a, b := &requestRecorder{}, &requestRecorder{}
+	l := MustNew([]Rule{
+		{Name: "minute", Key: Static("k"), Limit: 2, Period: time.Minute},
+		{Name: "pay", Key: Static("k"), Limit: 100, Period: time.Minute, FailMode: FailClosed},
+	}, WithBackend(be), WithObserver(a), WithObserver(b), WithLogger(slog.New(slog.DiscardHandler)),
+		WithBreaker(BreakerConfig{Failures: 100, CoolDown: time.Hour}))
+	t.Cleanup(func() { l.Close() })
+	h := l.Handler(okHandler)
+	send := func(id string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, id))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	var codes []int
+	for _, id := range []string{"r1", "r2", "r3"} {
+		codes = append(codes, send(id))
+	}
+	be.broken.Store(true)
+	codes = append(codes, send("r4"))
+	if want := []int{200, 200, 429, 503}; !slices.Equal(codes, want) {
+		t.Fatalf("codes %v, want %v", codes, want)
+	}
+	want := []string{"r1 admitted", "r2 admitted", "r3 rejected:minute", "r4 unavailable:pay"}
+	for name, o := range map[string]*requestRecorder{"first": a, "second": b} {
+		if !slices.Equal(o.seen, want) {
+			t.Errorf("%s observer saw %q, want %q", name, o.seen, want)
+		}
+	}
+}
+
+// A dashboard adds a rule's outcomes to get the requests it decided, and
+// reads its allowed outcomes as what it was charged for. A rule that had
+// room in a request another rule refused was charged nothing: it is
+// not_charged, never allowed (issue 15: 30 "allowed" for a day rule while
+// 15 requests were admitted).
+func TestOutcomesSumToRequestsPerRule(t *testing.T) {
+	store := newCounting()
+	obs := newRecorder()
+	l := MustNew([]Rule{
+		{Name: "chat:minute", Key: RemoteAddr, Limit: 3, Period: time.Minute},
+		{Name: "chat:day", Key: RemoteAddr, Limit: 100, Period: 24 * time.Hour},
+		{Name: "chat:new", Key: RemoteAddr, Limit: 2, Period: time.Minute, Shadow: true},
+	}, WithBackend(store), WithObserver(obs), WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	const requests = 10
+	if got, want := codes(t, l.Handler(okHandler), requests), []int{200, 200, 200, 429, 429, 429, 429, 429, 429, 429}; !sameInts(got, want) {
+		t.Fatalf("statuses = %v, want %v", got, want)
+	}
+	want := map[string]int{
+		"chat:minute allowed": 3, "chat:minute rejected": 7,
+		"chat:day allowed": 3, "chat:day not_charged": 7,
+		// The shadow rule fits twice, then would have refused every request.
+		"chat:new allowed": 2, "chat:new shadow_rejected": 8,
+	}
+	for k, v := range want {
+		if got := obs.decisions[k]; got != v {
+			t.Errorf("decisions[%q] = %d, want %d (all: %v)", k, got, v, obs.decisions)
+		}
+	}
+	perRule := map[string]int{}
+	allowed := 0
+	for k, n := range obs.decisions {
+		var rule, outcome string
+		for i := len(k) - 1; i >= 0; i-- {
+			if k[i] == ' ' {
+				rule, outcome = k[:i], k[i+1:]
+				break
+			}
+		}
+		perRule[rule] += n
+		if outcome == OutcomeAllowed.String() {
+			allowed += n
+		}
+	}
+	for _, r := range []string{"chat:minute", "chat:day", "chat:new"} {
+		if got := perRule[r]; got != requests {
+			t.Errorf("outcomes of %s sum to %d, want one per request: %d", r, got, requests)
+		}
+	}
+	// Each allowed outcome is one unit consumed in the store, no more.
+	if got, want := store.total(), int64(allowed); got != want {
+		t.Errorf("units consumed = %d, allowed outcomes = %d", got, want)
+	}
+}
+
+func TestOutcomeLabels(t *testing.T) {
+	for o, want := range map[Outcome]string{
+		OutcomeAllowed: "allowed", OutcomeRejected: "rejected",
+		OutcomeShadowRejected: "shadow_rejected", OutcomeNotCharged: "not_charged",
+	} {
+		if got := o.String(); got != want {
+			t.Errorf("Outcome(%d) = %q, want %q", o, got, want)
+		}
 	}
 }

@@ -85,17 +85,10 @@ const minKeySecret = 32
 
 // WithKeySecret makes stored keys an HMAC-SHA256 of the key value under
 // secret, so that nobody who reads the backend can recover an IP address or
-// a phone number by hashing candidates. Without it keys are plain SHA-256
-// digests: fixed length and free of raw values, but guessable for small key
-// spaces such as IPv4 addresses, so a limiter with a remote backend and no
-// secret logs a warning at start and its health report carries it. Use the
-// same secret on every instance.
-//
-// A secret shorter than 32 bytes (the length of a SHA-256
-// output, below which RFC 2104 says an HMAC key weakens the function) is an
-// error. The length is checked, not the randomness: 32 random bytes, or 32
-// hex characters of 16 random bytes (`openssl rand -hex 16` and longer), not
-// a phrase.
+// a phone number by hashing candidates. Without it keys are SHA-256
+// digests, guessable for small key spaces, and a limiter with a remote
+// backend warns. Use the same secret on every instance. A secret shorter
+// than 32 bytes (RFC 2104's bound) is an error.
 func WithKeySecret(secret []byte) Option {
 	return func(c *config) error {
 		if len(secret) < minKeySecret {
@@ -107,11 +100,9 @@ func WithKeySecret(secret []byte) Option {
 }
 
 // WithFailMode sets what happens when the backend cannot decide; rules may
-// override it. The default is [FailLocal]: while the backend is down each
-// instance keeps enforcing the limits on its own memory, so the service
-// neither goes down ([FailClosed]) nor stops limiting ([FailOpen]), and the
-// degradation is logged, counted and reported. Choose FailClosed where one
-// request over the limit costs more than an outage.
+// override it. The default, [FailLocal], keeps enforcing the limits in each
+// instance's memory, so the service neither goes down ([FailClosed]) nor
+// stops limiting ([FailOpen]).
 func WithFailMode(m FailMode) Option {
 	return func(c *config) error {
 		if m == inherit || m > FailLocal {
@@ -152,9 +143,8 @@ func WithRejectHandler(h RejectHandler) Option {
 }
 
 // WithLogger sets where degradation events are logged (default
-// [slog.Default]). A backend that logs on its own ([backend.DefaultLogger]:
-// the Redis store, go-redis's lines) logs there too, unless it was given a
-// logger of its own.
+// [slog.Default]), and a backend that logs ([backend.DefaultLogger]) logs
+// there too unless given a logger of its own.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {

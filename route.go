@@ -9,52 +9,34 @@ import (
 	"sync/atomic"
 )
 
-// UnmatchedRoute is the key [Route] gives a request that carries no route
-// pattern: one budget shared by every such request. A limiter mounted
-// outside the router (before any pattern is known) thereby limits more, not
-// less, than intended, which shows at once, instead of silently limiting
-// nobody.
+// UnmatchedRoute is the key [Route] gives a request with no route pattern:
+// one budget for all of them, so a limiter mounted before routing limits
+// more than intended, visibly, rather than nobody.
 const UnmatchedRoute = "(unmatched)"
 
 type routeKey struct{}
 
-// WithRoute returns r carrying pattern as its route for [Route]: the way for
-// a router that does not set r.Pattern to say which route matched. Call it
-// after routing, before the limiter, with the route's template, never the
-// raw path. The Echo and Gin adapters call it with c.Path() and
-// c.FullPath(); with gorilla/mux, a middleware registered on the router
-// (router.Use) passes mux.CurrentRoute(r).GetPathTemplate().
-//
-// [http.ServeMux] (Go 1.22 and later) and chi (v5.5.0 and later) set
-// r.Pattern themselves once they have routed, so they need no WithRoute:
-// with chi, a limiter mounted on the route, router.With(limiter.Handler),
-// sees the pattern. A limiter in front of the router (ServeMux wrapped
-// whole, chi's router.Use) runs before routing, when no route is known.
+// WithRoute returns r carrying pattern as its route for [Route], for a
+// router that does not set r.Pattern: call it after routing with the
+// route's template, never the raw path. The Echo and Gin adapters do;
+// [http.ServeMux] and chi set r.Pattern themselves.
 func WithRoute(r *http.Request, pattern string) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), routeKey{}, pattern))
 }
 
-// Route keys by the pattern of the route that matched: a pattern given with
-// [WithRoute] (set by the router closest to the handler), else r.Pattern,
-// which [http.ServeMux] sets on Go 1.22 and later. It never uses the URL
-// path, whose key space is unbounded (/users/1, /users/2, ...). A request
-// with no pattern is keyed [UnmatchedRoute].
-//
-// The pattern is only known after routing: with ServeMux wrap each handler
-// (mux.Handle("POST /otp", limiter.Handler(h))), not the mux; with chi,
-// mount the limiter on the route (router.With(limiter.Handler).Post(...)),
-// not with router.Use. A limiter whose first 100 requests carried no
-// pattern, with a rule keyed on the route, says so once, naming the rule
-// (logged, and in [Limiter.Health]).
+// Route keys by the pattern of the route that matched ([WithRoute], else
+// r.Pattern), never by the URL path, whose key space is unbounded; a
+// request with none is keyed [UnmatchedRoute]. The pattern is known only
+// after routing: wrap each handler, not the mux. A limiter whose first
+// requests had no pattern, with a rule keyed on the route, warns once,
+// naming the rule.
 func Route(r *http.Request) (string, error) {
 	return routePattern(r), nil
 }
 
 // RouteWithMethod is [Route] prefixed with the request method ("POST
-// /users/{id}"), so that reading and writing one resource have separate
-// budgets. Methods other than the eight of RFC 9110 and PATCH are keyed as
-// "OTHER": the method is chosen by the client, and invented methods must not
-// make fresh keys.
+// /users/{id}"). Methods other than RFC 9110's and PATCH are keyed "OTHER",
+// so invented methods make no fresh keys.
 func RouteWithMethod(r *http.Request) (string, error) {
 	return knownMethod(r.Method) + " " + routePattern(r), nil
 }
@@ -115,15 +97,9 @@ func (l *Limiter) watching(r *http.Request) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), routeSeenKey{}, new(routeSeen)))
 }
 
-// watchRoute is called by the middleware once the keys of a request from
-// watching are resolved. While no request has carried a route pattern, it
-// counts them; at the routeWatchAfter-th, if a key asked for the route of
-// any of them, it finds which rules key on it by asking each rule's key for
-// the request as it is and as if routed (a pattern set with [WithRoute]):
-// those whose key differs have seen only [UnmatchedRoute]. It warns, naming
-// them, once: logged and kept for [Limiter.Health]. Only then are keys
-// called a second time for a request; a key that reads the body reads it
-// from the copy the first call kept.
+// watchRoute counts the watched requests that had no route pattern; at the
+// routeWatchAfter-th, if a key asked for a route, it finds the rules whose
+// key changes once the request is routed and warns, naming them, once.
 func (l *Limiter) watchRoute(r *http.Request) {
 	w := &l.routes
 	if w.done.Load() {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func TestRouteOnChiWithUser(t *testing.T) {
 	got := statuses(t, router,
 		req("alice", "/users/1"), req("alice", "/users/2"), req("alice", "/users/3"),
 		req("alice", "/orders/1"), req("bob", "/users/1"))
-	if want := []int{200, 200, 429, 200, 200}; !equalInts(got, want) {
+	if want := []int{200, 200, 429, 200, 200}; !slices.Equal(got, want) {
 		t.Errorf("statuses %v, want %v", got, want)
 	}
 }
@@ -145,5 +146,95 @@ func TestRouteKeyBeforeRoutingWarnsOnce(t *testing.T) {
 	}
 	if quiet.Len() > 0 || strings.Contains(strings.Join(l2.Health().Warnings, "\n"), "keyed on the route") {
 		t.Errorf("a limiter on the route warned:\n%s%q", quiet.String(), l2.Health().Warnings)
+	}
+}
+
+// requests is n requests for method and path.
+func requests(method, path string, n int) []*http.Request {
+	var rs []*http.Request
+	for range n {
+		rs = append(rs, httptest.NewRequest(method, path, nil))
+	}
+	return rs
+}
+
+func perIP(name string, limit int64) *Limiter {
+	return MustNew([]Rule{{Name: name, Key: RemoteAddr, Limit: limit, Period: time.Minute, Algorithm: SlidingLog}})
+}
+
+func ok(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }
+
+func TestServeMuxPerRouteAndGlobal(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle("POST /api/otp", perIP("otp", 2).Handler(http.HandlerFunc(ok)))
+	mux.HandleFunc("GET /api/items/{id}", ok)
+	global := perIP("global", 4).Handler(mux)
+
+	if got, want := statuses(t, global, requests("POST", "/api/otp", 3)...), []int{200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("POST /api/otp: %v, want %v", got, want)
+	}
+	// The route limit is spent; the global one has 1 left of 4.
+	if got, want := statuses(t, global, requests("GET", "/api/items/7", 2)...), []int{200, 429}; !slices.Equal(got, want) {
+		t.Errorf("GET /api/items/7: %v, want %v", got, want)
+	}
+}
+
+func TestChiPerRouteAndGlobal(t *testing.T) {
+	r := chi.NewRouter()
+	r.Use(perIP("global", 4).Handler)
+	r.With(perIP("otp", 2).Handler).Post("/api/otp", ok)
+	r.Get("/api/items/{id}", ok)
+
+	if got, want := statuses(t, r, requests("POST", "/api/otp", 3)...), []int{200, 200, 429}; !slices.Equal(got, want) {
+		t.Errorf("POST /api/otp: %v, want %v", got, want)
+	}
+	if got, want := statuses(t, r, requests("GET", "/api/items/7", 2)...), []int{200, 429}; !slices.Equal(got, want) {
+		t.Errorf("GET /api/items/7: %v, want %v", got, want)
+	}
+}
+
+// On the memory store a stored key joins the rule and the raw value; the
+// join must not let rule "a" with value "b:c" meet rule "a:b" with "c".
+func TestMemoryKeysOfDifferentRulesNeverMeet(t *testing.T) {
+	l := MustNew([]Rule{
+		{Name: "a", Key: Static("b:c"), Limit: 1, Period: time.Minute, Algorithm: SlidingLog},
+		{Name: "a:b", Key: Static("c"), Limit: 1, Period: time.Minute, Algorithm: SlidingLog},
+	})
+	if got, want := statuses(t, l.Handler(http.HandlerFunc(ok)), requests("GET", "/", 2)...), []int{200, 429}; !slices.Equal(got, want) {
+		t.Errorf("statuses = %v, want %v: two rules shared one key", got, want)
+	}
+}
+
+// chi v5.5.0, the version in go.mod, sets r.Pattern before the route's own
+// middleware: a Route rule mounted with With keys each route apart, and
+// the requests of one route together, as the README says. Mounted with Use
+// it runs before routing and sees no route: everything is UnmatchedRoute.
+func TestChiWithKeysByRoutePattern(t *testing.T) {
+	byRoute := func() *Limiter {
+		return MustNew([]Rule{{Name: "route", Key: Route, Limit: 1, Period: time.Minute}})
+	}
+	r := chi.NewRouter()
+	l := byRoute()
+	r.With(l.Handler).Get("/orders/{id}", ok)
+	r.With(l.Handler).Get("/users/{id}", ok)
+	if got, want := statuses(t, r, requests("GET", "/orders/1", 1)...), []int{200}; !slices.Equal(got, want) {
+		t.Errorf("GET /orders/1: %v, want %v", got, want)
+	}
+	if got, want := statuses(t, r, requests("GET", "/orders/2", 1)...), []int{429}; !slices.Equal(got, want) {
+		t.Errorf("GET /orders/2 after /orders/1: %v, want %v (one route, one budget)", got, want)
+	}
+	if got, want := statuses(t, r, requests("GET", "/users/1", 1)...), []int{200}; !slices.Equal(got, want) {
+		t.Errorf("GET /users/1: %v, want %v (another route, its own budget)", got, want)
+	}
+
+	global := chi.NewRouter()
+	global.Use(byRoute().Handler)
+	global.Get("/orders/{id}", ok)
+	global.Get("/users/{id}", ok)
+	if got, want := statuses(t, global, requests("GET", "/orders/1", 1)...), []int{200}; !slices.Equal(got, want) {
+		t.Errorf("Use, GET /orders/1: %v, want %v", got, want)
+	}
+	if got, want := statuses(t, global, requests("GET", "/users/1", 1)...), []int{429}; !slices.Equal(got, want) {
+		t.Errorf("Use, GET /users/1: %v, want %v (before routing every request is UnmatchedRoute)", got, want)
 	}
 }

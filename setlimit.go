@@ -19,22 +19,16 @@ type plan struct {
 }
 
 // SetLimit replaces rule's Limit and Burst (zero: Limit, as in [Rule]) for
-// the requests decided from now on, while requests are in flight: each
-// request is decided under the old limit or the new one, whole. The new
-// values are validated as [New] validates a rule, with the same errors; on
-// an error nothing changes.
+// the requests decided from now on; each request in flight is decided under
+// the old limit or the new one, whole. The values are validated as [New]
+// does; on an error nothing changes.
 //
-// What the keys' stored units mean under the new limit is defined by the
-// algorithm (backend/ALGORITHMS.md, "A limit that changes"): raising takes
-// effect at once; after lowering, a key already holding more than the new
-// limit admits nothing until enough of its units leave. A rule with
-// [Rule.Limits] keeps taking a request's limit from it; SetLimit changes
-// the limit of requests it gives none. The change lasts until the next
-// SetLimit or the end of the process: read the limit from configuration
-// at start-up too (the example reloads a file on SIGHUP).
-//
-// The change is logged, shown in [Limiter.Health] (RuleHealth.Limit), and
-// told to the observer ([Observer.ObserveLimit]).
+// Stored units keep their meaning (backend/ALGORITHMS.md, "A limit that
+// changes"): raising takes effect at once; after lowering, a key over the
+// new limit admits nothing until enough units leave. [Rule.Limits] still
+// decides the requests it gives a limit. The change lasts until the next
+// SetLimit or the end of the process; it is logged, shown in
+// [Limiter.Health] and told to [Observer.ObserveLimit].
 func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	r, err := l.rule(rule)
 	if err != nil {

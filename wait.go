@@ -11,24 +11,17 @@ import (
 )
 
 // Wait decides inputs as [Limiter.Decide] does and, while they are
-// rejected, sleeps until the decision's RetryAfter (plus a jitter of up
-// to a quarter of it, so that callers waiting on one key do not all come
-// back at the same instant) and decides again, until they are admitted.
-// It is for callers that can wait their turn: queue workers, crawlers,
-// batch jobs.
+// rejected, sleeps until the decision's RetryAfter plus a jitter (so that
+// waiters on one key do not return together) and decides again. It is for
+// callers that can wait their turn: queue workers, crawlers, batch jobs. A
+// wait consumes nothing, and a [Limiter.SetLimit] wakes every sleeper.
 //
-// A wait consumes nothing: a rejected decision takes from no rule. Wait
-// returns at once when ctx is done (ctx's error, with the last rejected
-// Decision if ctx ended a sleep, a zero Decision if it was done before a
-// retry), and with the last rejected Decision when the next retry would
-// pass ctx's deadline (an error wrapping [context.DeadlineExceeded]: it
-// does not sleep to a deadline it cannot make) and when the inputs can
-// never be admitted (RetryAfter [backend.Never]). Any error of Decide is returned as Decide returns it,
-// at once: when the backend fails, the rule's fail mode answers (admitted
-// by FailOpen, an [*UnavailableError] from FailClosed), never a loop of
-// backend calls; a FailLocal rejection is waited out like any other.
-// A [Limiter.SetLimit] ends every sleep at once, so that a raised limit
-// admits a waiter without its waiting out a RetryAfter of the old one.
+// Wait returns ctx's error once ctx is done (with the last rejected
+// Decision if it ended a sleep, a zero one before a retry), an error wrapping
+// [context.DeadlineExceeded] with the last Decision when the next retry
+// would pass ctx's deadline, an error when the inputs can never be
+// admitted, and any error of Decide at once: a backend failure is answered
+// by the fail mode, never by a loop of backend calls.
 func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {

@@ -21,13 +21,16 @@ import (
 const PostgresEnv = "CEILING_BENCH_POSTGRES"
 
 // postgresURL returns a fresh database to measure on, on a server that
-// tracks nested statements in pg_stat_statements.
+// tracks nested statements in pg_stat_statements and keeps the durability
+// defaults a production server has (fsync, synchronous_commit and
+// full_page_writes on), where pgtest turns them off for the tests' speed:
+// a decision's commit cost is part of what it costs.
 func postgresURL(tb testing.TB) string {
 	tb.Helper()
 	if url := os.Getenv(PostgresEnv); url != "" {
 		return url
 	}
-	return pgtest.Shared(tb, pgtest.Options{Settings: []string{"pg_stat_statements.track=all"}}).Database(tb)
+	return pgtest.Shared(tb, pgtest.Options{Settings: []string{"pg_stat_statements.track=all", "fsync=on", "synchronous_commit=on", "full_page_writes=on"}}).Database(tb)
 }
 
 // tripConn counts round trips: a read that follows a write.

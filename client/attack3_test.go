@@ -86,7 +86,7 @@ func TestTransportReusesConnectionsAndLeaksNothing_Attack(t *testing.T) {
 	base.CloseIdleConnections()
 	deadline := time.Now().Add(2 * time.Second)
 	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling until net/http's connection goroutines exit
 	}
 	if g := runtime.NumGoroutine(); g > before+2 {
 		t.Errorf("%d goroutines, %d before", g, before)

@@ -1,7 +1,6 @@
 package ceilingecho_test
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -160,14 +159,7 @@ func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
 }
 
 func TestFrameworkRealIPOutsideTheMiddlewareIsLoud(t *testing.T) {
-	h := adaptertest.Limiter(5, ceilingecho.FrameworkRealIP).Handler(adaptertest.Handler)
-	got := adaptertest.Capture(h, httptest.NewRequest("GET", "/", nil))
-	if got.Status != http.StatusBadRequest {
-		t.Errorf("status = %d, want 400", got.Status)
-	}
-	if _, err := ceilingecho.FrameworkRealIP(httptest.NewRequest("GET", "/", nil)); err == nil || errors.Is(err, ceiling.ErrNoKey) {
-		t.Errorf("FrameworkRealIP outside the middleware: err = %v, want a configuration error", err)
-	}
+	adaptertest.FrameworkKeyOutsideMiddleware(t, ceilingecho.FrameworkRealIP)
 }
 
 // Echo's Response unwraps to net/http's ResponseWriter, so BodyField's own

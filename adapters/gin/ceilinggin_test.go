@@ -1,7 +1,6 @@
 package ceilinggin_test
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -142,14 +141,7 @@ func TestSpoofedForwardedForBuysNoQuota(t *testing.T) {
 }
 
 func TestFrameworkClientIPOutsideTheMiddlewareIsLoud(t *testing.T) {
-	h := adaptertest.Limiter(5, ceilinggin.FrameworkClientIP).Handler(adaptertest.Handler)
-	got := adaptertest.Capture(h, httptest.NewRequest("GET", "/", nil))
-	if got.Status != http.StatusBadRequest {
-		t.Errorf("status = %d, want 400", got.Status)
-	}
-	if _, err := ceilinggin.FrameworkClientIP(httptest.NewRequest("GET", "/", nil)); err == nil || errors.Is(err, ceiling.ErrNoKey) {
-		t.Errorf("FrameworkClientIP outside the middleware: err = %v, want a configuration error", err)
-	}
+	adaptertest.FrameworkKeyOutsideMiddleware(t, ceilinggin.FrameworkClientIP)
 }
 
 // Gin's ResponseWriter unwraps to net/http's, so BodyField's own read-time

@@ -64,7 +64,7 @@ func TestConcurrencyLimitsOpenStreams(t *testing.T) {
 		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
 			t.Fatalf("after a stream ended: %v", err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // polling until gRPC's own goroutines end the stream
 	}
 }
 
@@ -105,7 +105,7 @@ type slowRelease struct{ backend.Backend }
 func (b slowRelease) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	for _, r := range reqs {
 		if r.Algorithm == backend.Concurrency && r.Cost < 0 {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // a slow round trip, in real time
 			break
 		}
 	}

@@ -30,7 +30,7 @@ func (f *inFlight) work() {
 	n := f.now.Add(1)
 	for m := f.max.Load(); n > m && !f.max.CompareAndSwap(m, n); m = f.max.Load() {
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // a handler that ignores cancellation, in real time
 	f.now.Add(-1)
 }
 

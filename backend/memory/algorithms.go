@@ -9,15 +9,11 @@ import (
 )
 
 // The arithmetic of backend/ALGORITHMS.md, in integer microseconds. Each
-// step function is pure: it reads a key's state, returns the state to write
-// and the result, and reports whether the request was admitted (false only
-// for an unforced c > 0 that does not fit, which writes nothing).
-//
-// Within the limits Request.Validate enforces, and for costs up to
-// backend.MaxLimit, no intermediate value saturates, so the answers are
-// exactly those of the document (and of the Redis backend). Beyond that
-// (a huge forced cost) counts and debts saturate instead of wrapping around
-// into admitting.
+// step function is pure: it reads a key's state and returns the state to
+// write, the result, and whether the request was admitted. Within the
+// bounds Request.Validate enforces nothing saturates, so the answers are
+// the document's; beyond them (a huge forced cost) counts and debts
+// saturate rather than wrap into admitting.
 
 const (
 	million = 1_000_000
@@ -76,10 +72,9 @@ func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
 
 func dur(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
 
-// gcraState is a GCRA key's state: its theoretical arrival time and the
-// now of the write that stored it, in µs, and the emission interval T it
-// was written under (a zero state is absent). T lets a request under
-// another limit read the debt as the units it stands for (ALGORITHMS.md).
+// gcraState is a GCRA key's state: its theoretical arrival time, the now
+// of its write, and the emission interval it was written under, so that a
+// request under another limit reads the debt as units (zero: absent).
 type gcraState struct{ tat, at, t int64 }
 
 // gcraStep decides r on a GCRA key whose state is st (a tat at or before
@@ -127,10 +122,9 @@ func gcraStep(r *backend.Request, now int64, st gcraState, res *backend.Result) 
 }
 
 // gcraOtherRate decides r on a GCRA state written under another emission
-// interval (the limit changed, or callers of the key disagree on it): the
-// state holds u units, each leaving at the rate it was written at, and r
-// is decided on them under its own burst (ALGORITHMS.md, "another rate").
-// A write stores the units at r's rate.
+// interval (ALGORITHMS.md, "another rate"): its u units leave at their own
+// rate, r is decided on them under its burst, and a write stores them at
+// r's rate.
 func gcraOtherRate(r *backend.Request, now int64, st gcraState, B, T, tau int64, res *backend.Result) (gcraState, bool) {
 	d, Ts, c := st.tat-now, st.t, r.Cost
 	u := (d + Ts - 1) / Ts

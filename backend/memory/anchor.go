@@ -2,14 +2,11 @@ package memory
 
 import "github.com/ceiling-go/ceiling/backend"
 
-// A clock behind the state (ALGORITHMS.md): a state that stores a time
-// later than now is anchored at now where it is stored, by whichever
-// request reads it first, whatever that request's call decides. No unit is
-// forgotten, and none keeps counting for longer than it would had it been
-// admitted now: a failover to a replica hours behind does not hold a key
-// for hours. The anchored state changes no count, so writing it on a
-// rejection or a peek gives nothing away. (The rolling window's anchor is
-// ring.rebased.)
+// A clock behind the state (ALGORITHMS.md): a state stored later than now
+// is anchored at now, in place, by the first request that reads it,
+// whatever its call decides. No unit is forgotten and none counts longer
+// than if admitted now; no count changes, so writing it gives nothing away.
+// (The rolling window's anchor is ring.rebased.)
 
 // anchorGCRA moves a GCRA state written after now back to now, keeping the
 // debt it had left, and returns it.
@@ -47,10 +44,8 @@ func anchorLog(st *logState, r *backend.Request, now int64) logState {
 }
 
 // anchorLeases moves the leases of a state written after now back by as
-// much (one shift for all), so that each has the time it had left at the
-// write, then drops the leases that have expired, for good: a write as of
-// now, whatever the call decides. It returns the state, which may hold no
-// lease any more.
+// much (one shift for all), then drops the expired ones for good, and
+// returns the state, which may hold no lease any more.
 func anchorLeases(ls *leaseSet, now int64) *leaseSet {
 	if ls.at > now {
 		ls.shift += ls.at - now

@@ -5,17 +5,12 @@ import "github.com/ceiling-go/ceiling/backend"
 // The Concurrency algorithm of ALGORITHMS.md: leases held until released
 // or expired.
 //
-// A key's leases are a list ordered by expiry plus a map from lease id to
-// list node, so that a decision costs O(1) in the number of live leases:
-// expired leases leave from the front, an acquisition or a renewal (expiry
-// now + P) goes to the back, a release unlinks by id, the reset is the
-// back's expiry, and a rejection's retry walks from the front only until
-// enough units expire (one lease, at a key at its limit). Rules of
-// different periods sharing a key are the exception: a lease of the
-// shorter period is placed by walking back past the longer ones.
-//
-// The state is changed in place. A multi-request call records what it
-// changes (leaseUndo) and takes it back if the call is rejected.
+// A key's leases are a list ordered by expiry and a map from id to node,
+// so a decision costs O(1) in live leases: expired ones leave from the
+// front, acquisitions and renewals go to the back (past longer periods'
+// leases, when rules share a key), releases unlink by id. The state changes
+// in place; a multi-request call records each change (leaseUndo) to take
+// it back on rejection.
 
 // lease is one acquisition: n units held by id until exp (µs, less the
 // set's shift), between prev and next in order of expiry.
@@ -89,10 +84,9 @@ func (ls *leaseSet) place(l *lease, exp int64) {
 	ls.linkAfter(l, prev)
 }
 
-// undo records one change of a multi-request call's step, to take back
-// if the call is rejected: a lease added, or changed in n and exp from
-// where it was linked (after prev; unlinked when it was released), and
-// the set's write time before it.
+// leaseUndo records one change of a multi-request call, to take back on
+// rejection: a lease added, released or changed (its n, exp and place
+// after prev before), and the set's write time before it.
 type leaseUndo struct {
 	ls         *leaseSet
 	l          *lease
@@ -129,11 +123,10 @@ func rollback(undo []leaseUndo) {
 	}
 }
 
-// leaseStep decides r on a Concurrency key whose state is ls (nil:
-// absent), anchored and rid of its expired leases (anchorLeases). It
-// changes ls in place, recording each change in *undo when undo is not
-// nil, and returns the state, a new one when ls was nil and r adds a
-// lease; false means r was rejected and nothing changed.
+// leaseStep decides r on an anchored Concurrency state ls (nil: absent),
+// changing it in place and recording each change in *undo (when not nil).
+// It returns the state (new when ls was nil and r adds a lease); false
+// means r was rejected and nothing changed.
 func leaseStep(r *backend.Request, now int64, ls *leaseSet, res *backend.Result, undo *[]leaseUndo) (*leaseSet, bool) {
 	P, L, c := micros(r.Period), r.Limit, r.Cost
 	*res = backend.Result{Allowed: true, Limit: L}
@@ -195,9 +188,8 @@ func leaseStep(r *backend.Request, now int64, ls *leaseSet, res *backend.Result,
 	return ls, true
 }
 
-// wait is the time until enough leases expire for c more units to fit
-// under L, if none is released or renewed (c <= L): it walks from the
-// lease that expires first, at most c + (count - L) leases.
+// wait is the time until enough leases expire for c <= L more units to
+// fit under L, if none is released or renewed.
 func (ls *leaseSet) wait(count, L, c, now int64) int64 {
 	for l := ls.first; l != nil; l = l.next {
 		count -= l.n

@@ -35,27 +35,18 @@ const pressureSweepEvery = 1000
 const evictionQuiet = int64(time.Minute / time.Microsecond)
 
 // makeRoom frees a slot in a shard at its bound before h is inserted,
-// evicting the key whose removal gives back the least quota. Keys at rest
-// (back to full, which evicting forgets nothing of) go first: a sampled
-// one, or all of them by sweeping the shard when one may exist. Failing
-// that, the sampled key holding the fewest units in its open window, the
-// soonest back to full among equals: a flood of fresh keys, each of which
-// spent a unit or two, evicts its own kind, never a key that spent its
-// whole limit while one with less is sampled (a GCRA key's units are its
-// debt over r's emission interval). Such an eviction still gives a caller
-// units back; it is counted (Store.Evictions) and logged once per burst.
+// evicting the key whose removal gives back the least quota: one at rest
+// (sampled, or found by sweeping the shard), else the sampled key holding
+// the fewest units, so a flood of fresh keys evicts its own kind. An
+// eviction that gives units back is counted and logged once per burst.
 func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 	if sh.keys() < sh.maxKeys {
 		return
 	}
 	start := h.a >> 1
-	// Live GCRA keys are ranked by arrival time: the earliest has the
-	// least debt (tat - now µs, its units times its rule's emission
-	// interval, which the key does not store: 8 bytes a key), the fewest
-	// units wherever keys share a rule, as a flood's keys and its victim
-	// do. The debt becomes units, at the emission interval of the rule
-	// whose new key needs the room, only when another table has a
-	// candidate to compare it with (two divisions).
+	// Live GCRA keys rank by arrival time (the least debt); the debt
+	// becomes units, at r's emission interval, only to compare it with
+	// another table's candidate.
 	gi, gu, ge := sh.gcra.sample(start, evictionSample, now, gcraExpiry, nil)
 	wi, wu, we := sh.windows.sample(start, evictionSample, now, windowExpiry, windowUnits)
 	li, lu, le := sh.logs.sample(start, evictionSample, now, logExpiry, logUnits)
@@ -109,11 +100,9 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 	}
 }
 
-// evicted counts an eviction that gave units back, and logs the first of
-// a burst. It runs under a shard's lock, which a log line then holds about
-// once a minute at most. The instant of the last eviction is kept to the
-// second, so that most evictions only read it; the shard that moves it
-// past a quiet minute is the one that logs.
+// evicted counts an eviction that gave units back and logs the first of a
+// burst. The last eviction's instant is kept to the second, so most
+// evictions only read it.
 func (s *Store) evicted(now int64) {
 	n := s.evictions.Add(1)
 	last := s.lastEviction.Load()

@@ -8,32 +8,21 @@ import (
 
 // The rolling window of ALGORITHMS.md (the default algorithm).
 //
-// A key's state is a ring of k+1 = 17 bucket counts, bucket x's units at
-// n[x mod 17] for the buckets last-16 .. last, and their sum. A decision
-// reads the state where it is stored: the units still counted are the sum
-// less those of the buckets that have left since the last write (none
-// while requests come faster than a bucket's width). An admission adds its
-// cost to one count, after zeroing the slots of the buckets that began
-// since the last write. Nothing is shifted or copied.
+// A key's state is a ring of k+1 bucket counts and their sum. A decision
+// reads it where it is stored, less the buckets that have left since the
+// last write; an admission adds to one count after zeroing the slots of
+// the buckets begun since. Nothing is shifted or copied.
 //
-// Counts are as wide as a key needs. A key lives in the table of the
-// narrowest tier that holds both its rule's limit and the units it holds:
-// 8-bit counts and sum below 255 units, 16-bit below 65,535, 32-bit beyond
-// (those counts saturate at ALGORITHMS.md's Nmax = 2^32-1, and a sum at
-// 2^32-1 or more is kept as 2^32-1, meaning "add the counts up"). Every
-// count is at most the key's sum, so the counts always fit, and unforced
-// admissions never take a key past its limit: a key changes tier only when
-// forced charges take it past its tier's bound, when they have left or
-// been refunded, or when a call brings another limit. The narrow tiers
-// keep a bucket width below 2^32 µs (a period under about 19 hours); a
-// longer period's keys use the 32-bit tier. A slot (digest and state)
-// takes 48 bytes in the 8-bit tier, 64 (one cache line) in the 16-bit one,
-// and 104 in the 32-bit one.
+// Counts are as wide as a key needs: a key lives in the narrowest tier (8,
+// 16 or 32-bit counts) that holds its rule's limit and its units, and moves
+// only when forced charges, refunds or another limit change that. The
+// narrow tiers need a bucket width below 2^32 µs; 32-bit counts saturate at
+// ALGORITHMS.md's Nmax, and a sum at the count type's maximum means "add
+// the counts up".
 
 const (
-	// rollBuckets is ALGORITHMS.md's k: the period is cut into this many
-	// aligned buckets, and a unit stops counting at most a bucket
-	// (Period/k) later than a sliding log would let it go.
+	// rollBuckets is ALGORITHMS.md's k: a unit stops counting at most
+	// Period/k later than a sliding log would let it go.
 	rollBuckets = 16
 	rollSlots   = rollBuckets + 1
 )
@@ -45,9 +34,8 @@ type rollCount interface{ uint8 | uint16 | uint32 }
 type rollWidth interface{ uint32 | int64 }
 
 // ring is a rolling window's state: buckets w µs wide, the newest being
-// last, bucket x's units at n[x mod 17], s their sum (saturated at the
-// count type's maximum, which then means "add the counts up"). A zero ring
-// (w = 0, which no rule has) is an absent state.
+// last, bucket x's units at n[x mod 17], s their sum. A zero ring is an
+// absent state.
 type ring[C rollCount, Wd rollWidth] struct {
 	last int64
 	w    Wd
@@ -79,9 +67,8 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// rollView is a state as a decision sees it: the k+1 buckets b-16 .. b,
-// of which the oldest live ones are stored (the newer ones began after the
-// state's last write and hold nothing), and the units they hold.
+// rollView is a state as a decision sees it: the buckets b-16 .. b, of
+// which the oldest live ones are stored, and the units they hold.
 type rollView struct {
 	W, b int64
 	live int // buckets b-16 .. b-17+live are stored, 0..17
@@ -89,8 +76,7 @@ type rollView struct {
 }
 
 // view is st as a request under period P sees it at now: ALGORITHMS.md's
-// shift, without moving anything. A state of another bucket width (the
-// rule's period changed) is read as absent.
+// shift, moving nothing. A state of another bucket width reads as absent.
 func (st *ring[C, Wd]) view(P, now int64) rollView {
 	W := (P + rollBuckets - 1) / rollBuckets
 	if int64(st.w) != W {
@@ -113,11 +99,9 @@ func (st *ring[C, Wd]) view(P, now int64) rollView {
 	return v
 }
 
-// rebased is st as a request under period P reads it at now when the
-// clock is behind it (st written in a bucket later than now's): the
-// buckets from now's on are added into now's, the older ones kept, so no
-// unit is forgotten and none counts past now's bucket plus the window. It
-// reports false, leaving st to be read as it is, otherwise.
+// rebased is st anchored at now when the clock is behind it: the buckets
+// from now's on are added into now's, so no unit is forgotten and none
+// counts past now's window. It reports false when the clock is not behind.
 func (st *ring[C, Wd]) rebased(P, now int64) (ring[C, Wd], bool) {
 	W := (P + rollBuckets - 1) / rollBuckets
 	cur := floorDiv(now, W)
@@ -197,9 +181,8 @@ func (st *ring[C, Wd]) expiry(v *rollView) int64 {
 	return 0
 }
 
-// decide evaluates r on st at now without changing it. It reports whether
-// r is admitted, and fills res unless r is admitted with a cost to write
-// (then see write and report).
+// decide evaluates r on st at now without changing it, filling res unless
+// r is admitted with a cost to write (see write and report).
 func (st *ring[C, Wd]) decide(r *backend.Request, now int64, res *backend.Result) (rollView, bool) {
 	L, c := r.Limit, r.Cost
 	v := st.view(micros(r.Period), now)
@@ -220,9 +203,8 @@ func (st *ring[C, Wd]) decide(r *backend.Request, now int64, res *backend.Result
 	return v, true
 }
 
-// unitsAfter is the units v holds once an admitted cost c (with the
-// request's stamp) is written, saturation aside (which only a count past
-// 2^32-1 meets).
+// unitsAfter is the units v holds once an admitted cost c (with its
+// stamp) is written, saturation aside.
 func (st *ring[C, Wd]) unitsAfter(v *rollView, c, stamp int64) int64 {
 	switch {
 	case c > 0:
@@ -242,10 +224,9 @@ func (st *ring[C, Wd]) bucket(v *rollView, x int64) int64 {
 	return int64(st.n[ringSlot(x)])
 }
 
-// write applies an admitted cost c != 0 (a refund's stamp with it) to st
-// as v sees it, in place; v then describes st as written. The caller has
-// checked that st's tier holds the units after (the 32-bit tier's counts
-// saturate at Nmax).
+// write applies an admitted cost c != 0 (and a refund's stamp) to st as v
+// sees it, in place; v then describes st as written. The caller has checked
+// that st's tier holds the units after.
 func (st *ring[C, Wd]) write(v *rollView, c, stamp int64) {
 	switch {
 	case v.live == 0:
@@ -299,10 +280,9 @@ func (st *ring[C, Wd]) report(v *rollView, res *backend.Result, L, now int64) {
 	}
 }
 
-// rollingStep decides r on a copy of a key's state (multi-request calls),
-// anchored (decideMany), returning the state to write (a zero ring once it
-// holds no unit: the next request reads it as absent); st itself for a
-// peek or a rejection.
+// rollingStep decides r on an anchored copy of a key's state for
+// decideMany, returning the state to write (a zero ring once it holds no
+// unit); st itself for a peek or a rejection.
 func rollingStep(r *backend.Request, now int64, st ring32, res *backend.Result) (ring32, bool) {
 	v, ok := st.decide(r, now, res)
 	if !ok || r.Cost == 0 {
@@ -392,10 +372,8 @@ func (rt *rollTables) findIn(t rollTier, h keyHash) int {
 	return rt.t32.find(h)
 }
 
-// find returns the tier holding h and its slot, looking first in pref
-// (the tier of the request's limit, where the key is unless forced
-// charges moved it); pref and -1 when no tier holds it. An empty table
-// costs nothing to look in.
+// find returns the tier holding h and its slot, looking first in pref;
+// pref and -1 when no tier holds it.
 func (rt *rollTables) find(h keyHash, pref rollTier) (rollTier, int) {
 	if i := rt.findIn(pref, h); i >= 0 {
 		return pref, i
@@ -527,8 +505,8 @@ func rollOne[C rollCount, Wd rollWidth](s *Store, sh *shard, tb *table[ring[C, W
 }
 
 // putRolling stores w for key h, found at slot i (-1: absent) of tier t,
-// in the tier its units and r's limit need, or deletes the key when w
-// holds no unit. It reports whether it inserted or deleted in some table.
+// in the tier it needs, or deletes the key when w holds no unit. It reports
+// whether it inserted or deleted.
 func (s *Store) putRolling(sh *shard, h keyHash, t rollTier, i int, r *backend.Request, w *ring32, now int64) bool {
 	v := w.stored()
 	rt := &sh.rolls

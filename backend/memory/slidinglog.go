@@ -3,19 +3,13 @@ package memory
 import "github.com/ceiling-go/ceiling/backend"
 
 // The sliding log of ALGORITHMS.md at O(1) amortized cost per decision: a
-// ring of runs, oldest first, with the units they hold kept as a count, so
-// that a decision drops expired runs from the front, appends at the back,
-// and reads only the runs it needs (the oldest, at a log's limit), never
-// every live entry.
+// ring of runs, oldest first, and the units they hold, so a decision drops
+// expired runs from the front, appends at the back, and reads only the
+// runs it needs.
 
-// run is c units of a sliding log admitted at the same instant t: the log
-// stores runs, so a cost of c takes one entry, not c. A stamped refund can
-// leave a run of 0 units among the live ones; it counts nothing and goes
-// when it expires or reaches an end of the log.
-//
-// Runs are oldest first with distinct instants, none later than now: when
-// the clock is behind a log, the first request that reads it makes the
-// runs later than now one run at now (anchorLog, with commit).
+// run is n units admitted at the same instant t, one entry whatever n.
+// Runs have distinct instants, none later than now (anchorLog); a stamped
+// refund can leave a run of 0 units, which goes when it reaches an end.
 type run struct{ t, n int64 }
 
 // logState is a sliding log: n runs in a ring whose length is a power of
@@ -60,19 +54,17 @@ func (l *logState) clone() logState {
 }
 
 // logView is a sliding log as a decision sees it, without copying its
-// runs: the stored runs minus the expired ones at the front, minus units
-// refunded from the newest end, plus units added at now. Several requests
-// on one key in one call each update the view; only the last one's is
-// written back.
+// runs: the stored runs less the expired ones and the newest units
+// refunded, plus units added at now. Only the last request on a key in a
+// call writes its view back.
 type logView struct {
 	st      logState // the stored log (its ring shared), unchanged until commit
 	drop    int      // leading runs of st that have expired
 	dropped int64    // the units in them
 	remove  int64    // newest units of the live runs taken back
 	add     int64    // units added at now
-	// owned reports that st's ring is the view's to change before commit
-	// (a single request's view of the stored log, which it replaces, or a
-	// copy): a stamped refund then edits it in place.
+	// owned: st's ring is the view's to change before commit (a lone
+	// request's, or a copy), so a stamped refund edits it in place.
 	owned bool
 }
 
@@ -158,10 +150,9 @@ func logStep(r *backend.Request, now int64, v *logView, res *backend.Result) boo
 	return true
 }
 
-// takeStamped gives back up to g units of the live run admitted at stamp.
-// It first applies the view to its log (a copy unless the view owns it),
-// so that the run's units are plain to see, then edits that run: a binary
-// search, since runs are ordered by instant.
+// takeStamped gives back up to g units of the live run admitted at stamp,
+// committing the view to its log (a copy unless owned) and then finding
+// the run by binary search.
 func (v *logView) takeStamped(now, P, stamp, g int64) {
 	if !v.owned {
 		v.st = v.st.clone()
@@ -210,9 +201,8 @@ func logAfter(res *backend.Result, L, P, now, k int64, v *logView) {
 	}
 }
 
-// commit applies the view to its log, in the log's ring, and returns the
-// log to store; false when it is empty (the key is full again). The view's
-// log must be the stored one, to be replaced, or a copy (logState.clone).
+// commit applies the view to its log's ring (the stored one, to be
+// replaced, or a copy) and returns the log to store; false when empty.
 func (v *logView) commit(now, P int64) (logState, bool) {
 	st := &v.st
 	st.head = (st.head + v.drop) & max(0, len(st.ring)-1)

@@ -77,9 +77,8 @@ var (
 )
 
 // DefaultMaxKeys is the number of keys a Store holds unless [WithMaxKeys]
-// says otherwise: at most about 40 MB of GCRA state, 64 MB of rolling
-// windows under limits below 255, enough for a million clients per rule,
-// and not enough for a flood of fresh keys to exhaust the process.
+// says otherwise: a million clients per rule, and not enough for a flood
+// of fresh keys to exhaust the process.
 const DefaultMaxKeys = 1 << 20
 
 // DefaultSweepInterval is how often the janitor deletes keys whose state
@@ -98,24 +97,18 @@ type config struct {
 	logger  *slog.Logger
 }
 
-// WithClock makes the Store read time from now instead of the process's
-// monotonic clock; tests pass a fake clock. Times are truncated to whole
-// microseconds. The default clock is immune to wall-clock steps (it is
-// time.Now's monotonic reading) and cheaper than calling time.Now.
+// WithClock makes the Store read time from now, truncated to whole
+// microseconds, instead of the process's monotonic clock; tests pass a fake.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.clock = now }
 }
 
-// WithMaxKeys bounds the number of keys held (default [DefaultMaxKeys]).
-// The bound is kept per shard (maxKeys divided among them, rounded up), so
-// the total never exceeds maxKeys by more than the shard count. A new key
-// arriving at a full shard first takes the place of a key whose state is
-// already back to full; failing that, of the key holding the fewest units
-// in its open window among a few sampled (so a flood of fresh keys that
-// spent a unit each evicts its own kind, not a key that spent its limit).
-// Evicting a key that holds units gives its caller that quota back: a
-// weakening that [Store.Evictions] counts and the Store logs once per
-// burst (see [WithLogger]). It panics if maxKeys < 1.
+// WithMaxKeys bounds the number of keys held (default [DefaultMaxKeys]),
+// per shard, so the total exceeds maxKeys by at most the shard count. A new
+// key at a full shard takes the place of a key back to full, else of the
+// sampled key holding the fewest units, so a flood of fresh keys evicts
+// its own kind. An eviction that gives quota back is counted
+// ([Store.Evictions]) and logged once per burst. It panics if maxKeys < 1.
 func WithMaxKeys(maxKeys int) Option {
 	if maxKeys < 1 {
 		panic(fmt.Sprintf("memory: WithMaxKeys(%d): the bound must be at least 1", maxKeys))
@@ -123,17 +116,15 @@ func WithMaxKeys(maxKeys int) Option {
 	return func(c *config) { c.maxKeys = maxKeys }
 }
 
-// WithLogger sets where the Store logs the start of each burst of
-// evictions that give callers quota back (see [WithMaxKeys]); the default
-// is slog.Default() at the time of logging.
+// WithLogger sets where the Store logs each burst of evictions that give
+// quota back (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }
 
-// WithSweepInterval sets how often the janitor goroutine deletes keys whose
-// state is back to full and shrinks tables that emptied (default
-// [DefaultSweepInterval]). Zero or negative disables the janitor; the key
-// bound still holds memory in check.
+// WithSweepInterval sets how often the janitor deletes keys back to full
+// (default [DefaultSweepInterval]); zero or negative disables it, and the
+// key bound still holds memory in check.
 func WithSweepInterval(d time.Duration) Option {
 	return func(c *config) { c.sweep = d }
 }
@@ -176,9 +167,8 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-// Close stops the janitor goroutine and waits for it to exit. It is
-// idempotent and always returns nil. The Store keeps answering after Close,
-// without sweeping.
+// Close stops the janitor and waits for it. It is idempotent and returns
+// nil; the Store keeps answering, without sweeping.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() { close(s.stop) })
 	<-s.done
@@ -190,17 +180,13 @@ func (s *Store) Close() error {
 func (s *Store) InProcess() bool { return true }
 
 // HashesKeys reports true: a Store keeps nothing of a key but a hash under
-// seeds random to the process, and no reference to the key's string once a
-// call returns. A caller may then send raw key values, undigested, built in
-// a buffer it reuses; ceiling's limiter does. A type that embeds a Store
-// and keeps the keys it is sent must override it to return false.
+// secret seeds, and no reference to its string once a call returns, so a
+// caller may send raw keys built in a buffer it reuses. A type embedding a
+// Store that keeps keys must override it.
 func (s *Store) HashesKeys() bool { return true }
 
-// Evictions returns how many keys holding units in their open window (not
-// back to full) were evicted to respect the key bound since the Store was
-// created. Each gave its caller quota back: a limit enforced less strictly
-// than configured. It implements [backend.Evicting], through which the
-// limiter reports it in its health report and to its observer.
+// Evictions returns how many keys holding units were evicted to respect
+// the key bound, each giving its caller quota back ([backend.Evicting]).
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
 // Len returns the number of keys the Store holds.
@@ -269,10 +255,8 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 	return nil
 }
 
-// plain reports whether r is certainly valid: a rate algorithm's request
-// with every field well inside what [backend.Request.Validate] allows and
-// no burst or stamp to check. It is inlined where Validate, which copies the
-// request, is not; anything else gets Validate's verdict.
+// plain reports whether r is certainly valid, in a check that inlines;
+// anything else gets [backend.Request.Validate]'s verdict.
 func plain(r *backend.Request) bool {
 	return r.Key != "" && uint64(r.Limit-1) < backend.MaxLimit &&
 		uint64(r.Period-time.Millisecond) <= uint64(backend.MaxPeriod-time.Millisecond) &&
@@ -306,64 +290,23 @@ func (s *Store) Reset(_ context.Context, keys ...string) error {
 }
 
 // decideOne is the common single-rule decision: one shard, one lookup.
+// The rolling window reads and writes its state where it is stored; the
+// other algorithms go through many.go's load, step and store.
 func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
 	now := s.now()
 	h := s.hash(r.Key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
-	switch r.Algorithm {
-	case backend.RollingWindow:
+	if r.Algorithm == backend.RollingWindow {
 		s.decideRolling(sh, h, r, now, out)
-	case backend.GCRA:
-		i := sh.gcra.find(h)
-		var st gcraState
-		if i >= 0 {
-			st = anchorGCRA(&sh.gcra.slots[i].v, now)
-		}
-		nt, ok := gcraStep(r, now, st, out)
-		if ok && r.Cost != 0 {
-			s.putGCRA(sh, h, i, r, nt, now)
-		}
-	case backend.FixedWindow, backend.SlidingWindow:
-		i := sh.windows.find(h)
-		var st window
-		if i >= 0 {
-			st = anchorWindow(&sh.windows.slots[i].v, r, now)
-		}
-		var next window
-		var ok bool
-		if r.Algorithm == backend.FixedWindow {
-			next, ok = fixedStep(r, now, st, out)
-		} else {
-			next, ok = slidingStep(r, now, st, out)
-		}
-		if ok && r.Cost != 0 {
-			s.putWindow(sh, h, i, r, next, now)
-		}
-	case backend.SlidingLog:
-		i := sh.logs.find(h)
-		var st logState
-		if i >= 0 {
-			st = anchorLog(&sh.logs.slots[i].v, r, now)
-		}
-		v := newLogView(st, now, micros(r.Period))
-		v.owned = true // the view replaces the stored log
-		ok := logStep(r, now, &v, out)
-		if ok && r.Cost != 0 {
-			s.putLog(sh, h, i, r, &v, now, micros(r.Period))
-		}
-	case backend.Concurrency:
-		i := sh.leases.find(h)
-		var ls *leaseSet
-		if i >= 0 {
-			if ls = anchorLeases(sh.leases.slots[i].v, now); ls.last == nil {
-				sh.leases.deleteAt(i) // every lease expired
-				i, ls = -1, nil
-			}
-		}
-		next, ok := leaseStep(r, now, ls, out, nil)
-		if ok && r.Cost != 0 {
-			s.putLeases(sh, h, i, r, next, now)
+	} else {
+		p := pending{h: h}
+		s.load(sh, r, &p, now)
+		p.log.owned = true // a lone request's view replaces the stored log
+		if ok := s.step(r, &p, now, out, nil); (ok && r.Cost != 0) || p.emptied {
+			// An emptied lease set is deleted whatever the call decided.
+			p.writeP = r.Period
+			s.store(sh, r, &p, now)
 		}
 	}
 	sh.mu.Unlock()
@@ -388,10 +331,9 @@ func (s *Store) putLog(sh *shard, h keyHash, i int, r *backend.Request, v *logVi
 	return put(s, sh, &sh.logs, h, i, r, st, live, st.exp, now)
 }
 
-// put stores v for key h in t at slot i (-1: absent) while the state is
-// live, making room for a new key first, or deletes the key once its state
-// is back to full; exp is when a live state will be. It reports whether it
-// inserted or deleted.
+// put stores a live v for key h in t at slot i (-1: absent), making room
+// for a new key, or deletes a key back to full; exp is when v will be. It
+// reports whether it inserted or deleted.
 func put[V any](s *Store, sh *shard, t *table[V], h keyHash, i int, r *backend.Request, v V, live bool, exp, now int64) bool {
 	switch {
 	case live && i >= 0:

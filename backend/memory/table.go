@@ -2,11 +2,10 @@ package memory
 
 import "math"
 
-// keyHash is a key's 128-bit digest under the Store's random seeds. Tables
-// store it instead of the key string: fixed size, no pointer for the
-// garbage collector to scan, and collisions cannot be aimed at because the
-// seeds are secret and per Store. a has its low bit set, so a zero a marks
-// an empty slot; b picks the shard (high bits) and the slot (low 32 bits).
+// keyHash is a key's 128-bit digest under the Store's secret seeds, stored
+// instead of the key: fixed size, nothing for the collector to scan, and no
+// collision to aim at. a has its low bit set (a zero a is an empty slot); b
+// picks the shard (high bits) and the slot (low 32 bits).
 type keyHash struct{ a, b uint64 }
 
 // slot is one entry of a table: the key's digest and its state.
@@ -16,16 +15,12 @@ type slot[V any] struct {
 }
 
 // table is an open-addressing hash table with linear probing, keyed by
-// keyHash. Unlike a Go map it can be shrunk (rebuilt) when it empties, so
-// evicted keys really give their memory back, and it needs one probe
-// sequence per decision. It doubles when it would be more than
-// maxLoadNum/maxLoadDen full, but never past the slots its shard's key
-// bound needs at that load (most): a key's home slot is its digest scaled
-// to the table's size (a multiplication, not a mask), so that the last
-// growth can stop short of a power of two. A store near its bound then
-// holds 4/5 of its slots, not 2/5. The zero value is an empty table
-// without such a bound. It is not safe for concurrent use: its shard's
-// mutex guards it.
+// keyHash. Unlike a Go map it shrinks when it empties, so evicted keys give
+// their memory back. It doubles past maxLoadNum/maxLoadDen full, but never
+// past the slots its shard's key bound needs (most): a home slot is the
+// digest scaled to the size, not masked, so the last growth can stop short
+// of a power of two. The zero value is an empty, unbounded table; its
+// shard's mutex guards it.
 type table[V any] struct {
 	slots []slot[V]
 	n     int
@@ -34,7 +29,7 @@ type table[V any] struct {
 
 const (
 	minSlots   = 8
-	maxLoadNum = 4 // grow beyond 4/5 full: 40-byte GCRA slots cost 50..100 bytes per key
+	maxLoadNum = 4 // grow beyond 4/5 full
 	maxLoadDen = 5
 )
 
@@ -137,10 +132,8 @@ func (t *table[V]) deleteAt(i int) {
 	t.n--
 }
 
-// sweep deletes every entry whose state is back to full at now (expiry at
-// or before now), then shrinks the table when it holds far fewer entries
-// than it has room for, so that memory is freed. It returns how many
-// entries it deleted and the earliest expiry among those left.
+// sweep deletes every entry back to full at now and shrinks the table,
+// returning how many it deleted and the earliest expiry left.
 func (t *table[V]) sweep(now int64, expiry func(*V) int64) (removed int, next int64) {
 	next = math.MaxInt64
 	for i := 0; i < len(t.slots); {
@@ -163,9 +156,8 @@ func (t *table[V]) sweep(now int64, expiry func(*V) int64) (removed int, next in
 	return removed, next
 }
 
-// shrink rebuilds the table at about half load once it holds under a fifth
-// of its capacity (growth happens at four fifths, so a table does not
-// oscillate), and drops its slots when it is empty.
+// shrink rebuilds the table at about half load once it is under a fifth
+// full (growth is at four fifths: no oscillation), and drops empty slots.
 func (t *table[V]) shrink() {
 	switch {
 	case t.n == 0 && t.slots != nil:
@@ -180,13 +172,10 @@ func (t *table[V]) shrink() {
 }
 
 // sample looks at up to n occupied slots from start on and returns the one
-// whose eviction gives back the fewest units, the soonest back to full
-// among those, with its units and expiry; best is -1 if the table is
-// empty. expiry reports when a state is back to full (it then holds no
-// units), units what a live state holds (at least 1), or nil to rank live
-// states by their expiry (GCRA's arrival time). units is asked only of a
-// state that could beat the best so far, so that a flood of keys of one
-// unit each costs little more than reading their expiries.
+// whose eviction gives back the fewest units (the soonest back to full
+// among equals), with its units and expiry; best is -1 for an empty table.
+// units (nil: rank by expiry, GCRA's arrival time) is asked only of a
+// state that could beat the best so far.
 func (t *table[V]) sample(start uint64, n int, now int64, expiry func(*V) int64, units func(*V) int64) (best int, bestUnits, bestExp int64) {
 	best = -1
 	if t.n == 0 {

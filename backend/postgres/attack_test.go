@@ -126,20 +126,44 @@ func TestFrozenServerFailsOverToTheFailMode_Regression(t *testing.T) {
 
 // TestLongKeyDecides_Attack: backend.Request bounds no key's length, and
 // memory and Redis decide any key; the table's primary key is a btree,
-// whose entries hold at most 2704 bytes, so a key (with the prefix) of
-// about 2.7 kB that does not compress fails every call (54000) as a
-// backend failure. ceiling's own keys are short unless a rule's name is
-// that long.
+// whose entries hold at most 2704 bytes, so a key of about 2.7 kB that
+// does not compress failed every call (54000) as a backend failure, and
+// text refuses a NUL or bytes that are not UTF-8 (22021). Each such key
+// must decide as a key of its own: two long keys that differ only in
+// their last byte, a key that is not UTF-8, one with a NUL and one that is
+// the stored form of the first long key each take their own limit of 1,
+// and Reset forgets them.
 func TestLongKeyDecides_Attack(t *testing.T) {
-	t.Skip("defect: a key over ~2.7 kB fails with 54000 (index row size exceeds btree maximum) instead of deciding")
 	s := New(migrated(t), WithJanitor(0, 0))
 	defer s.Close()
-	var key []byte // digests in a chain: nothing for compression to take
-	for sum := sha256.Sum256(nil); len(key) < 3000; sum = sha256.Sum256(sum[:]) {
-		key = hex.AppendEncode(key, sum[:])
+	var long []byte // digests in a chain: nothing for compression to take
+	for sum := sha256.Sum256(nil); len(long) < 3000; sum = sha256.Sum256(sum[:]) {
+		long = hex.AppendEncode(long, sum[:])
 	}
-	r := backend.Request{Key: string(key), Algorithm: backend.FixedWindow, Limit: 5, Period: time.Hour, Cost: 1}
-	if _, err := s.Decide(context.Background(), []backend.Request{r}); err != nil {
-		t.Fatalf("Decide on a key of %d bytes: %v", len(r.Key), err)
+	keys := []string{string(long) + "a", string(long) + "b", "\xff\xfe", "a\x00b", "a", storedKey(string(long) + "a")}
+	ctx := context.Background()
+	decide := func(k string) bool {
+		t.Helper()
+		r := backend.Request{Key: k, Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1}
+		res, err := s.Decide(ctx, []backend.Request{r})
+		if err != nil {
+			t.Fatalf("Decide on a key of %d bytes: %v", len(k), err)
+		}
+		return res[0].Allowed
+	}
+	for round, want := range []bool{true, false} {
+		for i, k := range keys {
+			if got := decide(k); got != want {
+				t.Fatalf("round %d, key %d (%d bytes): allowed %v, want %v at limit 1", round, i, len(k), got, want)
+			}
+		}
+	}
+	if err := s.Reset(ctx, keys...); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range keys {
+		if !decide(k) {
+			t.Fatalf("key %d (%d bytes) rejected after Reset", i, len(k))
+		}
 	}
 }

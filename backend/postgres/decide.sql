@@ -16,9 +16,25 @@
 --
 -- Reply: {now, rejected (0/1), then per request: allowed (0/1),
 -- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
+--
+-- Both entry points run with the search_path Migrate set when it created
+-- them (pg_catalog first, ceiling's schema, pg_temp last), so no table,
+-- function or operator on the caller's search_path (nor a temporary table)
+-- can stand in for ceiling's. The helpers they call touch no table and are
+-- not pinned: a SET clause costs each call a GUC save and restore, and they
+-- run under the entry point's path.
+--
+-- ceiling_decide plans its statements once per session (plan_cache_mode
+-- force_generic_plan): with arrays as parameters, PostgreSQL otherwise
+-- keeps choosing a custom plan, and planned the final UPDATE again at
+-- every call, which cost as much as executing it.
+--
+-- The decision's transaction commits asynchronously (synchronous_commit
+-- off, SET LOCAL: a SET clause would be undone before the commit), unless
+-- Migrate's SynchronousCommit removes that line: see Migrate for the trade.
 CREATE OR REPLACE FUNCTION ceiling_decide(p_now bigint, keys text[], algs int[], lims bigint[], pers bigint[],
   bursts bigint[], costs bigint[], flags int[], leases bigint[], stamps bigint[])
-RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   now bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   n int := cardinality(keys);
@@ -64,10 +80,12 @@ DECLARE
   w_len int[] := '{}';
   w_exp bigint[] := '{}';
   del text[] := '{}';
+  sc text; -- set_config's answer, unused
 BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     PERFORM ceiling_refuse_isolation();
   END IF;
+  sc := set_config('synchronous_commit', 'off', true);
   IF n = 1 THEN
     RETURN ceiling_decide_one(now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
   END IF;
@@ -185,9 +203,12 @@ BEGIN
   IF cardinality(w_key) = 1 THEN
     UPDATE ceiling_state SET alg = w_alg[1], st = w_st, expires = w_exp[1] WHERE key = w_key[1];
   ELSIF cardinality(w_key) > 1 THEN
-    UPDATE ceiling_state t SET alg = u.alg, st = w_st[u.off : u.off + u.len - 1], expires = u.exp
-    FROM unnest(w_key, w_alg, w_off, w_len, w_exp) AS u(key, alg, off, len, exp)
-    WHERE t.key = u.key;
+    -- keyed by = ANY, not joined with unnest: this plan stays generic (an
+    -- index scan), where the join's was planned again at every call
+    UPDATE ceiling_state t SET alg = w_alg[array_position(w_key, t.key)],
+      st = w_st[w_off[array_position(w_key, t.key)] : w_off[array_position(w_key, t.key)] + w_len[array_position(w_key, t.key)] - 1],
+      expires = w_exp[array_position(w_key, t.key)]
+    WHERE t.key = ANY (w_key);
   END IF;
   RETURN res;
 END $$;
@@ -205,7 +226,7 @@ END $$;
 -- decision runs three statements: the call, the lock, the write.
 CREATE OR REPLACE FUNCTION ceiling_decide_one(now bigint, p_key text, p_alg int, lim bigint, p bigint,
   burst bigint, c bigint, flag int, lease bigint, stamp bigint)
-RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $$
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 DECLARE
   r_alg int;
   r_st bigint[];
@@ -222,10 +243,12 @@ DECLARE
   remaining bigint;
   nxt bigint;
   n int;
+  sc text; -- set_config's answer, unused
 BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     PERFORM ceiling_refuse_isolation();
   END IF;
+  sc := set_config('synchronous_commit', 'off', true);
   now := coalesce(now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   FOR pass IN 1 .. 2 LOOP
     IF pass = 1 THEN

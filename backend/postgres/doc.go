@@ -19,7 +19,10 @@
 // limiter's key secret, never a raw identifier) and the state; an
 // expiry column lets the Store's janitor delete idle keys in bounded
 // batches (see [WithJanitor]), as Redis TTLs do. The table is logged by
-// default, or UNLOGGED (see [Unlogged]).
+// default, or UNLOGGED (see [Unlogged]); a decision commits without
+// waiting for its WAL flush unless Migrate was given [SynchronousCommit].
+// The functions the Store calls keep the search_path Migrate gave them,
+// so objects on a session's search_path cannot stand in for ceiling's.
 //
 // Decide returns by its context's deadline, and errors wrap the kind of
 // failure their cause shows (backend.ErrUnreachable, ErrAuth, ErrReadOnly,

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -26,7 +27,11 @@ const migrateLock = 0x6365696c696e67 // "ceiling"
 // MigrateOption configures [Migrate].
 type MigrateOption func(*migrateConfig)
 
-type migrateConfig struct{ unlogged bool }
+type migrateConfig struct{ unlogged, syncCommit bool }
+
+// asyncCommit is the line of decide.sql that makes a decision's
+// transaction commit without waiting for its WAL flush.
+const asyncCommit = "  sc := set_config('synchronous_commit', 'off', true);\n"
 
 // Unlogged makes the table UNLOGGED: its writes skip the write-ahead log,
 // which makes decisions cheaper for the server, but PostgreSQL empties an
@@ -38,10 +43,25 @@ type migrateConfig struct{ unlogged bool }
 // table switches it (ALTER TABLE ... SET UNLOGGED / LOGGED rewrites it).
 func Unlogged() MigrateOption { return func(c *migrateConfig) { c.unlogged = true } }
 
+// SynchronousCommit makes every decision's commit wait for its WAL flush,
+// as the server's synchronous_commit says. Without it a decision commits
+// asynchronously (synchronous_commit off for its transaction alone): the
+// server acknowledges it before its WAL reaches the disk, which saves a
+// disk flush per decision, and a crash of the server (not a clean restart)
+// loses the decisions of at most the last three wal_writer_delay (0.6 s by
+// default), each one unit a key may admit again, as a Redis with
+// appendfsync everysec loses its last second. The table stays logged and
+// replicated either way; with synchronous replication, an asynchronous
+// commit does not wait for the standby either.
+func SynchronousCommit() MigrateOption { return func(c *migrateConfig) { c.syncCommit = true } }
+
 // Migrate creates or updates what the Store needs in the pool's database,
-// in the first schema of its search_path: the table ceiling_state and the
-// functions ceiling_decide and its helpers. It is idempotent and runs in
-// one transaction under an advisory lock, so that instances starting
+// in the first existing schema of its search_path: the table
+// ceiling_state and the functions ceiling_decide and its helpers. The
+// functions the Store calls keep that schema as their search_path, behind
+// pg_catalog and before pg_temp, so that no other object on a caller's
+// search_path can replace the table or a helper. It is idempotent and runs
+// in one transaction under an advisory lock, so that instances starting
 // together may all call it. Run it once at start-up, before [New]'s Store
 // decides, with a role that may create tables and functions.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) error {
@@ -53,11 +73,26 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 			return err
 		}
-		schema := schemaSQL
+		// Everything goes to the current schema, and the entry points
+		// keep this path (SET search_path FROM CURRENT).
+		var ns *string
+		if err := tx.QueryRow(ctx, "SELECT current_schema()").Scan(&ns); err != nil {
+			return err
+		}
+		if ns == nil {
+			return errors.New("no schema of the search_path exists")
+		}
+		if _, err := tx.Exec(ctx, "SELECT set_config('search_path', quote_ident($1) || ', pg_temp', true)", *ns); err != nil {
+			return err
+		}
+		schema, decide := schemaSQL, decideSQL
 		if cfg.unlogged {
 			schema = strings.Replace(schema, "CREATE TABLE", "CREATE UNLOGGED TABLE", 1)
 		}
-		for _, sql := range []string{schema, algorithmsSQL, decideSQL} {
+		if cfg.syncCommit {
+			decide = strings.ReplaceAll(decide, asyncCommit, "")
+		}
+		for _, sql := range []string{schema, algorithmsSQL, decide} {
 			if _, err := tx.Exec(ctx, sql); err != nil {
 				return err
 			}

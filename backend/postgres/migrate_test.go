@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/postgres/pgtest"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -97,5 +99,46 @@ func TestStoredKeysAreDigests(t *testing.T) {
 	}
 	if len(keys) != 1 || strings.Contains(keys[0], "203.0.113") || !strings.HasPrefix(keys[0], "ceiling:{") || !strings.HasSuffix(keys[0], "}:r") {
 		t.Fatalf("stored keys %q, want one ceiling:{digest}:r without the address", keys)
+	}
+}
+
+// TestDecisionsCommitAsynchronouslyUnlessAsked: a session configured with
+// synchronous_commit on runs a decision's transaction with it off (no
+// disk flush waited for), and only that transaction: the session's next
+// statement has it on again. After Migrate(SynchronousCommit()) the
+// decision keeps the session's setting.
+func TestDecisionsCommitAsynchronouslyUnlessAsked(t *testing.T) {
+	pool := migrated(t, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["synchronous_commit"] = "on" })
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	setting := func() (during, after string) {
+		t.Helper()
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, oneSQL, nil, "k", int32(backend.FixedWindow), int64(5), int64(time.Hour/time.Microsecond),
+				int64(0), int64(1), int32(0), int64(0), int64(0)); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&during)
+		})
+		if err == nil {
+			err = conn.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&after)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return during, after
+	}
+	if during, after := setting(); during != "off" || after != "on" {
+		t.Fatalf("synchronous_commit %q in a decision's transaction and %q after it, want off and on", during, after)
+	}
+	if err := Migrate(ctx, pool, SynchronousCommit()); err != nil {
+		t.Fatal(err)
+	}
+	if during, after := setting(); during != "on" || after != "on" {
+		t.Fatalf("after Migrate(SynchronousCommit()): synchronous_commit %q in a decision's transaction and %q after it, want on and on", during, after)
 	}
 }

@@ -2,11 +2,15 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,8 +64,9 @@ type config struct {
 }
 
 // WithPrefix sets the prefix of every stored key, so several services can
-// share one table: a request's key K is stored as prefix + ":" + K. The
-// default is [DefaultPrefix]; an empty prefix stores K as is.
+// share one table: a request's key K is stored as prefix + ":" + K (K's
+// SHA-256 instead of K when K is over 512 bytes, not UTF-8, or holds a
+// NUL). The default is [DefaultPrefix]; an empty prefix stores K alone.
 func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
@@ -240,7 +245,7 @@ func (s *Store) call(reqs []backend.Request) (string, []any) {
 	args[0] = s.now()
 	if n == 1 {
 		r := reqs[0]
-		args[1], args[2], args[3], args[4] = s.prefix+r.Key, int32(r.Algorithm), r.Limit, int64(r.Period/time.Microsecond)
+		args[1], args[2], args[3], args[4] = s.prefix+storedKey(r.Key), int32(r.Algorithm), r.Limit, int64(r.Period/time.Microsecond)
 		args[5], args[6], args[7], args[8], args[9] = r.Burst, r.Cost, flags(r), r.Lease, r.Stamp
 		return oneSQL, args
 	}
@@ -249,7 +254,7 @@ func (s *Store) call(reqs []backend.Request) (string, []any) {
 	lims, pers, bursts, costs, leases, stamps := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	fl := make([]int32, n)
 	for i, r := range reqs {
-		keys[i] = s.prefix + r.Key
+		keys[i] = s.prefix + storedKey(r.Key)
 		algs[i] = int32(r.Algorithm)
 		lims[i], pers[i], bursts[i], costs[i] = r.Limit, int64(r.Period/time.Microsecond), r.Burst, r.Cost
 		leases[i], stamps[i] = r.Lease, r.Stamp
@@ -257,6 +262,29 @@ func (s *Store) call(reqs []backend.Request) (string, []any) {
 	}
 	args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9] = keys, algs, lims, pers, bursts, costs, fl, leases, stamps
 	return callSQL, args
+}
+
+// maxKeyBytes bounds the keys stored as they are: an entry of the table's
+// btree holds at most about 2.7 kB, and a longer key failed every call.
+const maxKeyBytes = 512
+
+// digestMark begins every key stored as a digest.
+const digestMark = "~sha256:"
+
+// storedKey is the form of a request's key in the table: the key itself,
+// or digestMark and its SHA-256 in hex when it is longer than maxKeyBytes,
+// is not UTF-8 or holds a NUL (text refuses both), or begins with
+// digestMark. A key of the first kind never begins with digestMark, one of
+// the second always does, so two keys share a row only if they are equal
+// or their digests collide. backend.Request bounds no key, and memory and
+// Redis decide any key; ceiling's own keys are short unless a rule's name
+// is long.
+func storedKey(k string) string {
+	if len(k) <= maxKeyBytes && !strings.HasPrefix(k, digestMark) && strings.IndexByte(k, 0) < 0 && utf8.ValidString(k) {
+		return k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return digestMark + hex.EncodeToString(sum[:])
 }
 
 // flags packs a request's booleans as ceiling_decide takes them: 1 Force,
@@ -286,7 +314,7 @@ func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	}
 	full := make([]string, len(keys))
 	for i, k := range keys {
-		full[i] = s.prefix + k
+		full[i] = s.prefix + storedKey(k)
 	}
 	if _, err := s.pool.Exec(ctx, "DELETE FROM ceiling_state WHERE key = ANY ($1)", full); err != nil {
 		return fmt.Errorf("ceiling/backend/postgres: reset: %w", classify(err))

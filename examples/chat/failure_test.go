@@ -27,7 +27,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if got := chat(t, ts.URL, tok, question).Status; got != 200 {
 		t.Fatalf("before the outage: %d, want 200", got)
 	}
-	if m := metrics(t, ts.Admin); !strings.Contains(m, `ceiling_decisions_total{outcome="allowed",rule="chat:shop:minute"} 1`) || !strings.Contains(m, "ceiling_degraded 0") {
+	if m := metrics(t, ts.Admin); !strings.Contains(m, `ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="chat:shop:minute"} 1`) || !strings.Contains(m, "ceiling_rate_limiting_degraded 0") {
 		t.Errorf("/metrics before the outage lacks the admission or says degraded:\n%s", m)
 	}
 
@@ -47,7 +47,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 		t.Errorf("the degradation was logged %d times, want once", got)
 	}
 	m := metrics(t, ts.Admin)
-	for _, want := range []string{"ceiling_degraded 1", "ceiling_degraded_transitions_total 1", `ceiling_failmode_admissions_total{mode="open",rule="chat:shop:minute"}`} {
+	for _, want := range []string{"ceiling_rate_limiting_degraded 1", "ceiling_rate_limiting_degraded_transitions_total 1", `ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="open",ceiling_rate_limiting_rule="chat:shop:minute"}`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics during the outage lacks %q", want)
 		}
@@ -65,7 +65,7 @@ func TestRedisKilledFailsOpenThenRecovers(t *testing.T) {
 	if got, want := statuses(t, 4, func() servicetest.Response { return chat(t, ts.URL, tok, question) }), []int{200, 200, 200, 429}; !slices.Equal(got, want) {
 		t.Errorf("after recovery: %v, want %v (enforced again; the restarted Redis is empty)", got, want)
 	}
-	if m := metrics(t, ts.Admin); !strings.Contains(m, "ceiling_degraded 0") {
+	if m := metrics(t, ts.Admin); !strings.Contains(m, "ceiling_rate_limiting_degraded 0") {
 		t.Error("/metrics still says degraded after recovery")
 	}
 }

@@ -156,7 +156,7 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 		floodSent.Load(), clients, flood, floodStatus, len(floodErrs), floodTook[len(floodTook)/2].Round(time.Millisecond), floodTook[len(floodTook)-1].Round(time.Millisecond),
 		shopReq.Load(), shopStatus, healthPolls.Load(), len(healthBad))
 	var nonzero []string
-	for _, line := range regexp.MustCompile(`(?m)^ceiling_(degraded|failmode_admissions_total|backend_errors_total)\b.*$`).FindAllString(m.Body, -1) {
+	for _, line := range regexp.MustCompile(`(?m)^ceiling_rate_limiting_(degraded|fail_mode_admissions_total|backend_errors_total)\b.*$`).FindAllString(m.Body, -1) {
 		if !strings.HasSuffix(line, " 0") {
 			nonzero = append(nonzero, line)
 		}
@@ -192,7 +192,7 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 		}
 	}
 	for _, line := range nonzero {
-		if strings.HasPrefix(line, "ceiling_failmode_admissions_total") {
+		if strings.HasPrefix(line, "ceiling_rate_limiting_fail_mode_admissions_total") {
 			t.Errorf("a rule was admitted by its fail mode on a healthy Redis: %s", line)
 		}
 	}
@@ -205,8 +205,8 @@ func TestHugeTokenFloodOpensNoBreakerAndAdmitsNoSpentShop(t *testing.T) {
 	if n := strings.Count(p.Log(), "backend degraded"); n > 0 {
 		t.Errorf("the service logged %d breaker transitions to degraded on a healthy Redis", n)
 	}
-	if !slices.Contains(strings.Split(m.Body, "\n"), "ceiling_degraded_transitions_total 0") {
-		t.Errorf("/metrics does not say 0 breaker transitions: %s", regexp.MustCompile(`(?m)^ceiling_degraded.*$`).FindAllString(m.Body, -1))
+	if !slices.Contains(strings.Split(m.Body, "\n"), "ceiling_rate_limiting_degraded_transitions_total 0") {
+		t.Errorf("/metrics does not say 0 breaker transitions: %s", regexp.MustCompile(`(?m)^ceiling_rate_limiting_degraded.*$`).FindAllString(m.Body, -1))
 	}
 	if t.Failed() {
 		t.Logf("service log:\n%s", p.Log())

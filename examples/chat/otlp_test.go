@@ -24,7 +24,7 @@ type receiver struct {
 	url     string
 	mu      sync.Mutex
 	spans   []map[string]string // each span's attributes, as strings
-	rejects int64               // the latest ceiling.decisions total of chat:shop:minute, rejected
+	rejects int64               // the latest ceiling.rate_limiting.requests total of chat:shop:minute, rejected
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -104,11 +104,11 @@ func (rc *receiver) addMetrics(req *metricspb.ExportMetricsServiceRequest) {
 	for _, rm := range req.GetResourceMetrics() {
 		for _, sm := range rm.GetScopeMetrics() {
 			for _, m := range sm.GetMetrics() {
-				if m.GetName() != "ceiling.decisions" {
+				if m.GetName() != "ceiling.rate_limiting.requests" {
 					continue
 				}
 				for _, p := range m.GetSum().GetDataPoints() {
-					if a := attrMap(p.GetAttributes()); a["rule"] == ruleMinute && a["outcome"] == "rejected" {
+					if a := attrMap(p.GetAttributes()); a["ceiling.rate_limiting.rule"] == ruleMinute && a["ceiling.rate_limiting.result"] == "rejected" {
 						rc.rejects = max(rc.rejects, p.GetAsInt())
 					}
 				}
@@ -138,7 +138,7 @@ func (rc *receiver) rejectedCount() int64 {
 
 // With OTEL_EXPORTER_OTLP_ENDPOINT set, the binary exports over OTLP: the
 // 429 of the 31st chat in a minute arrives as the attributes of its
-// request's span and as an increment of the decisions counter, while
+// request's span and as an increment of the requests counter, while
 // GET /metrics still serves Prometheus.
 func TestBinaryExportsA429OverOTLP(t *testing.T) {
 	rc := newReceiver(t)
@@ -163,7 +163,7 @@ func TestBinaryExportsA429OverOTLP(t *testing.T) {
 	if !servicetest.Eventually(10*time.Second, func() bool { return rc.rejectedSpans() == 1 && rc.rejectedCount() == 1 }) {
 		t.Errorf("the receiver got %d spans rejected by %s and a rejected count of %d, want 1 and 1", rc.rejectedSpans(), ruleMinute, rc.rejectedCount())
 	}
-	if m, err := servicetest.Get(http.DefaultClient, p.Admin+"/metrics"); err != nil || !strings.Contains(m.Body, `ceiling_decisions_total{outcome="rejected",rule="`+ruleMinute+`"} 1`) {
+	if m, err := servicetest.Get(http.DefaultClient, p.Admin+"/metrics"); err != nil || !strings.Contains(m.Body, `ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="rejected",ceiling_rate_limiting_rule="`+ruleMinute+`"} 1`) {
 		t.Errorf("/metrics does not count the rejection in Prometheus' format (%v):\n%s", err, m.Body)
 	}
 	if strings.Contains(p.Log(), otlpEndpoint+" is not set") {

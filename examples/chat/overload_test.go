@@ -41,7 +41,7 @@ const (
 // second, more than this machine serves, over 100 fresh shops per 15 s
 // window, while a CPU hog burns every core beside them. Each shop is
 // admitted at most its 30 per minute in every window and no instance
-// admits anything by its fail mode (ceiling_failmode_admissions_total stays
+// admits anything by its fail mode (ceiling_rate_limiting_fail_mode_admissions_total stays
 // 0), as long as Redis answers PING within 10 ms throughout: what the
 // overloaded instances cannot decide in time they shed, 503 with
 // Retry-After. Then Redis is frozen (SIGSTOP) under the same load and the
@@ -255,9 +255,9 @@ func summary(samples []sample) string {
 }
 
 var (
-	failOpenLine   = regexp.MustCompile(`(?m)^ceiling_failmode_admissions_total\{[^}]*\} (\d+)`)
-	overloadedLine = regexp.MustCompile(`(?m)^ceiling_backend_errors_total\{kind="overloaded"\} (\d+)`)
-	transitionLine = regexp.MustCompile(`(?m)^ceiling_degraded_transitions_total (\d+)`)
+	failOpenLine   = regexp.MustCompile(`(?m)^ceiling_rate_limiting_fail_mode_admissions_total\{[^}]*\} (\d+)`)
+	overloadedLine = regexp.MustCompile(`(?m)^ceiling_rate_limiting_backend_errors_total\{error_type="overloaded"\} (\d+)`)
+	transitionLine = regexp.MustCompile(`(?m)^ceiling_rate_limiting_degraded_transitions_total (\d+)`)
 )
 
 // scrape sums the instances' fail-mode admissions, shed calls and

@@ -48,7 +48,7 @@ func TestBinaryStartsLimitsAndStops(t *testing.T) {
 		t.Errorf("the fake sender did not log the masked number:\n%s", p.Log())
 	}
 	resp, err := servicetest.Get(http.DefaultClient, p.Admin+"/metrics")
-	if err != nil || !strings.Contains(resp.Body, `ceiling_decisions_total{outcome="rejected",rule="otp:phone"} 1`) {
+	if err != nil || !strings.Contains(resp.Body, `ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="rejected",ceiling_rate_limiting_rule="otp:phone"} 1`) {
 		t.Errorf("/metrics does not count the rejection: %v\n%s", err, resp.Body)
 	}
 	p.Stop(t)

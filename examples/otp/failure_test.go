@@ -48,7 +48,7 @@ func TestRedisKilledFailsClosedThenRecovers(t *testing.T) {
 	if resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/healthz"); err != nil || resp.Status != http.StatusServiceUnavailable {
 		t.Errorf("/healthz during the outage: %d %v, want 503", resp.Status, err)
 	}
-	if resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/metrics"); err != nil || !strings.Contains(resp.Body, "ceiling_degraded 1") {
+	if resp, err := servicetest.Get(http.DefaultClient, ts.Admin+"/metrics"); err != nil || !strings.Contains(resp.Body, "ceiling_rate_limiting_degraded 1") {
 		t.Errorf("/metrics during the outage does not say degraded: %v\n%s", err, resp.Body)
 	}
 

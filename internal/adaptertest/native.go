@@ -2,8 +2,10 @@ package adaptertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"testing"
@@ -123,4 +125,19 @@ func Spoofing(n int, peer string) []Step {
 			Header: map[string]string{"X-Forwarded-For": "203.0.113." + strconv.Itoa(i+1), "X-Real-IP": "198.51.100.9"}})
 	}
 	return steps
+}
+
+// FrameworkKeyOutsideMiddleware checks that key, a key function that reads
+// what the framework's middleware stored in the request, is a
+// configuration error (a 400, never [ceiling.ErrNoKey]) on a request that
+// did not come through that middleware.
+func FrameworkKeyOutsideMiddleware(t *testing.T, key ceiling.KeyFunc) {
+	t.Helper()
+	h := Limiter(5, key).Handler(Handler)
+	if got := Capture(h, httptest.NewRequest("GET", "/", nil)); got.Status != http.StatusBadRequest {
+		t.Errorf("status = %d, want 400", got.Status)
+	}
+	if _, err := key(httptest.NewRequest("GET", "/", nil)); err == nil || errors.Is(err, ceiling.ErrNoKey) {
+		t.Errorf("outside the middleware: err = %v, want a configuration error", err)
+	}
 }

@@ -5,11 +5,15 @@
 //	obs, err := ceilingotel.New(ceilingotel.Options{})
 //	limiter := ceiling.MustNew(rules, ceiling.WithObserver(obs), ...)
 //
-// The instruments are named so that the OpenTelemetry Prometheus exporter
-// (go.opentelemetry.io/otel/exporters/prometheus, default translation)
-// exports exactly the series of package ceilingprom, labels included: the
-// alert rules and the dashboard that ship with metrics/prometheus work on
-// either exporter. The README has the table.
+// The instruments follow the shape of ASP.NET Core's rate-limiting
+// conventions under ceiling's own namespace: ceiling.rate_limiting.requests
+// {request}, by ceiling.rate_limiting.rule and ceiling.rate_limiting.result;
+// backend failures carry error.type; durations are in seconds. The
+// OpenTelemetry Prometheus exporter (go.opentelemetry.io/otel/exporters/prometheus,
+// default translation) turns them into exactly the series of package
+// ceilingprom, labels included, so the alert rules and the dashboard that
+// ship with metrics/prometheus work on either exporter. The README has the
+// table.
 //
 // The package depends on the OpenTelemetry API only; the program chooses
 // the SDK and the exporters.
@@ -62,7 +66,7 @@ var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 type Observer struct {
 	ceiling.NopObserver
 
-	decisions   metric.Int64Counter
+	requests    metric.Int64Counter
 	duration    metric.Float64Histogram
 	errors      metric.Int64Counter
 	cached      metric.Int64Counter
@@ -86,12 +90,37 @@ type Observer struct {
 	health     []func() ceiling.Health
 }
 
-// ruleOpts are a rule's measurement options: by [ceiling.Outcome], and by
-// fail mode (open, local).
+// ruleOpts are a rule's measurement options: by result (each
+// [ceiling.Outcome], then resultFailClosed and resultShed), and by fail
+// mode (open, local).
 type ruleOpts struct {
-	outcome [4][]metric.AddOption
-	mode    [2][]metric.AddOption
+	result [len(results)][]metric.AddOption
+	mode   [2][]metric.AddOption
 }
+
+// The results of ceiling.rate_limiting.requests beyond a rule's
+// [ceiling.Outcome]: a request refused with 503 because the rule fails
+// closed and the backend could not decide, and one shed with 503 because
+// this process was too busy to ask the backend (whatever the fail modes).
+const (
+	resultFailClosed = int(ceiling.OutcomeNotCharged) + 1 + iota
+	resultShed
+)
+
+// results are the values of AttrResult on the requests counter, by index:
+// the outcomes', then resultFailClosed's and resultShed's.
+var results = [...]string{
+	ceiling.OutcomeAllowed:        ceiling.OutcomeAllowed.String(),
+	ceiling.OutcomeRejected:       ceiling.OutcomeRejected.String(),
+	ceiling.OutcomeShadowRejected: ceiling.OutcomeShadowRejected.String(),
+	ceiling.OutcomeNotCharged:     ceiling.OutcomeNotCharged.String(),
+	resultFailClosed:              "fail_closed",
+	resultShed:                    "shed",
+}
+
+// AttrErrorType is OpenTelemetry's general attribute for the class of a
+// failure: on the backend errors counter, [ceiling.KindOf]'s kind.
+const AttrErrorType = attribute.Key("error.type")
 
 var _ ceiling.Observer = (*Observer)(nil)
 
@@ -117,31 +146,31 @@ func New(o Options) (*Observer, error) {
 		errs = append(errs, err)
 		return c
 	}
-	obs.decisions = counter("ceiling.decisions", "{decision}",
-		"Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.")
-	obs.errors = counter("ceiling.backend.errors", "{call}",
+	obs.requests = counter("ceiling.rate_limiting.requests", "{request}",
+		"Requests each rule decided, by result: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).")
+	obs.errors = counter("ceiling.rate_limiting.backend.errors", "{call}",
 		"Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.")
-	obs.cached = counter("ceiling.deny_cache.hits", "{decision}",
+	obs.cached = counter("ceiling.rate_limiting.deny_cache.hits", "{request}",
 		"Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.")
-	obs.transitions = counter("ceiling.degraded.transitions", "{transition}",
+	obs.transitions = counter("ceiling.rate_limiting.degraded.transitions", "{transition}",
 		"Transitions from healthy to degraded.")
-	obs.failmode = counter("ceiling.failmode.admissions", "{admission}",
+	obs.failmode = counter("ceiling.rate_limiting.fail_mode.admissions", "{request}",
 		"Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).")
 	var err error
-	obs.duration, err = m.Float64Histogram("ceiling.backend.duration", metric.WithUnit("s"),
+	obs.duration, err = m.Float64Histogram("ceiling.rate_limiting.backend.duration", metric.WithUnit("s"),
 		metric.WithDescription("Latency of backend decision calls, answered or failed; calls skipped by the open circuit breaker and deny-cache answers are not counted."),
 		metric.WithExplicitBucketBoundaries(buckets...))
 	errs = append(errs, err)
-	degraded, err := m.Int64ObservableGauge("ceiling.degraded",
+	degraded, err := m.Int64ObservableGauge("ceiling.rate_limiting.degraded",
 		metric.WithDescription("1 while the backend is not called (circuit breaker open) and fail modes decide, else 0."))
 	errs = append(errs, err)
-	timeout, err := m.Float64ObservableGauge("ceiling.backend.timeout", metric.WithUnit("s"),
+	timeout, err := m.Float64ObservableGauge("ceiling.rate_limiting.backend.timeout", metric.WithUnit("s"),
 		metric.WithDescription("The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out."))
 	errs = append(errs, err)
-	evicted, err := m.Int64ObservableCounter("ceiling.evicted_keys", metric.WithUnit("{key}"),
+	evicted, err := m.Int64ObservableCounter("ceiling.rate_limiting.evicted_keys", metric.WithUnit("{key}"),
 		metric.WithDescription("Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back."))
 	errs = append(errs, err)
-	slots, err := m.Int64ObservableGauge("ceiling.concurrency.slots_in_use", metric.WithUnit("{slot}"),
+	slots, err := m.Int64ObservableGauge("ceiling.rate_limiting.concurrency.slots_in_use", metric.WithUnit("{slot}"),
 		metric.WithDescription("Units of a Concurrency rule's limit this process holds now, for requests it admitted that have not ended (ceiling.RuleHealth.SlotsInUse); 0 for rate rules."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
@@ -169,7 +198,7 @@ func New(o Options) (*Observer, error) {
 		}
 		o.ObserveInt64(evicted, int64(n), metric.WithAttributeSet(set))
 		for _, r := range rules {
-			o.ObserveInt64(slots, inUse[r], metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(obs.attrs), attribute.String("rule", r))...)))
+			o.ObserveInt64(slots, inUse[r], metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(obs.attrs), AttrRule.String(r))...)))
 		}
 		return nil
 	}, degraded, timeout, evicted, slots)
@@ -183,7 +212,7 @@ func New(o Options) (*Observer, error) {
 	obs.cached.Add(context.Background(), 0, obs.plain...)
 	obs.kinds = map[ceiling.FailureKind][]metric.AddOption{}
 	for _, kind := range ceiling.FailureKinds() {
-		opts := obs.with(attribute.String("kind", string(kind)))
+		opts := obs.with(AttrErrorType.String(string(kind)))
 		obs.kinds[kind] = opts
 		obs.errors.Add(context.Background(), 0, opts...)
 	}
@@ -200,11 +229,11 @@ func (o *Observer) with(kv ...attribute.KeyValue) []metric.AddOption {
 // optsOf builds a rule's measurement options.
 func (o *Observer) optsOf(rule string) *ruleOpts {
 	r := &ruleOpts{}
-	for i := range r.outcome {
-		r.outcome[i] = o.with(attribute.String("rule", rule), attribute.String("outcome", ceiling.Outcome(i).String()))
+	for i, result := range results {
+		r.result[i] = o.with(AttrRule.String(rule), AttrResult.String(result))
 	}
 	for i, m := range []ceiling.FailMode{ceiling.FailOpen, ceiling.FailLocal} {
-		r.mode[i] = o.with(attribute.String("rule", rule), attribute.String("mode", m.String()))
+		r.mode[i] = o.with(AttrRule.String(rule), AttrFailMode.String(m.String()))
 	}
 	return r
 }
@@ -250,12 +279,12 @@ func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health f
 // ObserveDecision counts one rule's decision.
 func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 	var opts []metric.AddOption
-	if r := o.rule(rule); int(outcome) < len(r.outcome) {
-		opts = r.outcome[outcome]
+	if int(outcome) < resultFailClosed {
+		opts = o.rule(rule).result[outcome]
 	} else {
-		opts = o.with(attribute.String("rule", rule), attribute.String("outcome", outcome.String()))
+		opts = o.with(AttrRule.String(rule), AttrResult.String(outcome.String()))
 	}
-	o.decisions.Add(context.Background(), 1, opts...)
+	o.requests.Add(context.Background(), 1, opts...)
 }
 
 // ObserveBackend records a backend call's latency and, if it failed, its
@@ -268,7 +297,7 @@ func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 		kind := ceiling.KindOf(err)
 		opts, ok := o.kinds[kind]
 		if !ok {
-			opts = o.with(attribute.String("kind", string(kind)))
+			opts = o.with(AttrErrorType.String(string(kind)))
 		}
 		o.errors.Add(ctx, 1, opts...)
 	}
@@ -296,7 +325,7 @@ func (o *Observer) ObserveFailMode(rule string, mode ceiling.FailMode) {
 	case ceiling.FailLocal:
 		opts = o.rule(rule).mode[1]
 	default:
-		opts = o.with(attribute.String("rule", rule), attribute.String("mode", mode.String()))
+		opts = o.with(AttrRule.String(rule), AttrFailMode.String(mode.String()))
 	}
 	o.failmode.Add(context.Background(), 1, opts...)
 }

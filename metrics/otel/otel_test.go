@@ -16,7 +16,7 @@ import (
 
 // sdkObserver is an observer on the SDK with a manual reader, and a
 // function that collects each series' value by instrument and attributes
-// ("ceiling.failmode.admissions{mode=open,rule=chat}").
+// ("ceiling.rate_limiting.fail_mode.admissions{ceiling.rate_limiting.fail_mode=open,ceiling.rate_limiting.rule=chat}").
 func sdkObserver(t *testing.T) (*ceilingotel.Observer, func() map[string]float64) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
@@ -85,22 +85,22 @@ func TestAlertedSeriesStartAtZero(t *testing.T) {
 	obs, collect := sdkObserver(t)
 	got := collect()
 	expect(t, got, map[string]float64{
-		"ceiling.degraded{}":                         0,
-		"ceiling.degraded.transitions{}":             0,
-		"ceiling.deny_cache.hits{}":                  0,
-		"ceiling.evicted_keys{}":                     0,
-		"ceiling.backend.errors{kind=timeout}":       0,
-		"ceiling.backend.errors{kind=overloaded}":    0,
-		"ceiling.backend.errors{kind=out of memory}": 0,
+		"ceiling.rate_limiting.degraded{}":                               0,
+		"ceiling.rate_limiting.degraded.transitions{}":                   0,
+		"ceiling.rate_limiting.deny_cache.hits{}":                        0,
+		"ceiling.rate_limiting.evicted_keys{}":                           0,
+		"ceiling.rate_limiting.backend.errors{error.type=timeout}":       0,
+		"ceiling.rate_limiting.backend.errors{error.type=overloaded}":    0,
+		"ceiling.rate_limiting.backend.errors{error.type=out of memory}": 0,
 	})
-	if _, ok := got["ceiling.backend.timeout{}"]; ok {
+	if _, ok := got["ceiling.rate_limiting.backend.timeout{}"]; ok {
 		t.Error("a timeout is exported before any limiter gave one")
 	}
 	l := ceiling.MustNew([]ceiling.Rule{{Name: "chat", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}}, ceiling.WithObserver(obs), quiet)
 	t.Cleanup(func() { l.Close() })
 	expect(t, collect(), map[string]float64{
-		"ceiling.failmode.admissions{mode=open,rule=chat}":  0,
-		"ceiling.failmode.admissions{mode=local,rule=chat}": 0,
+		"ceiling.rate_limiting.fail_mode.admissions{ceiling.rate_limiting.fail_mode=open,ceiling.rate_limiting.rule=chat}":  0,
+		"ceiling.rate_limiting.fail_mode.admissions{ceiling.rate_limiting.fail_mode=local,ceiling.rate_limiting.rule=chat}": 0,
 	})
 }
 
@@ -128,24 +128,24 @@ func TestSharedObserverAddsUp(t *testing.T) {
 	obs.ObserveCached()
 	obs.ObserveDegraded(ceiling.DegradedEvent{Degraded: true})
 	expect(t, collect(), map[string]float64{
-		"ceiling.decisions{outcome=allowed,rule=a}":                    3,
-		"ceiling.decisions{outcome=not_charged,rule=b}":                1,
-		"ceiling.decisions{outcome=shadow_rejected,rule=unconfigured}": 1,
-		"ceiling.failmode.admissions{mode=local,rule=a}":               1,
-		"ceiling.failmode.admissions{mode=open,rule=b}":                0,
-		"ceiling.backend.duration{}":                                   3,
-		"ceiling.backend.errors{kind=timeout}":                         1,
-		"ceiling.backend.errors{kind=unreachable}":                     1,
-		"ceiling.backend.timeout{}":                                    0.05,
-		"ceiling.evicted_keys{}":                                       5,
-		"ceiling.concurrency.slots_in_use{rule=a}":                     5,
-		"ceiling.concurrency.slots_in_use{rule=b}":                     0,
-		"ceiling.deny_cache.hits{}":                                    1,
-		"ceiling.degraded{}":                                           1,
-		"ceiling.degraded.transitions{}":                               1,
+		"ceiling.rate_limiting.requests{ceiling.rate_limiting.result=allowed,ceiling.rate_limiting.rule=a}":                    3,
+		"ceiling.rate_limiting.requests{ceiling.rate_limiting.result=not_charged,ceiling.rate_limiting.rule=b}":                1,
+		"ceiling.rate_limiting.requests{ceiling.rate_limiting.result=shadow_rejected,ceiling.rate_limiting.rule=unconfigured}": 1,
+		"ceiling.rate_limiting.fail_mode.admissions{ceiling.rate_limiting.fail_mode=local,ceiling.rate_limiting.rule=a}":       1,
+		"ceiling.rate_limiting.fail_mode.admissions{ceiling.rate_limiting.fail_mode=open,ceiling.rate_limiting.rule=b}":        0,
+		"ceiling.rate_limiting.backend.duration{}":                                     3,
+		"ceiling.rate_limiting.backend.errors{error.type=timeout}":                     1,
+		"ceiling.rate_limiting.backend.errors{error.type=unreachable}":                 1,
+		"ceiling.rate_limiting.backend.timeout{}":                                      0.05,
+		"ceiling.rate_limiting.evicted_keys{}":                                         5,
+		"ceiling.rate_limiting.concurrency.slots_in_use{ceiling.rate_limiting.rule=a}": 5,
+		"ceiling.rate_limiting.concurrency.slots_in_use{ceiling.rate_limiting.rule=b}": 0,
+		"ceiling.rate_limiting.deny_cache.hits{}":                                      1,
+		"ceiling.rate_limiting.degraded{}":                                             1,
+		"ceiling.rate_limiting.degraded.transitions{}":                                 1,
 	})
 	obs.ObserveDegraded(ceiling.DegradedEvent{})
-	expect(t, collect(), map[string]float64{"ceiling.degraded{}": 0, "ceiling.degraded.transitions{}": 1})
+	expect(t, collect(), map[string]float64{"ceiling.rate_limiting.degraded{}": 0, "ceiling.rate_limiting.degraded.transitions{}": 1})
 }
 
 // A decision, a fail-mode admission and an answered backend call of a

@@ -17,12 +17,16 @@ import (
 const (
 	// AttrRule is the rule that decided: on a rejection the first
 	// rejecting rule in declaration order (the one the 429 names), on a
-	// 503 the first rule failing closed, on an admission the rule with
+	// 503 the first rule failing closed (or a shed request's first
+	// enforced rule), on an admission the rule with
 	// the fewest units remaining, the nearest to refusing. Absent when no
 	// rule counted the request (every rule failed open).
 	AttrRule = attribute.Key("ceiling.rate_limiting.rule")
-	// AttrResult is "admitted", "rejected" (429) or "unavailable" (503: a
-	// rule fails closed and the backend could not decide).
+	// AttrResult is, on a span, the request's result, in the words the
+	// requests counter uses for a rule's: "allowed", "rejected" (429),
+	// "fail_closed" (503: a rule fails closed and the backend could not
+	// decide) or "shed" (503: this process was too busy to ask the
+	// backend).
 	AttrResult = attribute.Key("ceiling.rate_limiting.result")
 	// AttrFailMode is set when a fail mode decided instead of the
 	// backend: "open", "local" or "closed".
@@ -32,14 +36,19 @@ const (
 	AttrRetryAfter = attribute.Key("ceiling.rate_limiting.retry_after")
 )
 
-// ObserveRequest records a decided request on the span of ctx, the
-// request's span that otelhttp, otelgrpc or the framework started: ceiling
-// starts no span of its own for a decision, which is a moment in the
-// request, not an operation. err is the decision's error: an
-// [*ceiling.UnavailableError] when a rule failing closed refused the
-// request. When ctx has no recording span it does nothing and allocates
-// nothing.
+// ObserveRequest counts a request refused with 503 (err is an
+// [*ceiling.UnavailableError]: a rule failing closed, or a shed request),
+// which no rule's decision reports, and records the decided request on the
+// span of ctx, the request's span that otelhttp, otelgrpc or the framework
+// started: ceiling starts no span of its own for a decision, which is a
+// moment in the request, not an operation. When err is nil and ctx has no
+// recording span it does nothing and allocates nothing.
 func (o *Observer) ObserveRequest(ctx context.Context, d *ceiling.Decision, err error) {
+	if err != nil {
+		if rule, i, ok := refusal(err); ok {
+			o.requests.Add(context.Background(), 1, o.rule(rule).result[i]...)
+		}
+	}
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -54,8 +63,15 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 	var ue *ceiling.UnavailableError
 	switch {
 	case errors.As(err, &ue):
-		kv[0], kv[1], kv[2] = AttrRule.String(ue.Rule), AttrResult.String("unavailable"), AttrFailMode.String(ceiling.FailClosed.String())
-		n = 3
+		kv[0], kv[1] = AttrRule.String(ue.Rule), AttrResult.String(results[resultFailClosed])
+		n = 2
+		if shed(ue) {
+			// No fail mode decided: the process was too busy to ask.
+			kv[1] = AttrResult.String(results[resultShed])
+		} else {
+			kv[n] = AttrFailMode.String(ceiling.FailClosed.String())
+			n++
+		}
 		if s, ok := retrySeconds(ue.RetryAfter); ok {
 			kv[n] = AttrRetryAfter.Int64(s)
 			n++
@@ -63,7 +79,7 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 	case err != nil || d == nil:
 		return // not a decision: a bad input or limit, answered 400 or 500
 	case !d.Allowed:
-		kv[1] = AttrResult.String("rejected")
+		kv[1] = AttrResult.String(results[ceiling.OutcomeRejected])
 		n = 2
 		rr, retry := refused(d)
 		if rr != nil {
@@ -78,7 +94,7 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 			n++
 		}
 	default:
-		kv[1] = AttrResult.String("admitted")
+		kv[1] = AttrResult.String(results[ceiling.OutcomeAllowed])
 		n = 2
 		rr := nearest(d)
 		if rr != nil {
@@ -94,6 +110,27 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 		n--
 	}
 	span.SetAttributes(kv[:n]...)
+}
+
+// refusal is the rule and the requests counter's result (resultFailClosed
+// or resultShed) of a request refused with 503; false for any other error
+// (a bad input or limit, answered 400 or 500: not a decision).
+func refusal(err error) (string, int, bool) {
+	var ue *ceiling.UnavailableError
+	if !errors.As(err, &ue) {
+		return "", 0, false
+	}
+	if shed(ue) {
+		return ue.Rule, resultShed, true
+	}
+	return ue.Rule, resultFailClosed, true
+}
+
+// shed reports a 503 of a request whose backend call this process was too
+// busy to send or to read ([backend.ErrNotSent], [backend.ErrUnread]),
+// which ceiling refuses whatever the fail modes.
+func shed(ue *ceiling.UnavailableError) bool {
+	return errors.Is(ue.Err, backend.ErrNotSent) || errors.Is(ue.Err, backend.ErrUnread)
 }
 
 // refused is what the 429 says of a rejection: the first rejecting rule

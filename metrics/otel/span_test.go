@@ -112,11 +112,11 @@ func TestDecisionIsRecordedOnTheRequestsSpan(t *testing.T) {
 	}
 	want := [][]string{
 		// chat:day has 1 left, chat:minute 2: the day is nearest.
-		{"ceiling.rate_limiting.result=admitted", "ceiling.rate_limiting.rule=chat:day"},
-		{"ceiling.rate_limiting.result=admitted", "ceiling.rate_limiting.rule=chat:day"},
+		{"ceiling.rate_limiting.result=allowed", "ceiling.rate_limiting.rule=chat:day"},
+		{"ceiling.rate_limiting.result=allowed", "ceiling.rate_limiting.rule=chat:day"},
 		{"ceiling.rate_limiting.result=rejected", "ceiling.rate_limiting.retry_after=" + retryAfter[2], "ceiling.rate_limiting.rule=chat:day"},
 		// Nothing counted it: no rule decided.
-		{"ceiling.rate_limiting.fail_mode=open", "ceiling.rate_limiting.result=admitted"},
+		{"ceiling.rate_limiting.fail_mode=open", "ceiling.rate_limiting.result=allowed"},
 	}
 	for i, s := range spans {
 		if got := attrs(s); !slices.Equal(got, want[i]) {
@@ -128,7 +128,7 @@ func TestDecisionIsRecordedOnTheRequestsSpan(t *testing.T) {
 	}
 }
 
-// A request refused failing closed is "unavailable", the rule failing
+// A request refused failing closed is "fail_closed", the rule failing
 // closed is named, and its Retry-After is the 503's.
 func TestFailClosedIsRecordedOnTheSpan(t *testing.T) {
 	be := &breakable{store: memory.New()}
@@ -144,8 +144,29 @@ func TestFailClosedIsRecordedOnTheSpan(t *testing.T) {
 	if w.Code != 503 {
 		t.Fatalf("status %d, want 503", w.Code)
 	}
-	want := []string{"ceiling.rate_limiting.fail_mode=closed", "ceiling.rate_limiting.result=unavailable",
+	want := []string{"ceiling.rate_limiting.fail_mode=closed", "ceiling.rate_limiting.result=fail_closed",
 		"ceiling.rate_limiting.retry_after=" + w.Header().Get("Retry-After"), "ceiling.rate_limiting.rule=otp:to"}
+	if got := attrs(rec.Ended()[0]); !slices.Equal(got, want) {
+		t.Errorf("span attributes %q, want %q", got, want)
+	}
+}
+
+// A request shed because this process could not send its call is "shed",
+// not a fail mode's doing: no fail_mode attribute, though its rule fails
+// open.
+func TestShedIsRecordedOnTheSpan(t *testing.T) {
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "chat", Key: ceiling.Static("s"), Limit: 3, Period: time.Hour, FailMode: ceiling.FailOpen},
+	}, ceiling.WithBackend(notSent{}), ceiling.WithObserver(newObserver(t)), quiet)
+	t.Cleanup(func() { l.Close() })
+	h, rec := traced(t, l.Handler(ok))
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest("POST", "/chat", nil))
+	if w.Code != 503 {
+		t.Fatalf("status %d, want 503", w.Code)
+	}
+	want := []string{"ceiling.rate_limiting.result=shed",
+		"ceiling.rate_limiting.retry_after=" + w.Header().Get("Retry-After"), "ceiling.rate_limiting.rule=chat"}
 	if got := attrs(rec.Ended()[0]); !slices.Equal(got, want) {
 		t.Errorf("span attributes %q, want %q", got, want)
 	}
@@ -201,7 +222,7 @@ func TestNoRecordingSpanCostsNoAllocation(t *testing.T) {
 	ctx, live := on.Tracer("test").Start(context.Background(), "live")
 	obs.ObserveRequest(ctx, &d, nil)
 	live.End()
-	if got := rec.Ended()[0].Attributes(); !slices.Contains(got, attribute.String("ceiling.rate_limiting.result", "admitted")) {
+	if got := rec.Ended()[0].Attributes(); !slices.Contains(got, attribute.String("ceiling.rate_limiting.result", "allowed")) {
 		t.Errorf("recording span got %v", got)
 	}
 }

@@ -23,7 +23,7 @@ func ExampleNew() {
 
 	mfs, _ := reg.Gather()
 	for _, mf := range mfs {
-		if mf.GetName() != "ceiling_decisions_total" {
+		if mf.GetName() != "ceiling_rate_limiting_requests_total" {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
@@ -35,6 +35,6 @@ func ExampleNew() {
 		}
 	}
 	// Output:
-	// ceiling_decisions_total limiter=api outcome=allowed rule=ip  1
-	// ceiling_decisions_total limiter=api outcome=rejected rule=ip  1
+	// ceiling_rate_limiting_requests_total ceiling_rate_limiting_result=allowed ceiling_rate_limiting_rule=ip limiter=api  1
+	// ceiling_rate_limiting_requests_total ceiling_rate_limiting_result=rejected ceiling_rate_limiting_rule=ip limiter=api  1
 }

@@ -5,37 +5,46 @@
 //	prometheus.MustRegister(obs)
 //	limiter := ceiling.MustNew(rules, ceiling.WithObserver(obs), ...)
 //
-// The metrics, with the default namespace "ceiling":
+// The metrics (rule, result and fail_mode stand for the labels
+// ceiling_rate_limiting_rule, ceiling_rate_limiting_result and
+// ceiling_rate_limiting_fail_mode):
 //
-//	ceiling_decisions_total{rule, outcome="allowed|rejected|shadow_rejected|not_charged"}
-//	ceiling_backend_duration_seconds              histogram of backend calls
-//	ceiling_backend_errors_total{kind="unreachable|timeout|auth|read-only|out of memory|error"}
-//	ceiling_backend_timeout_seconds               the limiter's backend timeout (remote backends)
-//	ceiling_deny_cache_hits_total                 decisions the Redis deny cache answered in process
-//	ceiling_evicted_keys_total                    keys an in-process store evicted holding spent units
-//	ceiling_degraded                              1 while the breaker is open
-//	ceiling_degraded_transitions_total            healthy → degraded transitions
-//	ceiling_failmode_admissions_total{rule, mode="open|local"}
+//	ceiling_rate_limiting_requests_total{rule, result="allowed|rejected|shadow_rejected|not_charged|fail_closed|shed"}
+//	ceiling_rate_limiting_backend_duration_seconds      histogram of backend calls
+//	ceiling_rate_limiting_backend_errors_total{error_type="overloaded|unreachable|timeout|auth|read-only|out of memory|error"}
+//	ceiling_rate_limiting_backend_timeout_seconds       the limiter's backend timeout (remote backends)
+//	ceiling_rate_limiting_deny_cache_hits_total         decisions the Redis deny cache answered in process
+//	ceiling_rate_limiting_evicted_keys_total            keys an in-process store evicted holding spent units
+//	ceiling_rate_limiting_concurrency_slots_in_use{rule} units of Concurrency rules held now
+//	ceiling_rate_limiting_degraded                      1 while the breaker is open
+//	ceiling_rate_limiting_degraded_transitions_total    healthy → degraded transitions
+//	ceiling_rate_limiting_fail_mode_admissions_total{rule, fail_mode="open|local"}
 //
-// Alert on ceiling_degraded == 1 and on any increase of
-// ceiling_failmode_admissions_total: both mean limits are enforced less
-// than configured. The module ships these alerts as a Prometheus rule file,
-// alerts.yml, and a Grafana dashboard, dashboard.json; its README is their
-// runbook.
+// They are the names and labels that the OpenTelemetry Prometheus exporter
+// gives package ceilingotel's instruments (ceiling.rate_limiting.requests
+// by ceiling.rate_limiting.rule and ceiling.rate_limiting.result, and so
+// on), so that one rule file and one dashboard serve either exporter.
+//
+// Alert on ceiling_rate_limiting_degraded == 1 and on any increase of
+// ceiling_rate_limiting_fail_mode_admissions_total: both mean limits are
+// enforced less than configured. The module ships these alerts as a
+// Prometheus rule file, alerts.yml, and a Grafana dashboard,
+// dashboard.json; its README is their runbook.
 package ceilingprom
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/ceiling-go/ceiling"
+	"github.com/ceiling-go/ceiling/backend"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Options configure an [Observer]. The zero value is ready to use.
 type Options struct {
-	// Namespace prefixes every metric name; empty means "ceiling".
-	Namespace string
 	// ConstLabels are added to every metric, for example
 	// {"limiter": "api"} when one process runs several limiters.
 	ConstLabels prometheus.Labels
@@ -54,9 +63,9 @@ var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .02
 // [New]; it is safe for simultaneous use by multiple goroutines and may be
 // shared by several limiters (their counts add up).
 type Observer struct {
-	ceiling.NopObserver // what it does not count (ObserveRequest)
+	ceiling.NopObserver // what it does not count (ObserveLimit)
 
-	decisions   *prometheus.CounterVec
+	requests    *prometheus.CounterVec
 	duration    prometheus.Histogram
 	errors      *prometheus.CounterVec
 	degraded    prometheus.Gauge
@@ -78,6 +87,15 @@ type Observer struct {
 	health     []func() ceiling.Health
 }
 
+// The labels: ceilingotel's attributes as the OpenTelemetry Prometheus
+// exporter names them (dots become underscores).
+const (
+	labelRule      = "ceiling_rate_limiting_rule"
+	labelResult    = "ceiling_rate_limiting_result"
+	labelFailMode  = "ceiling_rate_limiting_fail_mode"
+	labelErrorType = "error_type"
+)
+
 var (
 	_ ceiling.Observer     = (*Observer)(nil)
 	_ prometheus.Collector = (*Observer)(nil)
@@ -85,19 +103,16 @@ var (
 
 // New returns an Observer; register it with a prometheus.Registerer.
 func New(o Options) *Observer {
-	ns := o.Namespace
-	if ns == "" {
-		ns = "ceiling"
-	}
+	const ns = "ceiling_rate_limiting"
 	buckets := o.Buckets
 	if buckets == nil {
 		buckets = DefaultBuckets
 	}
 	obs := &Observer{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "decisions_total", ConstLabels: o.ConstLabels,
-			Help: "Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.",
-		}, []string{"rule", "outcome"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "requests_total", ConstLabels: o.ConstLabels,
+			Help: "Requests each rule decided, by result: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).",
+		}, []string{labelRule, labelResult}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Name: "backend_duration_seconds", ConstLabels: o.ConstLabels, Buckets: buckets,
 			Help: "Latency of backend decision calls, answered or failed; calls skipped by the open circuit breaker and deny-cache answers are not counted.",
@@ -105,7 +120,7 @@ func New(o Options) *Observer {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "backend_errors_total", ConstLabels: o.ConstLabels,
 			Help: "Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.",
-		}, []string{"kind"}),
+		}, []string{labelErrorType}),
 		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "degraded", ConstLabels: o.ConstLabels,
 			Help: "1 while the backend is not called (circuit breaker open) and fail modes decide, else 0.",
@@ -115,9 +130,9 @@ func New(o Options) *Observer {
 			Help: "Transitions from healthy to degraded.",
 		}),
 		failmode: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Name: "failmode_admissions_total", ConstLabels: o.ConstLabels,
+			Namespace: ns, Name: "fail_mode_admissions_total", ConstLabels: o.ConstLabels,
 			Help: "Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).",
-		}, []string{"rule", "mode"}),
+		}, []string{labelRule, labelFailMode}),
 		timeout: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "backend_timeout_seconds", ConstLabels: o.ConstLabels,
 			Help: "The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.",
@@ -131,7 +146,7 @@ func New(o Options) *Observer {
 			nil, o.ConstLabels),
 		slots: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "concurrency_slots_in_use"),
 			"Units of a Concurrency rule's limit this process holds now, for requests it admitted that have not ended (ceiling.RuleHealth.SlotsInUse); 0 for rate rules.",
-			[]string{"rule"}, o.ConstLabels),
+			[]string{labelRule}, o.ConstLabels),
 	}
 	// Every series an alert watches exists from the start, at zero, so
 	// that its first increase is one that increase() and rate() can see.
@@ -166,7 +181,25 @@ func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health f
 
 // ObserveDecision counts one rule's decision.
 func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
-	o.decisions.WithLabelValues(rule, outcome.String()).Inc()
+	o.requests.WithLabelValues(rule, outcome.String()).Inc()
+}
+
+// ObserveRequest counts a request refused with 503, which no rule's
+// decision reports: err is an [*ceiling.UnavailableError], counted on its
+// rule as fail_closed (the rule fails closed and the backend could not
+// decide) or shed (this process was too busy to send the call or read its
+// reply, [backend.ErrNotSent] or [backend.ErrUnread]). Any other request
+// was counted by ObserveDecision.
+func (o *Observer) ObserveRequest(_ context.Context, _ *ceiling.Decision, err error) {
+	var ue *ceiling.UnavailableError
+	if err == nil || !errors.As(err, &ue) {
+		return
+	}
+	result := "fail_closed"
+	if errors.Is(ue.Err, backend.ErrNotSent) || errors.Is(ue.Err, backend.ErrUnread) {
+		result = "shed"
+	}
+	o.requests.WithLabelValues(ue.Rule, result).Inc()
 }
 
 // ObserveBackend records a backend call's latency and, if it failed, its
@@ -201,7 +234,7 @@ func (o *Observer) ObserveFailMode(rule string, mode ceiling.FailMode) {
 
 // Describe sends the metrics' descriptions.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
-	o.decisions.Describe(ch)
+	o.requests.Describe(ch)
 	o.duration.Describe(ch)
 	o.errors.Describe(ch)
 	o.degraded.Describe(ch)
@@ -215,7 +248,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect sends the metrics' current values.
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
-	o.decisions.Collect(ch)
+	o.requests.Collect(ch)
 	o.duration.Collect(ch)
 	o.errors.Collect(ch)
 	o.degraded.Collect(ch)

@@ -47,20 +47,20 @@ func TestDecisionsByRuleAndOutcome(t *testing.T) {
 		t.Fatalf("statuses = %v, want %v", got, want)
 	}
 	want := `
-# HELP ceiling_decisions_total Rule decisions by outcome: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), or not_charged (the rule had room but another rule rejected the request). A rule's outcomes sum to the requests it decided.
-# TYPE ceiling_decisions_total counter
-ceiling_decisions_total{outcome="allowed",rule="day"} 3
-ceiling_decisions_total{outcome="allowed",rule="ip"} 3
-ceiling_decisions_total{outcome="allowed",rule="new"} 1
-ceiling_decisions_total{outcome="not_charged",rule="day"} 1
-ceiling_decisions_total{outcome="rejected",rule="ip"} 1
-ceiling_decisions_total{outcome="shadow_rejected",rule="new"} 3
+# HELP ceiling_rate_limiting_requests_total Requests each rule decided, by result: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).
+# TYPE ceiling_rate_limiting_requests_total counter
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="day"} 3
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="ip"} 3
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="new"} 1
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="not_charged",ceiling_rate_limiting_rule="day"} 1
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="rejected",ceiling_rate_limiting_rule="ip"} 1
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="shadow_rejected",ceiling_rate_limiting_rule="new"} 3
 `
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_decisions_total"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_rate_limiting_requests_total"); err != nil {
 		t.Error(err)
 	}
 	// The memory store is in process: its calls are timed too, never failed.
-	if got, want := testutil.CollectAndCount(obs, "ceiling_backend_duration_seconds"), 1; got != want {
+	if got, want := testutil.CollectAndCount(obs, "ceiling_rate_limiting_backend_duration_seconds"), 1; got != want {
 		t.Errorf("histogram series = %d, want %d", got, want)
 	}
 }
@@ -127,38 +127,38 @@ func TestDegradationErrorsAndFailModeAdmissions(t *testing.T) {
 	get(h)
 	get(h)
 	degraded := `
-# HELP ceiling_degraded 1 while the backend is not called (circuit breaker open) and fail modes decide, else 0.
-# TYPE ceiling_degraded gauge
-ceiling_degraded{limiter="api"} 1
+# HELP ceiling_rate_limiting_degraded 1 while the backend is not called (circuit breaker open) and fail modes decide, else 0.
+# TYPE ceiling_rate_limiting_degraded gauge
+ceiling_rate_limiting_degraded{limiter="api"} 1
 `
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(degraded), "ceiling_degraded"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(degraded), "ceiling_rate_limiting_degraded"); err != nil {
 		t.Error(err)
 	}
 	for range 5 { // the breaker is open: no backend calls
 		get(h)
 	}
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
-# TYPE ceiling_backend_errors_total counter
-ceiling_backend_errors_total{kind="auth",limiter="api"} 0
-ceiling_backend_errors_total{kind="error",limiter="api"} 0
-ceiling_backend_errors_total{kind="out of memory",limiter="api"} 0
-ceiling_backend_errors_total{kind="overloaded",limiter="api"} 0
-ceiling_backend_errors_total{kind="read-only",limiter="api"} 0
-ceiling_backend_errors_total{kind="timeout",limiter="api"} 1
-ceiling_backend_errors_total{kind="unreachable",limiter="api"} 2
-# HELP ceiling_failmode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
-# TYPE ceiling_failmode_admissions_total counter
-ceiling_failmode_admissions_total{limiter="api",mode="local",rule="chat"} 0
-ceiling_failmode_admissions_total{limiter="api",mode="local",rule="shop"} 8
-ceiling_failmode_admissions_total{limiter="api",mode="open",rule="chat"} 8
-ceiling_failmode_admissions_total{limiter="api",mode="open",rule="shop"} 0
-# HELP ceiling_degraded_transitions_total Transitions from healthy to degraded.
-# TYPE ceiling_degraded_transitions_total counter
-ceiling_degraded_transitions_total{limiter="api"} 1
+# HELP ceiling_rate_limiting_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
+# TYPE ceiling_rate_limiting_backend_errors_total counter
+ceiling_rate_limiting_backend_errors_total{error_type="auth",limiter="api"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="error",limiter="api"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="out of memory",limiter="api"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="overloaded",limiter="api"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="read-only",limiter="api"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="timeout",limiter="api"} 1
+ceiling_rate_limiting_backend_errors_total{error_type="unreachable",limiter="api"} 2
+# HELP ceiling_rate_limiting_fail_mode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
+# TYPE ceiling_rate_limiting_fail_mode_admissions_total counter
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="local",ceiling_rate_limiting_rule="chat",limiter="api"} 0
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="local",ceiling_rate_limiting_rule="shop",limiter="api"} 8
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="open",ceiling_rate_limiting_rule="chat",limiter="api"} 8
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="open",ceiling_rate_limiting_rule="shop",limiter="api"} 0
+# HELP ceiling_rate_limiting_degraded_transitions_total Transitions from healthy to degraded.
+# TYPE ceiling_rate_limiting_degraded_transitions_total counter
+ceiling_rate_limiting_degraded_transitions_total{limiter="api"} 1
 `
 	if err := testutil.CollectAndCompare(obs, strings.NewReader(want),
-		"ceiling_backend_errors_total", "ceiling_failmode_admissions_total", "ceiling_degraded_transitions_total"); err != nil {
+		"ceiling_rate_limiting_backend_errors_total", "ceiling_rate_limiting_fail_mode_admissions_total", "ceiling_rate_limiting_degraded_transitions_total"); err != nil {
 		t.Error(err)
 	}
 	// Four calls were made (one answered, three failed), none while open.
@@ -186,17 +186,17 @@ func TestBackendErrorsByKind(t *testing.T) {
 		obs.ObserveBackend(time.Millisecond, err)
 	}
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
-# TYPE ceiling_backend_errors_total counter
-ceiling_backend_errors_total{kind="auth"} 1
-ceiling_backend_errors_total{kind="error"} 1
-ceiling_backend_errors_total{kind="out of memory"} 2
-ceiling_backend_errors_total{kind="overloaded"} 0
-ceiling_backend_errors_total{kind="read-only"} 1
-ceiling_backend_errors_total{kind="timeout"} 1
-ceiling_backend_errors_total{kind="unreachable"} 2
+# HELP ceiling_rate_limiting_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
+# TYPE ceiling_rate_limiting_backend_errors_total counter
+ceiling_rate_limiting_backend_errors_total{error_type="auth"} 1
+ceiling_rate_limiting_backend_errors_total{error_type="error"} 1
+ceiling_rate_limiting_backend_errors_total{error_type="out of memory"} 2
+ceiling_rate_limiting_backend_errors_total{error_type="overloaded"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="read-only"} 1
+ceiling_rate_limiting_backend_errors_total{error_type="timeout"} 1
+ceiling_rate_limiting_backend_errors_total{error_type="unreachable"} 2
 `
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_backend_errors_total"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_rate_limiting_backend_errors_total"); err != nil {
 		t.Error(err)
 	}
 }
@@ -213,24 +213,24 @@ func TestAlertedSeriesStartAtZero(t *testing.T) {
 		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	want := `
-# HELP ceiling_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
-# TYPE ceiling_backend_errors_total counter
-ceiling_backend_errors_total{kind="auth"} 0
-ceiling_backend_errors_total{kind="error"} 0
-ceiling_backend_errors_total{kind="out of memory"} 0
-ceiling_backend_errors_total{kind="overloaded"} 0
-ceiling_backend_errors_total{kind="read-only"} 0
-ceiling_backend_errors_total{kind="timeout"} 0
-ceiling_backend_errors_total{kind="unreachable"} 0
-# HELP ceiling_backend_timeout_seconds The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.
-# TYPE ceiling_backend_timeout_seconds gauge
-ceiling_backend_timeout_seconds 0.25
-# HELP ceiling_failmode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
-# TYPE ceiling_failmode_admissions_total counter
-ceiling_failmode_admissions_total{mode="local",rule="chat"} 0
-ceiling_failmode_admissions_total{mode="open",rule="chat"} 0
+# HELP ceiling_rate_limiting_backend_errors_total Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.
+# TYPE ceiling_rate_limiting_backend_errors_total counter
+ceiling_rate_limiting_backend_errors_total{error_type="auth"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="error"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="out of memory"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="overloaded"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="read-only"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="timeout"} 0
+ceiling_rate_limiting_backend_errors_total{error_type="unreachable"} 0
+# HELP ceiling_rate_limiting_backend_timeout_seconds The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.
+# TYPE ceiling_rate_limiting_backend_timeout_seconds gauge
+ceiling_rate_limiting_backend_timeout_seconds 0.25
+# HELP ceiling_rate_limiting_fail_mode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
+# TYPE ceiling_rate_limiting_fail_mode_admissions_total counter
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="local",ceiling_rate_limiting_rule="chat"} 0
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="open",ceiling_rate_limiting_rule="chat"} 0
 `
-	names := []string{"ceiling_backend_errors_total", "ceiling_backend_timeout_seconds", "ceiling_failmode_admissions_total"}
+	names := []string{"ceiling_rate_limiting_backend_errors_total", "ceiling_rate_limiting_backend_timeout_seconds", "ceiling_rate_limiting_fail_mode_admissions_total"}
 	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
@@ -241,11 +241,11 @@ ceiling_failmode_admissions_total{mode="open",rule="chat"} 0
 		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	defer l2.Close()
 	shorter := `
-# HELP ceiling_backend_timeout_seconds The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.
-# TYPE ceiling_backend_timeout_seconds gauge
-ceiling_backend_timeout_seconds 0.05
+# HELP ceiling_rate_limiting_backend_timeout_seconds The backend call timeout (ceiling.WithTimeout) of the limiters observed, the smallest if several; absent for in-process backends, which are never timed out.
+# TYPE ceiling_rate_limiting_backend_timeout_seconds gauge
+ceiling_rate_limiting_backend_timeout_seconds 0.05
 `
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(shorter), "ceiling_backend_timeout_seconds"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(shorter), "ceiling_rate_limiting_backend_timeout_seconds"); err != nil {
 		t.Error(err)
 	}
 
@@ -253,7 +253,7 @@ ceiling_backend_timeout_seconds 0.05
 	l3 := ceiling.MustNew([]ceiling.Rule{{Name: "ip", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}},
 		ceiling.WithObserver(inproc), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	defer l3.Close()
-	if got := testutil.CollectAndCount(inproc, "ceiling_backend_timeout_seconds"); got != 0 {
+	if got := testutil.CollectAndCount(inproc, "ceiling_rate_limiting_backend_timeout_seconds"); got != 0 {
 		t.Errorf("an in-process limiter exports %d timeout series, want none", got)
 	}
 }
@@ -276,11 +276,11 @@ func TestDenyCacheHits(t *testing.T) {
 	}
 	get(h)
 	want := `
-# HELP ceiling_deny_cache_hits_total Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.
-# TYPE ceiling_deny_cache_hits_total counter
-ceiling_deny_cache_hits_total 2
+# HELP ceiling_rate_limiting_deny_cache_hits_total Decisions answered in process by the backend's deny cache (keys known to be over their limit), without a backend call; not counted as backend calls.
+# TYPE ceiling_rate_limiting_deny_cache_hits_total counter
+ceiling_rate_limiting_deny_cache_hits_total 2
 `
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_deny_cache_hits_total"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), "ceiling_rate_limiting_deny_cache_hits_total"); err != nil {
 		t.Error(err)
 	}
 	if got := histogramCount(t, obs); got != 1 {
@@ -331,11 +331,11 @@ func histogramCount(t *testing.T, obs *ceilingprom.Observer) uint64 {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "ceiling_backend_duration_seconds" {
+		if mf.GetName() == "ceiling_rate_limiting_backend_duration_seconds" {
 			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
 		}
 	}
-	t.Fatal("no ceiling_backend_duration_seconds")
+	t.Fatal("no ceiling_rate_limiting_backend_duration_seconds")
 	return 0
 }
 
@@ -362,12 +362,12 @@ func TestEvictedKeys(t *testing.T) {
 	defer l.Close()
 	want := func(n uint64) string {
 		return fmt.Sprintf(`
-# HELP ceiling_evicted_keys_total Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back.
-# TYPE ceiling_evicted_keys_total counter
-ceiling_evicted_keys_total %d
+# HELP ceiling_rate_limiting_evicted_keys_total Keys an in-process store (the memory backend, FailLocal's store) evicted while they held spent units, to stay under its key bound: each gave a caller quota back.
+# TYPE ceiling_rate_limiting_evicted_keys_total counter
+ceiling_rate_limiting_evicted_keys_total %d
 `, n)
 	}
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(0)), "ceiling_evicted_keys_total"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(0)), "ceiling_rate_limiting_evicted_keys_total"); err != nil {
 		t.Error(err)
 	}
 	for i := range 1000 {
@@ -379,7 +379,7 @@ ceiling_evicted_keys_total %d
 	if n == 0 {
 		t.Fatal("the flood evicted nothing")
 	}
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(n)), "ceiling_evicted_keys_total"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(n)), "ceiling_rate_limiting_evicted_keys_total"); err != nil {
 		t.Error(err)
 	}
 }
@@ -401,10 +401,10 @@ func TestConcurrencySlotsInUse(t *testing.T) {
 	}
 	want := func(jobs int) string {
 		return fmt.Sprintf(`
-# HELP ceiling_concurrency_slots_in_use Units of a Concurrency rule's limit this process holds now, for requests it admitted that have not ended (ceiling.RuleHealth.SlotsInUse); 0 for rate rules.
-# TYPE ceiling_concurrency_slots_in_use gauge
-ceiling_concurrency_slots_in_use{rule="calls"} 0
-ceiling_concurrency_slots_in_use{rule="jobs"} %d
+# HELP ceiling_rate_limiting_concurrency_slots_in_use Units of a Concurrency rule's limit this process holds now, for requests it admitted that have not ended (ceiling.RuleHealth.SlotsInUse); 0 for rate rules.
+# TYPE ceiling_rate_limiting_concurrency_slots_in_use gauge
+ceiling_rate_limiting_concurrency_slots_in_use{ceiling_rate_limiting_rule="calls"} 0
+ceiling_rate_limiting_concurrency_slots_in_use{ceiling_rate_limiting_rule="jobs"} %d
 `, jobs)
 	}
 	var ds []ceiling.Decision
@@ -415,13 +415,13 @@ ceiling_concurrency_slots_in_use{rule="jobs"} %d
 		}
 		ds = append(ds, d)
 	}
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(3)), "ceiling_concurrency_slots_in_use"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(3)), "ceiling_rate_limiting_concurrency_slots_in_use"); err != nil {
 		t.Error(err)
 	}
 	for _, d := range ds {
 		d.Release()
 	}
-	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(0)), "ceiling_concurrency_slots_in_use"); err != nil {
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(0)), "ceiling_rate_limiting_concurrency_slots_in_use"); err != nil {
 		t.Error(err)
 	}
 }

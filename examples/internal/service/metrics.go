@@ -12,8 +12,8 @@ import (
 // Metrics returns the observer to pass to ceiling.WithObserver and the
 // GET /metrics handler that exposes it, with the Go runtime and process
 // metrics, on a registry of its own (so that tests can run several services
-// in one process). Alert on ceiling_degraded == 1 and on any increase of
-// ceiling_failmode_admissions_total.
+// in one process). Alert on ceiling_rate_limiting_degraded == 1 and on any increase of
+// ceiling_rate_limiting_fail_mode_admissions_total.
 func Metrics() (*ceilingprom.Observer, http.Handler) {
 	reg := prometheus.NewRegistry()
 	obs := ceilingprom.New(ceilingprom.Options{})

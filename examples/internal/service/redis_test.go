@@ -69,7 +69,7 @@ func limitThree(t *testing.T, url string) {
 		if checkErr = limiter.Check(ctx); checkErr == nil {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the Redis client finding the new master after a failover
 	}
 	if checkErr != nil {
 		t.Fatalf("%s: Check: %v\n%s", url, checkErr, logs.String())

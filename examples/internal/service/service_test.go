@@ -190,7 +190,7 @@ func TestServeFinishesRequestsInFlight(t *testing.T) {
 		if m := regexp.MustCompile(`msg=listening addr=(\S+) admin=`).FindStringSubmatch(logs.String()); m != nil {
 			addr = m[1]
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // polling the log until the real listener is up
 	}
 	if addr == "" {
 		t.Fatalf("no listening line:\n%s", logs.String())

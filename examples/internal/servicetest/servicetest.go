@@ -318,7 +318,7 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 // traffic, which is nobody's business but the operator's.
 func AdminOnly(t testing.TB, p *Process) {
 	t.Helper()
-	for path, want := range map[string]string{"/healthz": `"status":`, "/metrics": "ceiling_degraded "} {
+	for path, want := range map[string]string{"/healthz": `"status":`, "/metrics": "ceiling_rate_limiting_degraded "} {
 		if resp, err := Get(http.DefaultClient, p.URL+path); err != nil || resp.Status != http.StatusNotFound {
 			t.Errorf("public %s: %d %v, want 404", path, resp.Status, err)
 		}

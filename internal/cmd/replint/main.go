@@ -1,5 +1,6 @@
 // Command replint checks the repository rather than the library: that no
-// build output is tracked, that the docs name only what package ceiling
+// build output is tracked, that the root module neither requires nor
+// builds a framework, that the docs name only what package ceiling
 // exports and close the limiters their snippets build, and that the root
 // package stays within its budget of exported names. .ci/run runs it from
 // the repository's root; it prints each problem and exits 1 if any.
@@ -7,6 +8,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -32,6 +34,7 @@ func fail(format string, args ...any) {
 func main() {
 	api, n := exportedNames()
 	noBuildOutput()
+	noFrameworkInCore()
 	keysSummary(api)
 	snippetsClose()
 	if len(problems) > 0 {
@@ -41,6 +44,57 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("replint: ok (%d exported names in package ceiling, budget %d)\n", n, maxRootNames)
+}
+
+// frameworkPrefixes are the import paths that live only in nested modules
+// (adapters/echo, adapters/gin, metrics/prometheus): a net/http user of the
+// core never downloads them.
+var frameworkPrefixes = []string{"github.com/labstack/echo", "github.com/gin-gonic/gin", "github.com/prometheus/"}
+
+func isFramework(path string) bool {
+	for _, f := range frameworkPrefixes {
+		if strings.HasPrefix(path, f) {
+			return true
+		}
+	}
+	return false
+}
+
+// noFrameworkInCore: the root module, as a user who requires it sees it
+// (no go.work), requires no framework, and neither the core, the backends
+// nor their tests import one or an adapter.
+func noFrameworkInCore() {
+	goCmd := func(args ...string) []byte {
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		out, err := cmd.Output()
+		if err != nil {
+			fail("go %s: %v", strings.Join(args, " "), err)
+		}
+		return out
+	}
+	var mod struct{ Require []struct{ Path string } }
+	if err := json.Unmarshal(goCmd("mod", "edit", "-json"), &mod); err != nil {
+		fail("go mod edit -json: %v", err)
+	}
+	for _, r := range mod.Require {
+		if isFramework(r.Path) {
+			fail("the root go.mod requires %s; only the nested modules may", r.Path)
+		}
+	}
+	deps := strings.Fields(string(goCmd("list", "-deps", "-test", "-f", "{{.ImportPath}}", "./...")))
+	// The listing must be the real one, or an empty list would pass.
+	for _, want := range []string{"github.com/ceiling-go/ceiling", "github.com/ceiling-go/ceiling/backend/memory", "github.com/ceiling-go/ceiling/backend/redis", "net/http"} {
+		if !slices.Contains(deps, want) {
+			fail("go list -deps of the root module lacks %s; got %d packages", want, len(deps))
+			return
+		}
+	}
+	for _, p := range deps {
+		if isFramework(p) || strings.HasPrefix(p, "github.com/ceiling-go/ceiling/adapters/") {
+			fail("the root module's build includes %s: frameworks and adapters belong in nested modules", p)
+		}
+	}
 }
 
 // noBuildOutput: the repository holds source, not build outputs (a 12.8 MB

@@ -114,8 +114,8 @@ func TestAlertsFireOnAnOutageAndNotWhenHealthy(t *testing.T) {
 		want := map[string][]string{
 			"CeilingDegraded":                  {who},
 			"CeilingDegradedFlapping":          {who},
-			"CeilingFailOpenAdmissions":        {who + ` mode=open rule=chat`},
-			"CeilingFailLocalAdmissions":       {who + ` mode=local rule=shop`},
+			"CeilingFailOpenAdmissions":        {`ceiling_rate_limiting_fail_mode=open ceiling_rate_limiting_rule=chat ` + who},
+			"CeilingFailLocalAdmissions":       {`ceiling_rate_limiting_fail_mode=local ceiling_rate_limiting_rule=shop ` + who},
 			"CeilingBackendErrors":             {who},
 			"CeilingBackendLatencyNearTimeout": {who},
 			"CeilingEvictionsGiveBackQuota":    {who},
@@ -176,15 +176,15 @@ func loadAlertsNames(a, b map[string][]string) map[string]bool {
 // The name check catches a misspelt metric and an expression that does
 // not parse, so the shipped files pass it for a reason.
 func TestNameCheckCatchesRenamedMetrics(t *testing.T) {
-	exported := map[string]bool{"ceiling_degraded": true, "ceiling_backend_duration_seconds_bucket": true}
-	missing, err := missingNames(`increase(ceiling_failmode_admision_total{mode="open"}[5m]) > 0 or {__name__="ceiling_degraded_total"} or ceiling_degraded`, exported)
+	exported := map[string]bool{"ceiling_rate_limiting_degraded": true, "ceiling_rate_limiting_backend_duration_seconds_bucket": true}
+	missing, err := missingNames(`increase(ceiling_rate_limiting_failmode_admissions_total{ceiling_rate_limiting_fail_mode="open"}[5m]) > 0 or {__name__="ceiling_rate_limiting_degraded_total"} or ceiling_rate_limiting_degraded`, exported)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"ceiling_failmode_admision_total", "ceiling_degraded_total"}; !slices.Equal(missing, want) {
+	if want := []string{"ceiling_rate_limiting_failmode_admissions_total", "ceiling_rate_limiting_degraded_total"}; !slices.Equal(missing, want) {
 		t.Errorf("missing = %v, want %v", missing, want)
 	}
-	if _, err := missingNames(`rate(ceiling_degraded[5m]`, exported); err == nil {
+	if _, err := missingNames(`rate(ceiling_rate_limiting_degraded[5m]`, exported); err == nil {
 		t.Error("an unbalanced expression parsed")
 	}
 	if _, err := missingNames(`vector(1)`, exported); err == nil {

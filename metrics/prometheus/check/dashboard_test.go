@@ -153,12 +153,12 @@ func checkDashboard(t *testing.T, rec *recording) {
 	// What the issue asks the dashboard to show, by what it queries.
 	joined := strings.Join(exprs, "\n")
 	for what, want := range map[string]*regexp.Regexp{
-		"decisions per rule by outcome": regexp.MustCompile(`sum by \(rule, outcome\) \(rate\(ceiling_decisions_total`),
-		"rejection ratio":               regexp.MustCompile(`(?s)ceiling_decisions_total\{outcome="rejected".*\n *\/ sum by \(rule\) \(rate\(ceiling_decisions_total`),
-		"backend latency quantiles":     regexp.MustCompile(`histogram_quantile\(0\.99, sum by \(le\) \(rate\(ceiling_backend_duration_seconds_bucket`),
-		"degraded state":                regexp.MustCompile(`ceiling_degraded\{`),
-		"fail-mode admissions":          regexp.MustCompile(`ceiling_failmode_admissions_total`),
-		"deny-cache hits":               regexp.MustCompile(`ceiling_deny_cache_hits_total`),
+		"decisions per rule by result": regexp.MustCompile(`sum by \(ceiling_rate_limiting_rule, ceiling_rate_limiting_result\) \(rate\(ceiling_rate_limiting_requests_total`),
+		"rejection ratio":              regexp.MustCompile(`(?s)ceiling_rate_limiting_requests_total\{ceiling_rate_limiting_result="rejected".*\n *\/ sum by \(ceiling_rate_limiting_rule\) \(rate\(ceiling_rate_limiting_requests_total`),
+		"backend latency quantiles":    regexp.MustCompile(`histogram_quantile\(0\.99, sum by \(le\) \(rate\(ceiling_rate_limiting_backend_duration_seconds_bucket`),
+		"degraded state":               regexp.MustCompile(`ceiling_rate_limiting_degraded\{`),
+		"fail-mode admissions":         regexp.MustCompile(`ceiling_rate_limiting_fail_mode_admissions_total`),
+		"deny-cache hits":              regexp.MustCompile(`ceiling_rate_limiting_deny_cache_hits_total`),
 	} {
 		if !want.MatchString(joined) {
 			t.Errorf("no panel shows %s (%s)", what, want)

@@ -109,8 +109,8 @@ func TestAlertsFireOnTheOTelExportOfARedisOutage(t *testing.T) {
 		want := map[string][]string{
 			"CeilingDegraded":                  {who},
 			"CeilingDegradedFlapping":          {who},
-			"CeilingFailOpenAdmissions":        {withScope(`instance=app-1:8080 job=api limiter=api mode=open rule=chat`)},
-			"CeilingFailLocalAdmissions":       {withScope(`instance=app-1:8080 job=api limiter=api mode=local rule=shop`)},
+			"CeilingFailOpenAdmissions":        {withScope(`instance=app-1:8080 job=api limiter=api ceiling_rate_limiting_fail_mode=open ceiling_rate_limiting_rule=chat`)},
+			"CeilingFailLocalAdmissions":       {withScope(`instance=app-1:8080 job=api limiter=api ceiling_rate_limiting_fail_mode=local ceiling_rate_limiting_rule=shop`)},
 			"CeilingBackendErrors":             {who},
 			"CeilingBackendLatencyNearTimeout": {who},
 			"CeilingEvictionsGiveBackQuota":    {who},
@@ -175,7 +175,9 @@ func TestOTelREADMENamesWhatTheExporterExports(t *testing.T) {
 		rows++
 		c := strings.Split(line, "|")
 		instrument, kind := strings.Trim(strings.TrimSpace(c[1]), "`"), strings.TrimSpace(c[2])
-		attrs := strings.Split(strings.NewReplacer("`", "", " ", "").Replace(c[4]), ",")
+		// The exporter names an attribute's label by replacing what a
+		// label name may not hold, the dots, with underscores.
+		attrs := strings.Split(strings.NewReplacer("`", "", " ", "", ".", "_").Replace(c[4]), ",")
 		slices.Sort(attrs)
 		prom := strings.Trim(strings.TrimSpace(c[5]), "`")
 		series := prom
