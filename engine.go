@@ -566,7 +566,13 @@ const confirmBudget = time.Second
 // their FailOpen rules (unconfirmed).
 func (l *Limiter) startConfirm() {
 	b := l.fo.breaker
-	if !l.fo.group.Go(func() { b.Confirmed(l.confirm()) }) {
+	if !l.fo.group.Go(func() {
+		if err := l.confirm(); overloaded(err) {
+			b.NoVerdict()
+		} else {
+			b.Confirmed(err)
+		}
+	}) {
 		b.Confirmed(nil) // closed: nothing more to confirm
 	}
 }
@@ -589,12 +595,18 @@ func (l *Limiter) chargeSoon() {
 }
 
 // confirm decides the canaries with their own budget and reports whether
-// the backend is at fault: nil when it answered, or when this process was
-// too busy to ask it (overloaded: no verdict, so no opening).
+// the backend is at fault: nil when it answered, an overloaded error when
+// this process was too busy to ask it (no verdict), or the failure.
 func (l *Limiter) confirm() error {
 	err := l.canary(max(l.cfg.timeout, confirmBudget))
-	if overloaded(err) {
-		return nil
+	if err == nil {
+		// The edge of what may have been an outage that other instances
+		// saw confirmed: hand over as after a recovery, and charge what
+		// FailLocal admitted meanwhile.
+		l.handOverFrom(l.cfg.clock())
+		if l.fo.local.Journal.Len() > 0 {
+			l.chargeSoon()
+		}
 	}
 	return err
 }

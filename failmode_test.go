@@ -625,3 +625,67 @@ func TestTimeoutsOpenTheBreakerOnlyOnceAProbeConfirmsThem(t *testing.T) {
 		})
 	}
 }
+
+// slowThenBack is a remote backend whose decisions time out while slow is
+// set and whose probes always answer; it records the forced charges it
+// gets.
+type slowThenBack struct {
+	mu     sync.Mutex
+	slow   bool
+	forced []backend.Request
+}
+
+func (s *slowThenBack) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	s.mu.Lock()
+	slow := s.slow && !isProbe(reqs)
+	for _, q := range reqs {
+		if q.Force {
+			s.forced = append(s.forced, q)
+		}
+	}
+	s.mu.Unlock()
+	if slow {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	out := make([]backend.Result, len(reqs))
+	for i, r := range reqs {
+		out[i] = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - r.Cost}
+	}
+	return out, nil
+}
+
+func (s *slowThenBack) Reset(context.Context, ...string) error { return nil }
+
+// What FailLocal admitted on timeouts that no probe confirmed reaches the
+// backend once it answers, and an answered probe starts the hand-over, as
+// a recovery does: the other instances may have seen the same timeouts
+// confirmed and decided locally meanwhile.
+func TestUnconfirmedTimeoutsHandOverAndChargeWhatFailLocalAdmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &slowThenBack{slow: true}
+		l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 10, Period: time.Minute, FailMode: FailLocal}},
+			WithBackend(be), WithInstances(2), WithTimeout(100*time.Millisecond),
+			WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		h := l.Handler(okHandler)
+		if got, want := []int{get(t, h).Code, get(t, h).Code}, []int{200, 200}; !sameInts(got, want) {
+			t.Fatalf("FailLocal on unconfirmed timeouts: %v, want %v", got, want)
+		}
+		synctest.Wait() // the probe the first timeout started has answered
+		if !l.inHandOver() || l.Health().Status != "healthy" {
+			t.Errorf("after an answered probe: hand-over %v, %q; want the hand-over, healthy", l.inHandOver(), l.Health().Status)
+		}
+		be.mu.Lock()
+		be.slow = false
+		be.mu.Unlock()
+		time.Sleep(l.cfg.breaker.MaxCoolDown + l.cfg.timeout) // virtual: past the hand-over
+		get(t, h) // answered by the backend
+		synctest.Wait()
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		if len(be.forced) != 1 || be.forced[0].Cost != 2 {
+			t.Errorf("forced charges %+v, want one of the 2 units FailLocal admitted", be.forced)
+		}
+	})
+}

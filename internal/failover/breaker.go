@@ -119,6 +119,10 @@ func (b *Breaker) Failure(err error) bool {
 	return false
 }
 
+// NoVerdict ends the probe that Failure started without a verdict (this
+// process was too busy to ask): the next timeout starts another.
+func (b *Breaker) NoVerdict() { b.confirming.Store(false) }
+
 // Confirmed takes the verdict of the probe that Failure started: nil (the
 // backend answered it, so the timeouts were this process's) clears the
 // run of failures; an error confirms them, and opens the breaker if
