@@ -628,7 +628,7 @@ func TestTimeoutsOpenTheBreakerOnlyOnceAProbeConfirmsThem(t *testing.T) {
 
 // slowThenBack is a remote backend whose decisions time out while slow is
 // set and whose probes always answer; it records the forced charges it
-// gets.
+// applies.
 type slowThenBack struct {
 	mu     sync.Mutex
 	slow   bool
@@ -639,7 +639,7 @@ func (s *slowThenBack) Decide(ctx context.Context, reqs []backend.Request) ([]ba
 	s.mu.Lock()
 	slow := s.slow && !isProbe(reqs)
 	for _, q := range reqs {
-		if q.Force {
+		if q.Force && !slow {
 			s.forced = append(s.forced, q)
 		}
 	}
@@ -666,7 +666,7 @@ func TestUnconfirmedTimeoutsHandOverAndChargeWhatFailLocalAdmitted(t *testing.T)
 		be := &slowThenBack{slow: true}
 		l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 10, Period: time.Minute, FailMode: FailLocal}},
 			WithBackend(be), WithInstances(2), WithTimeout(100*time.Millisecond),
-			WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)))
+			WithBreaker(BreakerConfig{Failures: 3}), WithLogger(slog.New(slog.DiscardHandler)))
 		defer l.Close()
 		h := l.Handler(okHandler)
 		if got, want := []int{get(t, h).Code, get(t, h).Code}, []int{200, 200}; !sameInts(got, want) {
@@ -680,7 +680,7 @@ func TestUnconfirmedTimeoutsHandOverAndChargeWhatFailLocalAdmitted(t *testing.T)
 		be.slow = false
 		be.mu.Unlock()
 		time.Sleep(l.cfg.breaker.MaxCoolDown + l.cfg.timeout) // virtual: past the hand-over
-		get(t, h) // answered by the backend
+		get(t, h)                                             // answered by the backend
 		synctest.Wait()
 		be.mu.Lock()
 		defer be.mu.Unlock()
