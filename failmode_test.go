@@ -350,32 +350,39 @@ func TestBreakerProbesOneAtATime(t *testing.T) {
 }
 
 // A hung backend cannot hold a request past the timeout: the middleware's
-// deadline ends the call and the fail mode applies.
+// deadline ends the call and the fail mode applies; the probe the timeout
+// starts is bounded too.
 func TestTimeoutHoldsWhenTheBackendHangs(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	be := &flaky{block: release}
-	obs := newRecorder()
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1, Period: time.Minute, FailMode: FailClosed}},
-		WithBackend(be), WithTimeout(10*time.Millisecond), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
-	defer l.Close()
-	done := make(chan *httptest.ResponseRecorder)
-	go func() {
-		w := httptest.NewRecorder()
-		l.Handler(okHandler).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-		done <- w
-	}()
-	select {
-	case w := <-done:
-		if w.Code != http.StatusServiceUnavailable {
-			t.Errorf("status %d, want 503", w.Code)
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		be := &flaky{block: release}
+		obs := newRecorder()
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1, Period: time.Minute, FailMode: FailClosed}},
+			WithBackend(be), WithTimeout(10*time.Millisecond), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
+		defer l.Close()
+		done := make(chan *httptest.ResponseRecorder)
+		go func() {
+			w := httptest.NewRecorder()
+			l.Handler(okHandler).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			done <- w
+		}()
+		select {
+		case w := <-done:
+			if w.Code != http.StatusServiceUnavailable {
+				t.Errorf("status %d, want 503", w.Code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request waited for a hung backend")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request waited for a hung backend")
-	}
-	if len(obs.backend) != 1 || !errors.Is(obs.backend[0], ErrTimeout) {
-		t.Errorf("observed backend errors %v, want one timeout", obs.backend)
-	}
+		time.Sleep(confirmBudget) // virtual: the probe the timeout started times out too
+		synctest.Wait()
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if len(obs.backend) != 2 || !errors.Is(obs.backend[0], ErrTimeout) || !errors.Is(obs.backend[1], ErrTimeout) {
+			t.Errorf("observed backend errors %v, want two timeouts: the request's and its probe's", obs.backend)
+		}
+	})
 }
 
 // Fail closed answers 503 with Retry-After set to when the backend will be
