@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 
@@ -87,10 +89,11 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // may admit fewer requests than the limit, never more.
 //
 // A settlement whose backend call fails is logged, and sent again in the
-// background once the backend answers if its call surely never reached
-// the backend (the circuit breaker was open); one that was sent and not
-// answered may have been applied, so it is not sent twice, and is counted
-// in [Health].DroppedWrites.
+// background once the backend answers, for up to the rule's Period: named
+// by a [backend.Request.Once], it takes effect once however often it is
+// sent, even when a reply was lost after the backend applied it. One given
+// up (still failing after its Period, or pending when the limiter closes)
+// is logged and counted in [Health].DroppedWrites.
 func Settle(r *http.Request, rule string, actual int64) error {
 	if actual < 0 {
 		return fmt.Errorf("ceiling: rule %q: settle: negative cost %d", rule, actual)
@@ -187,14 +190,18 @@ func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 // settle applies every reservation's difference, and gives back the
 // request's concurrency slots, in one backend call. A refund carries the
 // reservation's stamp ([backend.Request.Stamp]), so that it gives back only
-// units the reservation took, never another request's. The request's context
-// may be done (the client left) but the work was done: the call keeps its
-// values and, like every backend call, ignores the cancellation.
+// units the reservation took, never another request's. To a backend that
+// can lose a reply, each settlement goes named by a fresh
+// [backend.Request.Once], so that one whose reply was lost can be sent again
+// and still take effect once. The request's context may be done (the
+// client left) but the work was done: the call keeps its values and, like
+// every backend call, ignores the cancellation.
 func (x *extras) settle(ctx context.Context) {
 	x.mu.Lock()
 	x.closed = true
 	res := x.res
 	x.mu.Unlock()
+	l := x.l
 	var reqs []backend.Request
 	var names []string
 	for _, rv := range res {
@@ -222,10 +229,12 @@ func (x *extras) settle(ctx context.Context) {
 			}
 			q.Stamp = rv.stamp
 		}
+		if l.remote {
+			q.Once = newOnce()
+		}
 		reqs = append(reqs, q)
 		names = append(names, rv.rule.Name)
 	}
-	l := x.l
 	var err error
 	switch {
 	case x.leases != nil:
@@ -237,10 +246,15 @@ func (x *extras) settle(ctx context.Context) {
 		}
 	}
 	if err != nil && len(reqs) > 0 {
-		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed; sent again once the backend answers if it surely was not applied",
+		l.cfg.logger.LogAttrs(ctx, slog.LevelError, "ceiling: settlement failed; sent again once the backend answers",
 			slog.Any("rules", names), slog.Any("err", err))
 	}
 }
+
+// newOnce returns a settlement's [backend.Request.Once]: random in 2^63, from
+// a generator seeded at random per process, so that settlements of every
+// instance sharing a backend differ.
+func newOnce() int64 { return rand.Int64N(math.MaxInt64) + 1 }
 
 // errChargeConcurrency refuses a Charge on a Concurrency rule.
 var errChargeConcurrency = errors.New("a concurrency rule holds slots by lease: take them with Decide and give them back with Decision.Release, not Charge")

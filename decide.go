@@ -214,7 +214,7 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 	r := &st.reqs[len(st.reqs)-1]
 	r.Key = l.storedKey(st, rule.Name, v)
 	r.Algorithm, r.Limit, r.Period, r.Burst, r.Cost = req.Algorithm, req.Limit, req.Period, req.Burst, req.Cost
-	r.Force, r.Lease, r.Stamp, r.Shadow = req.Force, req.Lease, 0, req.Shadow
+	r.Force, r.Lease, r.Stamp, r.Once, r.Shadow = req.Force, req.Lease, 0, 0, req.Shadow
 	st.decision.Results = grow(st.decision.Results)
 	rr := &st.decision.Results[len(st.decision.Results)-1]
 	rr.Rule, rr.Fallback, rr.limit = rule, inherit, req.Limit

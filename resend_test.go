@@ -167,21 +167,33 @@ func TestSettlementResentAfterTheBackendRecovers(t *testing.T) {
 	})
 }
 
-// A settlement whose call was sent and timed out may have been applied:
-// its release (idempotent by lease) is resent, its refund is not (a second
-// one could give back other requests' units); the refund is counted and
-// logged as dropped, and the reservation stands at its estimate.
-func TestTimedOutSettlementResendsTheReleaseNotTheRefund(t *testing.T) {
+// A settlement whose reply was lost after the backend applied it is sent
+// again, its release and its refund both: the refund, named by the same
+// Once, is applied once. B took the other 5 units in the same bucket
+// meanwhile, so a refund applied twice would give B's units back
+// (remaining 10), and one dropped would leave the reservation at its
+// estimate (remaining 0).
+func TestLostSettlementReplyIsResentAndAppliedOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := &logRecorder{}
 		l, be := tokensLimiter(t, logs)
 		defer l.Close()
 		timeout := fmt.Errorf("%w: i/o timeout", context.DeadlineExceeded)
 		var once sync.Once
+		var first []backend.Request
 		code := settleNothing(t, l, func() {
+			if d, err := l.Decide(t.Context(), Input{Rule: "tokens", Key: "acme", Cost: 5}); err != nil || !d.Allowed {
+				t.Fatalf("B's 5: %v, %v", d.Allowed, err)
+			}
 			be.fail(func(reqs []backend.Request) error {
 				var err error
-				once.Do(func() { err = refundsOnly(timeout)(reqs) })
+				once.Do(func() {
+					// Applied, and its reply lost.
+					if _, e := be.m.Decide(context.Background(), reqs); e != nil {
+						t.Errorf("the lost call: %v", e)
+					}
+					first, err = reqs, timeout
+				})
 				return err
 			})
 		})
@@ -189,18 +201,24 @@ func TestTimedOutSettlementResendsTheReleaseNotTheRefund(t *testing.T) {
 			t.Fatalf("status %d", code)
 		}
 		time.Sleep(3 * time.Second)
+		var refund backend.Request
+		for _, q := range first {
+			if q.Algorithm != Concurrency {
+				refund = q
+			}
+		}
+		if refund.Cost != -5 || refund.Once == 0 {
+			t.Fatalf("the settlement sent: %+v, want a refund of 5 named by a Once", first)
+		}
 		got := be.refunds()
-		if len(got) != 1 || got[0].Algorithm != Concurrency {
-			t.Fatalf("applied: %+v, want only the release", got)
+		if len(got) != 2 || got[1].Once != refund.Once || got[1].Stamp != refund.Stamp {
+			t.Fatalf("resent: %+v, want the release and the same refund (Once %d)", got, refund.Once)
 		}
 		if got := remaining(t, l); got != 5 {
-			t.Errorf("remaining %d, want 5: the reservation stands at its estimate", got)
+			t.Errorf("remaining %d, want 5: the refund once, B's units still counted", got)
 		}
-		if h := l.Health(); h.DroppedWrites != 1 || h.Status != "healthy" {
-			t.Errorf("health %+v, want healthy with 1 dropped write", h)
-		}
-		if n := logs.count(slog.LevelError, "was given up"); n != 1 {
-			t.Errorf("%d log lines for the dropped refund, want 1", n)
+		if h := l.Health(); h.DroppedWrites != 0 || h.Status != "healthy" {
+			t.Errorf("health %+v, want healthy with no dropped write", h)
 		}
 	})
 }
@@ -249,8 +267,9 @@ func TestResendsAreBounded(t *testing.T) {
 
 // What is resent after a failed call: a release whatever happened (by
 // lease, idempotent), the release of an acquisition whose reply may be
-// lost, and a settlement (refund or forced charge) only when the call
-// surely never left, so that it takes effect at most once.
+// lost, a settlement (refund or forced charge) named by a Once whatever
+// happened (the backend applies it once), and one without only when the
+// call surely never left, so that it takes effect at most once.
 func TestResendable(t *testing.T) {
 	acquire := backend.Request{Key: "a", Algorithm: Concurrency, Cost: 1, Lease: 7}
 	renew := acquire
@@ -260,19 +279,21 @@ func TestResendable(t *testing.T) {
 	refund := backend.Request{Key: "r", Cost: -5, Stamp: 9}
 	charge := backend.Request{Key: "c", Cost: 3, Force: true}
 	peek := backend.Request{Key: "p"}
-	all := []backend.Request{acquire, renew, release, refund, charge, peek}
+	onceRefund, onceCharge := refund, charge
+	onceRefund.Once, onceCharge.Once = 11, 12
+	all := []backend.Request{acquire, renew, release, refund, charge, peek, onceRefund, onceCharge}
 	sent := fmt.Errorf("%w after 100ms", ErrTimeout)
 	for _, tc := range []struct {
 		name string
 		err  error
 		want []backend.Request
 	}{
-		{"sent, unanswered", sent, []backend.Request{release, release}},
-		{"connection reset", errRefused, []backend.Request{release, release}},
-		{"breaker open", errBreakerOpen, []backend.Request{release, refund, charge}},
-		{"never sent", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrNotSent), []backend.Request{release, refund, charge}},
+		{"sent, unanswered", sent, []backend.Request{release, release, onceRefund, onceCharge}},
+		{"connection reset", errRefused, []backend.Request{release, release, onceRefund, onceCharge}},
+		{"breaker open", errBreakerOpen, []backend.Request{release, refund, charge, onceRefund, onceCharge}},
+		{"never sent", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrNotSent), []backend.Request{release, refund, charge, onceRefund, onceCharge}},
 		// Written, so perhaps applied: only what is idempotent goes again.
-		{"reply unread", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrUnread), []backend.Request{release, release}},
+		{"reply unread", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrUnread), []backend.Request{release, release, onceRefund, onceCharge}},
 	} {
 		got := failover.Resendable(all, tc.err, unsent)
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {

@@ -135,12 +135,33 @@ type Request struct {
 	// A stamp names an instant, a bucket or a window, not one admission:
 	// the backend cannot tell the admission's units from others placed at
 	// the same stamp, so a stamped refund must not exceed the admission's
-	// cost and must be sent at most once (a refund whose reply was lost is
-	// not sent again); one that is larger, or sent twice, gives back other
-	// requests' units. The limiter's Settle keeps to both.
+	// cost and must be applied at most once (a refund whose reply was lost
+	// is sent again only with a [Request.Once]); one that is larger, or
+	// applied twice, gives back other requests' units. The limiter's Settle
+	// keeps to both.
 	// Its magnitude must stay below 2^53, as every stamp a backend returns
 	// does, so that it is exact in a double-precision Lua number.
 	Stamp int64
+	// Once, when not zero, names a settlement (a refund, or a Forced
+	// charge, of a rate algorithm) so that it takes effect at most once
+	// however often it is delivered: the backend records Once with the key
+	// atomically with applying the request, and a later request on the
+	// same key with the same Once is not applied again. It then answers
+	// Allowed, with the key's state as a peek would report it (Stamp 0):
+	// "already applied". The record is kept at least twice Period after
+	// the first delivery applied it; a request of a call that is rejected
+	// applies nothing and records nothing.
+	//
+	// It makes a settlement safe to send again after any error, including
+	// one sent and not answered ([ErrUnread], a lost connection, a
+	// timeout): the caller repeats it unchanged, with the same Once, up to
+	// Period after the first delivery. A stamped refund sent twice without
+	// Once gives back other requests' units (see Stamp). Pick Once at
+	// random from a large space, unique per settlement across every
+	// process that shares the backend. A Once on any other request (an
+	// admission, a peek, a [Concurrency] request, which a lease id already
+	// names) is an invalid request.
+	Once int64
 	// Shadow evaluates the request and reports whether it fits, but its
 	// rejection never blocks the other requests of the call: a shadow rule
 	// is being rolled out and must not refuse traffic yet. It consumes only
@@ -295,6 +316,8 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: key %q: lease %d outside 1..%d", ErrInvalidRequest, r.Key, r.Lease, int64(MaxLease))
 	case r.Cost > MaxLimit || r.Cost < -MaxLimit:
 		return fmt.Errorf("%w: key %q: cost %d outside ±%d", ErrInvalidRequest, r.Key, r.Cost, MaxLimit)
+	case r.Once != 0 && (r.Algorithm == Concurrency || r.Cost == 0 || r.Cost > 0 && !r.Force):
+		return fmt.Errorf("%w: key %q: once %d on a request that is not a settlement (a refund or a forced charge)", ErrInvalidRequest, r.Key, r.Once)
 	case r.Stamp > maxStamp || r.Stamp < -maxStamp:
 		return fmt.Errorf("%w: key %q: stamp %d outside ±%d", ErrInvalidRequest, r.Key, r.Stamp, maxStamp)
 	case r.Algorithm == GCRA && r.Burst > r.Limit && gcraTolerance(r) > maxTolerance:

@@ -78,6 +78,8 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Stamps", s.testStamps)
 	t.Run("StampedSettlement", s.testStampedSettlement)
 	t.Run("StampNoLongerCounts", s.testStampNoLongerCounts)
+	t.Run("SameSettlementTwiceRefundsOnce", s.testSettleOnce)
+	t.Run("SameChargeTwiceChargesOnce", s.testChargeOnce)
 	t.Run("RollingWindowEmptiedInOneCall", s.testRollingEmptiedInOneCall)
 	t.Run("ClockBehind", s.testClockBehind)
 	t.Run("GCRAAtTheHorizon", s.testGCRAAtTheHorizon)

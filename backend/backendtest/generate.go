@@ -41,7 +41,9 @@ var leasePeriods = []time.Duration{time.Second, 1500 * time.Millisecond, 3 * tim
 // leasePool.request), and the instants include its leases' expiries; one
 // sequence in eight has only Concurrency keys. Refunds are often stamped
 // with an earlier admission's stamp (see stampPool), and the clock
-// sometimes steps back (see nextInstant).
+// sometimes steps back (see nextInstant). Some settlements carry a Once,
+// and some calls send one of them again, unchanged, within its Period (see
+// settlements).
 func generate(rng *rand.Rand, keys []string) []Step {
 	algs := sequenceAlgorithms
 	if rng.IntN(8) == 0 {
@@ -53,6 +55,7 @@ func generate(rng *rand.Rand, keys []string) []Step {
 	}
 	ls := &leasePool{ids: map[string][]int64{}}
 	sp := stampPool{}
+	var sent settlements
 	m := model.New()
 	var steps []Step
 	var at time.Duration
@@ -82,6 +85,7 @@ func generate(rng *rand.Rand, keys []string) []Step {
 			} else if call[i].Cost < 0 || rng.IntN(12) == 0 {
 				call[i] = sp.refund(rng, call[i])
 			}
+			call[i] = sent.next(rng, call[i], at)
 		}
 		steps = append(steps, Step{At: at, Decide: call})
 		res, ok := decideModel(m, now, call)
@@ -95,6 +99,35 @@ func generate(rng *rand.Rand, keys []string) []Step {
 		steps = append(steps, Step{At: at, Decide: []backend.Request{rules[k]}})
 	}
 	return steps
+}
+
+// settlements is the settlements with a Once a sequence sent, each with
+// the instant it was first sent: what a caller resending lost replies
+// holds.
+type settlements []struct {
+	at time.Duration
+	r  backend.Request
+}
+
+// next returns r, drawn for a call at at, named by a fresh Once one time in
+// three when it is a settlement, or, one time in six, an earlier
+// settlement sent again unchanged, within a Period of its first sending as
+// a caller repeats one (ALGORITHMS.md: Once).
+func (p *settlements) next(rng *rand.Rand, r backend.Request, at time.Duration) backend.Request {
+	if len(*p) > 0 && rng.IntN(6) == 0 {
+		s := (*p)[len(*p)-1-rng.IntN(min(len(*p), 4))]
+		if at-s.at < s.r.Period {
+			return s.r
+		}
+	}
+	if r.Algorithm != backend.Concurrency && (r.Cost < 0 || r.Force && r.Cost > 0) && rng.IntN(3) == 0 {
+		r.Once = 1 + rng.Int64N(1<<40)
+		*p = append(*p, struct {
+			at time.Duration
+			r  backend.Request
+		}{at, r})
+	}
+	return r
 }
 
 // decideModel decides call on m, reporting false if the model panicked. An

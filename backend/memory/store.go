@@ -32,6 +32,7 @@ type Store struct {
 	lastEviction atomic.Int64 // µs, of the last eviction counted
 	maxKeys      int
 	logger       *slog.Logger // nil: slog.Default()
+	settled      settledSet   // settlements applied, by Once (once.go)
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -234,6 +235,7 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 	if len(results) < len(reqs) {
 		return fmt.Errorf("memory: %d results for %d requests", len(results), len(reqs))
 	}
+	once := false
 	for i := range reqs {
 		if r := &reqs[i]; plain(r) {
 			continue
@@ -241,7 +243,18 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 		if err := reqs[i].Validate(); err != nil {
 			return fmt.Errorf("memory: request %d (key %q): %w", i, reqs[i].Key, err)
 		}
+		once = once || reqs[i].Once != 0
 	}
+	if once {
+		s.decideOnce(reqs, results)
+	} else {
+		s.decide(reqs, results)
+	}
+	return nil
+}
+
+// decide decides valid reqs into results.
+func (s *Store) decide(reqs []backend.Request, results []backend.Result) {
 	switch n := len(reqs); {
 	case n == 1:
 		s.decideOne(&reqs[0], &results[0])
@@ -252,15 +265,15 @@ func (s *Store) DecideInto(_ context.Context, reqs []backend.Request, results []
 	default:
 		s.decideMany(reqs, results, make([]pending, n))
 	}
-	return nil
 }
 
-// plain reports whether r is certainly valid, in a check that inlines;
+// plain reports whether r is certainly valid (no burst, stamp or once to
+// check), in a check that inlines;
 // anything else gets [backend.Request.Validate]'s verdict.
 func plain(r *backend.Request) bool {
 	return r.Key != "" && uint64(r.Limit-1) < backend.MaxLimit &&
 		uint64(r.Period-time.Millisecond) <= uint64(backend.MaxPeriod-time.Millisecond) &&
-		r.Burst == 0 && r.Stamp == 0 && r.Algorithm < backend.Concurrency && uint64(r.Cost+backend.MaxLimit) <= 2*backend.MaxLimit
+		r.Burst == 0 && r.Stamp == 0 && r.Once == 0 && r.Algorithm < backend.Concurrency && uint64(r.Cost+backend.MaxLimit) <= 2*backend.MaxLimit
 }
 
 // Reset forgets the given keys under every algorithm.

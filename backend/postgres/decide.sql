@@ -14,6 +14,10 @@
 -- for a rejected call, only the anchors (a DELETE for the keys it
 -- empties, only when there are any).
 --
+-- A request's lease is a Concurrency request's lease id, or a settlement's
+-- once (0: none): a settlement ceiling_settled records on its key is
+-- decided as a peek, and an admitted call records the others.
+--
 -- Reply: {now, rejected (0/1), then per request: allowed (0/1),
 -- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
 --
@@ -60,6 +64,7 @@ DECLARE
   anchored boolean;
   changed boolean;
   force boolean;
+  settles boolean := false; -- the call applies a settlement with a once
   -- what the call writes: anchors (always) and states (when admitted)
   anc_alg int[] := '{}';
   anc_st bigint[] := '{}';
@@ -136,6 +141,15 @@ BEGIN
     changed := anchored;
     FOR i IN 1 .. n LOOP
       CONTINUE WHEN ki[i] <> j;
+      IF algs[i] <> 5 AND leases[i] <> 0 AND costs[i] <> 0 THEN
+        IF EXISTS (SELECT FROM ceiling_settled t WHERE t.key = keys[i] AND t.once = leases[i] AND t.expires > now)
+          OR EXISTS (SELECT FROM generate_series(1, i - 1) k
+            WHERE keys[k] = keys[i] AND leases[k] = leases[i] AND algs[k] <> 5 AND costs[k] <> 0) THEN
+          costs[i] := 0; -- applied before: a peek
+        ELSE
+          settles := true;
+        END IF;
+      END IF;
       force := flags[i] & 1 = 1;
       CASE algs[i]
       WHEN 0 THEN r := ceiling_rolling(CASE WHEN a = 0 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
@@ -210,6 +224,13 @@ BEGIN
       expires = w_exp[array_position(w_key, t.key)]
     WHERE t.key = ANY (w_key);
   END IF;
+  IF settles AND NOT rejected THEN
+    DELETE FROM ceiling_settled t WHERE t.key = ANY (keys) AND t.expires <= now;
+    INSERT INTO ceiling_settled (key, once, expires)
+    SELECT u.k, u.o, now + 2 * u.p FROM unnest(keys, algs, costs, leases, pers) AS u(k, a, c, o, p)
+    WHERE u.a <> 5 AND u.o <> 0 AND u.c <> 0
+    ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires;
+  END IF;
   RETURN res;
 END $$;
 
@@ -240,6 +261,7 @@ DECLARE
   anchored boolean;
   current boolean;
   force boolean := flag & 1 = 1;
+  settles boolean := p_alg <> 5 AND lease <> 0 AND c <> 0; -- a settlement named by a once
   remaining bigint;
   nxt bigint;
   n int;
@@ -274,6 +296,10 @@ BEGIN
       END IF;
     END IF;
     IF a IS NULL THEN s := NULL; END IF;
+    IF settles THEN -- checked under the row's lock, again on the second pass
+      PERFORM FROM ceiling_settled t WHERE t.key = p_key AND t.once = lease AND t.expires > now;
+      IF FOUND THEN c := 0; settles := false; END IF; -- applied before: a peek
+    END IF;
     CASE p_alg
     WHEN 0 THEN r := ceiling_rolling(s, now, lim, p, c, force, stamp);
     WHEN 1 THEN r := ceiling_log(s, now, lim, p, c, force, stamp);
@@ -301,6 +327,11 @@ BEGIN
     GET DIAGNOSTICS n = ROW_COUNT;
     EXIT WHEN n = 1;
   END LOOP;
+  IF settles AND r.ok THEN
+    DELETE FROM ceiling_settled t WHERE t.key = p_key AND t.expires <= now;
+    INSERT INTO ceiling_settled (key, once, expires) VALUES (p_key, lease, now + 2 * p)
+    ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires;
+  END IF;
   remaining := greatest(0, r.remaining);
   nxt := CASE WHEN remaining > 0 THEN 0 ELSE r.nxt END;
   RETURN ARRAY[now, CASE WHEN NOT r.ok AND flag & 2 = 0 THEN 1 ELSE 0 END, r.ok::int, remaining, greatest(0, r.reset),

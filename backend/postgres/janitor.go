@@ -6,8 +6,13 @@ import (
 )
 
 // janitorSQL deletes at most $2 rows whose state was back to full at $1
-// (NULL: the server's clock), skipping rows a decision holds.
-const janitorSQL = `DELETE FROM ceiling_state WHERE key IN (
+// (NULL: the server's clock), skipping rows a decision holds, and at most
+// $2 settlement records expired by then (its row count is the states').
+const janitorSQL = `WITH settled AS (DELETE FROM ceiling_settled WHERE (key, once) IN (
+  SELECT key, once FROM ceiling_settled
+  WHERE expires <= coalesce($1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+  ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED))
+DELETE FROM ceiling_state WHERE key IN (
   SELECT key FROM ceiling_state
   WHERE expires <= coalesce($1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AND alg >= 0
   ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)`

@@ -11,3 +11,14 @@ CREATE TABLE IF NOT EXISTS ceiling_state (
   expires bigint NOT NULL
 ) WITH (fillfactor = 70);
 CREATE INDEX IF NOT EXISTS ceiling_state_expires ON ceiling_state (expires);
+-- ceiling_settled records the settlements applied to a key by their once
+-- (backend.Request.Once) until expires (µs, the decisions' clock): a second
+-- delivery of one is decided as a peek. The decision that records one on a
+-- key deletes the key's expired records, the janitor those of idle keys.
+CREATE TABLE IF NOT EXISTS ceiling_settled (
+  key text COLLATE "C" NOT NULL,
+  once bigint NOT NULL,
+  expires bigint NOT NULL,
+  PRIMARY KEY (key, once)
+);
+CREATE INDEX IF NOT EXISTS ceiling_settled_expires ON ceiling_settled (expires);

@@ -246,7 +246,7 @@ func (s *Store) call(reqs []backend.Request) (string, []any) {
 	if n == 1 {
 		r := reqs[0]
 		args[1], args[2], args[3], args[4] = s.prefix+storedKey(r.Key), int32(r.Algorithm), r.Limit, int64(r.Period/time.Microsecond)
-		args[5], args[6], args[7], args[8], args[9] = r.Burst, r.Cost, flags(r), r.Lease, r.Stamp
+		args[5], args[6], args[7], args[8], args[9] = r.Burst, r.Cost, flags(r), id(r), r.Stamp
 		return oneSQL, args
 	}
 	keys := make([]string, n)
@@ -257,7 +257,7 @@ func (s *Store) call(reqs []backend.Request) (string, []any) {
 		keys[i] = s.prefix + storedKey(r.Key)
 		algs[i] = int32(r.Algorithm)
 		lims[i], pers[i], bursts[i], costs[i] = r.Limit, int64(r.Period/time.Microsecond), r.Burst, r.Cost
-		leases[i], stamps[i] = r.Lease, r.Stamp
+		leases[i], stamps[i] = id(r), r.Stamp
 		fl[i] = flags(r)
 	}
 	args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9] = keys, algs, lims, pers, bursts, costs, fl, leases, stamps
@@ -285,6 +285,15 @@ func storedKey(k string) string {
 	}
 	sum := sha256.Sum256([]byte(k))
 	return digestMark + hex.EncodeToString(sum[:])
+}
+
+// id is the lease ceiling_decide takes for a request: a Concurrency
+// request's lease id, a settlement's Once otherwise (0: none).
+func id(r backend.Request) int64 {
+	if r.Algorithm == backend.Concurrency {
+		return r.Lease
+	}
+	return r.Once
 }
 
 // flags packs a request's booleans as ceiling_decide takes them: 1 Force,

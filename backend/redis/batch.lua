@@ -5,11 +5,11 @@
 -- its place; the others stand. KEYS[i] decision i's key. ARGV: minimum TTL
 -- ms, the number of rules R, 4 per rule: algorithm (0 rolling window, 1
 -- sliding log, 2 sliding window, 3 fixed window, 4 gcra, 5 concurrency),
--- limit, period µs, burst; then 5 per decision: its rule (1..R), now µs or
+-- limit, period µs, burst; then 6 per decision: its rule (1..R), now µs or
 -- "" (TIME), cost, flags (1 force, 2 shadow, or their sum), the lease id
--- (concurrency) or a refund's stamp (0: none). Reply: {now (0 when no
--- decision read TIME), then per decision rejected (or its error), allowed,
--- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
+-- (concurrency) or a refund's stamp (0: none), once (0: none). Reply:
+-- {now (0 when no decision read TIME), then per decision rejected (or its
+-- error), allowed, remaining, reset µs, retry µs (-1 never), next µs, stamp}.
 local uses = {} -- the rules' algorithms, whose functions lib.lua defines
 for r = 0, tonumber(ARGV[2]) - 1 do uses[ARGV[3 + 4 * r]] = true end
 -- lib.lua
@@ -17,7 +17,7 @@ local minTTL, nrules = tonum(ARGV[1]), tonum(ARGV[2])
 local time, out = 0, { 0 }
 
 local function one(i)
-  local a = 2 + nrules * 4 + (i - 1) * 5
+  local a = 2 + nrules * 4 + (i - 1) * 6
   local r = 2 + (tonum(ARGV[a + 1]) - 1) * 4
   local alg, now, flags = ARGV[r + 1], ARGV[a + 2], ARGV[a + 4]
   if now ~= '' then
@@ -36,14 +36,17 @@ local function one(i)
     if alg ~= '1' then raw = redis.call('GET', KEYS[i]) or '' end
     s = op.load(KEYS[i], raw, now, minTTL)
   end
+  local m, c = onceKey(KEYS[i], ARGV[a + 6]), tonum(ARGV[a + 3])
+  if m and (tonum(redis.call('GET', m)) or 0) > now then c, m = 0, nil end -- applied: a peek
   local ok, remaining, reset, retry, nx, placed = op.decide(s, now, tonum(ARGV[r + 2]), P,
-    tonum(ARGV[r + 4]), tonum(ARGV[a + 3]), flags == '1' or flags == '3', alg == '5' and ARGV[a + 5] or tonum(ARGV[a + 5]))
+    tonum(ARGV[r + 4]), c, flags == '1' or flags == '3', alg == '5' and ARGV[a + 5] or tonum(ARGV[a + 5]))
   local rejected = 0
   if ok == 0 and flags ~= '2' and flags ~= '3' then
     rejected = 1 -- a shadow request blocks nothing
   elseif s.dirty then
     store(s, alg, now, minTTL)
   end
+  if m and rejected == 0 then redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
   return rejected, ok, remaining, max(0, reset), retry, nx, placed
 end
 

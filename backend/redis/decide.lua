@@ -3,23 +3,25 @@
 -- one hash slot), each seeing the state the previous one on its key would
 -- write, written all or nothing.
 -- KEYS[i] request i's key. ARGV: now µs or "" (TIME), minimum TTL ms, "1"
--- for peeks (a call spanning Cluster slots), then 8 per request: algorithm
+-- for peeks (a call spanning Cluster slots), then 9 per request: algorithm
 -- (see batch.lua), limit, period µs, burst (Concurrency: the lease id),
--- cost, force, shadow (0/1), stamp (µs, or 0).
+-- cost, force, shadow (0/1), stamp (µs, or 0), once (0: none).
 -- Reply: {now, rejected, then per request allowed, remaining, reset µs,
--- retry µs (-1 never), next µs, stamp [, peek remaining, reset, next]}; in a
--- rejected call the admitted requests report the unchanged state, no stamp.
+-- retry µs (-1 never), next µs, stamp (at least 1 for a settlement whose once
+-- the call applied) [, peek remaining, reset, next]}; in a rejected call the
+-- admitted requests report the unchanged state, no stamp.
 -- With peeks it ends, per request, with what the call did: for a string,
 -- its value and PTTL before, 0 (nothing), 1 (set) or 2 (deleted), and the
 -- value left; for a Concurrency key, "off at;" and the changed leases as
 -- they were ("id score n", or "id" when absent, ","-separated), '', 3 when
 -- any changed (else 0), and the same leases as left.
 -- ARGV[3] = "u" puts such keys back where they still hold what the call
--- left (never another client's write): ARGV[4i..] is key i's action, value
--- left, value before and PTTL. Reply: per key, 1 when put back, else 0.
+-- left (never another client's write): ARGV[5i-1..] is key i's action, value
+-- left, value before, PTTL and the onces the call applied to it, whose
+-- records go with it. Reply: per key, 1 when put back, else 0.
 local uses = {} -- the requests' algorithms, whose functions lib.lua defines
 if ARGV[3] ~= 'u' then
-  for i = 0, #KEYS - 1 do uses[ARGV[4 + 8 * i]] = true end
+  for i = 0, #KEYS - 1 do uses[ARGV[4 + 9 * i]] = true end
 end
 -- lib.lua
 -- leaseList is "off at;" of the companion and the leases named in list
@@ -37,7 +39,7 @@ end
 if ARGV[3] == 'u' then
   local out = {}
   for i, key in ipairs(KEYS) do
-    local a = 4 * i
+    local a = 5 * i - 1
     local action, after, old, x = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
     out[i] = 0
     if action == '3' then
@@ -57,8 +59,7 @@ if ARGV[3] == 'u' then
             redis.call('HDEL', hkey, entry)
           end
         end
-        local top, now = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES'), tonum(ARGV[1])
-        if ARGV[1] == '' then now = serverTime() end
+        local top, now = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES'), ARGV[1] == '' and serverTime() or tonum(ARGV[1])
         redis.call('HSET', hkey, '#', count, '+', off, '@', at)
         local exp = top[2] and tonum(top[2]) - tonum(off)
         if not exp then
@@ -77,12 +78,12 @@ if ARGV[3] == 'u' then
         out[i] = 1
       end
     end
+    if out[i] == 1 then for id in string.gmatch(ARGV[a + 4], '%S+') do redis.call('DEL', onceKey(key, id)) end end
   end
   return out
 end
 
-local now
-if ARGV[1] == '' then now = serverTime() else now = tonum(ARGV[1]) end
+local now = ARGV[1] == '' and serverTime() or tonum(ARGV[1])
 local minTTL, withPeeks = tonum(ARGV[2]), ARGV[3] == '1'
 
 -- One MGET reads every state stored as one string (another type: absent).
@@ -90,13 +91,11 @@ local raws = {}
 do
   local names, idx = {}, {}
   for i = 1, #KEYS do
-    local alg = ARGV[4 + (i - 1) * 8]
+    local alg = ARGV[4 + (i - 1) * 9]
     if alg ~= '5' and (alg ~= '1' or withPeeks) then names[#names + 1], idx[#idx + 1] = KEYS[i], i end
   end
-  if #names > 0 then
-    local got = redis.call('MGET', unpack(names))
-    for j = 1, #idx do raws[idx[j]] = got[j] end
-  end
+  local got = #names > 0 and redis.call('MGET', unpack(names)) or {}
+  for j = 1, #idx do raws[idx[j]] = got[j] end
 end
 
 local states, order = {}, {}
@@ -113,13 +112,11 @@ end
 
 -- A state that a clock behind it anchors is written first, and read again.
 for i = 1, #KEYS do
-  local a = 4 + (i - 1) * 8
+  local a = 4 + (i - 1) * 9
   local alg, key = ARGV[a], KEYS[i]
   if ops[alg].anchor(state(i, alg), now, tonum(ARGV[a + 2])) then
     store(states[key], alg, now, minTTL)
-    for j = 1, #KEYS do
-      if KEYS[j] == key and raws[j] ~= nil then raws[j] = redis.call('GET', key) end
-    end
+    for j = 1, #KEYS do if KEYS[j] == key and raws[j] ~= nil then raws[j] = redis.call('GET', key) end end
     states[key] = ops[alg].load(key, raws[i] or '', now, minTTL)
     states[key].alg = alg
   end
@@ -127,26 +124,28 @@ end
 
 -- run decides request i on s with cost c.
 local function run(i, s, c)
-  local a = 4 + (i - 1) * 8
-  local alg = ARGV[a]
-  local x = alg == '5' and ARGV[a + 3] or tonum(ARGV[a + 7])
-  return ops[alg].decide(s, now, tonum(ARGV[a + 1]), tonum(ARGV[a + 2]), tonum(ARGV[a + 3]), c, ARGV[a + 5] == '1', x)
+  local a = 4 + (i - 1) * 9
+  local x = ARGV[a] == '5' and ARGV[a + 3] or tonum(ARGV[a + 7])
+  return ops[ARGV[a]].decide(s, now, tonum(ARGV[a + 1]), tonum(ARGV[a + 2]), tonum(ARGV[a + 3]), c, ARGV[a + 5] == '1', x)
 end
 
 local per = withPeeks and 9 or 6
 local out, before, ttls = { now, 0 }, {}, {}
 if withPeeks then -- before any request changes a state
   for i = 1, #KEYS do
-    local o, alg = 2 + (i - 1) * per, ARGV[4 + (i - 1) * 8]
+    local o, alg = 2 + (i - 1) * per, ARGV[4 + (i - 1) * 9]
     local _, remaining, reset, _, nx = run(i, state(i, alg), 0)
     out[o + 7], out[o + 8], out[o + 9] = remaining, max(0, reset), nx
     if alg ~= '5' then before[i], ttls[i] = raws[i] or '', redis.call('PTTL', KEYS[i]) end
   end
 end
-local rejected = false
+local rejected, marks = false, {} -- marks: the once records the call writes, and their periods
 for i = 1, #KEYS do
-  local a = 4 + (i - 1) * 8
-  local ok, remaining, reset, retry, nx, placed = run(i, state(i, ARGV[a]), tonum(ARGV[a + 4]))
+  local a = 4 + (i - 1) * 9
+  local m, c = onceKey(KEYS[i], ARGV[a + 8]), tonum(ARGV[a + 4])
+  if m and (marks[m] or (tonum(redis.call('GET', m)) or 0) > now) then c, m = 0, nil end -- applied: a peek
+  local ok, remaining, reset, retry, nx, placed = run(i, state(i, ARGV[a]), c)
+  if m then marks[m], placed = tonum(ARGV[a + 2]), max(placed, 1) end
   if ok == 0 and ARGV[a + 6] ~= '1' then rejected = true end
   local o = 2 + (i - 1) * per
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = ok, remaining, max(0, reset), retry, nx, placed
@@ -158,7 +157,7 @@ end
 local function undo(written)
   if not withPeeks then return end
   for i = 1, #KEYS do
-    local a = 4 + (i - 1) * 8
+    local a = 4 + (i - 1) * 9
     if ARGV[a] == '5' then
       local s, old, w = states[KEYS[i]], {}, 0
       for id, o in pairs(s.orig) do old[#old + 1] = (id .. ' ' .. o):gsub(' $', '') end
@@ -182,8 +181,7 @@ if rejected then
     if out[o + 1] == 1 and withPeeks then
       out[o + 2], out[o + 3], out[o + 5] = out[o + 7], out[o + 8], out[o + 9]
     elseif out[o + 1] == 1 then
-      local a = 4 + (i - 1) * 8
-      local _, remaining, reset, _, nx = run(i, ops[ARGV[a]].load(KEYS[i], raws[i] or '', now, minTTL), 0)
+      local _, remaining, reset, _, nx = run(i, ops[ARGV[4 + (i - 1) * 9]].load(KEYS[i], raws[i] or '', now, minTTL), 0)
       out[o + 2], out[o + 3], out[o + 5] = remaining, max(0, reset), nx
     end
   end
@@ -198,5 +196,6 @@ for _, key in ipairs(order) do
     if withPeeks then written[key] = v and { 1, v } or { 2, '' } end -- a lease: any
   end
 end
+for m, P in pairs(marks) do redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
 undo(written)
 return out

@@ -237,9 +237,10 @@ func TestChatRequestTouchesAtMostTwoNodes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// Per shop: the two logs and the token window (the answers' leases
-	// are gone once released); per address: its log.
-	if got, want := len(stored), 12*3+12; got != want {
+	// Per shop: the two logs, the token window (the answers' leases are
+	// gone once released) and the record of its settlement
+	// (backend.Request.Once), in the shop's slot; per address: its log.
+	if got, want := len(stored), 12*4+12; got != want {
 		t.Errorf("%d stored keys, want %d: %v", got, want, stored)
 	}
 	for _, k := range stored {

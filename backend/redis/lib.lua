@@ -14,8 +14,7 @@ local debtHorizon, countMax = 4503599627370496, 1099511627776
 -- quotient can round up to the next integer when a/b is just below it.
 local function fdiv(a, b)
   local q = floor(a / b)
-  if q * b > a then return q - 1 elseif (q + 1) * b <= a then return q + 1 end
-  return q
+  if q * b > a then return q - 1 elseif (q + 1) * b <= a then return q + 1 else return q end
 end
 
 local function cdiv(a, b) return fdiv(a + b - 1, b) end
@@ -161,9 +160,7 @@ if uses['0'] then
     local s = { key = key }
     if #raw == RH + (K + 1) * RW and sub(raw, 1, 3) == 'R2 ' then
       local W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
-      if W and last and S then
-        s.raw, s.stored, s.W, s.last, s.rawLast, s.S, s.set = raw, true, W, last, last, S, {}
-      end
+      if W and last and S then s.raw, s.stored, s.W, s.last, s.rawLast, s.S, s.set = raw, true, W, last, last, S, {} end
     end
     return s
   end
@@ -511,14 +508,17 @@ end
 -- were lost counts unknownUnits (backend.MaxLimit): full until it expires.
 local unknownUnits = 1000000000
 
-local function companion(key)
+local function companion(key, x)
   local a = string.find(key, '{', 1, true)
   if a then
     local b = string.find(key, '}', a + 1, true)
-    if b and b > a + 1 then return key .. '#n' end -- the key's own hash tag
+    if b and b > a + 1 then return key .. '#' .. (x or 'n') end -- the key's own hash tag
   end
-  return '{' .. key .. '}#n'
+  return '{' .. key .. '}#' .. (x or 'n')
 end
+
+-- onceKey is settlement id's record on key, in its slot, holding until when (backend.Request.Once; '0': none).
+local function onceKey(key, id) if id ~= '0' then return companion(key, 'o' .. id) end end
 
 if uses['5'] then
   -- leaseTouch records lease id as stored (expiring at e with n units, or

@@ -24,17 +24,24 @@ import (
 //     an absent lease does nothing), so it is resent whatever happened,
 //     and so is the release of an acquisition whose reply was lost;
 //   - a refund or a forced charge (a settlement under or over its
-//     estimate) is resent only when its call surely never reached the
-//     backend: the breaker was open, or this process never got to send
-//     it. One whose call was sent and not answered may have been applied,
-//     and applying it again would be wrong: a second refund gives back
-//     units of other requests (a stamp names where the refunded units
-//     went, not which they were), a second charge bills the caller twice.
-//     It is dropped, counted and logged. The bound: a dropped refund
-//     leaves its reservation at its estimate (towards the limit); a
-//     dropped charge leaves uncounted what the request used past its
-//     estimate, at most the rule's capacity (settle caps it), as when the
-//     settlement failed before anything was resent.
+//     estimate) named by a [backend.Request.Once], as settle names every
+//     settlement it sends to a remote backend, is resent whatever
+//     happened: the backend answers a second delivery of it as a peek
+//     for twice Period after the first applied it, and this loop gives it
+//     up a Period after its call failed;
+//   - one without a Once is resent only when its call surely never reached
+//     the backend: the breaker was open, or this process never got to send
+//     it. Sent and not answered, it may have been applied, and applying it
+//     again would be wrong: a second refund gives back units of other
+//     requests (a stamp names where the refunded units went, not which
+//     they were), a second charge bills the caller twice. It is dropped,
+//     counted and logged.
+//
+// The bound of a settlement finally dropped (its Period passed, the
+// pending bound, Close): a dropped refund leaves its reservation at its
+// estimate (towards the limit); a dropped charge leaves uncounted what the
+// request used past its estimate, at most the rule's capacity (settle caps
+// it).
 
 // MaxResends bounds the requests pending a resend, those a round is
 // sending included; past it a write is dropped at once (counted and
@@ -98,9 +105,10 @@ func (r *Resends) wakeChan() chan struct{} {
 }
 
 // Resendable returns what of reqs, whose call failed with err, may be sent
-// again (see the top of this file): releases always, refunds and forced
-// charges only when the call was never sent (unsent). The acquisition of a
-// slot becomes its release; renewals and peeks are not resent.
+// again (see the top of this file): releases and settlements named by a
+// Once always, other refunds and forced charges only when the call was
+// never sent (unsent). The acquisition of a slot becomes its release;
+// renewals and peeks are not resent.
 func Resendable(reqs []backend.Request, err error, unsent func(error) bool) []backend.Request {
 	var out []backend.Request
 	never := unsent(err)
@@ -115,8 +123,8 @@ func Resendable(reqs []backend.Request, err error, unsent func(error) bool) []ba
 			q.Cost = -q.Cost // an acquisition whose outcome is unknown
 		case q.Algorithm == backend.Concurrency && q.Cost > 0:
 			continue // a renewal: its timer tries again
-		case q.Algorithm != backend.Concurrency && !never:
-			continue // a settlement that may have been applied
+		case q.Algorithm != backend.Concurrency && !never && q.Once == 0:
+			continue // a settlement that may have been applied, and would be again
 		}
 		q.Shadow = false
 		out = append(out, q)

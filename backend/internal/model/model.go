@@ -72,9 +72,10 @@ func (s State) clone() *State {
 
 // Model is the reference store. The zero value is not usable: call [New].
 type Model struct {
-	keys  map[string]*State
-	deny  *denyCache                   // nil: no deny cache
-	split func([]backend.Request) bool // nil: no call is split
+	keys    map[string]*State
+	settled map[settled]int64            // the records of applied settlements, until (µs)
+	deny    *denyCache                   // nil: no deny cache
+	split   func([]backend.Request) bool // nil: no call is split
 }
 
 // Option configures a Model.
@@ -96,7 +97,7 @@ func WithSplit(split func([]backend.Request) bool) Option {
 
 // New returns an empty model.
 func New(opts ...Option) *Model {
-	m := &Model{keys: map[string]*State{}}
+	m := &Model{keys: map[string]*State{}, settled: map[settled]int64{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -138,6 +139,8 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 			return res, nil
 		}
 	}
+	sent := reqs // what the deny cache learns from: it cannot tell a repeat
+	reqs = m.repeats(now, reqs)
 	for _, r := range reqs {
 		if s, ok := m.keys[r.Key]; ok && s.Algorithm == r.Algorithm {
 			switch a := anchor(s, r, now); {
@@ -161,10 +164,44 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 			}
 		}
 	}
+	if !rejected {
+		for _, r := range reqs {
+			if r.Once != 0 {
+				m.settled[settled{r.Key, r.Once}] = now + 2*r.Period.Microseconds()
+			}
+		}
+	}
 	if m.deny != nil {
-		m.deny.learn(now, reqs, res, rejected && (m.split == nil || !m.split(reqs)))
+		m.deny.learn(now, sent, res, rejected && (m.split == nil || !m.split(reqs)))
 	}
 	return res, nil
+}
+
+// settled is a settlement's record: its key and Once.
+type settled struct {
+	key  string
+	once int64
+}
+
+// repeats returns reqs with every settlement already applied turned into
+// a peek: one whose record lives at now, or that an earlier request of the
+// call names (ALGORITHMS.md, Once). reqs itself when there is none.
+func (m *Model) repeats(now int64, reqs []backend.Request) []backend.Request {
+	out := reqs
+	for i, r := range reqs {
+		if r.Once == 0 {
+			continue
+		}
+		k := settled{r.Key, r.Once}
+		earlier := slices.ContainsFunc(reqs[:i], func(q backend.Request) bool { return q.Once == r.Once && q.Key == r.Key })
+		if until, ok := m.settled[k]; (ok && until > now) || earlier {
+			if &out[0] == &reqs[0] {
+				out = slices.Clone(reqs)
+			}
+			out[i].Cost, out[i].Force, out[i].Stamp, out[i].Once = 0, false, 0, 0
+		}
+	}
+	return out
 }
 
 // anchor returns s as r reads it at now when the clock is behind s (s

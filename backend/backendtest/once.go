@@ -1,0 +1,98 @@
+package backendtest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+)
+
+// Settlement identity (backend.Request.Once): a settlement delivered twice,
+// because its first reply was lost, takes effect once, and a repeat answers
+// as a peek would.
+
+// testSettleOnce is the same settlement twice refunding once (3 per
+// second): A reserves 2 and B takes 1 at the same instant, so A's stamp
+// names B's unit too; A's refund of 2 sent twice with one Once leaves B's
+// unit counted. Without Once the repeat gives B's unit back on every
+// algorithm (the stamped run, bucket, window or TAT is shared).
+func (s *suite) testSettleOnce(t *testing.T) {
+	s.forEach(t, func(t *testing.T, e *env, alg backend.Algorithm) {
+		r := req(e.key("k"), alg, 3, time.Second, 2)
+		a := e.one(r)
+		r.Cost = 1
+		if b := e.one(r); !a.Allowed || !b.Allowed || b.Remaining != 0 {
+			t.Fatalf("A reserves 2, B takes 1: %+v, %+v, want both allowed and the key full", a, b)
+		}
+		e.at(us(100_000))
+		refund := r
+		refund.Cost, refund.Stamp, refund.Once = -2, a.Stamp, 42
+		if got := e.one(refund); !got.Allowed || got.Remaining != 2 {
+			t.Fatalf("A's refund of 2: %+v, want allowed with 2 remaining", got)
+		}
+		want := e.peek(r)
+		for i := range 2 {
+			got := e.one(refund)
+			check(t, fmt.Sprintf("A's refund delivered again (%d)", i+1), got, want)
+			stampIs(t, "a repeat", got, 0)
+		}
+		if got := e.remaining(r); got != 2 {
+			t.Errorf("after the repeats: remaining %d, want 2 (B's unit still counts)", got)
+		}
+	})
+}
+
+// testChargeOnce is a forced charge delivered twice charging once, the
+// repeat coming nearly two Periods later (the record's least life), and
+// the record being the key's own: the same Once on another key is another
+// settlement, and a call that is rejected records nothing. Within one call
+// the second delivery is the repeat.
+func (s *suite) testChargeOnce(t *testing.T) {
+	s.forEach(t, func(t *testing.T, e *env, alg backend.Algorithm) {
+		r := req(e.key("k"), alg, 3, time.Second, 1)
+		charge := r
+		charge.Force, charge.Once = true, 7
+		e.at(us(500_000))
+		if got := e.one(charge); !got.Allowed || got.Remaining != 2 {
+			t.Fatalf("a forced charge of 1: %+v, want allowed with 2 remaining", got)
+		}
+		if got := e.one(charge); !got.Allowed || got.Remaining != 2 {
+			t.Errorf("the charge delivered again: %+v, want allowed with 2 remaining", got)
+		}
+		e.at(us(2_400_000)) // the first charge's unit has left
+		if got := e.one(charge); !got.Allowed || got.Remaining != 3 {
+			t.Errorf("the charge delivered again 1.9s later: %+v, want allowed with 3 remaining", got)
+		}
+		other := charge
+		other.Key = e.key("other")
+		if got := e.one(other); !got.Allowed || got.Remaining != 2 {
+			t.Errorf("the same Once on another key: %+v, want applied, 2 remaining", got)
+		}
+		full := req(e.key("full"), alg, 1, time.Second, 2) // never fits: the call is rejected
+		next := charge
+		next.Once = 8
+		if got := e.decide(next, full); got[1].Allowed {
+			t.Fatalf("a cost of 2 under a limit of 1: %+v, want rejected", got[1])
+		}
+		if got := e.remaining(r); got != 3 {
+			t.Errorf("after a rejected call: remaining %d, want 3 (nothing applied)", got)
+		}
+		if got := e.one(next); !got.Allowed || got.Remaining != 2 {
+			t.Errorf("a charge whose first call was rejected: %+v, want applied, 2 remaining", got)
+		}
+		twice := charge
+		twice.Once = 9
+		if got := e.decide(twice, twice); got[0].Remaining != 1 || got[1].Remaining != 1 {
+			t.Errorf("one charge twice in a call: %+v, want it applied once, 1 remaining", got)
+		}
+		peek := other
+		peek.Cost, peek.Force, peek.Once = 0, false, 0
+		if got := e.decide(twice, peek); got[0].Remaining != 1 {
+			t.Errorf("the charge again beside another key: %+v, want 1 remaining", got[0])
+		}
+		if got := e.remaining(r); got != 1 {
+			t.Errorf("after the charge of 1 delivered three times: remaining %d, want 1", got)
+		}
+	})
+}

@@ -1,0 +1,85 @@
+package ceiling
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+)
+
+// A refund whose call failed after its write is sent again and applied
+// once: A reserves 5 of 10, B takes the other 5, A settles 0 and the
+// settlement's call fails, its reply lost after Redis applied it, or its
+// connection refused. Dropped (as before settlements carried a Once), it
+// was counted as lost, and a refund that never arrived left A's
+// reservation at its estimate: 0 left. Applied twice, the second refund
+// gave B's units back: 10 left, another request's quota bought. Once, 5
+// are left, and Redis holds the one record of it, in the key's slot.
+func TestFailedRefundIsResentAndAppliedOnceRedis(t *testing.T) {
+	for _, fails := range []struct {
+		name      string
+		arm, heal func(*redistest.Proxy)
+		lost      int // replies the proxy drops
+	}{
+		{"reply_lost", func(p *redistest.Proxy) { p.DropReply("evalsha") }, func(*redistest.Proxy) {}, 1},
+		{"refused", func(p *redistest.Proxy) { p.Partition(); p.Cut() }, func(p *redistest.Proxy) { p.Heal() }, 0},
+	} {
+		for _, alg := range []backend.Algorithm{RollingWindow, GCRA} {
+			t.Run(fails.name+"/"+alg.String(), func(t *testing.T) {
+				testFailedRefundIsResentAndAppliedOnce(t, alg, fails.arm, fails.heal, fails.lost)
+			})
+		}
+	}
+}
+
+func testFailedRefundIsResentAndAppliedOnce(t *testing.T, alg backend.Algorithm, arm, heal func(*redistest.Proxy), lost int) {
+	l, proxy, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 10, Period: time.Minute, Algorithm: alg,
+		Estimate: func(*http.Request) (int64, error) { return 5, nil }}})
+	ctx := t.Context()
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5}); err != nil || !d.Allowed || d.Results[0].Remaining != 0 {
+			t.Errorf("B's 5 beside A's reservation: %+v, %v; want the last 5", d, err)
+		}
+		if err := Settle(r, "tokens", 0); err != nil {
+			t.Errorf("Settle: %v", err)
+		}
+		arm(proxy) // for the settlement
+	}))
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("X-Shop", "acme")
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK || proxy.Dropped() != lost {
+		t.Fatalf("status %d, %d replies lost; want 200 and %d", w.Code, proxy.Dropped(), lost)
+	}
+	heal(proxy)
+	if !eventually(func() bool { return l.pendingWrites() == 0 }) {
+		t.Fatal("the settlement is still pending a resend after 10 s")
+	}
+	res, err := l.Peek(ctx, "tokens", "acme")
+	if err != nil || res.Remaining != 5 {
+		t.Errorf("after the resent refund: %+v, %v; want 5 left (A's refunded once, B's counted)", res, err)
+	}
+	if h := l.Health(); h.DroppedWrites != 0 {
+		t.Errorf("DroppedWrites %d, want 0", h.DroppedWrites)
+	}
+	keys, err := direct.Keys(ctx, "*").Result()
+	var records, state []string
+	for _, k := range keys {
+		if strings.Contains(k, "#o") {
+			records = append(records, k)
+		} else {
+			state = append(state, k)
+		}
+	}
+	if err != nil || len(records) != 1 || len(state) != 1 || !strings.HasPrefix(records[0], state[0]+"#o") {
+		t.Fatalf("keys %v (%v), want the rule's key and the one record of its settlement beside it", keys, err)
+	}
+	if ttl := direct.PTTL(ctx, records[0]).Val(); ttl <= time.Minute || ttl > 2*time.Minute {
+		t.Errorf("the record's TTL %v, want twice the Period at most, more than one", ttl)
+	}
+}
