@@ -156,8 +156,9 @@ type Health struct {
 	// Close): each left unused units counted, an error towards the limit.
 	DroppedWrites int64 `json:"dropped_writes,omitempty"`
 	// Shed counts requests refused with 503 because this process was too
-	// busy to send their backend call in time ([backend.ErrNotSent]): it
-	// sheds load rather than admit unmetered, and the backend is not blamed.
+	// busy to send their backend call or read its reply in time, or a
+	// FailOpen rule's call timed out before a probe confirmed the backend
+	// at fault: it sheds load rather than admit unmetered.
 	Shed int64 `json:"shed,omitempty"`
 	// Rules reports what each rule admitted without the backend.
 	Rules []RuleHealth `json:"rules"`
