@@ -40,7 +40,6 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling"
-	"github.com/ceiling-go/ceiling/backend"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -194,16 +193,16 @@ func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 // ObserveRequest counts a request refused with 503, which no rule's
 // decision reports: err is an [*ceiling.UnavailableError], counted on its
 // rule as fail_closed (the rule fails closed and the backend could not
-// decide) or shed (this process was too busy to send the call or read its
-// reply, [backend.ErrNotSent] or [backend.ErrUnread]). Any other request
-// was counted by ObserveDecision.
+// decide) or shed ([ceiling.UnavailableError.Shed]: this process could not
+// get the backend's verdict in time). Any other request was counted by
+// ObserveDecision.
 func (o *Observer) ObserveRequest(_ context.Context, _ *ceiling.Decision, err error) {
 	var ue *ceiling.UnavailableError
 	if err == nil || !errors.As(err, &ue) {
 		return
 	}
 	result := "fail_closed"
-	if errors.Is(ue.Err, backend.ErrNotSent) || errors.Is(ue.Err, backend.ErrUnread) {
+	if ue.Shed {
 		result = "shed"
 	}
 	o.requests.WithLabelValues(ue.Rule, result).Inc()
