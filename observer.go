@@ -57,8 +57,8 @@ type Observer interface {
 	// function returning [Limiter.Health], for what a scrape reads.
 	ObserveConfig(rules []string, timeout time.Duration, health func() Health)
 	// ObserveDecision is called for every rule decided for a request, by
-	// the backend or by [FailLocal]'s store (failing open is not a
-	// decision: see ObserveFailMode).
+	// the backend or by [FailLocal]'s store, except the admissions a fail
+	// mode made, which ObserveFailMode reports instead.
 	ObserveDecision(rule string, outcome Outcome)
 	// ObserveBackend is called after every backend call with its latency
 	// and error. Label a failure by [KindOf], never by the error's text.
@@ -153,52 +153,33 @@ func WithObserver(o Observer) Option {
 // everything, in order.
 type observers []Observer
 
+func (os observers) each(f func(Observer)) {
+	for _, o := range os {
+		f(o)
+	}
+}
+
 func (os observers) ObserveConfig(rules []string, timeout time.Duration, health func() Health) {
-	for _, o := range os {
-		o.ObserveConfig(rules, timeout, health)
-	}
+	os.each(func(o Observer) { o.ObserveConfig(rules, timeout, health) })
 }
-
 func (os observers) ObserveDecision(rule string, outcome Outcome) {
-	for _, o := range os {
-		o.ObserveDecision(rule, outcome)
-	}
+	os.each(func(o Observer) { o.ObserveDecision(rule, outcome) })
 }
-
 func (os observers) ObserveBackend(latency time.Duration, err error) {
-	for _, o := range os {
-		o.ObserveBackend(latency, err)
-	}
+	os.each(func(o Observer) { o.ObserveBackend(latency, err) })
 }
-
-func (os observers) ObserveCached() {
-	for _, o := range os {
-		o.ObserveCached()
-	}
-}
-
+func (os observers) ObserveCached() { os.each(func(o Observer) { o.ObserveCached() }) }
 func (os observers) ObserveDegraded(e DegradedEvent) {
-	for _, o := range os {
-		o.ObserveDegraded(e)
-	}
+	os.each(func(o Observer) { o.ObserveDegraded(e) })
 }
-
 func (os observers) ObserveFailMode(rule string, mode FailMode) {
-	for _, o := range os {
-		o.ObserveFailMode(rule, mode)
-	}
+	os.each(func(o Observer) { o.ObserveFailMode(rule, mode) })
 }
-
 func (os observers) ObserveRequest(ctx context.Context, d *Decision, err error) {
-	for _, o := range os {
-		o.ObserveRequest(ctx, d, err)
-	}
+	os.each(func(o Observer) { o.ObserveRequest(ctx, d, err) })
 }
-
 func (os observers) ObserveLimit(rule string, limit, burst int64) {
-	for _, o := range os {
-		o.ObserveLimit(rule, limit, burst)
-	}
+	os.each(func(o Observer) { o.ObserveLimit(rule, limit, burst) })
 }
 
 // A DegradedEvent is one transition between healthy (the backend decides)
@@ -244,6 +225,7 @@ func (l *Limiter) record(ctx context.Context, d *Decision) {
 			if obs != nil {
 				obs.ObserveFailMode(rr.Rule.Name, rr.Fallback)
 			}
+			continue // a fail mode's admission, not the rule's decision
 		}
 		if rr.Fallback == FailOpen {
 			continue
