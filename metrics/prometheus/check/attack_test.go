@@ -14,9 +14,14 @@ import (
 	"github.com/ceiling-go/ceiling"
 	redisbackend "github.com/ceiling-go/ceiling/backend/redis"
 	"github.com/ceiling-go/ceiling/internal/redistest"
+	ceilingotel "github.com/ceiling-go/ceiling/metrics/otel"
+	ceilingprom "github.com/ceiling-go/ceiling/metrics/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -115,5 +120,146 @@ func TestREADMERedisSpansNameNoAddress_Attack(t *testing.T) {
 	text, addr, _, _ := redisSpans(t, redisotel.WithDBStatement(false))
 	if strings.Contains(text, addr) {
 		t.Errorf("a Redis span repeats the Redis address %s\n%s", addr, text)
+	}
+}
+
+// requestCounts is the requests counter of g by rule and result,
+// "rule/result", from series.
+func requestCounts(t *testing.T, g prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, s := range series(t, g) {
+		rest, ok := strings.CutPrefix(s, "ceiling_rate_limiting_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		var result, rule string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "ceiling_rate_limiting_result":
+				result = v
+			case "ceiling_rate_limiting_rule":
+				rule = v
+			}
+		}
+		var f float64
+		fmt.Sscan(value, &f)
+		if f != 0 {
+			out[rule+"/"+result] = f
+		}
+	}
+	return out
+}
+
+// Through a real Redis that answers, is frozen, thawed, killed and
+// restarted empty, every response a client sees is counted, once, and
+// alike by both exporters: each 200 or 429 once per rule that applied
+// (allowed on a 200), each 503 once, as fail_closed, on the rule failing
+// closed. The rules fail local or closed: admissions failing open are not
+// (yet) requests counter results.
+func TestEveryResponseCountedOnceByBothExporters_Attack(t *testing.T) {
+	srv := redistest.Server(t)
+	prom := ceilingprom.New(ceilingprom.Options{})
+	promReg := prometheus.NewPedanticRegistry()
+	promReg.MustRegister(prom)
+	otelReg := prometheus.NewPedanticRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(otelReg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	otel, err := ceilingotel.New(ceilingotel.Options{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "ip", Key: ceiling.RemoteAddr, Limit: 3, Period: time.Minute, FailMode: ceiling.FailLocal},
+		{Name: "to", Key: ceiling.Query("to"), Limit: 2, Period: time.Hour, FailMode: ceiling.FailClosed},
+	}, ceiling.WithBackend(redisbackend.New(client, redisbackend.WithPrefix(redistest.KeyPrefix(t)))),
+		ceiling.WithObserver(prom), ceiling.WithObserver(otel),
+		ceiling.WithTimeout(50*time.Millisecond), ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+	t.Cleanup(func() { l.Close() })
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	want := map[string]float64{}
+	codes := map[int]int{}
+	n := 0
+	send := func() {
+		n++
+		target := "/"
+		to := n%2 == 0
+		if to {
+			target = "/?to=" + fmt.Sprint(n%3)
+		}
+		r := httptest.NewRequest("GET", target, nil)
+		r.RemoteAddr = fmt.Sprintf("192.0.2.%d:1", n%4)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		codes[w.Code]++
+		switch w.Code {
+		case 200:
+			want["ip/allowed"]++
+			if to {
+				want["to/allowed"]++
+			}
+		case 429:
+			want["ip/*"]++
+			if to {
+				want["to/*"]++
+			}
+		case 503:
+			want["to/fail_closed"]++
+		default:
+			t.Errorf("request %d: status %d", n, w.Code)
+		}
+	}
+	phases := []struct {
+		name string
+		do   func()
+	}{
+		{"up", func() {}},
+		{"frozen", func() { srv.Freeze(t) }},
+		{"thawed", func() { srv.Thaw(t) }},
+		{"killed", srv.Kill},
+		{"restarted", func() { srv.Restart(t) }},
+	}
+	for _, p := range phases {
+		p.do()
+		for range 12 {
+			send()
+		}
+	}
+	for _, c := range []int{200, 429, 503} {
+		if codes[c] == 0 {
+			t.Fatalf("no %d among %v: the scenario misses an outcome", c, codes)
+		}
+	}
+	for name, g := range map[string]prometheus.Gatherer{"ceilingprom": promReg, "ceilingotel": otelReg} {
+		got := requestCounts(t, g)
+		folded := map[string]float64{}
+		for k, v := range got {
+			rule, result, _ := strings.Cut(k, "/")
+			switch result {
+			case "rejected", "not_charged":
+				folded[rule+"/*"] += v
+			default:
+				folded[k] += v
+			}
+		}
+		for k, v := range want {
+			if folded[k] != v {
+				t.Errorf("%s: %s = %v, want %v (responses %v)", name, k, folded[k], v, codes)
+			}
+		}
+		for k, v := range folded {
+			if _, ok := want[k]; !ok {
+				t.Errorf("%s: %s = %v, no response for it (responses %v)", name, k, v, codes)
+			}
+		}
 	}
 }
