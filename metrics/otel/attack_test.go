@@ -97,3 +97,17 @@ func TestPanicAndCancelKeepSpansAndGauges_Attack(t *testing.T) {
 		"ceiling.rate_limiting.concurrency.slots_in_use{ceiling.rate_limiting.rule=conc}": 0,
 	})
 }
+
+// One observer shared by two limiters: while one of them is still
+// degraded, the other's recovery must not clear the degraded gauge, or
+// CeilingDegraded stops firing while fail modes still decide.
+func TestSharedDegradedGaugeHoldsWhileOneLimiterIsDegraded_Attack(t *testing.T) {
+	obs, collect := sdkObserver(t)
+	gauge := "ceiling.rate_limiting.degraded{}"
+	obs.ObserveDegraded(ceiling.DegradedEvent{Degraded: true}) // limiter A
+	obs.ObserveDegraded(ceiling.DegradedEvent{Degraded: true}) // limiter B
+	obs.ObserveDegraded(ceiling.DegradedEvent{})               // B recovers; A is still degraded
+	expect(t, collect(), map[string]float64{gauge: 1, "ceiling.rate_limiting.degraded.transitions{}": 2})
+	obs.ObserveDegraded(ceiling.DegradedEvent{}) // A recovers
+	expect(t, collect(), map[string]float64{gauge: 0})
+}

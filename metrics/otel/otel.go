@@ -83,6 +83,9 @@ type Observer struct {
 	// a limiter adds rules.
 	rules atomic.Pointer[map[string]*ruleOpts]
 
+	// degraded counts the limiters observed that are degraded now: each
+	// limiter's transitions alternate, so a shared observer's gauge stays
+	// 1 until the last of them recovers.
 	degraded atomic.Int64
 
 	mu         sync.Mutex // guards the rest, and the replacement of rules
@@ -184,7 +187,7 @@ func New(o Options) (*Observer, error) {
 		return nil, err
 	}
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(degraded, obs.degraded.Load(), metric.WithAttributeSet(set))
+		o.ObserveInt64(degraded, min(obs.degraded.Load(), 1), metric.WithAttributeSet(set))
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		if obs.minTimeout > 0 {
@@ -319,13 +322,19 @@ func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 func (o *Observer) ObserveCached() { o.cached.Add(context.Background(), 1, o.plain...) }
 
 // ObserveDegraded sets the degraded gauge and counts transitions into it.
+// Of limiters sharing the observer, the gauge is 1 while any is degraded.
 func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
 	if e.Degraded {
-		o.degraded.Store(1)
+		o.degraded.Add(1)
 		o.transitions.Add(context.Background(), 1, o.plain...)
 		return
 	}
-	o.degraded.Store(0)
+	for {
+		n := o.degraded.Load()
+		if n <= 0 || o.degraded.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
 }
 
 // ObserveFailMode counts a rule admission made by a fail mode, and counts
