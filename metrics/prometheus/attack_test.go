@@ -1,8 +1,11 @@
 package ceilingprom_test
 
 import (
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/ceiling-go/ceiling"
 	ceilingprom "github.com/ceiling-go/ceiling/metrics/prometheus"
@@ -28,4 +31,25 @@ func TestSharedDegradedGaugeHoldsWhileOneLimiterIsDegraded_Attack(t *testing.T) 
 	if err := testutil.CollectAndCompare(obs, strings.NewReader(gauge("0")), "ceiling_rate_limiting_degraded"); err != nil {
 		t.Errorf("both recovered: %v", err)
 	}
+}
+
+// A program that rebuilds its limiter on a configuration reload, closing
+// the old one, and keeps one observer (it stays registered): the closed
+// limiter, its store with every key it held, must not stay reachable from
+// the observer, read at every scrape for ever.
+func TestClosedLimiterIsReleasedByTheObserver_Attack(t *testing.T) {
+	t.Skip("defect: ObserveConfig keeps each limiter's Health function for ever and nothing tells the observer of Close, so a reloaded limiter and its store stay reachable and are read at every scrape")
+	obs := ceilingprom.New(ceilingprom.Options{})
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "r", Key: ceiling.RemoteAddr, Limit: 10, Period: time.Minute}},
+		ceiling.WithObserver(obs))
+	w := weak.Make(l)
+	l.Close()
+	l = nil
+	for range 5 {
+		runtime.GC()
+	}
+	if w.Value() != nil {
+		t.Error("the closed limiter is still reachable from the observer")
+	}
+	runtime.KeepAlive(obs)
 }
