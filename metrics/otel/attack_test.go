@@ -11,6 +11,10 @@ import (
 
 	"github.com/ceiling-go/ceiling"
 	"github.com/ceiling-go/ceiling/backend/memory"
+	ceilingotel "github.com/ceiling-go/ceiling/metrics/otel"
+	"go.opentelemetry.io/otel"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
@@ -110,4 +114,47 @@ func TestSharedDegradedGaugeHoldsWhileOneLimiterIsDegraded_Attack(t *testing.T) 
 	expect(t, collect(), map[string]float64{gauge: 1, "ceiling.rate_limiting.degraded.transitions{}": 2})
 	obs.ObserveDegraded(ceiling.DegradedEvent{}) // A recovers
 	expect(t, collect(), map[string]float64{gauge: 0})
+}
+
+// An observer built on the global meter provider before the program
+// installs its SDK (an init, a package variable): it costs nothing and
+// panics at nothing while no SDK is installed, and once one is, what
+// follows is exported, the series that start at zero and the gauges
+// included.
+func TestObserverBeforeTheSDKIsInstalled_Attack(t *testing.T) {
+	obs, err := ceilingotel.New(ceilingotel.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ceiling.MustNew([]ceiling.Rule{{Name: "r", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute}},
+		ceiling.WithBackend(memory.New()), ceiling.WithObserver(obs), quiet)
+	t.Cleanup(func() { l.Close() })
+	h := l.Handler(ok)
+	if got := code(h); got != 200 {
+		t.Fatalf("status %d, want 200", got)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	prev := otel.GetMeterProvider()
+	otel.SetMeterProvider(mp)
+	t.Cleanup(func() { otel.SetMeterProvider(prev) })
+	if got := code(h); got != 429 {
+		t.Fatalf("status %d, want 429", got)
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			names[m.Name] = true
+		}
+	}
+	for _, n := range []string{"ceiling.rate_limiting.requests", "ceiling.rate_limiting.degraded", "ceiling.rate_limiting.backend.errors", "ceiling.rate_limiting.fail_mode.admissions"} {
+		if !names[n] {
+			t.Errorf("%s not exported after the SDK was installed (exported: %v)", n, names)
+		}
+	}
 }

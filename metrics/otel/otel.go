@@ -186,7 +186,14 @@ func New(o Options) (*Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	obs.kinds = map[ceiling.FailureKind][]metric.AddOption{}
+	for _, kind := range ceiling.FailureKinds() {
+		obs.kinds[kind] = obs.with(AttrErrorType.String(string(kind)))
+	}
+	empty := map[string]*ruleOpts{}
+	obs.rules.Store(&empty)
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		obs.startAtZero(ctx)
 		o.ObserveInt64(degraded, min(obs.degraded.Load(), 1), metric.WithAttributeSet(set))
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
@@ -216,19 +223,27 @@ func New(o Options) (*Observer, error) {
 		return nil, err
 	}
 
-	// Every series an alert watches exists from the start, at zero, so
-	// that its first increase is one that increase() and rate() can see.
-	obs.transitions.Add(context.Background(), 0, obs.plain...)
-	obs.cached.Add(context.Background(), 0, obs.plain...)
-	obs.kinds = map[ceiling.FailureKind][]metric.AddOption{}
-	for _, kind := range ceiling.FailureKinds() {
-		opts := obs.with(AttrErrorType.String(string(kind)))
-		obs.kinds[kind] = opts
-		obs.errors.Add(context.Background(), 0, opts...)
-	}
-	empty := map[string]*ruleOpts{}
-	obs.rules.Store(&empty)
+	obs.startAtZero(context.Background())
 	return obs, nil
+}
+
+// startAtZero makes every series an alert watches exist, at zero, so that
+// its first increase is one that increase() and rate() can see: the
+// transitions, the deny-cache answers, the backend errors of each kind
+// and the configured rules' fail-mode admissions. New calls it, and so
+// does each collection, since measurements made on the global provider
+// before the program installed its SDK went nowhere.
+func (o *Observer) startAtZero(ctx context.Context) {
+	o.transitions.Add(ctx, 0, o.plain...)
+	o.cached.Add(ctx, 0, o.plain...)
+	for _, kind := range ceiling.FailureKinds() {
+		o.errors.Add(ctx, 0, o.kinds[kind]...)
+	}
+	for _, r := range *o.rules.Load() {
+		for _, opts := range r.mode {
+			o.failmode.Add(ctx, 0, opts...)
+		}
+	}
 }
 
 // with is the measurement options of the observer's attributes and kv.
