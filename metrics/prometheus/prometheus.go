@@ -83,6 +83,7 @@ type Observer struct {
 	slots   *prometheus.Desc
 
 	mu         sync.Mutex
+	nDegraded  int // the limiters observed that are degraded now
 	minTimeout time.Duration
 	health     []func() ceiling.Health
 }
@@ -224,13 +225,23 @@ func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 func (o *Observer) ObserveCached() { o.cached.Inc() }
 
 // ObserveDegraded sets the degraded gauge and counts transitions into it.
+// Of limiters sharing the observer, the gauge is 1 while any is degraded:
+// each limiter's transitions alternate, so counting them tells how many
+// are degraded now.
 func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if e.Degraded {
-		o.degraded.Set(1)
+		o.nDegraded++
 		o.transitions.Inc()
-		return
+	} else if o.nDegraded > 0 {
+		o.nDegraded--
 	}
-	o.degraded.Set(0)
+	if o.nDegraded > 0 {
+		o.degraded.Set(1)
+	} else {
+		o.degraded.Set(0)
+	}
 }
 
 // ObserveFailMode counts a rule admission made by a fail mode, and counts
