@@ -97,7 +97,25 @@ func (l *Limiter) observeConfig() {
 	if l.remote {
 		timeout = l.cfg.timeout
 	}
-	o.ObserveConfig(rules, timeout, l.Health)
+	l.fo.observed = &observedHealth{}
+	l.fo.observed.l.Store(l)
+	o.ObserveConfig(rules, timeout, l.fo.observed.read)
+}
+
+// observedHealth is the observer's way to the limiter's [Health]: an
+// exporter keeps the function for ever, so Close cuts it from the limiter
+// (which becomes collectable with its store) and leaves the limiter's last
+// report, with Status "closed", for the exporter to drop.
+type observedHealth struct {
+	l     atomic.Pointer[Limiter]
+	final atomic.Pointer[Health]
+}
+
+func (o *observedHealth) read() Health {
+	if l := o.l.Load(); l != nil {
+		return l.Health()
+	}
+	return o.final.Load().clone()
 }
 
 // observeCall reports one backend call, or a cached answer, to obs.
