@@ -54,7 +54,10 @@ func (o Outcome) String() string {
 type Observer interface {
 	// ObserveConfig is called once, by [New], with the rules' names in
 	// declaration order, the backend timeout (zero in process) and a
-	// function returning [Limiter.Health], for what a scrape reads.
+	// function returning [Limiter.Health], for what a scrape reads. Once
+	// it reports Status "closed", the limiter is closed and the function
+	// holds nothing of it: drop it, and, if the report is degraded at
+	// Close (Since set), count no recovery to come.
 	ObserveConfig(rules []string, timeout time.Duration, health func() Health)
 	// ObserveDecision is called for every rule decided for a request, by
 	// the backend or by [FailLocal]'s store, except the admissions a fail
