@@ -56,8 +56,8 @@ type Observer interface {
 	// declaration order, the backend timeout (zero in process) and a
 	// function returning [Limiter.Health], for what a scrape reads. Once
 	// it reports Status "closed", the limiter is closed and the function
-	// holds nothing of it: drop it, and, if the report is degraded at
-	// Close (Since set), count no recovery to come.
+	// holds nothing of it: drop it, and if Since is set (it was degraded
+	// when closed) expect no recovery from it.
 	ObserveConfig(rules []string, timeout time.Duration, health func() Health)
 	// ObserveDecision is called for every rule decided for a request, by
 	// the backend or by [FailLocal]'s store, except the admissions a fail
