@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -820,10 +821,20 @@ func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) in
 	if len(reqs) == 0 {
 		return lost
 	}
-	var period time.Duration
+	// One item per Period, each given up a Period after the call failed:
+	// a settlement's record lasts only twice its own rule's Period, so a
+	// short rule's settlement kept as long as a longer rule's would be
+	// applied again once its record lapsed.
+	var items []resendItem
+	now := time.Now()
 	for i := range reqs {
 		reqs[i].Key = l.kept(reqs[i].Key) // the caller's arena is reused
-		period = max(period, reqs[i].Period)
+		j := slices.IndexFunc(items, func(it resendItem) bool { return it.reqs[0].Period == reqs[i].Period })
+		if j < 0 {
+			j = len(items)
+			items = append(items, resendItem{until: now.Add(reqs[i].Period), what: what})
+		}
+		items[j].reqs = append(items[j].reqs, reqs[i])
 	}
 	r := &l.fo.resend
 	r.mu.Lock()
@@ -832,7 +843,7 @@ func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) in
 		l.dropResends(len(reqs), what, "too many pending")
 		return lost + len(reqs)
 	}
-	r.items = append(r.items, resendItem{reqs: reqs, until: time.Now().Add(period), what: what})
+	r.items = append(r.items, items...)
 	r.n += len(reqs)
 	r.pending.Store(int64(r.n))
 	start := !r.running

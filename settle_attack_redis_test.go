@@ -58,3 +58,51 @@ func TestSettlementRecordsBoundedPerKey_Attack(t *testing.T) {
 		t.Errorf("one key of limit 3 holds %d settlement records, living %v each: its stored state grows with its traffic, not its limit", records, ttl)
 	}
 }
+
+// A settlement is resent for a Period after its call failed, and its record
+// on Redis lasts twice that Period after it was applied, so a repeat always
+// finds it. But the request's settlements for rules of different Periods
+// share one resend deadline, the longest Period's: a short rule's
+// settlement is resent after its own record lapsed and is applied again.
+// Here a request settles 6 against estimates of 1 under a 500 ms rule and
+// a one-hour rule, in one call whose reply is lost after Redis applied
+// both; Redis is then unreachable for 2.5 s. On recovery the resend
+// charges the 500 ms rule's 5 units a second time (its record, 1 s, has
+// lapsed): the shop is billed twice, and its next requests refused.
+func TestSettlementResentPastItsRecordMixedPeriods_Regression(t *testing.T) {
+	est := func(*http.Request) (int64, error) { return 1, nil }
+	l, proxy, _ := proxiedLimiter(t, []Rule{
+		{Name: "burst", Key: headerKey("X-Shop"), Limit: 10, Period: 500 * time.Millisecond, Estimate: est},
+		{Name: "hourly", Key: headerKey("X-Shop"), Limit: 100, Period: time.Hour, Estimate: est},
+	})
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, rule := range []string{"burst", "hourly"} {
+			if err := Settle(r, rule, 6); err != nil {
+				t.Errorf("Settle %s: %v", rule, err)
+			}
+		}
+		proxy.DropReply("evalsha") // the settlement's reply, after Redis applied it
+	}))
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("X-Shop", "acme")
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK || proxy.Dropped() != 1 {
+		t.Fatalf("status %d, %d replies lost; want 200 and 1", w.Code, proxy.Dropped())
+	}
+	proxy.Partition()
+	proxy.Cut()
+	time.Sleep(2500 * time.Millisecond) // real time: Redis's own TTLs; the burst rule's record lapses
+	proxy.Heal()
+	if !eventually(func() bool { return l.fo.resend.pending.Load() == 0 }) {
+		t.Fatal("the settlement is still pending a resend after 10 s")
+	}
+	res, err := l.Peek(t.Context(), "burst", "acme")
+	if err != nil || res.Remaining != 10 {
+		t.Errorf("burst rule 2.5 s after its only request: %+v, %v; want 10 left (its charge applied once, expired since)", res, err)
+	}
+	res, err = l.Peek(t.Context(), "hourly", "acme")
+	if err != nil || res.Remaining != 94 {
+		t.Errorf("hourly rule: %+v, %v; want 94 left (6 charged once)", res, err)
+	}
+}
