@@ -952,8 +952,11 @@ func (l *Limiter) resendRound() bool {
 		sent += len(it.reqs)
 	}
 	var keep []resendItem
-	now := time.Now()
 	for lo := 0; lo < len(items); {
+		// Now, not when the round began: the calls before this one may
+		// each have taken up to the timeout, and a write sent past its
+		// deadline may find its Once record lapsed and be applied again.
+		now := time.Now()
 		if now.After(items[lo].until) {
 			l.dropResends(len(items[lo].reqs), items[lo].what, "pending for longer than its units count")
 			lo++
