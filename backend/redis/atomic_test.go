@@ -112,7 +112,8 @@ func TestClusterRefundUndoesOnlyItsOwnUnits(t *testing.T) {
 		ctx := context.Background()
 		run := func(req backend.Request, stamp int64) {
 			t.Helper()
-			if _, err := s.run(ctx, s.keys([]backend.Request{req}), []backend.Request{req}, []int64{stamp}); err != nil {
+			req.Stamp = stamp
+			if _, err := s.run(ctx, []backend.Request{req}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -413,7 +413,7 @@ func TestInlineBatchKeepsItsSendersBound(t *testing.T) {
 		w, ops := newWaiter(context.Background(), 1)
 		w.budget = budget
 		w.pending.Store(1)
-		ops[0] = scriptOp(context.Background(), decideScript, []string{s.prefix + "k"}, s.args([]backend.Request{day("k", 1)}, nil, false))
+		ops[0] = scriptOp(context.Background(), decideScript, []string{s.prefix + "k"}, s.args([]backend.Request{day("k", 1)}, false))
 		ops[0].w = w
 		batch = append(batch, &ops[0])
 	}

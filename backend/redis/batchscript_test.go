@@ -244,7 +244,7 @@ func TestSharedScriptsKeepToASlot(t *testing.T) {
 	ctx := context.Background()
 	mk := func(s *Store, key string, alg backend.Algorithm) *op {
 		reqs := []backend.Request{{Key: key, Algorithm: alg, Limit: 10, Period: time.Second, Cost: 1}}
-		return &op{script: loneScript(reqs, nil), key: s.prefix + key, lone: loneCall{req: reqs[0], now: -1}}
+		return &op{script: batchScript, key: s.prefix + key, lone: loneCall{req: reqs[0], now: -1}}
 	}
 	shape := func(trips []trip) string {
 		var parts []string

@@ -17,7 +17,10 @@ import (
 // decision's cost over a PING is what the script and the encoding add to
 // the round trip. Two floors show what any script-based limiter pays: an
 // EVALSHA that does nothing, and one that reads TIME, GETs and SETs a key.
-// "denied" is a request the deny cache answers without Redis. Run with
+// "rolling=script" is the Store's own script for a lone rolling-window
+// request sent alone, beside "rolling=store", the same request through
+// Decide: what the Store's Go adds to its script. "denied" is a request the
+// deny cache answers without Redis. Run with
 //
 //	go test ./backend/redis -run '^$' -bench Redis -benchtime 2s
 func BenchmarkRedis(b *testing.B) {
@@ -43,6 +46,11 @@ redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], string.format('%.0f', t[1] * 1000000 + t[2]), 'PX', 60000)
 return {0, 0, 1, 0, 0, 0}`)
 	floorKey := []string{prefix + ":floor"}
+	rolling := []backend.Request{{Key: "rolling:u", Limit: backend.MaxLimit, Period: time.Minute, Cost: 1}}
+	rollingRaw := s.batchCmd(ctx, []*op{{key: prefix + ":rolling:raw", lone: loneCall{req: rolling[0], now: -1}}}).Args()
+	if err := batchScript.Load(ctx, client).Err(); err != nil {
+		b.Fatal(err)
+	}
 	// A key the deny cache answers: spent for the next hour.
 	denied := []backend.Request{{Key: "otp:flood", Algorithm: backend.SlidingLog, Limit: 1, Period: time.Hour, Cost: 1}}
 	for range 2 {
@@ -57,6 +65,8 @@ return {0, 0, 1, 0, 0, 0}`)
 		{"ping", func() error { return client.Ping(ctx).Err() }},
 		{"floor=evalsha", func() error { return nothing.Run(ctx, client, floorKey).Err() }},
 		{"floor=time+get+set", func() error { return minimal.Run(ctx, client, floorKey).Err() }},
+		{"rolling=script", func() error { return client.Do(ctx, rollingRaw...).Err() }},
+		{"rolling=store", func() error { _, err := s.Decide(ctx, rolling); return err }},
 		{"rules=1", func() error { _, err := s.Decide(ctx, one); return err }},
 		{"rules=3", func() error { _, err := s.Decide(ctx, three); return err }},
 		{"denied", func() error {

@@ -11,10 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// slotGroups returns the indices of reqs grouped by Redis Cluster hash slot,
-// in order of first appearance and, within a group, in request order (so
-// requests on one key still see each other). Without a cluster client, or
-// when every key shares a slot, it returns one group or none.
+// slotGroups returns the indices of reqs grouped by Cluster hash slot, in
+// order of first appearance and request order within a group; nil without
+// Cluster or when every key shares a slot.
 func (s *Store) slotGroups(reqs []backend.Request) [][]int {
 	if s.cluster == nil || len(reqs) < 2 {
 		return nil
@@ -43,12 +42,10 @@ func (s *Store) slotGroups(reqs []backend.Request) [][]int {
 	return groups
 }
 
-// decideSlots decides a request whose keys span several slots: one script
-// per slot, pipelined (go-redis sends each node its scripts in parallel).
-// Each script is all or nothing for its own slot; if any rejects (or fails),
-// the slots that consumed are refunded (see refund), so the call as a whole
-// is all or nothing. Until the refund lands, the consumed units count: the
-// limiter may briefly under-admit, never over-admit.
+// decideSlots decides a call whose keys span several slots: one script
+// per slot, pipelined per node. If any slot rejects (or fails), the slots
+// that consumed are refunded, so the call is all or nothing; until the
+// refund lands the limiter may briefly under-admit, never over-admit.
 func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups [][]int) ([]backend.Result, bool, error) {
 	keys := make([][]string, len(groups))
 	sub := make([][]backend.Request, len(groups))
@@ -58,7 +55,7 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 			sub[g] = append(sub[g], reqs[i])
 		}
 	}
-	replies, errs := s.runPipelined(ctx, keys, sub, nil, true)
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
 
 	res := make([]backend.Result, len(reqs))
 	rejected := false
@@ -79,7 +76,7 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 		for j, i := range idx {
 			res[i] = replies[g].results[j]
 			if rejected {
-				// Nothing of the call stays consumed: report as a peek would.
+				// nothing of the call stays consumed
 				res[i] = replies[g].peeks[j]
 			}
 		}
@@ -94,23 +91,15 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 }
 
 // refund undoes what the groups of a rejected (or failed) cross-slot call
-// wrote. Each key that still holds what the call left in it gets back its
-// value and TTL from before the call (decideScript's "u" mode), and each
-// Concurrency lease its expiry and units: the call then changed nothing,
-// whatever its requests were. It runs on its own deadline even when ctx is
-// done.
-//
-// A key another client wrote between the call and the undo cannot be put
-// back without losing that write: the call's own admitted requests on it
-// are then inverted instead, each charge refunded with the stamp its
-// admission returned, so that only those units come back, never units
-// another client took since (a Concurrency acquisition releases its lease;
-// a renewal stays renewed); an undone refund is charged again in full, at
-// the undo's instant. GCRA gives back only what is still outstanding of the
-// units: the limiter may under-admit for a while, never over-admit. A
-// settlement with a Once goes with its key: put back, its record goes too;
-// on a key another client wrote, it stays applied and recorded, so that a
-// repeat is still a no-op.
+// wrote: each key still as the call left it gets back its value and TTL
+// (decideScript's "u" mode), each lease its expiry and units. A key
+// another client wrote meanwhile is inverted instead: each admitted charge
+// refunded with its admission's stamp, so only those units come back (an
+// acquisition releases its lease, a renewal stays), and an undone refund is
+// charged again. GCRA gives back only what is still outstanding. It runs on
+// its own deadline even when ctx is done. A settlement with a Once goes
+// with its key: put back, its record goes too; on a key another client
+// wrote, it stays applied and recorded, so that a repeat is a no-op.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var ukeys [][]string
 	var uargs [][]any
@@ -145,13 +134,11 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 	}
 	restored := s.restore(ctx, ukeys, uargs)
 
-	// What another client wrote meanwhile: invert the call's own units.
 	var rkeys [][]string
 	var rreqs [][]backend.Request
 	for i, g := range ugroups {
 		if restored[i] == nil {
-			// A failed undo leaves units consumed until their keys expire:
-			// the limiter under-admits for a while but never over-admits.
+			// a failed undo leaves units consumed until their keys expire
 			continue
 		}
 		var k []string
@@ -179,7 +166,7 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 		}
 	}
 	if len(rreqs) > 0 {
-		s.settle(ctx, rkeys, rreqs, nil)
+		s.runGroups(ctx, rkeys, rreqs, false, true) // detached: a refund must land
 	}
 }
 
@@ -196,13 +183,12 @@ func appliedOnces(reqs []backend.Request, keys []string, added []bool, key strin
 	return b.String()
 }
 
-// restore runs decideScript's "u" mode once per group, in one round trip
-// per node and detached from ctx like a settlement, and returns per group
-// which entries it put back (nil when the group's reply was not had).
+// restore runs decideScript's "u" mode once per group, detached like a
+// refund, and returns per group which entries it put back (nil: no reply).
 func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]int64 {
 	w, ops := newWaiter(ctx, len(keys))
 	for g := range keys {
-		head := s.args(nil, nil, false)[:2] // the clock and minimum TTL
+		head := s.args(nil, false)[:2] // the clock and minimum TTL
 		ops[g] = scriptOp(ctx, decideScript, keys[g], append(append(head, "u"), args[g]...))
 	}
 	err := s.call(ctx, w, ops, true)
@@ -219,12 +205,10 @@ func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]
 	return out
 }
 
-// undoFields is how many elements decideScript adds to its reply per
-// request when asked for peeks: what the call did to its key or lease.
+// undoFields is how many values per request decideScript adds with peeks.
 const undoFields = 4
 
-// keyUndo is a key (or, for Concurrency, a lease) as a cross-slot decide
-// script found it and left it.
+// keyUndo is a key (or lease) as a cross-slot script found and left it.
 type keyUndo struct {
 	old    string // the value before, "" when absent (leases: see decide.lua)
 	ttl    any    // its PTTL before, ms ("" for leases)
@@ -256,9 +240,8 @@ func isNoScript(err error) bool {
 	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
-// slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of the key, or
-// of its hash tag (the part between the first '{' and the next '}' when that
-// is not empty), modulo 16384.
+// slot is key's Cluster hash slot: CRC16 of the key, or of its hash tag
+// (between the first '{' and the next '}', when not empty), mod 16384.
 func slot(key string) uint16 {
 	if start := strings.IndexByte(key, '{'); start >= 0 {
 		if end := strings.IndexByte(key[start+1:], '}'); end > 0 {
@@ -268,8 +251,7 @@ func slot(key string) uint16 {
 	return crc16(key) & 16383
 }
 
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the checksum
-// the Redis Cluster specification uses for key slots.
+// crc16 is CRC-16/XMODEM, the Cluster specification's key checksum.
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {

@@ -16,25 +16,19 @@ type denyCache struct {
 
 	mu      sync.Mutex
 	entries map[string]denial
-	// doubted are keys of a decision that was sent and whose outcome is
-	// unknown (its reply lost or late), and until when the cache does not
-	// answer them: see doubt.
-	doubted map[string]time.Time
+	doubted map[string]time.Time // keys in doubt, until when (see doubt)
 }
 
-// denial is one rejection: the same request (the same rule and cost) on
-// the key is rejected until until. (A larger cost is rejected too, but for
-// longer than this entry knows: it goes to Redis for its true RetryAfter;
-// another rule on the key, of another period or limit, is another answer.)
+// denial is one rejection: the same request (rule and cost) on the key is
+// rejected until until.
 type denial struct {
 	rule      rule
 	until     time.Time
 	remaining int64
 	resetAt   time.Time
 	nextAt    time.Time
-	// seen is the latest call on the key that the backend answered: a
-	// clock that reads earlier is behind a state the backend anchors at its
-	// new now (ALGORITHMS.md), which shortens the wait until promised.
+	// seen is the latest answered call on the key: a clock that reads
+	// earlier is behind a state the backend anchors at its new now.
 	seen time.Time
 }
 
@@ -43,8 +37,7 @@ func newDenyCache(size int) *denyCache {
 }
 
 // answer rejects reqs locally, writing res, when one of its unforced,
-// positive-cost, non-shadow requests is on a denied key; it reports false,
-// leaving res alone, when Redis must decide.
+// positive-cost, non-shadow requests is on a denied key.
 func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now time.Time) bool {
 	if d.n.Load() == 0 {
 		return false
@@ -83,17 +76,12 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 	return denied
 }
 
-// learn records the rejections of a decision, and forgets the keys whose
-// state it may have made roomier: a refund's, and a key written under
-// another rule than its denial's (two rules of different periods sharing a
-// key see different windows of it). now is when the call was sent, before
-// the backend read its clock, so that a rejection is never remembered past
-// the instant the backend would admit again.
-//
-// A rejected request is remembered only when it saw its key as stored: an
-// earlier request of the call on the same key that would have written (an
-// admitted one with a cost) makes the rejection one of a state the
-// rejected call never wrote, which says nothing about the next call.
+// learn records a decision's rejections, and forgets the keys it may have
+// made roomier: a refund's, a key written under another rule. now is when
+// the call was sent, before the backend read its clock, so a rejection is
+// never remembered past the instant the backend would admit again. A
+// rejection after an earlier request of the call wrote the key says
+// nothing about the next call, and is not remembered.
 func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected bool, now time.Time) {
 	if !rejected && d.n.Load() == 0 {
 		return // nothing to learn, nothing to forget
@@ -103,8 +91,7 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 	for i, r := range reqs {
 		switch {
 		case rejected:
-			// A concurrency slot can come back at any moment (a release on
-			// any instance): its rejection is never remembered.
+			// a concurrency slot can come back at any moment: never remembered
 			if r.Cost <= 0 || r.Force || r.Shadow || res[i].Allowed || res[i].RetryAfter <= 0 || wroteBefore(reqs, res, i) ||
 				r.Algorithm == backend.Concurrency {
 				continue
@@ -134,22 +121,15 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 	d.n.Store(int64(len(d.entries)))
 }
 
-// doubtFor is how long after a decision on a key was sent and lost
-// (doubt) the cache does not answer the key: longer than the
-// caller that lost it takes to ask the cache next, even on a process too
-// busy to run it promptly (starvedWait).
+// doubtFor is how long a key whose decision was sent and lost is not
+// answered: longer than its caller takes to ask the cache next, even
+// starved.
 const doubtFor = starvedWait
 
-// doubt records that a decision on the keys of reqs was sent and may have
-// been applied, though its caller got an error (its reply was lost, or
-// came too late): for doubtFor, the cache answers no call on those keys.
-// The caller,
-// which asks the cache next (the limiter does, before its fail mode), then
-// never gets a cached rejection learned while its own decision was out: a
-// rejection of a state its own decision may have consumed from, which
-// would break "a rejected request consumes nothing". After doubtFor the
-// cache answers the key again from what it learned, since a rejection
-// learned meanwhile holds for every later decision.
+// doubt records that a decision on reqs' keys was sent and may have been
+// applied, though its caller got an error: for doubtFor the cache answers
+// none of them, so the caller, which asks the cache next, never gets a
+// rejection its own decision may have caused.
 func (d *denyCache) doubt(reqs []backend.Request, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -165,8 +145,8 @@ func (d *denyCache) doubt(reqs []backend.Request, now time.Time) {
 	}
 }
 
-// doubtful reports whether key is in doubt for a call made at now,
-// dropping a doubt that ended. d.mu is held.
+// doubtful reports whether key is in doubt at now, dropping an ended
+// doubt. d.mu is held.
 func (d *denyCache) doubtful(key string, now time.Time) bool {
 	until, found := d.doubted[key]
 	if !found {
@@ -180,9 +160,7 @@ func (d *denyCache) doubtful(key string, now time.Time) bool {
 }
 
 // roomBefore reports whether a request of the call before i, on i's key,
-// may make room for it: a refund, or a charge under another rule (which
-// may see another window and start it over). Request i then is not the
-// request the denial rejected.
+// may make room for it: a refund, or a charge under another rule.
 func roomBefore(reqs []backend.Request, i int) bool {
 	for j := range i {
 		if reqs[j].Key == reqs[i].Key && (reqs[j].Cost < 0 || (reqs[j].Cost > 0 && ruleOf(reqs[j]) != ruleOf(reqs[i]))) {
@@ -204,8 +182,8 @@ func ruleOf(r backend.Request) rule {
 	return rule{alg: r.Algorithm, limit: r.Limit, burst: r.Burst, period: r.Period, cost: r.Cost}
 }
 
-// wroteBefore reports whether a request of the call before i, on i's key,
-// would have written: admitted with a non-zero cost.
+// wroteBefore reports whether an admitted request of the call before i,
+// on i's key, has a non-zero cost.
 func wroteBefore(reqs []backend.Request, res []backend.Result, i int) bool {
 	for j := range i {
 		if reqs[j].Key == reqs[i].Key && res[j].Allowed && reqs[j].Cost != 0 {
@@ -215,16 +193,14 @@ func wroteBefore(reqs []backend.Request, res []backend.Result, i int) bool {
 	return false
 }
 
-// micro truncates t to whole microseconds, the backends' resolution,
-// keeping its monotonic reading: the deny cache's deadlines then fall on
-// the instants the backend's answers change at.
+// micro truncates t to whole µs, the backends' resolution, keeping its
+// monotonic reading.
 func micro(t time.Time) time.Time {
 	return t.Add(-time.Duration(t.Nanosecond() % 1000))
 }
 
-// evict makes room for one entry: it drops the expired entries among a few
-// it looks at (map order is random), or else the first of them, so that a
-// full cache costs O(1) per insertion.
+// evict drops the expired entries among a few (map order is random), or
+// else the first: O(1) per insertion.
 func (d *denyCache) evict(now time.Time) {
 	looked, dropped := 0, false
 	var first string

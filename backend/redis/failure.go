@@ -15,10 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// classify wraps err with the kind of failure its root cause shows
+// classify wraps err with the kind of failure its cause shows
 // (backend.ErrUnreachable, ErrAuth, ErrReadOnly, ErrOutOfMemory), so that
-// the limiter can report the kind without the error's text, which names
-// addresses and keys. An error of no known kind is returned as is.
+// the limiter can report it without the error's text; otherwise err as is.
 func classify(err error) error {
 	switch {
 	case err == nil:
@@ -30,9 +29,7 @@ func classify(err error) error {
 		return unreachable(err)
 	case redis.HasErrorPrefix(err, "NOAUTH"), redis.HasErrorPrefix(err, "WRONGPASS"),
 		redis.HasErrorPrefix(err, "NOPERM"), strings.Contains(err.Error(), "unauthenticated"):
-		// A server that wants a password answers a client without one
-		// NOAUTH, or, for a command of many arguments (a decision's
-		// EVALSHA), "Protocol error: unauthenticated multibulk length".
+		// or, to a long command, "Protocol error: unauthenticated multibulk length"
 		return fmt.Errorf("%w: %w", backend.ErrAuth, err)
 	case redis.HasErrorPrefix(err, "READONLY"):
 		return fmt.Errorf("%w: %w", backend.ErrReadOnly, err)
@@ -42,15 +39,12 @@ func classify(err error) error {
 	return err
 }
 
-// authCloses is how long after a server refused a client for want of a
-// password an EOF on its connections is blamed on the refusal: Redis
-// closes the connection after "unauthenticated multibulk length", and
-// go-redis, which keeps it, sees EOF on its next command.
+// authCloses is how long after a refused authentication an EOF is blamed
+// on it: Redis closes the connection after "unauthenticated multibulk".
 const authCloses = time.Second
 
-// classify is the package's classify, remembering refused authentication
-// for authCloses so that the closed connection it leaves behind is
-// reported as the authentication failure it is.
+// classify is classify, remembering refused authentication for
+// authCloses so that the closed connection it leaves is reported as such.
 func (s *Store) classify(err error) error {
 	err = classify(err)
 	switch {
@@ -66,9 +60,7 @@ func unreachable(err error) error {
 	return fmt.Errorf("%w: %w", backend.ErrUnreachable, err)
 }
 
-// isUnreachable reports whether err says no connection could be made or
-// kept: a refused, reset or timed-out dial, a connection closed under a
-// command, a client closed by its owner.
+// isUnreachable reports whether no connection could be made or kept.
 func isUnreachable(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -85,26 +77,21 @@ func isUnreachable(err error) bool {
 	return errors.As(err, &dns)
 }
 
-// stale reports whether err may come from a Cluster client routing by a
-// slot map that no longer holds: a node that cannot be reached or answers
-// late (a master that died before its replica was promoted), or a cluster
-// that says it is down for the slot.
+// stale reports whether err may come from a stale Cluster slot map: a
+// node unreachable or late, or CLUSTERDOWN/TRYAGAIN.
 func stale(err error) bool {
 	var ne net.Error
 	return isUnreachable(err) || (errors.As(err, &ne) && ne.Timeout()) ||
 		redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "TRYAGAIN")
 }
 
-// reloadEvery bounds how often a Store asks its Cluster client to reload
-// the slot map: often enough that keys on a failed master's slots are
-// decided again soon after its replica's promotion, rarely enough that an
-// outage does not flood the surviving nodes with CLUSTER SLOTS.
+// reloadEvery bounds how often a Store asks for a slot map reload: soon
+// after a replica's promotion, without flooding the survivors.
 const reloadEvery = 250 * time.Millisecond
 
-// healCluster asks the Cluster client to reload its slot map, at most once
-// per reloadEvery. go-redis reloads on its own only every minute or on a
-// MOVED reply, and a dead master sends none: without this, keys on its
-// slots would keep failing long after its replica took over.
+// healCluster asks the Cluster client to reload its slot map (at most
+// once per reloadEvery): go-redis reloads only on MOVED or every minute,
+// and a dead master sends no MOVED.
 func (s *Store) healCluster() {
 	now := time.Now().UnixNano()
 	last := s.reloaded.Load()
@@ -114,11 +101,8 @@ func (s *Store) healCluster() {
 	s.cluster.ReloadState(context.Background())
 }
 
-// dialLog remembers the last failed dial of a Store's client, so that a
-// call that runs out of budget while go-redis is still retrying the dial
-// names the refused connection instead of a timeout, and logs it to the
-// Store's logger (see WithLogger), sampled, whoever's command the dial was
-// for.
+// dialLog remembers the client's last failed dial, so that a call out of
+// budget while go-redis retries the dial names it, and logs it (sampled).
 type dialLog struct {
 	last atomic.Pointer[dialFailure]
 	logs *atomic.Pointer[storeLog] // the Store's
@@ -138,14 +122,13 @@ func (d *dialLog) since(t time.Time) error {
 	return f.err
 }
 
-// DialHook records failed dials; ProcessHook and ProcessPipelineHook pass
-// through (redis.Hook has all three).
+// DialHook records failed dials; the other hooks pass through.
 func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
 		if err != nil {
 			d.last.Store(&dialFailure{at: time.Now(), err: err})
-			d.logs.Load().warn("dial", fmt.Sprintf("failed to dial %s: %v", addr, err))
+			d.logs.Load().warn(kindDial, fmt.Sprintf("failed to dial %s: %v", addr, err))
 		}
 		return c, err
 	}
@@ -157,8 +140,7 @@ func (d *dialLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// watch installs d on client: on a Cluster client, on every node client
-// it creates from now on.
+// watch installs d on client (on Cluster, on every node client).
 func (d *dialLog) watch(client redis.UniversalClient) {
 	if cc, ok := client.(*redis.ClusterClient); ok {
 		cc.OnNewNode(func(n *redis.Client) { n.AddHook(d) })

@@ -71,8 +71,9 @@ func TestStoreLogsWhatItSees(t *testing.T) {
 		t.Errorf("the program's go-redis logger got %v, want go-redis's own failed dials", recs)
 	}
 	// The next minute, one more line, standing for what it held back.
-	for _, sm := range s.logs.Load().kinds {
-		sm.next.Store(0)
+	l := s.logs.Load()
+	for i := range l.samplers {
+		l.samplers[i].next.Store(0)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	s.Decide(ctx, []backend.Request{day("k", 1)})

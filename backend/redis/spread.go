@@ -11,16 +11,10 @@ import (
 
 var _ backend.Spread = (*Store)(nil)
 
-// SpreadKeys returns variants of key, one on each Redis Cluster master as
-// the client routes keys now: key followed by a hash tag chosen for a slot
-// the master holds. A call deciding all of them sends one script to every
-// master, in parallel, so it succeeds only if every master can decide (see
-// [backend.Spread]): the limiter's background probe does that, so a cluster
-// with one master down does not look healthy because the master holding a
-// lone canary key answers. Without Cluster, or when the prefix or key
-// already has a hash tag (every key in one slot), it returns key alone.
-// It makes no call to Redis unless the client has not loaded the cluster's
-// slot map yet.
+// SpreadKeys returns variants of key, one on each Cluster master as the
+// client routes now (key and a hash tag of a slot the master holds), so
+// that a probe deciding them all needs every master ([backend.Spread]).
+// Without Cluster, or when prefix or key has a hash tag, it returns key.
 func (s *Store) SpreadKeys(ctx context.Context, key string) ([]string, error) {
 	if s.cluster == nil || strings.ContainsAny(s.prefix+key, "{}") {
 		return []string{key}, nil
@@ -42,9 +36,7 @@ func (s *Store) SpreadKeys(ctx context.Context, key string) ([]string, error) {
 	return keys, nil
 }
 
-// slotTags returns, for each hash slot, the least number whose decimal
-// digits hash to it: a hash tag for the slot. It is computed once, in a
-// few milliseconds, and holds 64 KiB.
+// slotTags holds, per hash slot, the least number whose digits hash to it.
 var slotTags = sync.OnceValue(func() []uint32 {
 	tags := make([]uint32, 16384)
 	found := make([]bool, 16384)

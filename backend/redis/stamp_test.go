@@ -105,7 +105,7 @@ func TestClusterUndoInvertsWithTheAdmissionsStamps(t *testing.T) {
 	}
 	keys := [][]string{{s.prefix + g.Key}, {s.prefix + other.Key}}
 	sub := [][]backend.Request{{g}, {other}}
-	replies, errs := s.runPipelined(ctx, keys, sub, nil, true)
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
 	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed {
 		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
 	}

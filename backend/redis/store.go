@@ -22,20 +22,18 @@ const DefaultPrefix = "ceiling"
 // default (see [WithDenyCache]).
 const DefaultDenyCacheSize = 10_000
 
-// refundTimeout bounds the refund of a rejected cross-slot request on Redis
-// Cluster; it runs even when the caller's context is already done, because
-// the units it gives back belong to nobody.
+// refundTimeout bounds the undo of a rejected cross-slot call on Cluster,
+// which runs even when the caller's context is done.
 const refundTimeout = time.Second
 
-// Store is a [backend.Backend] on Redis: single node, Sentinel failover and
-// Cluster, through any go-redis [redis.UniversalClient]. Each decision is
-// one Lua script (one per hash slot involved on Cluster) that reads every
-// rule's state, decides with the server's clock, and writes all or nothing.
+// Store is a [backend.Backend] on Redis (single node, Sentinel or Cluster,
+// through any go-redis [redis.UniversalClient]): each decision is one Lua
+// script (one per hash slot on Cluster) that reads every rule's state,
+// decides on the server's clock and writes all or nothing.
 //
 // A Store is safe for simultaneous use by multiple goroutines, and any
-// number of Stores in any number of processes may share one Redis: that is
-// what makes a limit exact across instances. The zero value is not usable;
-// call [New]. A Store does not own its client: close the client yourself.
+// number of Stores in any number of processes may share one Redis. The
+// zero value is not usable; call [New]. A Store does not own its client.
 type Store struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // non-nil: group requests by hash slot
@@ -49,18 +47,12 @@ type Store struct {
 	authRefused atomic.Int64 // UnixNano of the last ErrAuth
 	dials       dialLog
 	// inline: the client bounds a command by its context's deadline
-	// (ContextTimeoutEnabled), so a lone decision on an idle node can be
-	// sent by its caller, which returns by its budget all the same.
-	inline bool
-	// slowYield is the UnixNano of the last yield that showed this
-	// process starved (Store.starved).
-	slowYield atomic.Int64
-	// replied is the UnixNano of the last round trip Redis replied to
-	// (not one that timed out): evidence that Redis runs.
-	replied atomic.Int64
-	// logs is where go-redis's lines about this Store go (nil: where
-	// go-redis writes them); ownLogs, that WithLogger chose it, so that a
-	// limiter's logger does not replace it (see UseDefaultLogger).
+	// (ContextTimeoutEnabled), so a lone decision's caller can send it.
+	inline    bool
+	slowYield atomic.Int64 // UnixNano of the last yield that showed this process starved
+	replied   atomic.Int64 // UnixNano of Redis's last reply (not a timeout): it runs
+	// logs is where the Store logs what it sees (nil: nowhere yet);
+	// ownLogs, that WithLogger chose it (see UseDefaultLogger).
 	logs    atomic.Pointer[storeLog]
 	ownLogs bool
 }
@@ -83,61 +75,34 @@ type config struct {
 	loggerSet bool
 }
 
-// WithPrefix sets the prefix of every stored key, so several services can
-// share one Redis: a request's key K is stored as prefix + ":" + K. The
-// default is [DefaultPrefix]; an empty prefix stores K as is. A prefix with
-// a hash tag such as "{ceiling}" puts every key in one Redis Cluster slot:
-// every request is then one script, at the cost of one busy node.
+// WithPrefix sets the prefix of every stored key: K is stored as prefix +
+// ":" + K ([DefaultPrefix] by default; an empty prefix stores K as is). A
+// prefix with a hash tag such as "{ceiling}" puts every key in one Cluster
+// slot.
 func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
 
-// WithClock makes the Store take the current time from now instead of the
-// Redis server's TIME. It exists for tests with a fake clock (the
-// conformance suite); production code must not use it, because only the
-// server's clock is shared by every instance. Redis still expires keys on
-// its own clock, so under WithClock every written key lives at least a
-// minute, long enough to outlast a test's fake time.
+// WithClock makes the Store read time from now instead of Redis TIME, for
+// tests with a fake clock; production code must not use it, since only the
+// server's clock is shared. Keys written under it live at least a minute
+// of Redis's own clock.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.clock = now }
 }
 
-// WithDenyCache sets how many rejected keys the Store remembers in process;
-// zero or less turns the deny cache off. The default is
-// [DefaultDenyCacheSize].
-//
-// A key rejected until T (by its RetryAfter) is answered locally until T on
-// this process's monotonic clock, without a round trip, so a flood from one
-// caller costs Redis nothing. A Decide call with any unforced, positive-cost
-// request on a denied key, of the same rule (algorithm, limit, period,
-// burst) and cost as the rejected one, is rejected locally (a Shadow request never is, as its rejection blocks
-// nothing): the denied requests report Allowed false, their RetryAfter and
-// ResetAfter counting down from the rejection's and the Remaining seen at the
-// rejection; every other request of the call, whose state is not read,
-// reports Allowed true and Unread (the middleware then leaves it out of the
-// rate-limit headers rather than advertise an unknown state). Nothing is
-// consumed, as for any rejection.
-//
-// The cache never admits. Its answer can differ from Redis's in two ways:
-// it keeps rejecting until T when another instance refunds or resets the
-// key meanwhile, and when another rule of the call would reject too, for
-// longer, that rule's longer RetryAfter is not known. A refund or
-// [Store.Reset] through this Store forgets the key at once.
-//
-// The cache never answers a decision that was sent: when a decision fails
-// after it was written (its reply lost, or too late), so that Redis may
-// have applied it, the cache does not answer its keys for two seconds. Its caller then gets the error, and its fail mode, never a
-// cached rejection that its own decision may have caused.
+// WithDenyCache sets how many rejected keys the Store remembers
+// ([DefaultDenyCacheSize]; zero or less: off). A key Redis rejected until T
+// is rejected locally until T for the same rule and cost, with no round
+// trip; it never admits (see README.md).
 func WithDenyCache(size int) Option {
 	return func(c *config) { c.denySize = size }
 }
 
-// New returns a Store deciding on client, which may be a *redis.Client, a
-// Sentinel failover client or a *redis.ClusterClient (what
-// redis.NewUniversalClient returns for your options). New panics if client
-// is nil or a *redis.Ring: a Ring routes a script by its first key, so a
-// key's state would live on whichever shard each request's first key picks,
-// and the limit would silently stop being one limit.
+// New returns a Store deciding on client: a *redis.Client, a Sentinel
+// failover client or a *redis.ClusterClient. It panics on a nil client or a
+// *redis.Ring, which routes a script by its first key and so would split
+// one limit across shards.
 func New(client redis.UniversalClient, opts ...Option) *Store {
 	if client == nil {
 		panic("ceiling/backend/redis: New with a nil client")
@@ -175,8 +140,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 	return s
 }
 
-// now is the clock of the deny cache: the injected clock under WithClock,
-// otherwise the process's monotonic clock.
+// now is the deny cache's clock: WithClock's, or the monotonic clock.
 func (s *Store) now() time.Time {
 	if s.clock != nil {
 		return s.clock()
@@ -185,22 +149,11 @@ func (s *Store) now() time.Time {
 }
 
 // Decide decides every request atomically and all or nothing, in one round
-// trip (on Cluster, one per hash slot involved, in parallel). See
-// [backend.Backend], whose timeout rule it keeps: the budget is what ctx's
-// deadline leaves when Decide is entered, counted from when the decision is
-// written, so that time this process loses before the write is not blamed
-// on Redis, and a decision no round trip took by the deadline is never
-// sent and fails with [backend.ErrNotSent]. A written decision's reply is
-// read however late this process gets to it: when the budget runs out,
-// Decide yields the CPU (up to three times) and times how long it took to
-// run again; a yield that takes a tenth of the budget or more (or one that
-// did within the last second) says that the goroutine that reads Redis's
-// replies may not have run yet, though a reply came, and Decide waits
-// longer, as long as each yield took, until 2s after it was called (or one
-// and a half budgets, if longer). A decision whose reply does not come
-// fails with an error wrapping [context.DeadlineExceeded], or
-// [backend.ErrUnreachable] with the dial error when go-redis was still
-// failing to connect.
+// trip (on Cluster, one per slot, in parallel); see [backend.Backend]. The
+// budget is what ctx's deadline leaves at entry, counted from the write; a
+// decision no round trip took by the deadline fails with
+// [backend.ErrNotSent], and a written one's reply is read however late a
+// starved process gets to it (up to 2s; see README.md).
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
 	if err := s.DecideInto(ctx, reqs, res); err != nil {
@@ -209,15 +162,13 @@ func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.R
 	return res, nil
 }
 
-// DecideInto is [Store.Decide] writing the results into the first
-// len(reqs) elements of results, which must be at least that long.
+// DecideInto is [Store.Decide] into results[:len(reqs)].
 func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results []backend.Result) error {
 	if len(results) < len(reqs) {
 		return fmt.Errorf("ceiling/backend/redis: %d results for %d requests", len(results), len(reqs))
 	}
 	for _, r := range reqs {
-		// Validate's bounds keep every value the script forms an integer
-		// under 2^53, where doubles are exact (ALGORITHMS.md).
+		// Validate keeps every value the script forms under 2^53.
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("ceiling/backend/redis: %w", err)
 		}
@@ -240,12 +191,12 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	if groups := s.slotGroups(reqs); len(groups) > 1 {
 		split = true
 		res, rejected, err = s.decideSlots(ctx, reqs, groups)
-	} else if script := loneScript(reqs, nil); script != decideScript {
-		rejected, err = s.runLone(ctx, script, reqs[0], &results[0])
+	} else if len(reqs) == 1 {
+		rejected, err = s.runLone(ctx, reqs[0], &results[0])
 		res = results[:1]
 	} else {
 		var r reply
-		r, err = s.run(ctx, s.keys(reqs), reqs, nil)
+		r, err = s.run(ctx, reqs)
 		res, rejected = r.results, r.rejected
 	}
 	if err != nil {
@@ -256,23 +207,16 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	copy(results, res)
 	if s.deny != nil {
-		// A call split across slots is decided slot by slot, then undone
-		// where another slot rejected: its rejection may be of units that
-		// such an undo (its own or a simultaneous call's) gives back
-		// milliseconds later, with the RetryAfter of a full window. The
-		// cache learns no rejection of it, so that such a burst costs one
-		// wrong answer per call, not a lockout of every caller until that
-		// RetryAfter; it still forgets what the call's refunds freed.
+		// A split call's rejection may be of units an undo gives back
+		// milliseconds later: the cache learns none of it.
 		s.deny.learn(reqs, res, rejected && !split, now)
 	}
 	return nil
 }
 
 // sentUnanswered reports whether a call that failed with err may have been
-// applied: it was written (errWritten: it timed out, or its caller gave up,
-// after the write, whatever else failed meanwhile), or it lost its
-// connection. A call that was never sent (a failed dial of its own, no
-// round trip free) or that Redis refused (an error reply) was not.
+// applied: written (errWritten), or its connection lost; not one never sent
+// or refused with an error reply.
 func sentUnanswered(err error) bool {
 	var op *net.OpError
 	if errors.Is(err, errWritten) {
@@ -284,12 +228,8 @@ func sentUnanswered(err error) bool {
 	return timedOut(err) || isUnreachable(err)
 }
 
-// DecideCached rejects reqs from the deny cache alone, with no round trip,
-// when one of them is on a key Redis rejected until a time still to come,
-// exactly as Decide would (see [WithDenyCache]), and reports whether it
-// did; see [backend.CachedDecider]. With the deny cache off it never does.
-// The limiter asks it while Redis cannot decide, so that a spent key stays
-// refused until its RetryAfter whatever the fail mode.
+// DecideCached answers reqs from the deny cache alone, as Decide would,
+// and reports whether it did ([backend.CachedDecider]).
 func (s *Store) DecideCached(reqs []backend.Request, results []backend.Result) bool {
 	if s.deny == nil || len(reqs) == 0 || len(results) < len(reqs) {
 		return false
@@ -297,17 +237,15 @@ func (s *Store) DecideCached(reqs []backend.Request, results []backend.Result) b
 	return s.deny.answer(reqs, results, micro(s.now()))
 }
 
-// Reset forgets the state of the given keys (the Request.Key values, without
-// the prefix). Like Decide, it returns by its context's deadline whatever
-// Redis does.
+// Reset forgets the state of keys (Request.Key values, without the
+// prefix), returning by ctx's deadline like Decide.
 func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	stored := make([]string, 0, 2*len(keys))
 	for _, k := range keys {
-		// A Concurrency key's companion goes too: a companion left alone
-		// reads as leases whose sorted set was evicted (lib.lua).
+		// with a Concurrency key's companion (lib.lua)
 		stored = append(stored, s.prefix+k, companionOf(s.prefix+k))
 	}
 	if s.deny != nil {
@@ -327,9 +265,8 @@ func (s *Store) keys(reqs []backend.Request) []string {
 	return keys
 }
 
-// companionOf is the companion hash of a Concurrency key (lib.lua's
-// companion): in the key's own hash tag when it has one, else in a tag of
-// the whole key, so that both are in one slot.
+// companionOf is lib.lua's companion of a Concurrency key, in the key's
+// slot.
 func companionOf(key string) string {
 	if a := strings.IndexByte(key, '{'); a >= 0 {
 		if b := strings.IndexByte(key[a+1:], '}'); b > 0 {

@@ -8,7 +8,7 @@ import (
 )
 
 // trip is one command of a round trip: an op's own, or a run of
-// batchScript deciding several ops.
+// batchScript deciding several lone calls.
 type trip struct {
 	cmd    *redis.Cmd
 	script *redis.Script // nil: not a script
@@ -16,16 +16,14 @@ type trip struct {
 	shared bool          // cmd is batchScript's: its reply holds each op's
 }
 
-// shareable reports whether o is a lone call (see loneCall) that may
-// share a run of batchScript: not yet built.
+// shareable reports whether o is a lone call not yet built.
 func shareable(o *op) bool {
 	return o.cmd == nil && o.script == batchScript
 }
 
-// trips appends to trips the commands of one round trip: each run of
-// consecutive shareable ops (of one hash slot, on Cluster) is one command
-// of batchScript; every other op is its own command. Decisions keep their
-// order.
+// trips appends one round trip's commands: each run of consecutive
+// shareable ops (of one slot, on Cluster) is one run of batchScript, every
+// other op its own command, in order.
 func (s *Store) trips(ctx context.Context, ops []*op, trips []trip) []trip {
 	for i := 0; i < len(ops); {
 		j := i + 1
@@ -34,22 +32,17 @@ func (s *Store) trips(ctx context.Context, ops []*op, trips []trip) []trip {
 				j++
 			}
 		}
-		if j-i > 1 {
-			trips = append(trips, trip{cmd: s.batchCmd(ctx, ops[i:j]), script: batchScript, ops: ops[i:j], shared: true})
-		} else {
-			o := ops[i]
-			if o.cmd == nil {
-				o.cmd = s.loneCmd(ctx, o)
-			}
-			trips = append(trips, trip{cmd: o.cmd, script: o.script, ops: ops[i:j]})
+		cmd := ops[i].cmd
+		if cmd == nil {
+			cmd = s.batchCmd(ctx, ops[i:j])
 		}
+		trips = append(trips, trip{cmd: cmd, script: ops[i].script, ops: ops[i:j], shared: j-i > 1})
 		i = j
 	}
 	return trips
 }
 
-// batchCmd is the EVALSHA of batchScript deciding ops, lone calls all (see
-// batchArgs).
+// batchCmd is batchScript's EVALSHA deciding ops, lone calls all.
 func (s *Store) batchCmd(ctx context.Context, ops []*op) *redis.Cmd {
 	a := make([]any, 0, 5+6*len(ops)+4*min(len(ops), 4))
 	return redis.NewCmd(ctx, s.batchArgs(append(a, "evalsha", batchSha), ops)...)
@@ -58,9 +51,8 @@ func (s *Store) batchCmd(ctx context.Context, ops []*op) *redis.Cmd {
 // batchSha is batchScript's hash, boxed once rather than per command.
 var batchSha any = batchScript.Hash()
 
-// answer gives each op of t its command, and a shared command's ops where
-// their answers start in its reply: {now, then loneFields values per
-// decision}.
+// answer gives each op of t its command, and where its answer starts in
+// a shared command's reply.
 func (t *trip) answer() {
 	for i, o := range t.ops {
 		o.cmd = t.cmd
@@ -70,9 +62,8 @@ func (t *trip) answer() {
 	}
 }
 
-// send sends ops in one round trip, then re-sends with EVAL, in one more,
-// the scripts a node did not have cached, and on Cluster those a node
-// answered TRYAGAIN (see tryAgain).
+// send sends ops in one round trip, then re-sends with EVAL the scripts a
+// node did not have cached, and on Cluster those answered TRYAGAIN.
 func (s *Store) send(ctx context.Context, ops []*op) {
 	var buf [1]trip // a lone call's, without an allocation
 	trips := s.trips(ctx, ops, buf[:0])
@@ -88,8 +79,8 @@ func (s *Store) send(ctx context.Context, ops []*op) {
 	}
 }
 
-// load re-sends with EVAL, in one round trip, the scripts among trips[at]
-// that a node answered NOSCRIPT.
+// load re-sends with EVAL, in one round trip, those of trips[at] a node
+// answered NOSCRIPT.
 func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	var again []trip
 	for _, i := range at {
@@ -103,26 +94,20 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	}
 }
 
-// tryAgainPause is how long the Store waits before it first sends again a
-// command that a Cluster node answered TRYAGAIN (each further pause is
-// twice the last), and tryAgainFor how long it keeps doing so when ctx has
-// no deadline.
+// tryAgainPause is the first pause before re-sending a command answered
+// TRYAGAIN (each further one doubles), tryAgainFor how long it goes on
+// when ctx has no deadline.
 const (
 	tryAgainPause = 5 * time.Millisecond
 	tryAgainFor   = time.Second
 )
 
-// tryAgain sends again, after a pause, the commands of trips that a node
-// answered TRYAGAIN, for as long as ctx's deadline leaves time for the
-// next pause: a node whose slot is half moved by a resharding answers so
-// a script that names keys it holds and keys it already moved (every rule
-// of one key value shares a hash tag, so a decision names several keys of
-// one slot), without running it, and the move completes within
-// milliseconds. The command did not run, so sending it again cannot apply
-// it twice; failing it instead would put the value's callers in their fail
-// mode and count a backend failure against every key. The pauses double,
-// so that a slot left half moved (a resharding that died) costs its node
-// a few commands per call, not one every few milliseconds.
+// tryAgain re-sends, after a pause, the commands a Cluster node answered
+// TRYAGAIN, while ctx's deadline leaves time for the next pause: a slot
+// half moved by a resharding refuses a script over keys on both sides
+// without running it (so re-sending cannot apply it twice), and the move
+// completes within milliseconds. The doubling pauses keep a slot left half
+// moved cheap for its node.
 func (s *Store) tryAgain(ctx context.Context, trips []trip) {
 	if s.cluster == nil {
 		return
@@ -174,24 +159,10 @@ func (s *Store) roundTrip(ctx context.Context, trips []trip) {
 	pipe.Exec(ctx) // errors are read per command
 }
 
-// evalArgs are the arguments of cmd, an EVALSHA of script, as an EVAL of
-// its source, which also loads it into the node's script cache.
+// evalArgs are cmd's arguments, an EVALSHA of script, as an EVAL of its
+// source, which also loads it into the node's script cache.
 func evalArgs(script *redis.Script, cmd *redis.Cmd) []any {
-	var src sourceOf
-	script.Eval(context.Background(), &src, nil)
 	args := append([]any(nil), cmd.Args()...)
-	args[0], args[1] = "eval", src.src
+	args[0], args[1] = "eval", source(script)
 	return args
-}
-
-// sourceOf is a redis.Scripter that runs nothing: handed to Script.Eval, it
-// learns the script's source.
-type sourceOf struct {
-	redis.Scripter
-	src string
-}
-
-func (s *sourceOf) Eval(_ context.Context, src string, _ []string, _ ...any) *redis.Cmd {
-	s.src = src
-	return nil
 }

@@ -11,22 +11,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// URLForms are the Redis URLs [ParseURL] reads, for error messages and a
-// program's help text.
+// URLForms are the Redis URLs [ParseURL] reads, for messages and help text.
 const URLForms = "redis://[user:password@]host:port[/db] (one server; rediss:// for TLS), " +
 	"redis+cluster://[user:password@]host:port[,host:port...] (Redis Cluster: some of its nodes), " +
 	"redis+sentinel://[user:password@]host:port[,host:port...]/master[/db] (the Sentinels and the name of the master they watch), " +
 	"each with go-redis options as query parameters (?dial_timeout=2s&pool_size=20)"
 
-// A URL is a Redis deployment a URL names: one server, a Cluster or a
-// master watched by Sentinels, with the go-redis options to reach it.
-// Exactly one of Server, Cluster and Sentinel is set; change its options
-// before calling [URL.Client].
+// A URL is a Redis deployment a URL names, with the go-redis options to
+// reach it: exactly one of Server, Cluster and Sentinel is set. Change its
+// options before calling [URL.Client].
 type URL struct {
 	// Kind is "server", "cluster" or "sentinel".
 	Kind string
-	// Addrs are the addresses the URL lists: the server, the Cluster nodes
-	// to start from, or the Sentinels.
+	// Addrs are the server, the Cluster nodes to start from, or the Sentinels.
 	Addrs []string
 	// Master is a Sentinel deployment's master name.
 	Master string
@@ -38,27 +35,18 @@ type URL struct {
 	Sentinel *redis.FailoverOptions
 }
 
-// ParseURL reads a Redis URL in one of the forms of [URLForms]: go-redis's
-// own URLs (redis.ParseURL, ParseClusterURL, ParseFailoverURL), with the
-// nodes comma-separated in the host as operators list them, so that every
-// go-redis option works as a query parameter. The user and password are
-// the data nodes' in every form (a Sentinel deployment's master and
-// replicas); the Sentinels' own are the sentinel_username and
-// sentinel_password parameters.
-//
-// The options it returns have ContextTimeoutEnabled set, as the [Store]
-// wants: a command is then bounded by the limiter's deadline rather than
-// the client's own timeouts. A dial takes at most a second unless the URL
-// says otherwise (dial_timeout).
-//
-// Several hosts in a redis:// URL are an error rather than a guess: a
-// Cluster taken for one server answers every request whose keys fall in
-// several hash slots with CROSSSLOT.
+// ParseURL reads a Redis URL in a form of [URLForms]: go-redis's own URLs
+// with the nodes comma-separated in the host, every go-redis option a
+// query parameter. The user and password are the data nodes' (the
+// Sentinels' are sentinel_username and sentinel_password). The options
+// have ContextTimeoutEnabled set, as the [Store] wants, and a dial timeout
+// of a second unless dial_timeout says otherwise. Several hosts in a
+// redis:// URL are an error: a Cluster taken for one server answers
+// CROSSSLOT.
 func ParseURL(raw string) (*URL, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		// net/url's error quotes the whole URL, password included: keep
-		// only what was wrong with it.
+		// net/url's error quotes the URL, password included
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err
@@ -159,9 +147,8 @@ func (d *URL) sentinel(g *url.URL, q url.Values) error {
 	return nil
 }
 
-// Client returns a client for the deployment, with the options as they are
-// now: a [redis.Client], [redis.ClusterClient], or a failover client that
-// follows the Sentinels to the current master.
+// Client returns a client for the deployment with the options as they are
+// now.
 func (d *URL) Client() redis.UniversalClient {
 	switch {
 	case d.Cluster != nil:
