@@ -2,9 +2,11 @@ package ceiling
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +192,63 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 	take("D, after A's refund was resent", false)
 	if time.Now().Truncate(time.Hour) != window {
 		t.Skip("the test crossed an hour's window boundary; run it again")
+	}
+}
+
+// The records of finding TestSettlementRecordsBoundedPerKey_Attack are a
+// flood any client can make: requests that reserve and settle 0 fill Redis
+// with records that live twice the Period, one key of the attacker's, until
+// Redis, full (noeviction, as the README asks), refuses every write and
+// every other caller's decision goes to the fail mode. Here Redis has 512
+// KiB of room; the attacker's requests, each admitted, fill it within a
+// bounded loop, and then another shop's request is decided by FailLocal.
+func TestSettlementRecordsFillRedis_Attack(t *testing.T) {
+	t.Skip("defect: settle-0 requests of one key fill Redis with #o records until every key's decision fails over")
+	l, _, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 3, Period: 24 * time.Hour,
+		Estimate: func(*http.Request) (int64, error) { return 3, nil }}})
+	ctx := t.Context()
+	mem, err := direct.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	for _, line := range strings.Split(mem, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if err := direct.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+512<<10, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Once Redis is full, the fail mode admits without a reservation.
+		if err := Settle(r, "tokens", 0); err != nil && !errors.Is(err, ErrNotReserved) {
+			t.Errorf("Settle: %v", err)
+		}
+	}))
+	serve := func(shop string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-Shop", shop)
+		h.ServeHTTP(w, r)
+		return w
+	}
+	fallbacks := func() int64 { r := l.Health().Rules[0]; return r.FailOpenAdmissions + r.FailLocalAdmissions }
+	n := 0
+	for ; n < 20000 && fallbacks() == 0; n++ {
+		if w := serve("attacker"); w.Code != http.StatusOK {
+			break
+		}
+	}
+	keys, _ := direct.DBSize(ctx).Result()
+	before := fallbacks()
+	w := serve("victim")
+	t.Logf("%d requests of one shop, %d Redis keys; victim: %d, fallbacks %d -> %d", n, keys, w.Code, before, fallbacks())
+	if w.Code != http.StatusOK || fallbacks() != before {
+		t.Errorf("after one shop's %d settle-0 requests (%d keys in Redis), another shop's request got %d, decided by the fail mode: %v",
+			n, keys, w.Code, fallbacks() != before)
 	}
 }
