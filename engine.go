@@ -1039,7 +1039,7 @@ func (l *Limiter) dropResends(n int, what, why string) {
 	r := &l.fo.resend
 	r.dropped.Add(int64(n))
 	r.log.log(l.cfg.logger, time.Now(), slog.LevelError,
-		"ceiling: a "+what+" was given up after its call failed; its units stay counted until they expire",
+		"ceiling: a "+what+" was given up after its call failed; a refund or release leaves its units counted until they expire, a charge leaves its units uncounted",
 		slog.Int("requests", n), slog.String("why", why), slog.Int64("dropped_total", r.dropped.Load()))
 }
 
