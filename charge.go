@@ -89,7 +89,9 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // may admit fewer requests than the limit, never more.
 //
 // A settlement whose backend call fails is logged, and sent again in the
-// background once the backend answers, for up to the rule's Period: named
+// background once the backend answers, for up to the rule's Period (less
+// when the Period is under twice the limiter's timeout, none at all when it
+// is at most the timeout: a later resend could outlive its record): named
 // by a [backend.Request.Once], it takes effect once however often it is
 // sent, even when a reply was lost after the backend applied it. One given
 // up (still failing after its Period, or pending when the limiter closes)

@@ -727,7 +727,8 @@ func (l *Limiter) trip(err error) {
 //     settlement it sends to a remote backend, is resent whatever
 //     happened: the backend answers a second delivery of it as a peek
 //     for twice Period after the first applied it, and this loop gives it
-//     up a Period after its call failed;
+//     up a Period after its call failed (sooner when the Period is under
+//     twice the timeout: see resendLater);
 //   - one without a Once is resent only when its call surely never reached
 //     the backend: the breaker was open, or this process never got to send
 //     it. Sent and not answered, it may have been applied, and applying it
@@ -821,30 +822,51 @@ func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) in
 	if len(reqs) == 0 {
 		return lost
 	}
-	// One item per Period, each given up a Period after the call failed:
-	// a settlement's record lasts only twice its own rule's Period, so a
-	// short rule's settlement kept as long as a longer rule's would be
-	// applied again once its record lapsed.
+	// One item per deadline. A write is given up a Period after its call
+	// failed; a settlement named by a Once sooner when its Period is short:
+	// its record lasts twice the Period from when the failed call applied
+	// it, up to a timeout before it failed, and a resend may be applied up
+	// to a timeout after it is sent, so it is sent at most 2P - 2×timeout
+	// after the failure (never, when that is not positive). Kept longer, as
+	// long as a longer rule's, it would find its record lapsed and be
+	// applied again.
 	var items []resendItem
 	now := time.Now()
+	late := 0
 	for i := range reqs {
-		reqs[i].Key = l.kept(reqs[i].Key) // the caller's arena is reused
-		j := slices.IndexFunc(items, func(it resendItem) bool { return it.reqs[0].Period == reqs[i].Period })
+		q := reqs[i]
+		q.Key = l.kept(q.Key) // the caller's arena is reused
+		window := q.Period
+		if q.Once != 0 {
+			window = min(window, 2*q.Period-2*l.cfg.timeout)
+		}
+		if window <= 0 {
+			late++
+			continue
+		}
+		until := now.Add(window)
+		j := slices.IndexFunc(items, func(it resendItem) bool { return it.until.Equal(until) })
 		if j < 0 {
 			j = len(items)
-			items = append(items, resendItem{until: now.Add(reqs[i].Period), what: what})
+			items = append(items, resendItem{until: until, what: what})
 		}
-		items[j].reqs = append(items[j].reqs, reqs[i])
+		items[j].reqs = append(items[j].reqs, q)
+	}
+	l.dropResends(late, what, "its Period is too short, beside the timeout, to send it again safely")
+	lost += late
+	n := len(reqs) - late
+	if n == 0 {
+		return lost
 	}
 	r := &l.fo.resend
 	r.mu.Lock()
-	if r.n+len(reqs) > maxResends {
+	if r.n+n > maxResends {
 		r.mu.Unlock()
-		l.dropResends(len(reqs), what, "too many pending")
-		return lost + len(reqs)
+		l.dropResends(n, what, "too many pending")
+		return lost + n
 	}
 	r.items = append(r.items, items...)
-	r.n += len(reqs)
+	r.n += n
 	r.pending.Store(int64(r.n))
 	start := !r.running
 	r.running = true
@@ -854,7 +876,7 @@ func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) in
 		r.running = false
 		r.mu.Unlock()
 		l.dropPending("the limiter is closed")
-		return lost + len(reqs)
+		return lost + n
 	}
 	r.poke()
 	return lost

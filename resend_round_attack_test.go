@@ -23,6 +23,9 @@ type slowLossy struct {
 	m    *memory.Store
 	mu   sync.Mutex
 	lose bool
+	// hang: the next forced charge is applied and its reply never comes
+	// (the caller times out), as behind a stalled connection.
+	hang bool
 }
 
 func (s *slowLossy) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
@@ -41,6 +44,13 @@ func (s *slowLossy) Decide(ctx context.Context, reqs []backend.Request) ([]backe
 	if err == nil && s.lose && len(reqs) == 1 && reqs[0].Force && reqs[0].Once != 0 {
 		s.lose = false
 		return nil, fmt.Errorf("%w: reply lost", backend.ErrUnreachable)
+	}
+	if err == nil && s.hang && len(reqs) == 1 && reqs[0].Force && reqs[0].Once != 0 {
+		s.hang = false
+		s.mu.Unlock()
+		<-ctx.Done()
+		s.mu.Lock()
+		return nil, ctx.Err()
 	}
 	return res, err
 }
@@ -93,6 +103,41 @@ func TestResendRoundChecksEachDeadlineWhenItSends_Regression(t *testing.T) {
 		res, err := l.Peek(t.Context(), "fast", "acme")
 		if err != nil || res.Remaining != 10 {
 			t.Errorf("the fast rule at 4.2 s: %+v, %v; want 10 left (its one charge, at 0.5 s, has expired)", res, err)
+		}
+	})
+}
+
+// A settlement's call can fail a whole timeout after it was applied (its
+// reply stalled), and its Once record lasts twice its Period from the
+// application. A resend deadline of a Period after the failure then
+// outlives the record whenever the Period is shorter than twice the
+// timeout. Here a 300 ms rule's forced charge of 5 is applied at 0 and
+// its call times out at 1 s (record until 0.6 s): resent at once, it was
+// charged again at 1 s.
+func TestResendEndsBeforeTheRecordOfAStalledCall_Regression(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &slowLossy{m: memory.New()}
+		defer be.m.Close()
+		l := MustNew([]Rule{{Name: "fast", Key: headerKey("X-Shop"), Limit: 10, Period: 300 * time.Millisecond,
+			Estimate: func(*http.Request) (int64, error) { return 1, nil }}},
+			WithBackend(be), WithTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := Settle(r, "fast", 6); err != nil {
+				t.Errorf("Settle: %v", err)
+			}
+			be.mu.Lock()
+			be.hang = true
+			be.mu.Unlock()
+		}))
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-Shop", "acme")
+		h.ServeHTTP(w, r) // returns at 1 s, the settlement timed out
+		time.Sleep(100 * time.Millisecond)
+		res, err := l.Peek(t.Context(), "fast", "acme")
+		if err != nil || res.Remaining != 10 {
+			t.Errorf("the fast rule at 1.1 s: %+v, %v; want 10 left (its one charge, at 0, has expired)", res, err)
 		}
 	})
 }

@@ -72,15 +72,15 @@ func TestSettlementRecordsBoundedPerKey_Attack(t *testing.T) {
 // finds it. But the request's settlements for rules of different Periods
 // share one resend deadline, the longest Period's: a short rule's
 // settlement is resent after its own record lapsed and is applied again.
-// Here a request settles 6 against estimates of 1 under a 500 ms rule and
-// a one-hour rule, in one call whose reply is lost after Redis applied
-// both; Redis is then unreachable for 2.5 s. On recovery the resend
-// charges the 500 ms rule's 5 units a second time (its record, 1 s, has
-// lapsed): the shop is billed twice, and its next requests refused.
+// Here a request settles 6 against estimates of 1 under a 1 s rule and a
+// one-hour rule, in one call whose reply is lost after Redis applied both;
+// Redis is then unreachable for 2.5 s. On recovery the resend charged the
+// 1 s rule's 5 units a second time (its record, 2 s, had lapsed): the shop
+// billed twice, and its next requests refused.
 func TestSettlementResentPastItsRecordMixedPeriods_Regression(t *testing.T) {
 	est := func(*http.Request) (int64, error) { return 1, nil }
 	l, proxy, _ := proxiedLimiter(t, []Rule{
-		{Name: "burst", Key: headerKey("X-Shop"), Limit: 10, Period: 500 * time.Millisecond, Estimate: est},
+		{Name: "burst", Key: headerKey("X-Shop"), Limit: 10, Period: time.Second, Estimate: est},
 		{Name: "hourly", Key: headerKey("X-Shop"), Limit: 100, Period: time.Hour, Estimate: est},
 	})
 	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
