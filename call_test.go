@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -147,57 +148,61 @@ func (c *ctxBackend) Decide(ctx context.Context, reqs []backend.Request) ([]back
 // backend decides, the decision counts, and no fail mode or breaker
 // failure follows.
 func TestClientCancellationIsNotABackendFailure(t *testing.T) {
-	be := &ctxBackend{admitAll: admitAll{remote: true}, delay: 20 * time.Millisecond}
-	obs := newRecorder()
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute, FailMode: FailClosed}},
-		WithBackend(be), WithObserver(obs), WithTimeout(10*time.Second), WithLogger(slog.New(slog.DiscardHandler)),
-		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Hour}))
-	defer l.Close()
-	h := l.Handler(okHandler)
-	for range 3 {
+	synctest.Test(t, func(t *testing.T) {
+		be := &ctxBackend{admitAll: admitAll{remote: true}, delay: 20 * time.Millisecond}
+		obs := newRecorder()
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute, FailMode: FailClosed}},
+			WithBackend(be), WithObserver(obs), WithTimeout(10*time.Second), WithLogger(slog.New(slog.DiscardHandler)),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Hour}))
+		defer l.Close()
+		h := l.Handler(okHandler)
+		for range 3 {
+			ctx, cancel := context.WithCancel(context.Background())
+			r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+			go func() { time.Sleep(time.Millisecond); cancel() }()
+			if got := serve(t, h, r).Code; got != 200 {
+				t.Errorf("a request whose client left during the decision: %d, want 200 (decided by the backend)", got)
+			}
+			cancel()
+		}
 		ctx, cancel := context.WithCancel(context.Background())
-		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
-		go func() { time.Sleep(time.Millisecond); cancel() }()
-		if got := serve(t, h, r).Code; got != 200 {
-			t.Errorf("a request whose client left during the decision: %d, want 200 (decided by the backend)", got)
-		}
 		cancel()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if d, err := l.Decide(ctx, Input{Rule: "ip", Key: "k"}); err != nil || !d.Allowed || d.Results[0].Fallback != inherit {
-		t.Errorf("Decide with a cancelled context: %+v, %v; want decided by the backend", d, err)
-	}
-	if got := l.Health(); got.Status != "healthy" || got.DegradedTotal != 0 {
-		t.Errorf("health %+v: a client going away moved the breaker", got)
-	}
-	obs.mu.Lock()
-	defer obs.mu.Unlock()
-	for _, err := range obs.backend {
-		if err != nil {
-			t.Errorf("observed backend error %v", err)
+		if d, err := l.Decide(ctx, Input{Rule: "ip", Key: "k"}); err != nil || !d.Allowed || d.Results[0].Fallback != inherit {
+			t.Errorf("Decide with a cancelled context: %+v, %v; want decided by the backend", d, err)
 		}
-	}
-	if len(obs.failmodes) != 0 {
-		t.Errorf("fail modes applied: %v", obs.failmodes)
-	}
+		if got := l.Health(); got.Status != "healthy" || got.DegradedTotal != 0 {
+			t.Errorf("health %+v: a client going away moved the breaker", got)
+		}
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		for _, err := range obs.backend {
+			if err != nil {
+				t.Errorf("observed backend error %v", err)
+			}
+		}
+		if len(obs.failmodes) != 0 {
+			t.Errorf("fail modes applied: %v", obs.failmodes)
+		}
+	})
 }
 
 // A reply that arrives after the limiter's deadline is the backend's
 // decision, and is used: the request is not decided twice (once by Redis,
 // once by the fail mode).
 func TestLateReplyIsUsed(t *testing.T) {
-	slow := &slowIgnoring{delay: 60 * time.Millisecond}
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
-		WithBackend(slow), WithFailMode(FailClosed), WithTimeout(50*time.Millisecond),
-		WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Hour}))
-	defer l.Close()
-	if got := get(t, l.Handler(okHandler)).Code; got != 200 {
-		t.Errorf("a reply 10ms after the 50ms deadline: %d, want 200 (the backend's answer)", got)
-	}
-	if got := l.Health().Status; got != "healthy" {
-		t.Errorf("a reply within the grace moved the breaker: %q", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		slow := &slowIgnoring{delay: 60 * time.Millisecond}
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
+			WithBackend(slow), WithFailMode(FailClosed), WithTimeout(50*time.Millisecond),
+			WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Hour}))
+		defer l.Close()
+		if got := get(t, l.Handler(okHandler)).Code; got != 200 {
+			t.Errorf("a reply 10ms after the 50ms deadline: %d, want 200 (the backend's answer)", got)
+		}
+		if got := l.Health().Status; got != "healthy" {
+			t.Errorf("a reply within the grace moved the breaker: %q", got)
+		}
+	})
 }
 
 // slowIgnoring answers after delay, ignoring its context.
@@ -274,6 +279,10 @@ func TestBackendIsCalledInline(t *testing.T) {
 // once with ErrDegraded instead of waiting for a dead backend; otherwise
 // they are bounded by the timeout like decisions.
 func TestOperatorCallsGoThroughTheBreaker(t *testing.T) {
+	synctest.Test(t, testOperatorCallsGoThroughTheBreaker)
+}
+
+func testOperatorCallsGoThroughTheBreaker(t *testing.T) {
 	be := &flaky{}
 	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 10, Period: time.Minute}},
 		WithBackend(be), WithFailMode(FailOpen), WithTimeout(20*time.Millisecond),
@@ -299,8 +308,10 @@ func TestOperatorCallsGoThroughTheBreaker(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Peek on a hung backend took %v", d)
 	}
+	time.Sleep(confirmBudget) // virtual: the probe that confirms the timeout fails
+	synctest.Wait()
 	if got := l.Health().Status; got != "degraded" {
-		t.Fatalf("a timed-out Peek is a backend failure like any other: %q", got)
+		t.Fatalf("a timed-out Peek, confirmed by a probe, is a backend failure like any other: %q", got)
 	}
 	calls := be.callCount()
 	for name, call := range map[string]func() error{

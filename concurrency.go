@@ -284,7 +284,7 @@ func dropped(s leaseSet) {
 // them and until its release, whatever store they are on.
 func (l *Limiter) countSlots(reqs []backend.Request, idx []int, sign int64) {
 	for i, q := range reqs {
-		l.fo.counts[idx[i]].slots.Add(sign * q.Cost)
+		l.slotsInUse(idx[i], sign*q.Cost)
 	}
 }
 
@@ -443,7 +443,7 @@ func (l *Limiter) leaseCalls(reqs []backend.Request, local []bool, sign int64, e
 		}
 	}
 	if len(inProc) > 0 {
-		if e := l.localStore().decide(ctx, inProc, make([]backend.Result, len(inProc))); e != nil {
+		if e := l.localStore().Decide(ctx, inProc, make([]backend.Result, len(inProc))); e != nil {
 			localErr = fmt.Errorf("ceiling: concurrency %s on the local store: %w", what, e)
 		}
 	}

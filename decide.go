@@ -335,25 +335,16 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 	}
 	results := st.results[:len(st.reqs)]
 	decided, unfit := l.neverFits(st, results)
-	var err error
-	if !decided && l.handOverLocal() {
-		decided, err = l.handover(ctx, st)
-	}
 	if !decided {
-		err = l.call(ctx, st.reqs, results)
-	}
-	if err != nil && errors.Is(err, backend.ErrInvalidRequest) {
-		// The backend refused what it was sent: no fail mode can make
-		// that right, and admitting it open would let a client choose.
-		d.Allowed = false
-		return &LimitError{Rule: d.Results[0].Rule.Name, Err: err}
-	}
-	if err != nil && l.concurrent {
-		l.releaseUnknown(st, err)
-	}
-	if err != nil {
-		if results, err = l.fallback(ctx, st, err); err != nil {
+		var err error
+		if results, err = l.decideBackend(ctx, st); err != nil {
 			d.Allowed = false
+			if errors.Is(err, backend.ErrInvalidRequest) {
+				// The backend refused what it was sent: no fail mode can
+				// make that right, and admitting it open would let a
+				// client choose.
+				return &LimitError{Rule: d.Results[0].Rule.Name, Err: err}
+			}
 			if obs := l.cfg.observer; obs != nil {
 				obs.ObserveRequest(ctx, d, err)
 			}

@@ -2,14 +2,11 @@ package ceiling
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,13 +17,12 @@ import (
 )
 
 // The failure engine: everything the limiter does when the backend cannot
-// decide, behind the one field l.fo, which no other file touches. In the
-// order a request meets it: the fail modes and their fallback (shed, open,
-// local, closed), every bounded backend call and its judgement (call,
-// judge), the probe that closes the breaker without traffic, the resends of
-// writes that failed, and what the rest of the package asks of it (the
-// end of the file). The breaker and FailLocal's seeds and journal live in
-// internal/failover; FailLocal's store and its hand-over in local.go.
+// decide, behind the one field l.fo, which no other file touches. Its
+// machinery is internal/failover (the bounded call and its judgement, the
+// breaker, the probes, FailLocal's store and hand-over, the resends); this
+// file holds what needs the rules: the fail modes, a request's way through
+// the engine (decideBackend, then fallback), the wiring, and what the rest
+// of the package asks of it (the end of the file).
 
 // FailMode says what the middleware does for a rule when the backend cannot
 // decide (unreachable, timed out, broken, or skipped by the open circuit
@@ -91,6 +87,7 @@ func (l *Limiter) modeOf(r *Rule) FailMode {
 // failover holds what the limiter needs when the backend fails: the circuit
 // breaker, the in-process store of FailLocal, and the event reporting.
 type failState struct {
+	caller  failover.Caller   // every backend call
 	breaker *failover.Breaker // nil for in-process backends
 	// cached answers from the backend's cache in process (the Redis deny
 	// cache) when the backend cannot decide; nil if it keeps none.
@@ -98,11 +95,10 @@ type failState struct {
 	// spread spreads the probe's canary over every server of a backend
 	// made of several (Redis Cluster); nil for one server.
 	spread backend.Spread
-	// local is FailLocal's store, created on the first fallback that
-	// needs it, so that a healthy limiter runs no second store.
-	local     atomic.Pointer[localStore]
-	usesLocal bool // some rule may fail local and the backend is remote
-	localMu   sync.Mutex
+	// local is FailLocal's store, made on the first fallback that needs
+	// it, and its view of the backend across an outage's edges.
+	local     failover.Local
+	usesLocal bool      // some rule may fail local and the backend is remote
 	scratch   sync.Pool // *localScratch
 	errLog    sampler   // isolated backend errors while healthy
 	shadow    []sampler // per rule: "would have rejected" log lines
@@ -115,25 +111,22 @@ type failState struct {
 
 	emptyKeyLogged []atomic.Bool // per rule: an empty key value was logged
 	overloadLog    sampler       // calls this process was too busy to send
+	resendLog      sampler       // writes given up after their call failed
 
-	// FailLocal across the outage's edges (local.go).
-	seen          failover.Seen    // what the backend last said of each key
-	journal       failover.Journal // keys the local store admitted while degraded
-	handoverUntil atomic.Int64     // Unix ns: FailLocal rules are decided locally too until then
+	charging      atomic.Bool  // chargeSoon runs
+	handoverUntil atomic.Int64 // Unix ns: FailLocal rules are decided locally too until then
 
-	// The prober.
-	canary  backend.Request
-	probeMu sync.Mutex
-	probing bool          // a probe loop runs
-	stopped bool          // Close was called: start no more
-	stop    chan struct{} // closed by Close
-	probeWG sync.WaitGroup
+	// The background: the prober, the probe that confirms a timeout, the
+	// charge after it and the resends, stopped together by Close.
+	canary backend.Request
+	group  *failover.Group
+	prober failover.Prober
 
 	unenforcedAtDegrade counter
 	shed                counter // requests refused because this process could not send their call
 
-	resend resends   // writes to send again after their call failed
-	slots  heldSlots // decisions holding concurrency slots (concurrency.go)
+	resend failover.Resends // writes to send again after their call failed
+	slots  heldSlots        // decisions holding concurrency slots (concurrency.go)
 }
 
 // ruleCounts are a rule's totals, reported by the health handler.
@@ -161,20 +154,50 @@ func (l *Limiter) initFailover() error {
 	l.cfg.localShare = 1 / float64(l.cfg.instances)
 	f.errLog.every = time.Minute
 	f.overloadLog.every = time.Minute
-	f.stop = make(chan struct{})
-	f.canary = newCanary()
+	f.group = failover.NewGroup()
+	f.canary = failover.NewCanary()
 	f.leaseLog.every = time.Minute
-	f.resend.wake = make(chan struct{}, 1)
-	f.resend.log.every = time.Minute
+	f.resendLog.every = time.Minute
+	f.resend = failover.Resends{
+		Group: f.group,
+		Send: func(reqs []backend.Request) error {
+			return l.callOutside(context.Background(), op{reqs: reqs, out: make([]backend.Result, len(reqs))})
+		},
+		Ready:   l.breakerClosed,
+		Unsent:  unsent,
+		Keep:    l.kept,
+		Dropped: l.droppedWrites,
+		Timeout: l.cfg.timeout,
+	}
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
 		f.limitLog[i].every = limitLogEvery
 	}
+	f.caller = failover.Caller{Backend: l.backend, Into: l.into, Timeout: l.cfg.timeout}
+	if o := l.cfg.observer; o != nil {
+		f.caller.Observe = func(d time.Duration, out []backend.Result, err error) { observeCall(o, d, out, err) }
+	}
 	if l.remote {
+		f.caller.Answered = l.answered
+		f.caller.Overloaded = func(err error) {
+			f.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
+				"ceiling: this process was too busy to send backend calls in time; requests shed with 503, the backend is not blamed",
+				slog.Any("err", err))
+		}
+		f.caller.Failed = func(err error) {
+			f.errLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, "ceiling: backend call failed; fail modes applied to this request",
+				slog.String("kind", string(KindOf(err))), slog.Any("err", err))
+		}
 		f.cached, _ = l.backend.(backend.CachedDecider)
 		f.spread, _ = l.backend.(backend.Spread)
 		c := l.cfg.breaker.withDefaults()
-		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, l.startProber, isTimeout)
+		f.breaker = failover.New(failover.Config(c), now, l.emitTransition, f.prober.Start, isTimeout, l.startConfirm)
+		f.caller.Breaker = f.breaker
+		p := &f.prober
+		p.Breaker, p.Group, p.CoolDown, p.MaxCoolDown = f.breaker, f.group, c.CoolDown, c.MaxCoolDown
+		p.Probe = l.probe
+		p.Recovered = func() { l.handOverFrom(l.cfg.clock()) }
+		p.Closed = f.resend.Poke // writes that waited for the recovery
 	}
 	usesLocal := l.cfg.failMode == FailLocal
 	for i := range l.rules {
@@ -189,7 +212,9 @@ func (l *Limiter) initFailover() error {
 	}
 	if usesLocal && l.remote {
 		f.usesLocal = true
-		f.seen.Init()
+		f.local.Share, f.local.Store, f.local.Logger = l.cfg.localShare, l.cfg.localStore, l.cfg.logger
+		f.local.HandOver = l.cfg.breaker.MaxCoolDown + l.cfg.timeout
+		f.local.Seen.Init()
 		n := len(l.rules)
 		f.scratch.New = func() any {
 			return &localScratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n), wait: make([]time.Duration, 0, n)}
@@ -213,12 +238,11 @@ func (l *Limiter) initFailover() error {
 func (l *Limiter) Close() error {
 	var err error
 	l.fo.once.Do(func() {
-		l.stopProber()
-		l.fo.localMu.Lock()
-		defer l.fo.localMu.Unlock()
+		l.fo.group.Stop()
 		for _, c := range l.fo.closers {
 			err = errors.Join(err, c.Close())
 		}
+		err = errors.Join(err, l.fo.local.Close())
 	})
 	return err
 }
@@ -226,7 +250,9 @@ func (l *Limiter) Close() error {
 // UnavailableError is the error behind a 503 (and [Limiter.Decide]'s
 // refusal): the backend could not decide and a rule of the request fails
 // closed, or this process was too busy to ask it in time (Err wraps
-// [backend.ErrNotSent]: the request was shed, whatever the fail modes).
+// [backend.ErrNotSent]: the request was shed, whatever the fail modes), or
+// a FailOpen rule's call timed out before a probe confirmed that the
+// backend is at fault (shed too).
 type UnavailableError struct {
 	// Rule is the first enforced rule, in declaration order, that fails
 	// closed (or, for a shed request, the first enforced rule).
@@ -255,6 +281,33 @@ func (e *UnavailableError) Error() string {
 // Unwrap returns why the backend could not decide.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
+// decideBackend is the failure engine's entry for a request: it decides
+// st on the backend (during the hand-over after a recovery, on the local
+// store too), and when the backend cannot, by the rules' fail modes
+// (fallback). It returns the results, or the backend's own refusal of
+// what it was sent ([backend.ErrInvalidRequest], no fail mode applies), or
+// why the request is refused (an *UnavailableError).
+func (l *Limiter) decideBackend(ctx context.Context, st *state) ([]backend.Result, error) {
+	results := st.results[:len(st.reqs)]
+	decided, err := false, error(nil)
+	if l.handOverLocal() {
+		decided, err = l.handover(ctx, st)
+	}
+	if !decided {
+		err = l.call(ctx, st.reqs, results)
+	}
+	switch {
+	case err == nil:
+		return results, nil
+	case errors.Is(err, backend.ErrInvalidRequest):
+		return nil, err
+	}
+	if l.concurrent {
+		l.releaseUnknown(st, err)
+	}
+	return l.fallback(ctx, st, err)
+}
+
 // fallback decides the request by its rules' fail modes after the backend
 // failed with cause. It fills out like the backend would have, marking each
 // result's Fallback, or returns an *UnavailableError when a rule fails
@@ -277,7 +330,8 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 			return nil, err
 		}
 	}
-	local := 0
+	unconfirmed := l.unconfirmed(cause)
+	local, open := 0, false
 	for i := range d.Results {
 		rule := d.Results[i].Rule
 		switch m := l.modeOf(rule); {
@@ -285,7 +339,12 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 			return nil, l.unavailable(rule.Name, cause)
 		case m == FailLocal:
 			local++
+		case m == FailOpen && !rule.Shadow:
+			open = true
 		}
+	}
+	if open && unconfirmed {
+		return nil, l.shed(d, cause)
 	}
 	out := st.results[:len(st.reqs)]
 	var sc *localScratch
@@ -339,28 +398,16 @@ func (l *Limiter) shed(d *Decision, cause error) error {
 	return nil
 }
 
-// localRequest is req scaled to its share of the limit (the rule's, or the
-// call's own), never so small that the request's cost could not fit.
-func localRequest(req backend.Request, share float64) backend.Request {
-	req.Limit = scaled(req.Limit, share, req.Cost)
-	if req.Burst > 0 {
-		req.Burst = scaled(req.Burst, share, req.Cost)
-	}
-	return req
-}
-
-func scaled(n int64, share float64, cost int64) int64 {
-	v := int64(float64(n) * share)
-	if v < cost {
-		v = cost
-	}
-	if v < 1 {
-		v = 1
-	}
-	if v > n {
-		v = n
-	}
-	return v
+// unconfirmed reports a timeout while the breaker is closed: no probe has
+// confirmed yet that the backend is at fault, and this process may as well
+// have been too busy to read a reply that came (the backend could not say
+// which). FailOpen does not apply then, since a flood that saturates the
+// instance would buy unmetered admissions: the request is shed instead,
+// and FailLocal, already bounded, decides locally. Once a probe confirms
+// the timeouts (the breaker opens), every fail mode applies.
+func (l *Limiter) unconfirmed(cause error) bool {
+	b := l.fo.breaker
+	return b != nil && b.Closed() && isTimeout(cause)
 }
 
 // failed answers a request that its rules' fail modes cannot admit (a rule
@@ -379,122 +426,141 @@ func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, err error) {
 	writeUnavailable(w, retry)
 }
 
-// Every call the limiter makes to a backend that does I/O goes through here:
-// decisions, settlements, charges, peeks, resets, probes and the start-up
-// check. Each is bounded by the limiter's own timeout whatever the caller's
-// context does, skipped while the circuit breaker is open (except the
-// probes and the check, whose job is to call), and judged by one rule:
-// only the backend's own answers and failures move the breaker. A call the
-// backend never wrote ([backend.ErrNotSent]: this process was too busy, or
-// every connection was taken) says nothing about the backend; it is this
-// process that is overloaded, and the request is shed (see shed).
+// FailLocal's store, and how its bound holds across the edges of an
+// outage, live in failover.Local (see there); this file hands it the
+// rules that fail local.
 
-// errResultCount is returned when a backend breaks the contract by
-// answering the wrong number of results.
-var errResultCount = errors.New("ceiling: backend answered the wrong number of results")
+// localStore is FailLocal's store.
+type localStore = failover.LocalStore
+
+// localRequest is req scaled to its share of the limit.
+var localRequest = failover.Scaled
+
+// localStore returns FailLocal's store, creating it on first use.
+func (l *Limiter) localStore() *localStore { return l.fo.local.Get() }
+
+type localScratch struct {
+	reqs []backend.Request
+	out  []backend.Result
+	idx  []int           // the decision's index of each local request
+	wait []time.Duration // > 0: refused by its seed for that long
+}
+
+// decideLocal decides sc.reqs (already scaled to the local share) on the
+// local store, all or nothing, into out at sc.idx, starting each key from
+// what the backend last said of it, and journals what it admits.
+func (l *Limiter) decideLocal(ctx context.Context, st *state, sc *localScratch, out []backend.Result) error {
+	lo := sc.out[:len(sc.reqs)]
+	sc.wait = append(sc.wait[:0], make([]time.Duration, len(sc.reqs))...)
+	if err := l.fo.local.Decide(ctx, l.cfg.clock(), sc.reqs, sc.wait, lo, st.reqs, sc.idx); err != nil {
+		return err
+	}
+	for j, i := range sc.idx {
+		out[i] = lo[j]
+	}
+	return nil
+}
+
+// chargeLocal charges the backend with what the local store still counts
+// for every key it admitted while degraded, forced, then takes every
+// concurrency slot this instance holds again on the backend (retakeSlots).
+// The prober calls it once the backend answers, before closing the
+// breaker; on error the journal keeps what was not charged, and the slots
+// not moved stay local.
+func (l *Limiter) chargeLocal() error {
+	if err := l.chargeJournal(); err != nil {
+		return err
+	}
+	return l.retakeSlots(context.Background())
+}
+
+// chargeJournal charges the backend with the rate rules' units the local
+// store admitted (chargeLocal).
+func (l *Limiter) chargeJournal() error {
+	ctx := context.Background()
+	keys, units, err := l.fo.local.Charge(ctx, func(reqs []backend.Request) error {
+		return l.bounded(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))})
+	})
+	if keys > 0 {
+		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: charged the backend with what FailLocal admitted while it was down",
+			slog.Int("keys", keys), slog.Int64("units", units))
+	}
+	return err
+}
+
+// handover decides st's FailLocal rules on the local store first, at the
+// instance's share, then the whole request on the backend, while the
+// hand-over after a recovery lasts (failover.Local.HandOverDecide). It
+// reports whether it decided (the results are in st.results); an error is
+// the backend's, for the fail modes. When no rule fails local it does
+// nothing.
+func (l *Limiter) handover(ctx context.Context, st *state) (bool, error) {
+	d := &st.decision
+	f := l.fo
+	sc := f.scratch.Get().(*localScratch)
+	defer f.scratch.Put(sc)
+	sc.reqs, sc.idx = sc.reqs[:0], sc.idx[:0]
+	for i := range d.Results {
+		if l.modeOf(d.Results[i].Rule) == FailLocal {
+			sc.reqs = append(sc.reqs, localRequest(st.reqs[i], l.cfg.localShare))
+			sc.idx = append(sc.idx, i)
+		}
+	}
+	if len(sc.reqs) == 0 {
+		return false, nil
+	}
+	lo := sc.out[:len(sc.reqs)]
+	out := st.results[:len(st.reqs)]
+	ok, refused, err := f.local.HandOverDecide(ctx, sc.reqs, lo, func() (bool, error) {
+		err := l.call(ctx, st.reqs, out)
+		admitted := err == nil
+		for i := range out {
+			admitted = admitted && (out[i].Allowed || st.reqs[i].Shadow)
+		}
+		return admitted, err
+	})
+	if !ok {
+		return false, nil // the backend alone, then
+	}
+	if refused {
+		for i := range out {
+			out[i] = backend.Result{Allowed: true, Limit: st.reqs[i].Limit, Unread: true}
+		}
+		for j, i := range sc.idx {
+			out[i] = lo[j]
+			d.Results[i].Fallback = FailLocal
+		}
+		return true, nil
+	}
+	return true, err
+}
+
+// chargeBatch is how many keys one recovery charge call carries.
+const chargeBatch = failover.ChargeBatch
+
+// Every backend call goes through the engine's failover.Caller (see
+// there): bounded, through the breaker, observed and judged.
 
 // ErrTimeout is wrapped by the error of a backend call that took longer
 // than the limiter's timeout ([WithTimeout]).
-var ErrTimeout = errors.New("ceiling: backend timed out")
+var ErrTimeout = failover.ErrTimeout
 
 // ErrDegraded is wrapped by the error of a call that was not made because
 // the circuit breaker is open: the backend is failing and the limiter is
 // probing it in the background ([Limiter.Health] says why).
-var ErrDegraded = errors.New("ceiling: backend degraded; not called until a probe answers")
+var ErrDegraded = failover.ErrDegraded
 
 // errBreakerOpen is the cause of a fallback decided without calling the
 // backend because the circuit breaker is open.
-var errBreakerOpen = fmt.Errorf("%w (circuit breaker open)", ErrDegraded)
+var errBreakerOpen = failover.ErrBreakerOpen
 
 // notSent reports a call that never reached the backend because this
 // process did not get to write it.
 func notSent(err error) bool { return err != nil && errors.Is(err, backend.ErrNotSent) }
 
 // overloaded reports a call that failed by this process's fault, not the
-// backend's: it was never written ([backend.ErrNotSent]), or its reply
-// came too late to be read by a process too busy to run the goroutine
-// that reads it ([backend.ErrUnread]; the call may have been applied).
-func overloaded(err error) bool {
-	return notSent(err) || (err != nil && errors.Is(err, backend.ErrUnread))
-}
-
-// call decides reqs into out with one backend call. For a backend that does
-// I/O it goes through the circuit breaker (failing at once while it is
-// open) and is bounded by the timeout.
-func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	obs := l.cfg.observer
-	b := l.fo.breaker
-	if b == nil {
-		var start time.Time
-		if obs != nil {
-			start = time.Now()
-		}
-		err := l.decideInto(ctx, reqs, out)
-		if obs != nil {
-			observeCall(obs, time.Since(start), out, err)
-		}
-		return err
-	}
-	if !b.Closed() {
-		return errBreakerOpen
-	}
-	start := time.Now()
-	err := l.bounded(ctx, op{reqs: reqs, out: out})
-	if obs != nil {
-		observeCall(obs, time.Since(start), out, err)
-	}
-	l.judge(reqs, out, err)
-	return err
-}
-
-// judge moves the breaker by a call's outcome: an answer of the backend's
-// own resets the failure count, a cached answer or a call never sent says
-// nothing, and any other failure counts towards opening.
-func (l *Limiter) judge(reqs []backend.Request, out []backend.Result, err error) {
-	b := l.fo.breaker
-	switch {
-	case err != nil && errors.Is(err, backend.ErrInvalidRequest):
-		// What the caller sent, not the backend's health.
-		return
-	case err == nil:
-		if len(out) > 0 && out[0].Cached {
-			return // the deny cache answered: no evidence either way
-		}
-		b.Success()
-		if l.fo.resend.pending.Load() > 0 {
-			l.fo.resend.poke() // the backend answers: send what waits
-		}
-		if l.fo.usesLocal && len(reqs) > 0 {
-			l.fo.seen.Learn(reqs, out, l.cfg.clock())
-		}
-	case overloaded(err):
-		l.fo.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
-			"ceiling: this process was too busy to send backend calls in time; requests shed with 503, the backend is not blamed",
-			slog.Any("err", err))
-	default:
-		if b.Failure(err) {
-			l.fo.errLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, "ceiling: backend call failed; fail modes applied to this request",
-				slog.String("kind", string(KindOf(err))), slog.Any("err", err))
-		}
-	}
-}
-
-// decideInto calls the backend, preferring the allocation-free path, and
-// checks the answer's shape.
-func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
-	if l.into != nil {
-		return l.into.DecideInto(ctx, reqs, out)
-	}
-	res, err := l.backend.Decide(ctx, reqs)
-	if err != nil {
-		return err
-	}
-	if len(res) != len(reqs) {
-		return fmt.Errorf("%w: %d for %d requests", errResultCount, len(res), len(reqs))
-	}
-	copy(out, res)
-	return nil
-}
+// backend's ([backend.ErrNotSent], [backend.ErrUnread]).
+var overloaded = failover.Overloaded
 
 // op is one backend operation: a decision of reqs into out, or, with
 // reset set, a Reset of keys.
@@ -506,146 +572,51 @@ type op struct {
 	timeout time.Duration // zero: the limiter's
 }
 
-func (l *Limiter) do(ctx context.Context, o op) error {
-	if o.reset {
-		return l.backend.Reset(ctx, o.keys...)
-	}
-	return l.decideInto(ctx, o.reqs, o.out)
+func (o op) fo() failover.Op {
+	return failover.Op{Reqs: o.reqs, Out: o.out, Keys: o.keys, Reset: o.reset, Timeout: o.timeout}
 }
 
-// bounded runs o on the caller's goroutine under the limiter's own
-// deadline: the caller's cancellation does not reach the backend (a client
-// that goes away is not a backend failure, and its decision counts like any
-// other). The backend returns by the deadline (the [backend.Backend]
-// contract), or, once it wrote the call, when the reply comes or the
-// timeout has passed since the write; a call it never wrote fails with
-// [backend.ErrNotSent]. A call that comes back failed after the deadline
-// is a timeout, whatever error the backend gave.
-func (l *Limiter) bounded(ctx context.Context, o op) error {
-	timeout := o.timeout
-	if timeout <= 0 {
-		timeout = l.cfg.timeout
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	err := l.do(ctx, o)
-	cancel()
-	if err == nil || errors.Is(err, ErrTimeout) {
-		return err
-	}
-	if errors.Is(err, context.DeadlineExceeded) || time.Since(start) >= timeout {
-		return fmt.Errorf("%w after %v: %w", ErrTimeout, timeout, err)
-	}
-	return err
+// call decides reqs into out with one backend call, through the breaker.
+func (l *Limiter) call(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	return l.fo.caller.Decide(ctx, reqs, out)
 }
 
-// callOutside is a backend call outside a request's decision (a settlement,
-// a charge, a peek, a reset): bounded like every call, skipped while the
-// circuit breaker is open (it could only wait and fail), and judged like a
-// decision.
+// callOutside is a backend call outside a request's decision (a
+// settlement, a charge, a peek, a reset), through the breaker.
 func (l *Limiter) callOutside(ctx context.Context, o op) error {
-	if !l.remote {
-		return l.do(ctx, o)
-	}
-	b := l.fo.breaker
-	if !b.Closed() {
-		return errBreakerOpen
-	}
-	start := time.Now()
-	err := l.bounded(ctx, o)
-	if obs := l.cfg.observer; obs != nil && !o.reset {
-		observeCall(obs, time.Since(start), o.out, err)
-	}
-	l.judge(o.reqs, o.out, err)
-	return err
+	return l.fo.caller.Outside(ctx, o.fo())
 }
 
-// While the circuit breaker is open, one goroutine per limiter probes the
-// backend, so that recovery needs no traffic: an idle instance whose health
-// check is a readiness probe would otherwise stay out of rotation forever.
+// bounded is a call bounded by the timeout, neither through the breaker
+// nor judged: the probes and the check.
+func (l *Limiter) bounded(ctx context.Context, o op) error {
+	return l.fo.caller.Bounded(ctx, o.fo())
+}
 
-// newCanary is the probe's request: a real decision (so a backend that
-// answers but cannot write, read-only or out of memory, fails it) on a key
-// of its own that no rule's stored key can equal (those end in a 22-byte
-// digest), limited so high that it is never rejected, with a one-second
-// period so that the backend forgets it at once.
-func newCanary() backend.Request {
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	return backend.Request{
-		Key:       "ceiling-probe:" + hex.EncodeToString(id[:]),
-		Algorithm: backend.FixedWindow,
-		Limit:     backend.MaxLimit,
-		Period:    time.Second,
-		Cost:      1,
+// decideInto is the bare call, neither bounded nor judged.
+func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	return l.fo.caller.Do(ctx, failover.Op{Reqs: reqs, Out: out})
+}
+
+// answered takes an answer of the backend's own: it wakes the resends,
+// and, for FailLocal, learns what the backend said of each key and
+// charges it with what the local store admitted while the timeouts were
+// unconfirmed.
+func (l *Limiter) answered(reqs []backend.Request, out []backend.Result) {
+	f := l.fo
+	if f.resend.Pending() > 0 {
+		f.resend.Poke()
+	}
+	if f.usesLocal && len(reqs) > 0 {
+		f.local.Seen.Learn(reqs, out, l.cfg.clock())
+		if f.local.Journal.Len() > 0 && f.breaker.Closed() {
+			l.chargeSoon()
+		}
 	}
 }
 
 // errProbeCached is a probe answered from a cache in process: no evidence.
 var errProbeCached = errors.New("ceiling: probe answered from a cache, not by the backend")
-
-// startProber starts the probe loop; the breaker calls it when it opens.
-func (l *Limiter) startProber() {
-	f := l.fo
-	f.probeMu.Lock()
-	defer f.probeMu.Unlock()
-	if f.stopped || f.probing {
-		return
-	}
-	f.probing = true
-	f.probeWG.Add(1)
-	go l.probeLoop()
-}
-
-// stopProber stops the probe loop and waits for it.
-func (l *Limiter) stopProber() {
-	f := l.fo
-	f.probeMu.Lock()
-	if !f.stopped {
-		f.stopped = true
-		close(f.stop)
-	}
-	f.probeMu.Unlock()
-	f.probeWG.Wait()
-}
-
-// probeLoop probes the backend until it answers (and closes the breaker)
-// or the limiter is closed. The first probe goes a cool-down after the
-// opening; the interval doubles while probes fail, up to the maximum, and
-// every wait is jittered.
-func (l *Limiter) probeLoop() {
-	f, b := l.fo, l.fo.breaker
-	defer f.probeWG.Done()
-	interval := l.cfg.breaker.CoolDown
-	// The opening set when the first probe goes (jittered), before this
-	// goroutine ran: the 503s' Retry-After already says so.
-	t := time.NewTimer(b.FirstProbe())
-	defer t.Stop()
-	for {
-		select {
-		case <-f.stop:
-			return
-		case <-t.C:
-		}
-		err := l.probe()
-		if err == nil {
-			if f.usesLocal {
-				h := l.cfg.breaker.MaxCoolDown + l.cfg.timeout
-				f.handoverUntil.Store(l.cfg.clock().Add(h).UnixNano())
-			}
-			f.probeMu.Lock()
-			f.probing = false
-			f.probeMu.Unlock()
-			b.Close()
-			f.resend.poke() // writes that waited for the recovery
-			return
-		}
-		interval = min(2*interval, l.cfg.breaker.MaxCoolDown)
-		wait := failover.Jittered(interval)
-		b.Probed(err, wait)
-		t.Reset(wait)
-	}
-}
 
 // probe asks the backend for a canary decision and, when it answers,
 // charges it with what FailLocal admitted meanwhile. It reports why the
@@ -654,13 +625,30 @@ func (l *Limiter) probeLoop() {
 // one call: every server must answer, or a cluster with a master down
 // would look healthy whenever the canary's own master answers.
 func (l *Limiter) probe() error {
-	reqs, err := l.canaries()
+	if err := l.canary(l.cfg.timeout); err != nil {
+		return err
+	}
+	return l.chargeLocal()
+}
+
+// handOverFrom starts the hand-over after a recovery at now (failover.Local),
+// if some rule fails local.
+func (l *Limiter) handOverFrom(now time.Time) {
+	if l.fo.usesLocal {
+		l.fo.local.StartHandOver(now)
+	}
+}
+
+// canary decides the probe's canaries within timeout and reports why the
+// backend cannot be trusted yet, or nil.
+func (l *Limiter) canary(timeout time.Duration) error {
+	reqs, err := l.canaries(timeout)
 	if err != nil {
 		return err
 	}
 	out := make([]backend.Result, len(reqs))
 	start := time.Now()
-	err = l.bounded(context.Background(), op{reqs: reqs, out: out})
+	err = l.bounded(context.Background(), op{reqs: reqs, out: out, timeout: timeout})
 	if obs := l.cfg.observer; obs != nil {
 		observeCall(obs, time.Since(start), out, err)
 	}
@@ -675,17 +663,75 @@ func (l *Limiter) probe() error {
 			return fmt.Errorf("ceiling: probe: the backend rejected a canary far under its limit (retry after %v)", out[i].RetryAfter)
 		}
 	}
-	return l.chargeLocal()
+	return nil
+}
+
+// confirmBudget is the least time the probe that confirms a run of
+// timeouts gives the backend: a healthy Redis answers a canary in well
+// under a millisecond, so one that sends nothing for a second is at fault,
+// while a process too busy to read replies within the request timeout
+// usually reads this one.
+const confirmBudget = time.Second
+
+// startConfirm starts the probe that confirms a run of timeouts (the
+// breaker calls it, see failover.Breaker.Failure), off every request's
+// path: requests meanwhile keep calling the backend, and a timeout sheds
+// their FailOpen rules (unconfirmed).
+func (l *Limiter) startConfirm() {
+	b := l.fo.breaker
+	if !l.fo.group.Go(func() {
+		if err := l.confirm(); overloaded(err) {
+			b.NoVerdict()
+		} else {
+			b.Confirmed(err)
+		}
+	}) {
+		b.Confirmed(nil) // closed: nothing more to confirm
+	}
+}
+
+// chargeSoon charges the backend, in the background, with what FailLocal
+// admitted while the breaker was closed (timeouts no probe had confirmed
+// yet), once the backend answers again: the recovery's charge, without a
+// recovery. One charge runs at a time.
+func (l *Limiter) chargeSoon() {
+	f := l.fo
+	if !f.charging.CompareAndSwap(false, true) {
+		return
+	}
+	if !f.group.Go(func() {
+		defer f.charging.Store(false)
+		_ = l.chargeJournal() // on error the journal keeps it for the next answer
+	}) {
+		f.charging.Store(false)
+	}
+}
+
+// confirm decides the canaries with their own budget and reports whether
+// the backend is at fault: nil when it answered, an overloaded error when
+// this process was too busy to ask it (no verdict), or the failure.
+func (l *Limiter) confirm() error {
+	err := l.canary(max(l.cfg.timeout, confirmBudget))
+	if err == nil {
+		// The edge of what may have been an outage that other instances
+		// saw confirmed: hand over as after a recovery, and charge what
+		// FailLocal admitted meanwhile.
+		l.handOverFrom(l.cfg.clock())
+		if l.fo.local.Journal.Len() > 0 {
+			l.chargeSoon()
+		}
+	}
+	return err
 }
 
 // canaries are the probe's requests: the canary, or one variant of it on
 // each server of a backend of several.
-func (l *Limiter) canaries() ([]backend.Request, error) {
+func (l *Limiter) canaries(timeout time.Duration) ([]backend.Request, error) {
 	c := l.fo.canary
 	if l.fo.spread == nil {
 		return []backend.Request{c}, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	keys, err := l.fo.spread.SpreadKeys(ctx, c.Key)
 	if err != nil {
@@ -707,362 +753,27 @@ func (l *Limiter) trip(err error) {
 	}
 }
 
-// Writes that must reach the backend after their call failed: settlements
-// and slot releases that timed out or met an open breaker, and the release
-// of a slot whose acquisition's outcome is unknown (its reply was lost).
-// One goroutine per limiter resends them while any are pending, as soon as
-// the backend answers again (a recovery or any answered call wakes it),
-// then every so often, until each is applied or no longer matters: a
-// lease ends and a unit stops counting at most a Period after the call
-// that failed, so a write pending longer is dropped, counted and logged.
-//
-// What is resent is what may be applied twice, or what surely was not
-// applied, so that a settlement still takes effect at most once:
-//
-//   - a release of a lease is idempotent (the lease id names it: releasing
-//     an absent lease does nothing), so it is resent whatever happened,
-//     and so is the release of an acquisition whose reply was lost;
-//   - a refund or a forced charge (a settlement under or over its
-//     estimate) named by a [backend.Request.Once], as settle names every
-//     settlement it sends to a remote backend, is resent whatever
-//     happened: the backend answers a second delivery of it as a peek
-//     for twice Period after the first applied it, and this loop gives it
-//     up a Period after its call failed (sooner when the Period is under
-//     twice the timeout: see resendLater);
-//   - one without a Once is resent only when its call surely never reached
-//     the backend: the breaker was open, or this process never got to send
-//     it. Sent and not answered, it may have been applied, and applying it
-//     again would be wrong: a second refund gives back units of other
-//     requests (a stamp names where the refunded units went, not which
-//     they were), a second charge bills the caller twice. It is dropped,
-//     counted and logged.
-//
-// The bound of a settlement finally dropped (its Period passed, the
-// pending bound, Close): a dropped refund leaves its reservation at its
-// estimate (towards the limit); a dropped charge leaves uncounted what the
-// request used past its estimate, at most the rule's capacity (settle caps
-// it).
-
-// maxResends bounds the requests pending a resend, those a round is
-// sending included; past it a write is dropped at once (counted and
-// logged).
-const maxResends = 4096
-
-// resendEvery is the longest wait between two rounds of resends while the
-// backend does not answer; a recovery wakes the loop at once.
-const resendEvery = time.Second
-
-// resendGap is the shortest wait between two rounds of resends.
-const resendGap = 100 * time.Millisecond
-
-// resends is the limiter's pending writes and its resend loop's state.
-type resends struct {
-	mu      sync.Mutex
-	items   []resendItem
-	n       int  // requests in items and in the round that runs
-	running bool // a resend loop runs
-	wake    chan struct{}
-	pending atomic.Int64 // requests in items, read on the hot path
-	dropped atomic.Int64 // requests dropped for good
-	log     sampler
-}
-
-// resendItem is the requests of one failed call still to apply, and when
-// they stop mattering.
-type resendItem struct {
-	reqs  []backend.Request
-	until time.Time
-	what  string
-}
-
-// unsent reports whether a failed call surely never reached the backend.
+// unsent reports whether a failed call surely never reached the backend,
+// so that a settlement may be resent (failover.Resendable).
 func unsent(err error) bool {
 	return errors.Is(err, ErrDegraded) || notSent(err)
 }
 
-// resendable returns what of reqs, whose call failed with err, may be sent
-// again (see the top of this file): releases and settlements named by a
-// Once always, other refunds and forced charges only when the call was
-// never sent. The acquisition of a slot becomes its release; renewals and
-// peeks are not resent.
-func resendable(reqs []backend.Request, err error) []backend.Request {
-	var out []backend.Request
-	never := unsent(err)
-	for _, q := range reqs {
-		switch {
-		case q.Cost == 0:
-			continue
-		case q.Algorithm == Concurrency && q.Cost > 0 && !q.Force:
-			if never {
-				continue // not taken: nothing to give back
-			}
-			q.Cost = -q.Cost // an acquisition whose outcome is unknown
-		case q.Algorithm == Concurrency && q.Cost > 0:
-			continue // a renewal: its timer tries again
-		case q.Algorithm != Concurrency && !never && q.Once == 0:
-			continue // a settlement that may have been applied, and would be again
-		}
-		q.Shadow = false
-		out = append(out, q)
-	}
-	return out
-}
-
 // resendLater queues what of reqs (whose call failed with err) may be sent
-// again, and starts the resend loop. It reports how many requests were
-// dropped instead.
+// again (failover.Resends). It reports how many requests were dropped
+// instead.
 func (l *Limiter) resendLater(reqs []backend.Request, err error, what string) int {
 	if !l.remote {
 		return 0
 	}
-	again := resendable(reqs, err)
-	lost := settlements(reqs) - settlements(again)
-	l.dropResends(lost, what, "its outcome is unknown, and applying it twice would be wrong")
-	reqs = again
-	if len(reqs) == 0 {
-		return lost
-	}
-	// One item per deadline. A write is given up a Period after its call
-	// failed; a settlement named by a Once sooner when its Period is short:
-	// its record lasts twice the Period from when the failed call applied
-	// it, up to a timeout before it failed, and a resend may be applied up
-	// to a timeout after it is sent, so it is sent at most 2P - 2×timeout
-	// after the failure (never, when that is not positive). Kept longer, as
-	// long as a longer rule's, it would find its record lapsed and be
-	// applied again.
-	var items []resendItem
-	now := time.Now()
-	late := 0
-	for i := range reqs {
-		q := reqs[i]
-		q.Key = l.kept(q.Key) // the caller's arena is reused
-		window := q.Period
-		if q.Once != 0 {
-			window = min(window, 2*q.Period-2*l.cfg.timeout)
-		}
-		if window <= 0 {
-			late++
-			continue
-		}
-		until := now.Add(window)
-		j := slices.IndexFunc(items, func(it resendItem) bool { return it.until.Equal(until) })
-		if j < 0 {
-			j = len(items)
-			items = append(items, resendItem{until: until, what: what})
-		}
-		items[j].reqs = append(items[j].reqs, q)
-	}
-	l.dropResends(late, what, "its Period is too short, beside the timeout, to send it again safely")
-	lost += late
-	n := len(reqs) - late
-	if n == 0 {
-		return lost
-	}
-	r := &l.fo.resend
-	r.mu.Lock()
-	if r.n+n > maxResends {
-		r.mu.Unlock()
-		l.dropResends(n, what, "too many pending")
-		return lost + n
-	}
-	r.items = append(r.items, items...)
-	r.n += n
-	r.pending.Store(int64(r.n))
-	start := !r.running
-	r.running = true
-	r.mu.Unlock()
-	if start && !l.startResender() {
-		r.mu.Lock()
-		r.running = false
-		r.mu.Unlock()
-		l.dropPending("the limiter is closed")
-		return lost + n
-	}
-	r.poke()
-	return lost
+	return l.fo.resend.Later(reqs, err, what)
 }
 
-// settlements counts the refunds and charges of rate rules in reqs.
-func settlements(reqs []backend.Request) int {
-	n := 0
-	for _, q := range reqs {
-		if q.Cost != 0 && q.Algorithm != Concurrency {
-			n++
-		}
-	}
-	return n
-}
-
-// poke wakes the resend loop, if it waits.
-func (r *resends) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// startResender starts the resend loop unless the limiter is closed.
-func (l *Limiter) startResender() bool {
-	f := l.fo
-	f.probeMu.Lock()
-	defer f.probeMu.Unlock()
-	if f.stopped {
-		return false
-	}
-	f.probeWG.Add(1)
-	go l.resendLoop()
-	return true
-}
-
-// resendLoop resends pending writes while there are any: at once when
-// woken (a recovery, an answered call, a new write), else every
-// resendEvery. It returns when nothing is pending, or on Close, dropping
-// what is left.
-func (l *Limiter) resendLoop() {
-	f, r := l.fo, &l.fo.resend
-	defer f.probeWG.Done()
-	t := time.NewTimer(resendEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-f.stop:
-			l.stopResends()
-			return
-		case <-r.wake:
-		case <-t.C:
-		}
-		if !l.resendRound() {
-			return
-		}
-		// At most one round per resendGap, however often the backend
-		// answers: a write that keeps failing costs it little.
-		gap := time.NewTimer(resendGap)
-		select {
-		case <-f.stop:
-			gap.Stop()
-			l.stopResends()
-			return
-		case <-gap.C:
-		}
-		if !t.Stop() {
-			select {
-			case <-t.C:
-			default:
-			}
-		}
-		t.Reset(resendEvery)
-	}
-}
-
-// resendBatch is how many requests one call of a resend round carries at
-// most (an item larger than that goes alone).
-const resendBatch = 256
-
-// resendRound sends every pending write the backend may take now, the
-// items together in as few calls as resendBatch allows, and keeps what
-// failed. It stops early on Close, between calls. It reports whether any
-// write is left; when none is, the loop is marked stopped before it
-// returns.
-func (l *Limiter) resendRound() bool {
-	f, r := l.fo, &l.fo.resend
-	r.mu.Lock()
-	items := r.items
-	r.items = nil // r.n still counts them: the cap holds during the round
-	r.mu.Unlock()
-	sent := 0
-	for _, it := range items {
-		sent += len(it.reqs)
-	}
-	var keep []resendItem
-	for lo := 0; lo < len(items); {
-		// Now, not when the round began: the calls before this one may
-		// each have taken up to the timeout, and a write sent past its
-		// deadline may find its Once record lapsed and be applied again.
-		now := time.Now()
-		if now.After(items[lo].until) {
-			l.dropResends(len(items[lo].reqs), items[lo].what, "pending for longer than its units count")
-			lo++
-			continue
-		}
-		stopped := false
-		select {
-		case <-f.stop:
-			stopped = true
-		default:
-		}
-		if b := f.breaker; stopped || b != nil && !b.Closed() {
-			keep = append(keep, items[lo:]...) // wait for the recovery, or for Close to drop them
-			break
-		}
-		var reqs []backend.Request
-		hi := lo
-		for hi < len(items) && !now.After(items[hi].until) && (hi == lo || len(reqs)+len(items[hi].reqs) <= resendBatch) {
-			reqs = append(reqs, items[hi].reqs...)
-			hi++
-		}
-		err := l.callOutside(context.Background(), op{reqs: reqs, out: make([]backend.Result, len(reqs))})
-		for _, it := range items[lo:hi] {
-			if err == nil {
-				continue
-			}
-			again := resendable(it.reqs, err)
-			l.dropResends(len(it.reqs)-len(again), it.what, "its outcome is unknown, and applying it twice would be wrong")
-			if len(again) > 0 {
-				it.reqs = again
-				keep = append(keep, it)
-			}
-		}
-		lo = hi
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.n -= sent
-	for _, it := range keep {
-		r.n += len(it.reqs)
-	}
-	// Writes queued meanwhile were counted against the cap with the round's,
-	// so the merge cannot pass it.
-	r.items = append(keep, r.items...)
-	r.pending.Store(int64(r.n))
-	if len(r.items) == 0 {
-		r.running = false
-		return false
-	}
-	return true
-}
-
-// stopResends ends the resend loop on Close, dropping what is pending.
-func (l *Limiter) stopResends() {
-	r := &l.fo.resend
-	r.mu.Lock()
-	r.running = false
-	r.mu.Unlock()
-	l.dropPending("the limiter was closed")
-}
-
-// dropPending drops every pending write: the limiter is closing.
-func (l *Limiter) dropPending(why string) {
-	r := &l.fo.resend
-	r.mu.Lock()
-	items := r.items
-	r.items, r.n = nil, 0
-	r.pending.Store(0)
-	r.mu.Unlock()
-	for _, it := range items {
-		l.dropResends(len(it.reqs), it.what, why)
-	}
-}
-
-// dropResends counts and logs n requests of a write given up for good.
-func (l *Limiter) dropResends(n int, what, why string) {
-	if n == 0 {
-		return
-	}
-	r := &l.fo.resend
-	r.dropped.Add(int64(n))
-	r.log.log(l.cfg.logger, time.Now(), slog.LevelError,
-		"ceiling: a "+what+" was given up after its call failed; a refund or release leaves its units counted until they expire, a charge leaves its units uncounted",
-		slog.Int("requests", n), slog.String("why", why), slog.Int64("dropped_total", r.dropped.Load()))
+// droppedWrites logs, sampled, n requests of a write given up for good.
+func (l *Limiter) droppedWrites(n int, what, why string, total int64) {
+	l.fo.resendLog.log(l.cfg.logger, time.Now(), slog.LevelError,
+		"ceiling: a "+what+" was given up after its call failed; its units stay counted until they expire",
+		slog.Int("requests", n), slog.String("why", why), slog.Int64("dropped_total", total))
 }
 
 // What the rest of the package asks of the engine. No file but this one
@@ -1102,6 +813,16 @@ func (l *Limiter) logLease(msg string, err error) {
 	l.fo.leaseLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn, msg, slog.Any("err", err))
 }
 
+// slotsInUse adds n units to rule i's slots in use.
+func (l *Limiter) slotsInUse(i int, n int64) { l.fo.counts[i].slots.Add(n) }
+
+// pendingWrites, backendFailures and canaryKey are what tests read of the
+// engine: the writes waiting for a resend, the breaker's run of failures,
+// and the probe's key.
+func (l *Limiter) pendingWrites() int64   { return l.fo.resend.Pending() }
+func (l *Limiter) backendFailures() int64 { return l.fo.breaker.Fails() }
+func (l *Limiter) canaryKey() string      { return l.fo.canary.Key }
+
 // holdSlots, liveSlots and dropSlots track the decisions holding
 // concurrency slots, which a recovery takes again on the backend.
 func (l *Limiter) holdSlots(p weak.Pointer[held]) { l.fo.slots.add(p) }
@@ -1117,11 +838,11 @@ func (l *Limiter) breakerClosed() bool {
 
 // inHandOver reports whether the hand-over after a recovery runs, and
 // handOverLocal whether FailLocal rules are then decided locally too.
-func (l *Limiter) inHandOver() bool    { return l.fo.handingOver(l.cfg.clock()) }
+func (l *Limiter) inHandOver() bool    { return l.fo.local.HandingOver(l.cfg.clock()) }
 func (l *Limiter) handOverLocal() bool { return l.fo.usesLocal && l.inHandOver() }
 
 // loadedLocal is FailLocal's store if a fallback created it, else nil.
-func (l *Limiter) loadedLocal() *localStore { return l.fo.local.Load() }
+func (l *Limiter) loadedLocal() *localStore { return l.fo.local.Loaded() }
 
 // engineWarnings is the configuration warning the engine holds, if any.
 func (l *Limiter) engineWarnings() []string {
@@ -1135,7 +856,7 @@ func (l *Limiter) engineWarnings() []string {
 // the writes dropped, the requests shed, and each rule's fail-mode
 // admissions, shadow rejections and concurrency slots in use (h.Rules is one per rule, in order).
 func (l *Limiter) reportEngine(h *Health) {
-	h.DroppedWrites = l.fo.resend.dropped.Load()
+	h.DroppedWrites = l.fo.resend.DroppedTotal()
 	h.Shed = l.fo.shed.Load()
 	if b := l.fo.breaker; b != nil {
 		h.Backend = "remote"

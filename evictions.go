@@ -11,7 +11,7 @@ func (l *Limiter) evictions() uint64 {
 		n += e.Evictions()
 	}
 	if ls := l.loadedLocal(); ls != nil {
-		if e, ok := ls.b.(backend.Evicting); ok {
+		if e, ok := ls.B.(backend.Evicting); ok {
 			n += e.Evictions()
 		}
 	}

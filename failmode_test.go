@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -209,167 +210,179 @@ func get(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
 // interval that doubles while it fails, capped; and the first answered
 // probe closes the breaker without any request.
 func TestBreakerOpensProbesAndCloses(t *testing.T) {
-	be := &flaky{}
-	logs := &logRecorder{}
-	var mu sync.Mutex
-	var events []DegradedEvent
-	const coolDown, maxCoolDown = 20 * time.Millisecond, 80 * time.Millisecond
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
-		WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(logs)),
-		WithBreaker(BreakerConfig{Failures: 5, CoolDown: coolDown, MaxCoolDown: maxCoolDown}),
-		onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
-	defer l.Close()
-	h := l.Handler(okHandler)
+	synctest.Test(t, func(t *testing.T) {
+		be := &flaky{}
+		logs := &logRecorder{}
+		var mu sync.Mutex
+		var events []DegradedEvent
+		const coolDown, maxCoolDown = 20 * time.Millisecond, 80 * time.Millisecond
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
+			WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(logs)),
+			WithBreaker(BreakerConfig{Failures: 5, CoolDown: coolDown, MaxCoolDown: maxCoolDown}),
+			onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
+		defer l.Close()
+		h := l.Handler(okHandler)
 
-	get(t, h)
-	be.fail(errDown)
-	for i := range 4 {
 		get(t, h)
-		if got := l.Health().Status; got != "healthy" {
-			t.Fatalf("after %d failures: %q, want healthy", i+1, got)
+		be.fail(errDown)
+		for i := range 4 {
+			get(t, h)
+			if got := l.Health().Status; got != "healthy" {
+				t.Fatalf("after %d failures: %q, want healthy", i+1, got)
+			}
 		}
-	}
-	get(t, h)
-	if got := l.Health().Status; got != "degraded" {
-		t.Fatalf("after 5 failures: %q, want degraded", got)
-	}
-	calls := be.callCount()
-	for range 20 {
-		if w := get(t, h); w.Code != http.StatusOK {
-			t.Fatalf("status %d, want 200 (failing open)", w.Code)
+		get(t, h)
+		if got := l.Health().Status; got != "degraded" {
+			t.Fatalf("after 5 failures: %q, want degraded", got)
 		}
-	}
-	if got := be.callCount() - calls; got != 0 {
-		t.Errorf("requests called the backend %d times through the open breaker", got)
-	}
-	if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
-		t.Fatalf("only %d background probes while degraded", len(be.probeTimes()))
-	}
-	// Timers never fire early: each gap is at least the jittered interval,
-	// which doubles from the cool-down up to the cap.
-	probes := be.probeTimes()
-	interval := coolDown
-	for i := 1; i < 5; i++ {
-		interval = min(2*interval, maxCoolDown)
-		if gap := probes[i].Sub(probes[i-1]); gap < interval*3/4 {
-			t.Errorf("probe %d came %v after the previous one, want at least %v", i, gap, interval*3/4)
+		calls := be.callCount()
+		for range 20 {
+			if w := get(t, h); w.Code != http.StatusOK {
+				t.Fatalf("status %d, want 200 (failing open)", w.Code)
+			}
 		}
-	}
-	if h := l.Health(); h.Reason != "unreachable" || h.NextProbeSeconds > maxCoolDown.Seconds() {
-		t.Errorf("degraded report %+v: want reason unreachable and the next probe within %v", h, maxCoolDown)
-	}
+		if got := be.callCount() - calls; got != 0 {
+			t.Errorf("requests called the backend %d times through the open breaker", got)
+		}
+		if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
+			t.Fatalf("only %d background probes while degraded", len(be.probeTimes()))
+		}
+		// Timers never fire early: each gap is at least the jittered interval,
+		// which doubles from the cool-down up to the cap.
+		probes := be.probeTimes()
+		interval := coolDown
+		for i := 1; i < 5; i++ {
+			interval = min(2*interval, maxCoolDown)
+			if gap := probes[i].Sub(probes[i-1]); gap < interval*3/4 {
+				t.Errorf("probe %d came %v after the previous one, want at least %v", i, gap, interval*3/4)
+			}
+		}
+		if h := l.Health(); h.Reason != "unreachable" || h.NextProbeSeconds > maxCoolDown.Seconds() {
+			t.Errorf("degraded report %+v: want reason unreachable and the next probe within %v", h, maxCoolDown)
+		}
 
-	be.fail(nil) // no request from now on
-	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
-		t.Fatal("the backend answers again but the limiter stays degraded without traffic")
-	}
-	calls = be.callCount()
-	for range 5 {
-		get(t, h)
-	}
-	if got, want := be.callCount()-calls, 5; got != want {
-		t.Errorf("after recovery: backend calls = %d, want %d", got, want)
-	}
-	// The prober reports the closing after the breaker closed: Health can
-	// say healthy a moment before the event is delivered.
-	eventually(func() bool { mu.Lock(); defer mu.Unlock(); return len(events) >= 2 })
-	mu.Lock()
-	defer mu.Unlock()
-	if len(events) != 2 || !events[0].Degraded || events[1].Degraded {
-		t.Fatalf("events = %+v, want one degraded then one healthy", events)
-	}
-	if !errors.Is(events[0].Cause, errDown) || events[0].Failures != 5 {
-		t.Errorf("degraded event = %+v, want cause %v after 5 failures", events[0], errDown)
-	}
-	// Requests admitted unenforced while degraded: the one whose failure
-	// opened the breaker and the 20 after it.
-	if got, want := events[1].Unenforced, int64(1+20); got != want {
-		t.Errorf("unenforced admissions while degraded = %d, want %d", got, want)
-	}
-	if got, want := logs.count(slog.LevelError, "backend degraded"), 1; got != want {
-		t.Errorf("degraded logged %d times, want %d:\n%s", got, want, strings.Join(logs.lines, "\n"))
-	}
-	if got, want := logs.count(slog.LevelWarn, "healthy again"), 1; got != want {
-		t.Errorf("recovery logged %d times, want %d", got, want)
-	}
-	if got, want := l.Health().DegradedTotal, int64(1); got != want {
-		t.Errorf("DegradedTotal = %d, want %d", got, want)
-	}
+		be.fail(nil) // no request from now on
+		if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+			t.Fatal("the backend answers again but the limiter stays degraded without traffic")
+		}
+		calls = be.callCount()
+		for range 5 {
+			get(t, h)
+		}
+		if got, want := be.callCount()-calls, 5; got != want {
+			t.Errorf("after recovery: backend calls = %d, want %d", got, want)
+		}
+		// The prober reports the closing after the breaker closed: Health can
+		// say healthy a moment before the event is delivered.
+		eventually(func() bool { mu.Lock(); defer mu.Unlock(); return len(events) >= 2 })
+		mu.Lock()
+		defer mu.Unlock()
+		if len(events) != 2 || !events[0].Degraded || events[1].Degraded {
+			t.Fatalf("events = %+v, want one degraded then one healthy", events)
+		}
+		if !errors.Is(events[0].Cause, errDown) || events[0].Failures != 5 {
+			t.Errorf("degraded event = %+v, want cause %v after 5 failures", events[0], errDown)
+		}
+		// Requests admitted unenforced while degraded: the one whose failure
+		// opened the breaker and the 20 after it.
+		if got, want := events[1].Unenforced, int64(1+20); got != want {
+			t.Errorf("unenforced admissions while degraded = %d, want %d", got, want)
+		}
+		if got, want := logs.count(slog.LevelError, "backend degraded"), 1; got != want {
+			t.Errorf("degraded logged %d times, want %d:\n%s", got, want, strings.Join(logs.lines, "\n"))
+		}
+		if got, want := logs.count(slog.LevelWarn, "healthy again"), 1; got != want {
+			t.Errorf("recovery logged %d times, want %d", got, want)
+		}
+		if got, want := l.Health().DegradedTotal, int64(1); got != want {
+			t.Errorf("DegradedTotal = %d, want %d", got, want)
+		}
+	})
 }
 
 // While degraded only the prober calls the backend, one probe at a time:
 // requests never do, even while a probe hangs.
 func TestBreakerProbesOneAtATime(t *testing.T) {
-	be := &flaky{}
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
-		WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(&logRecorder{})),
-		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}), WithTimeout(time.Hour))
-	defer l.Close()
-	h := l.Handler(okHandler)
-	release, entered := make(chan struct{}), make(chan struct{}, 10)
-	be.mu.Lock()
-	be.err, be.block, be.entered = errDown, release, entered
-	be.mu.Unlock()
-	go close(release) // the opening call itself must return
-	get(t, h)         // opens
-	<-entered         // the opening call
-	release = make(chan struct{})
-	be.mu.Lock()
-	be.err, be.block = nil, release
-	be.mu.Unlock()
-	<-entered // a probe is inside the backend, and hangs there
-	for range 10 {
-		if w := get(t, h); w.Code != 200 {
-			t.Fatalf("request during the probe: status %d", w.Code)
+	synctest.Test(t, func(t *testing.T) {
+		be := &flaky{}
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 100, Period: time.Minute}},
+			WithBackend(be), WithFailMode(FailOpen), WithLogger(slog.New(&logRecorder{})),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}), WithTimeout(time.Hour))
+		defer l.Close()
+		h := l.Handler(okHandler)
+		release, entered := make(chan struct{}), make(chan struct{}, 10)
+		be.mu.Lock()
+		be.err, be.block, be.entered = errDown, release, entered
+		be.mu.Unlock()
+		go close(release) // the opening call itself must return
+		get(t, h)         // opens
+		<-entered         // the opening call
+		release = make(chan struct{})
+		be.mu.Lock()
+		be.err, be.block = nil, release
+		be.mu.Unlock()
+		<-entered // a probe is inside the backend, and hangs there
+		for range 10 {
+			if w := get(t, h); w.Code != 200 {
+				t.Fatalf("request during the probe: status %d", w.Code)
+			}
 		}
-	}
-	time.Sleep(20 * time.Millisecond) // twenty probe intervals
-	if got := len(entered); got != 0 {
-		t.Errorf("%d more calls entered the backend while a probe was in flight", got)
-	}
-	if got, want := be.callCount(), 1; got != want {
-		t.Errorf("request calls = %d, want %d (the opening failure only)", got, want)
-	}
-	be.mu.Lock()
-	be.block, be.entered = nil, nil
-	be.mu.Unlock()
-	close(release)
-	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
-		t.Fatal("the answered probe did not close the breaker")
-	}
-	get(t, h)
-	if got, want := be.callCount(), 2; got != want {
-		t.Errorf("after the probe answered: request calls = %d, want %d", got, want)
-	}
+		time.Sleep(20 * time.Millisecond) // twenty probe intervals, virtual
+		synctest.Wait()
+		if got := len(entered); got != 0 {
+			t.Errorf("%d more calls entered the backend while a probe was in flight", got)
+		}
+		if got, want := be.callCount(), 1; got != want {
+			t.Errorf("request calls = %d, want %d (the opening failure only)", got, want)
+		}
+		be.mu.Lock()
+		be.block, be.entered = nil, nil
+		be.mu.Unlock()
+		close(release)
+		if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+			t.Fatal("the answered probe did not close the breaker")
+		}
+		get(t, h)
+		if got, want := be.callCount(), 2; got != want {
+			t.Errorf("after the probe answered: request calls = %d, want %d", got, want)
+		}
+	})
 }
 
 // A hung backend cannot hold a request past the timeout: the middleware's
-// deadline ends the call and the fail mode applies.
+// deadline ends the call and the fail mode applies; the probe the timeout
+// starts is bounded too.
 func TestTimeoutHoldsWhenTheBackendHangs(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	be := &flaky{block: release}
-	obs := newRecorder()
-	l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1, Period: time.Minute, FailMode: FailClosed}},
-		WithBackend(be), WithTimeout(10*time.Millisecond), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
-	defer l.Close()
-	done := make(chan *httptest.ResponseRecorder)
-	go func() {
-		w := httptest.NewRecorder()
-		l.Handler(okHandler).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
-		done <- w
-	}()
-	select {
-	case w := <-done:
-		if w.Code != http.StatusServiceUnavailable {
-			t.Errorf("status %d, want 503", w.Code)
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		be := &flaky{block: release}
+		obs := newRecorder()
+		l := MustNew([]Rule{{Name: "ip", Key: RemoteAddr, Limit: 1, Period: time.Minute, FailMode: FailClosed}},
+			WithBackend(be), WithTimeout(10*time.Millisecond), WithObserver(obs), WithLogger(slog.New(&logRecorder{})))
+		defer l.Close()
+		done := make(chan *httptest.ResponseRecorder)
+		go func() {
+			w := httptest.NewRecorder()
+			l.Handler(okHandler).ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			done <- w
+		}()
+		select {
+		case w := <-done:
+			if w.Code != http.StatusServiceUnavailable {
+				t.Errorf("status %d, want 503", w.Code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request waited for a hung backend")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the request waited for a hung backend")
-	}
-	if len(obs.backend) != 1 || !errors.Is(obs.backend[0], ErrTimeout) {
-		t.Errorf("observed backend errors %v, want one timeout", obs.backend)
-	}
+		time.Sleep(confirmBudget) // virtual: the probe the timeout started times out too
+		synctest.Wait()
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		if len(obs.backend) != 2 || !errors.Is(obs.backend[0], ErrTimeout) || !errors.Is(obs.backend[1], ErrTimeout) {
+			t.Errorf("observed backend errors %v, want two timeouts: the request's and its probe's", obs.backend)
+		}
+	})
 }
 
 // Fail closed answers 503 with Retry-After set to when the backend will be
@@ -499,36 +512,190 @@ func TestCheckPassesOnTheMemoryStore(t *testing.T) {
 // The settlement after the handler is a backend call too: a hung backend
 // cannot hold the request past the timeout there either.
 func TestSettlementIsBoundedByTheTimeout(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	be := &flaky{}
-	logs := &logRecorder{}
-	l := MustNew([]Rule{{Name: "tokens", Key: RemoteAddr, Limit: 1000, Period: time.Minute,
-		Estimate: func(*http.Request) (int64, error) { return 10, nil }}},
-		WithBackend(be), WithTimeout(10*time.Millisecond), WithLogger(slog.New(logs)))
-	defer l.Close()
-	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		be := &flaky{}
+		logs := &logRecorder{}
+		l := MustNew([]Rule{{Name: "tokens", Key: RemoteAddr, Limit: 1000, Period: time.Minute,
+			Estimate: func(*http.Request) (int64, error) { return 10, nil }}},
+			WithBackend(be), WithTimeout(10*time.Millisecond), WithLogger(slog.New(logs)))
+		defer l.Close()
+		h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			be.mu.Lock()
+			be.block = release // the backend hangs from now on
+			be.mu.Unlock()
+			if err := Settle(r, "tokens", 40); err != nil {
+				t.Error(err)
+			}
+		}))
+		done := make(chan int)
+		go func() { done <- get(t, h).Code }()
+		select {
+		case code := <-done:
+			if code != 200 {
+				t.Errorf("status %d", code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the settlement waited for a hung backend")
+		}
+		if got := logs.count(slog.LevelError, "settlement failed"); got != 1 {
+			t.Errorf("settlement failures logged %d times, want 1", got)
+		}
+		synctest.Wait() // the resend of the settlement (named by a Once) has gone
+		if got, want := be.callCount(), 3; got != want {
+			t.Errorf("backend calls %d, want %d (decision, settlement, its first resend)", got, want)
+		}
+	})
+}
+
+// slowDecisions is a remote backend whose decisions all time out; its
+// probes answer (a healthy Redis behind a process too busy to read its
+// replies in time) unless frozen (a Redis that answers nothing).
+type slowDecisions struct {
+	frozen bool
+}
+
+func (s *slowDecisions) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	if isProbe(reqs) && !s.frozen {
+		return []backend.Result{{Allowed: true, Limit: reqs[0].Limit, Remaining: reqs[0].Limit - 1}}, nil
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (s *slowDecisions) Reset(context.Context, ...string) error { return nil }
+
+// A timeout is not the backend's fault until a probe, with a budget of its
+// own, confirms it: until then a FailOpen rule is shed (503, counted),
+// never admitted unmetered, and FailLocal decides locally. A probe that
+// the backend answers keeps the breaker closed however many timeouts come
+// (a CPU-flooded process on a healthy Redis); one that fails too opens it,
+// and the fail modes apply in full (a frozen Redis), within the timeout
+// plus the probe's budget.
+func TestTimeoutsOpenTheBreakerOnlyOnceAProbeConfirmsThem(t *testing.T) {
+	for _, frozen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("frozen=%v", frozen), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var transitions []DegradedEvent
+				on := func(path string) KeyFunc {
+					return func(r *http.Request) (string, error) {
+						if r.URL.Path != path {
+							return "", ErrNoKey
+						}
+						return "k", nil
+					}
+				}
+				l := MustNew([]Rule{
+					{Name: "chat", Key: on("/"), Limit: 100, Period: time.Minute, FailMode: FailOpen},
+					{Name: "otp", Key: on("/otp"), Limit: 2, Period: time.Minute, FailMode: FailLocal},
+				}, WithBackend(&slowDecisions{frozen: frozen}), WithTimeout(100*time.Millisecond),
+					WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)),
+					onDegraded(func(e DegradedEvent) { transitions = append(transitions, e) }))
+				defer l.Close()
+				h := l.Handler(okHandler)
+				otp := func() int { return serve(t, h, httptest.NewRequest("GET", "/otp", nil)).Code }
+				var codes []int
+				for range 5 {
+					w := get(t, h)
+					if w.Header().Get("Retry-After") != "1" {
+						t.Errorf("a shed request's Retry-After %q, want 1", w.Header().Get("Retry-After"))
+					}
+					codes = append(codes, w.Code)
+				}
+				if want := []int{503, 503, 503, 503, 503}; !sameInts(codes, want) {
+					t.Errorf("FailOpen on unconfirmed timeouts: %v, want %v (shed)", codes, want)
+				}
+				if got, want := []int{otp(), otp(), otp()}, []int{200, 200, 429}; !sameInts(got, want) {
+					t.Errorf("FailLocal on unconfirmed timeouts: %v, want %v (decided locally)", got, want)
+				}
+				time.Sleep(confirmBudget) // virtual: the probe's budget runs out
+				synctest.Wait()
+				hl := l.Health()
+				if hl.Shed != 5 || hl.Rules[0].FailOpenAdmissions != 0 {
+					t.Errorf("%d shed, %d failed open; want 5 and 0", hl.Shed, hl.Rules[0].FailOpenAdmissions)
+				}
+				if !frozen {
+					if hl.Status != "healthy" || len(transitions) != 0 {
+						t.Errorf("probes answered: %q with %d transitions, want healthy and none", hl.Status, len(transitions))
+					}
+					if got := get(t, h).Code; got != 503 {
+						t.Errorf("the next timeout: %d, want 503 (shed again)", got)
+					}
+					return
+				}
+				if hl.Status != "degraded" || len(transitions) != 1 {
+					t.Fatalf("the probe failed too: %q with %d transitions, want degraded, once", hl.Status, len(transitions))
+				}
+				start := time.Now()
+				if got := get(t, h).Code; got != 200 || time.Since(start) != 0 {
+					t.Errorf("with the breaker open: %d after %v, want 200 (failing open) at once", got, time.Since(start))
+				}
+			})
+		})
+	}
+}
+
+// slowThenBack is a remote backend whose decisions time out while slow is
+// set and whose probes always answer; it records the forced charges it
+// applies.
+type slowThenBack struct {
+	mu     sync.Mutex
+	slow   bool
+	forced []backend.Request
+}
+
+func (s *slowThenBack) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	s.mu.Lock()
+	slow := s.slow && !isProbe(reqs)
+	for _, q := range reqs {
+		if q.Force && !slow {
+			s.forced = append(s.forced, q)
+		}
+	}
+	s.mu.Unlock()
+	if slow {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	out := make([]backend.Result, len(reqs))
+	for i, r := range reqs {
+		out[i] = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - r.Cost}
+	}
+	return out, nil
+}
+
+func (s *slowThenBack) Reset(context.Context, ...string) error { return nil }
+
+// What FailLocal admitted on timeouts that no probe confirmed reaches the
+// backend once it answers, and an answered probe starts the hand-over, as
+// a recovery does: the other instances may have seen the same timeouts
+// confirmed and decided locally meanwhile.
+func TestUnconfirmedTimeoutsHandOverAndChargeWhatFailLocalAdmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		be := &slowThenBack{slow: true}
+		l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 10, Period: time.Minute, FailMode: FailLocal}},
+			WithBackend(be), WithInstances(2), WithTimeout(100*time.Millisecond),
+			WithBreaker(BreakerConfig{Failures: 3}), WithLogger(slog.New(slog.DiscardHandler)))
+		defer l.Close()
+		h := l.Handler(okHandler)
+		if got, want := []int{get(t, h).Code, get(t, h).Code}, []int{200, 200}; !sameInts(got, want) {
+			t.Fatalf("FailLocal on unconfirmed timeouts: %v, want %v", got, want)
+		}
+		synctest.Wait() // the probe the first timeout started has answered
+		if !l.inHandOver() || l.Health().Status != "healthy" {
+			t.Errorf("after an answered probe: hand-over %v, %q; want the hand-over, healthy", l.inHandOver(), l.Health().Status)
+		}
 		be.mu.Lock()
-		be.block = release // the backend hangs from now on
+		be.slow = false
 		be.mu.Unlock()
-		if err := Settle(r, "tokens", 40); err != nil {
-			t.Error(err)
+		time.Sleep(l.cfg.breaker.MaxCoolDown + l.cfg.timeout) // virtual: past the hand-over
+		get(t, h)                                             // answered by the backend
+		synctest.Wait()
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		if len(be.forced) != 1 || be.forced[0].Cost != 2 {
+			t.Errorf("forced charges %+v, want one of the 2 units FailLocal admitted", be.forced)
 		}
-	}))
-	done := make(chan int)
-	go func() { done <- get(t, h).Code }()
-	select {
-	case code := <-done:
-		if code != 200 {
-			t.Errorf("status %d", code)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the settlement waited for a hung backend")
-	}
-	if got := logs.count(slog.LevelError, "settlement failed"); got != 1 {
-		t.Errorf("settlement failures logged %d times, want 1", got)
-	}
-	if got, want := be.callCount(), 2; got != want {
-		t.Errorf("backend calls %d, want %d (decision and settlement)", got, want)
-	}
+	})
 }

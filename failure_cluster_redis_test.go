@@ -45,7 +45,7 @@ func TestClusterProbeWaitsForEveryMaster(t *testing.T) {
 		return m.Options().Addr
 	}
 	// The victim is a master the single canary of before would not reach.
-	canary := masterOf(l.fo.canary.Key)
+	canary := masterOf(l.canaryKey())
 	victim := ""
 	for _, n := range cl.Nodes {
 		if n.Addr != canary {

@@ -223,7 +223,7 @@ func TestRedisFrozenRecoversWithoutTraffic(t *testing.T) {
 						return
 					default:
 						l.Decide(ctx, Input{Rule: "otp", Key: "traffic"})
-						time.Sleep(5 * time.Millisecond)
+						time.Sleep(5 * time.Millisecond) // real: traffic paced against a live Redis
 					}
 				}
 			}()
@@ -372,7 +372,7 @@ func windowMaxEnding(insts []*instance, p time.Duration, at time.Time) int {
 }
 
 // Three instances at 300 decisions a second on one key limited to 30 per
-// 2 s, and Redis frozen for 3 s: inside the outage each admits its third;
+// 2 s, and Redis frozen for 4 s: inside the outage each admits its third;
 // the windows that span the outage's start and end admit at most the
 // limit too, because the local stores start from Redis's last word and
 // Redis is charged with what they admitted before it decides again (issue
@@ -383,13 +383,16 @@ func TestFailLocalBoundAcrossAFrozenRedis(t *testing.T) {
 	insts := newInstances(t, []string{inst.Addr, inst.Addr, inst.Addr}, prefix)
 	stop := make(chan struct{})
 	wg := drive(insts, stop)
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // real: the instances decide on a live Redis first
 	inst.Freeze(t)
 	frozen := time.Now()
-	time.Sleep(3 * time.Second)
+	// Redis, frozen: long enough that the key's deny-cache entry (up to
+	// the 2 s period) runs out and five timeouts, confirmed by a probe,
+	// open the breakers.
+	time.Sleep(4 * time.Second)
 	inst.Thaw(t)
 	thawed := time.Now()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // real: the instances decide on the thawed Redis
 	close(stop)
 	wg.Wait()
 	for i, in := range insts {
@@ -419,16 +422,16 @@ func TestFailLocalBoundAcrossAPartition(t *testing.T) {
 	insts := newInstances(t, []string{inst.Addr, inst.Addr, proxy.Addr}, prefix)
 	stop := make(chan struct{})
 	wg := drive(insts, stop)
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // real: the instances decide on a live Redis first
 	proxy.Partition()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // real: the partition lasts 3 s of the proxy's time
 	proxy.Heal()
 	cut := insts[2].l
 	if !eventually(func() bool { return cut.Health().Status == "healthy" }) {
 		t.Fatal("the cut instance never recovered")
 	}
 	recovered := time.Now()
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // real: decisions on the healed Redis
 	close(stop)
 	wg.Wait()
 	if h := cut.Health(); h.DegradedTotal != 1 || h.Rules[0].FailLocalAdmissions == 0 {
@@ -518,7 +521,7 @@ func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
 		}
 		wg.Wait()
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // real: the CPU flood against a live Redis
 	hl := l.Health()
 	t.Logf("healthy Redis: %d requests from 16 CPU-burning goroutines, %d of them fresh shops; %d failed open; backend errors: %v",
 		n.Load(), fresh.Load(), hl.Rules[0].FailOpenAdmissions, errs.get())
@@ -539,7 +542,7 @@ func TestStarvedCPUIsNotABackendFailure(t *testing.T) {
 		if time.Since(frozen) > 20*time.Second {
 			t.Fatalf("a frozen Redis, under the same flood: not degraded after 20s (backend errors: %v)", errs.get())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // real: polling for the frozen Redis to be blamed
 	}
 	t.Logf("frozen Redis: degraded %v after the freeze", time.Since(frozen).Round(time.Millisecond))
 	time.Sleep(500 * time.Millisecond) // the spent shop, failing open for the others

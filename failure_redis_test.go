@@ -156,8 +156,9 @@ func TestRedisKilledFailClosed(t *testing.T) {
 
 // Frozen with SIGSTOP (a hung server: connections open, no answers), on a
 // client that ignores context deadlines: each request waits at most about
-// the timeout until the breaker opens, then the backend is not called at
-// all and requests do not wait.
+// the timeout, and is shed (503) rather than failed open until a probe
+// confirms that Redis, not this process, is at fault; then the breaker
+// opens, the backend is not called at all and requests do not wait.
 func TestRedisFrozenTimeoutsThenBreaker(t *testing.T) {
 	// How fast a frozen Redis is blamed depends on this process having a
 	// CPU: a starved one waits up to 2 s for a reply (backend/redis).
@@ -182,12 +183,19 @@ func TestRedisFrozenTimeoutsThenBreaker(t *testing.T) {
 		if d := time.Since(start); d > timeout+slack {
 			t.Errorf("request %d took %v against a frozen Redis, want at most about the timeout %v", i, d, timeout)
 		}
-		if w.Code != 200 {
-			t.Errorf("request %d: %d, want 200 failing open", i, w.Code)
+		if w.Code != 503 || w.Header().Get("Retry-After") != "1" {
+			t.Errorf("request %d: %d, Retry-After %q, want 503 and 1 (shed: the timeout is not confirmed yet)", i, w.Code, w.Header().Get("Retry-After"))
 		}
 	}
-	if got := l.Health().Status; got != "degraded" {
-		t.Fatalf("after 3 timeouts: %q, want degraded", got)
+	if got := l.Health(); got.Shed != 3 || got.Rules[0].FailOpenAdmissions != 0 {
+		t.Errorf("after 3 unconfirmed timeouts: %d shed, %d failed open; want 3 and 0", got.Shed, got.Rules[0].FailOpenAdmissions)
+	}
+	frozen := time.Now()
+	for l.Health().Status != "degraded" {
+		if time.Since(frozen) > confirmBudget+slack {
+			t.Fatalf("after 3 timeouts: %q %v later, want degraded once the probe (budget %v) fails", l.Health().Status, time.Since(frozen), confirmBudget)
+		}
+		time.Sleep(5 * time.Millisecond) // the probe waits on the real, frozen server
 	}
 	calls := obs.calls.Load()
 	// A request that waited for the backend takes the timeout; one of a

@@ -159,8 +159,9 @@ type Health struct {
 	// capacity), an error past it.
 	DroppedWrites int64 `json:"dropped_writes,omitempty"`
 	// Shed counts requests refused with 503 because this process was too
-	// busy to send their backend call in time ([backend.ErrNotSent]): it
-	// sheds load rather than admit unmetered, and the backend is not blamed.
+	// busy to send their backend call or read its reply in time, or a
+	// FailOpen rule's call timed out before a probe confirmed the backend
+	// at fault: it sheds load rather than admit unmetered.
 	Shed int64 `json:"shed,omitempty"`
 	// Rules reports what each rule admitted without the backend.
 	Rules []RuleHealth `json:"rules"`
@@ -245,8 +246,10 @@ var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 // Check is a start-up probe: it proves the backend answers, writes and
 // rejects, by asking three times for a random canary key limited to 1 per
 // day per algorithm the rules use (a backend that admits all three fails
-// with [ErrNotEnforcing]); canaries are reset afterwards. Each call is bounded
-// by the limiter's timeout; ctx bounds the whole check.
+// with [ErrNotEnforcing]); canaries are reset afterwards. A call that misses
+// the limiter's timeout is asked again with up to twenty timeouts (at most
+// 2s), since a process busy at start-up is not a backend failure; ctx
+// bounds the whole check.
 //
 // A backend that cannot decide makes the limiter degraded at once, and the
 // error names the root cause and wraps its kind ([KindOf]). A
@@ -276,9 +279,27 @@ func (l *Limiter) Check(ctx context.Context) error {
 			if a == Concurrency {
 				req.Lease = newLease() // three acquisitions, not one renewed
 			}
-			res, err := l.checkDecide(ctx, req)
+			res, err := l.checkDecide(ctx, req, 0)
+			if k := KindOf(err); l.remote && (k == kindTimeout || k == kindOverloaded) {
+				// Start-up is not the request path: a process still
+				// busy starting, or a first dial, can miss the request
+				// timeout. Ask again with a longer budget, on a fresh
+				// canary at the first attempt (the late call may have
+				// been applied), so that only the backend's failure
+				// fails the check and the error names its cause.
+				if attempt == 0 {
+					keys = append(keys, req.Key)
+					req.Key += "+"
+				}
+				var late error
+				if res, late = l.checkDecide(ctx, req, l.lateCauseWait()); late == nil {
+					err = nil
+				} else if KindOf(late) != kindTimeout {
+					err = fmt.Errorf("%w (%w)", late, err)
+				}
+			}
 			if err != nil {
-				return l.checkFailed(ctx, err, req)
+				return l.checkFailed(err)
 			}
 			if attempt == 0 {
 				keys = append(keys, req.Key)
@@ -298,26 +319,20 @@ func (l *Limiter) Check(ctx context.Context) error {
 	return nil
 }
 
-// lateCauseWait bounds how long Check asks again, after a timeout, for
-// the backend to say what went wrong: twenty timeouts, at most 2s.
+// lateCauseWait bounds how long Check asks again after a timeout: twenty
+// timeouts, at most 2s.
 func (l *Limiter) lateCauseWait() time.Duration { return min(2*time.Second, 20*l.cfg.timeout) }
 
-// checkFailed makes the limiter degraded by err and returns Check's error.
-// A timeout may hide the cause (a refused dial retried, a slow start), so
-// req is asked again with a longer timeout to name it.
-func (l *Limiter) checkFailed(ctx context.Context, err error, req backend.Request) error {
+// checkFailed makes the limiter degraded by err, unless this process was
+// too busy to hear the backend, and returns Check's error.
+func (l *Limiter) checkFailed(err error) error {
 	if !l.remote {
 		return fmt.Errorf("ceiling: check: the backend did not decide: %w", err)
 	}
-	l.trip(err)
-	cause := err
-	if KindOf(err) == kindTimeout {
-		out := make([]backend.Result, 1)
-		if e := l.bounded(ctx, op{reqs: []backend.Request{req}, out: out, timeout: l.lateCauseWait()}); e != nil && KindOf(e) != kindTimeout {
-			cause = fmt.Errorf("%w (%w)", e, err)
-		}
+	if KindOf(err) != kindOverloaded {
+		l.trip(err)
 	}
-	return fmt.Errorf("ceiling: check: the backend did not decide (%s): %w", KindOf(cause), cause)
+	return fmt.Errorf("ceiling: check: the backend did not decide (%s): %w", KindOf(err), err)
 }
 
 // checkReset deletes the canaries, waiting at most about the timeout.
@@ -329,11 +344,11 @@ func (l *Limiter) checkReset(ctx context.Context, keys []string) {
 	_ = l.bounded(ctx, op{reset: true, keys: keys})
 }
 
-func (l *Limiter) checkDecide(ctx context.Context, req backend.Request) (backend.Result, error) {
+func (l *Limiter) checkDecide(ctx context.Context, req backend.Request, timeout time.Duration) (backend.Result, error) {
 	reqs, out := []backend.Request{req}, make([]backend.Result, 1)
 	var err error
 	if l.remote {
-		err = l.bounded(ctx, op{reqs: reqs, out: out})
+		err = l.bounded(ctx, op{reqs: reqs, out: out, timeout: timeout})
 	} else {
 		err = l.decideInto(ctx, reqs, out)
 	}

@@ -2,12 +2,14 @@ package ceiling
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
@@ -128,5 +130,43 @@ func janitors() int {
 			return strings.Count(string(buf[:n]), "backend/memory.(*Store).janitor(")
 		}
 		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// slowStart applies its first call on a memory store but answers it only
+// after delay, as a backend does for a process still busy starting; later
+// calls answer at once.
+type slowStart struct {
+	*memory.Store
+	delay time.Duration
+	calls int
+}
+
+func (s *slowStart) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	res, err := s.Store.Decide(context.Background(), reqs)
+	if s.calls++; s.calls == 1 {
+		time.Sleep(s.delay) // the reply is late; the call was applied
+		return nil, context.DeadlineExceeded
+	}
+	return res, err
+}
+
+func (s *slowStart) InProcess() bool { return false }
+
+// A start-up check whose first call misses the timeout, though the backend
+// applied it, passes once the backend answers within the longer budget:
+// a process busy at start is not an outage, and the applied canary does
+// not make the check think the backend rejects under the limit.
+func TestCheckAsksAgainWhenTheFirstCallIsLate(t *testing.T) {
+	be := &slowStart{Store: memory.New(), delay: 300 * time.Millisecond}
+	defer be.Close()
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+		WithTimeout(100*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	if err := l.Check(context.Background()); err != nil {
+		t.Fatalf("Check: %v, want nil: the backend answered the second call", err)
+	}
+	if h := l.Health(); h.Status != "healthy" || h.DegradedTotal != 0 {
+		t.Errorf("health after the check %+v, want healthy with no degradation", h)
 	}
 }

@@ -97,7 +97,7 @@ func TestFailLocalCarriesTheCountAcrossTheOutage(t *testing.T) {
 	if got := decide(10); got != 2 {
 		t.Errorf("in the hand-over: %d admitted, want 2 (the local share's rest)", got)
 	}
-	if !eventually(func() bool { return !l.fo.handingOver(time.Now()) }) {
+	if !eventually(func() bool { return !l.inHandOver() }) {
 		t.Fatal("the hand-over never ends")
 	}
 	if got := decide(10); got != 1 {

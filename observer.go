@@ -57,8 +57,8 @@ type Observer interface {
 	// function returning [Limiter.Health], for what a scrape reads.
 	ObserveConfig(rules []string, timeout time.Duration, health func() Health)
 	// ObserveDecision is called for every rule decided for a request, by
-	// the backend or by [FailLocal]'s store (failing open is not a
-	// decision: see ObserveFailMode).
+	// the backend or by [FailLocal]'s store, except the admissions a fail
+	// mode made, which ObserveFailMode reports instead.
 	ObserveDecision(rule string, outcome Outcome)
 	// ObserveBackend is called after every backend call with its latency
 	// and error. Label a failure by [KindOf], never by the error's text.
@@ -225,6 +225,7 @@ func (l *Limiter) record(ctx context.Context, d *Decision) {
 			if obs != nil {
 				obs.ObserveFailMode(rr.Rule.Name, rr.Fallback)
 			}
+			continue // a fail mode's admission, not the rule's decision
 		}
 		if rr.Fallback == FailOpen {
 			continue

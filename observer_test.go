@@ -341,6 +341,9 @@ func TestHealthReasonIsTheKindOnly(t *testing.T) {
 			WithBackend(&flaky{err: tc.err}), WithFailMode(FailOpen), WithLogger(slog.New(logs)),
 			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Hour}))
 		get(t, l.Handler(okHandler))
+		if isTimeout(tc.err) && !eventually(func() bool { return l.Health().Status == "degraded" }) {
+			t.Errorf("%v: not degraded once the probe confirmed the timeout", tc.err)
+		}
 		w := get(t, l.HealthHandler())
 		var h Health
 		if err := json.Unmarshal(w.Body.Bytes(), &h); err != nil {

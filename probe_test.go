@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
@@ -18,70 +19,76 @@ import (
 // stops it.
 func TestProberStopsOnClose(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	be := &flaky{err: errDown}
-	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
-		WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: 2 * time.Millisecond}))
-	for range 3 {
-		if _, err := l.Decide(context.Background(), Input{Rule: "ip", Key: "k"}); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		be := &flaky{err: errDown}
+		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+			WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: 2 * time.Millisecond}))
+		for range 3 {
+			if _, err := l.Decide(context.Background(), Input{Rule: "ip", Key: "k"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !eventually(func() bool { return len(be.probeTimes()) >= 3 }) {
+			t.Fatal("no probes while degraded")
+		}
+		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if !eventually(func() bool { return len(be.probeTimes()) >= 3 }) {
-		t.Fatal("no probes while degraded")
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	n := len(be.probeTimes())
-	time.Sleep(20 * time.Millisecond)
-	if got := len(be.probeTimes()); got != n {
-		t.Errorf("%d probes after Close", got-n)
-	}
+		n := len(be.probeTimes())
+		time.Sleep(20 * time.Millisecond)
+		if got := len(be.probeTimes()); got != n {
+			t.Errorf("%d probes after Close", got-n)
+		}
+	})
 }
 
 // A healthy limiter runs no prober, and one that recovered stops its own.
 func TestProberRunsOnlyWhileDegraded(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	be := &flaky{}
-	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
-		WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}))
-	defer l.Close()
-	time.Sleep(10 * time.Millisecond)
-	if n := len(be.probeTimes()); n != 0 {
-		t.Fatalf("%d probes while healthy", n)
-	}
-	be.fail(errDown)
-	l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
-	be.fail(nil)
-	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
-		t.Fatal("no recovery")
-	}
-	n := len(be.probeTimes())
-	time.Sleep(20 * time.Millisecond)
-	if got := len(be.probeTimes()); got != n {
-		t.Errorf("%d probes after recovery", got-n)
-	}
-	goleak.VerifyNone(t, goleak.IgnoreCurrent()) // no prober left behind, before Close too
+	synctest.Test(t, func(t *testing.T) {
+		be := &flaky{}
+		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+			WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond}))
+		defer l.Close()
+		time.Sleep(10 * time.Millisecond)
+		if n := len(be.probeTimes()); n != 0 {
+			t.Fatalf("%d probes while healthy", n)
+		}
+		be.fail(errDown)
+		l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
+		be.fail(nil)
+		if !eventually(func() bool { return l.Health().Status == "healthy" }) {
+			t.Fatal("no recovery")
+		}
+		n := len(be.probeTimes())
+		time.Sleep(20 * time.Millisecond)
+		if got := len(be.probeTimes()); got != n {
+			t.Errorf("%d probes after recovery", got-n)
+		}
+		goleak.VerifyNone(t, goleak.IgnoreCurrent()) // no prober left behind, before Close too
+	})
 }
 
 // A probe answered from a cache in process is no evidence: the breaker
 // stays open.
 func TestProbeAnsweredFromACacheDoesNotClose(t *testing.T) {
-	be := &cachedProbe{flaky: flaky{err: errDown}}
-	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
-		WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-		WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}))
-	defer l.Close()
-	l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
-	be.fail(nil)
-	if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
-		t.Fatal("no probes")
-	}
-	if got := l.Health().Status; got != "degraded" {
-		t.Errorf("probes answered from a cache closed the breaker: %q", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		be := &cachedProbe{flaky: flaky{err: errDown}}
+		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+			WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}))
+		defer l.Close()
+		l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
+		be.fail(nil)
+		if !eventually(func() bool { return len(be.probeTimes()) >= 5 }) {
+			t.Fatal("no probes")
+		}
+		if got := l.Health().Status; got != "degraded" {
+			t.Errorf("probes answered from a cache closed the breaker: %q", got)
+		}
+	})
 }
 
 // cachedProbe answers probes from "a cache", everything else like flaky.
@@ -99,21 +106,23 @@ func (c *cachedProbe) Decide(ctx context.Context, reqs []backend.Request) ([]bac
 // that answers reads but refuses writes keeps the limiter degraded, with
 // the kind as the reason.
 func TestProbeThatCannotWriteKeepsTheLimiterDegraded(t *testing.T) {
-	for _, kind := range []error{backend.ErrReadOnly, backend.ErrOutOfMemory} {
-		be := &flaky{err: errDown}
-		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
-			WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
-			WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}))
-		l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
-		be.fail(fmt.Errorf("%w: the write was refused", kind))
-		if !eventually(func() bool { return l.Health().Reason == KindOf(kind) }) {
-			t.Errorf("%v: reason %q", kind, l.Health().Reason)
+	synctest.Test(t, func(t *testing.T) {
+		for _, kind := range []error{backend.ErrReadOnly, backend.ErrOutOfMemory} {
+			be := &flaky{err: errDown}
+			l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+				WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+				WithBreaker(BreakerConfig{Failures: 1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond}))
+			l.Decide(context.Background(), Input{Rule: "ip", Key: "k"})
+			be.fail(fmt.Errorf("%w: the write was refused", kind))
+			if !eventually(func() bool { return l.Health().Reason == KindOf(kind) }) {
+				t.Errorf("%v: reason %q", kind, l.Health().Reason)
+			}
+			if got := l.Health().Status; got != "degraded" {
+				t.Errorf("%v: %q", kind, got)
+			}
+			l.Close()
 		}
-		if got := l.Health().Status; got != "degraded" {
-			t.Errorf("%v: %q", kind, got)
-		}
-		l.Close()
-	}
+	})
 }
 
 // Check names the cause's kind, and a backend that cannot decide at start
@@ -143,17 +152,19 @@ func TestCheckFailureDegradesAndNamesTheKind(t *testing.T) {
 // keeps trying (go-redis retrying a refused dial): Check names what the
 // call finally returned, as a timeout.
 func TestCheckNamesTheCauseBehindATimeout(t *testing.T) {
-	be := &slowFailing{delay: 80 * time.Millisecond, err: fmt.Errorf("%w: dial tcp: connection refused", backend.ErrUnreachable)}
-	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
-		WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
-	defer l.Close()
-	err := l.Check(context.Background())
-	if !errors.Is(err, backend.ErrUnreachable) || !strings.Contains(err.Error(), "connection refused") || !errors.Is(err, ErrTimeout) {
-		t.Errorf("Check: %v, want the refused connection behind the timeout", err)
-	}
-	if got := l.Health().Reason; got != "unreachable" {
-		t.Errorf("reason %q, want unreachable", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		be := &slowFailing{delay: 80 * time.Millisecond, err: fmt.Errorf("%w: dial tcp: connection refused", backend.ErrUnreachable)}
+		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+			WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
+		defer l.Close()
+		err := l.Check(context.Background())
+		if !errors.Is(err, backend.ErrUnreachable) || !strings.Contains(err.Error(), "connection refused") || !errors.Is(err, ErrTimeout) {
+			t.Errorf("Check: %v, want the refused connection behind the timeout", err)
+		}
+		if got := l.Health().Reason; got != "unreachable" {
+			t.Errorf("reason %q, want unreachable", got)
+		}
+	})
 }
 
 // A backend ends its call at the timeout, leaving no late cause to wait
@@ -161,17 +172,19 @@ func TestCheckNamesTheCauseBehindATimeout(t *testing.T) {
 // timeout (a process busy at start-up) is found by asking again with a
 // longer budget, so Check still refuses the start naming it.
 func TestCheckNamesALateCauseOfABackendBoundByItsDeadline(t *testing.T) {
-	be := &lateFailing{delay: 60 * time.Millisecond, err: fmt.Errorf("%w: WRONGPASS invalid username-password pair", backend.ErrAuth)}
-	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
-		WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
-	defer l.Close()
-	err := l.Check(context.Background())
-	if !errors.Is(err, backend.ErrAuth) || !strings.Contains(err.Error(), "WRONGPASS") {
-		t.Errorf("Check: %v, want the wrong password behind the timeout", err)
-	}
-	if got := l.Health().Reason; got != "timeout" && got != "auth" {
-		t.Errorf("reason %q, want the failure's kind", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		be := &lateFailing{delay: 60 * time.Millisecond, err: fmt.Errorf("%w: WRONGPASS invalid username-password pair", backend.ErrAuth)}
+		l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+			WithTimeout(20*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{CoolDown: time.Hour}))
+		defer l.Close()
+		err := l.Check(context.Background())
+		if !errors.Is(err, backend.ErrAuth) || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Errorf("Check: %v, want the wrong password behind the timeout", err)
+		}
+		if got := l.Health().Reason; got != "timeout" && got != "auth" {
+			t.Errorf("reason %q, want the failure's kind", got)
+		}
+	})
 }
 
 // lateFailing fails with err after delay, or with its context's error when

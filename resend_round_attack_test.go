@@ -14,6 +14,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // slowLossy is a remote backend over a memory store: calls that carry a
@@ -58,7 +59,7 @@ func (s *slowLossy) Decide(ctx context.Context, reqs []backend.Request) ([]backe
 func (s *slowLossy) Reset(ctx context.Context, keys ...string) error { return s.m.Reset(ctx, keys...) }
 
 // A resend round judged every pending write's deadline against the instant
-// it began, though it sends them in batches of resendBatch, one backend
+// it began, though it sends them in batches of failover.ResendBatch, one backend
 // call after another, each up to the timeout: a write queued behind slow
 // batches was sent after its deadline, and so after its record may have
 // lapsed. Here 512 settlements on a backend that does not answer (1 s
@@ -76,7 +77,7 @@ func TestResendRoundChecksEachDeadlineWhenItSends_Regression(t *testing.T) {
 			WithLogger(slog.New(slog.DiscardHandler)))
 		defer l.Close()
 		var big []backend.Request
-		for i := range 2 * resendBatch {
+		for i := range 2 * failover.ResendBatch {
 			big = append(big, backend.Request{Key: fmt.Sprintf("big:%d", i), Algorithm: RollingWindow, Limit: 10,
 				Period: time.Hour, Cost: -1, Once: int64(i + 1)})
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // slowReleases is a remote backend over a memory store whose calls that
@@ -72,17 +73,17 @@ func queueReleases(l *Limiter, prefix string, n int) (dropped int) {
 func TestResendCapCountsTheRoundInFlight_Regression(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := resendsLimiter(t, &slowReleases{m: memory.New(), delay: 80 * time.Millisecond, fail: true})
-		if n := queueReleases(l, "a", maxResends); n != 0 {
-			t.Fatalf("dropped %d of the first %d", n, maxResends)
+		if n := queueReleases(l, "a", failover.MaxResends); n != 0 {
+			t.Fatalf("dropped %d of the first %d", n, failover.MaxResends)
 		}
 		time.Sleep(10 * time.Millisecond) // the round is sending them
-		if n := queueReleases(l, "b", maxResends); n != maxResends {
-			t.Errorf("queued during a round: dropped %d of %d, want all (the cap is full)", n, maxResends)
+		if n := queueReleases(l, "b", failover.MaxResends); n != failover.MaxResends {
+			t.Errorf("queued during a round: dropped %d of %d, want all (the cap is full)", n, failover.MaxResends)
 		}
 		for range 30 {
 			time.Sleep(100 * time.Millisecond)
-			if p := l.fo.resend.pending.Load(); p > maxResends {
-				t.Fatalf("%d pending, past the cap %d", p, maxResends)
+			if p := l.pendingWrites(); p > failover.MaxResends {
+				t.Fatalf("%d pending, past the cap %d", p, failover.MaxResends)
 			}
 		}
 	})
@@ -94,12 +95,12 @@ func TestResendRoundSendsItsWritesInBatches_Regression(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &slowReleases{m: memory.New(), fail: true}
 		l := resendsLimiter(t, be)
-		queueReleases(l, "a", maxResends)
+		queueReleases(l, "a", failover.MaxResends)
 		synctest.Wait() // the rounds the writes met, then the gap before the next
 		// The first round may start before the last write is queued, and
 		// the rest wait for the next: one call more at most.
-		if got, most := be.calls.Load(), int64(maxResends/resendBatch+1); got > most {
-			t.Errorf("sending %d single writes took %d calls, want at most %d", maxResends, got, most)
+		if got, most := be.calls.Load(), int64(failover.MaxResends/failover.ResendBatch+1); got > most {
+			t.Errorf("sending %d single writes took %d calls, want at most %d", failover.MaxResends, got, most)
 		}
 	})
 }
@@ -110,7 +111,7 @@ func TestCloseStopsAResendRound_Regression(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &slowReleases{m: memory.New(), delay: 80 * time.Millisecond}
 		l := resendsLimiter(t, be)
-		queueReleases(l, "a", maxResends)
+		queueReleases(l, "a", failover.MaxResends)
 		time.Sleep(10 * time.Millisecond) // the round is sending them
 		start := time.Now()
 		if err := l.Close(); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/memory"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // switchable is a remote backend over a memory store whose calls can be
@@ -294,7 +295,7 @@ func TestResendable(t *testing.T) {
 		// Written, so perhaps applied: only what is idempotent goes again.
 		{"reply unread", fmt.Errorf("%w after 100ms: %w", ErrTimeout, backend.ErrUnread), []backend.Request{release, release, onceRefund, onceCharge}},
 	} {
-		got := resendable(all, tc.err)
+		got := failover.Resendable(all, tc.err, unsent)
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: resends %+v, want %+v", tc.name, got, tc.want)
 		}
@@ -313,7 +314,7 @@ func TestHandedOverSlotReleasedLocallyToo(t *testing.T) {
 		d.Release()
 		be.fail(nil)
 		time.Sleep(600 * time.Millisecond) // the first probe (by 500 ms) finds the backend back
-		if !l.fo.handingOver(l.cfg.clock()) || l.Health().Status != "healthy" {
+		if !l.inHandOver() || l.Health().Status != "healthy" {
 			t.Fatalf("not in the hand-over after the recovery: %+v", l.Health())
 		}
 		d, err := l.Decide(t.Context(), Input{Rule: "streams", Key: "acme"})
@@ -324,7 +325,7 @@ func TestHandedOverSlotReleasedLocallyToo(t *testing.T) {
 		rl, _ := l.rule("streams")
 		peek := l.request(rl, "acme")
 		out := make([]backend.Result, 1)
-		if err := l.localStore().decide(t.Context(), []backend.Request{peek}, out); err != nil || out[0].Remaining != 1 {
+		if err := l.localStore().Decide(t.Context(), []backend.Request{peek}, out); err != nil || out[0].Remaining != 1 {
 			t.Errorf("the local store after the release: %+v, %v; want its slot free (1 remaining)", out[0], err)
 		}
 	})

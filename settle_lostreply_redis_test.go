@@ -57,7 +57,7 @@ func testFailedRefundIsResentAndAppliedOnce(t *testing.T, alg backend.Algorithm,
 		t.Fatalf("status %d, %d replies lost; want 200 and %d", w.Code, proxy.Dropped(), lost)
 	}
 	heal(proxy)
-	if !eventually(func() bool { return l.fo.resend.pending.Load() == 0 }) {
+	if !eventually(func() bool { return l.pendingWrites() == 0 }) {
 		t.Fatal("the settlement is still pending a resend after 10 s")
 	}
 	res, err := l.Peek(ctx, "tokens", "acme")

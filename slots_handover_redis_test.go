@@ -78,7 +78,7 @@ func TestFailLocalMovedSlotsCountLocallyDuringHandover_Regression(t *testing.T) 
 	if !eventually(func() bool { return a.Health().Status == "healthy" }) {
 		t.Fatal("instance 0 never recovered")
 	}
-	if !a.fo.handingOver(a.cfg.clock()) {
+	if !a.inHandOver() {
 		t.Fatal("instance 0 is past its hand-over already; the test needs it")
 	}
 	for j := range 3 {
@@ -93,7 +93,7 @@ func TestFailLocalMovedSlotsCountLocallyDuringHandover_Regression(t *testing.T) 
 	}
 	proxies[1].Heal()
 	for i, l := range ls {
-		if !eventually(func() bool { return l.Health().Status == "healthy" && !l.fo.handingOver(l.cfg.clock()) }) {
+		if !eventually(func() bool { return l.Health().Status == "healthy" && !l.inHandOver() }) {
 			t.Fatalf("instance %d never recovered", i)
 		}
 	}

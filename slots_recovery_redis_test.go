@@ -63,7 +63,7 @@ func TestFailLocalSlotsReachTheBackendOnRecovery_Regression(t *testing.T) {
 	}()
 	proxy.Heal()
 	for i, l := range ls {
-		if !eventually(func() bool { return l.Health().Status == "healthy" && !l.fo.handingOver(l.cfg.clock()) }) {
+		if !eventually(func() bool { return l.Health().Status == "healthy" && !l.inHandOver() }) {
 			t.Fatalf("instance %d never recovered", i)
 		}
 	}

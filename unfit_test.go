@@ -206,8 +206,8 @@ func TestInvalidInputsNeverMoveTheBreakerRedis(t *testing.T) {
 	}
 
 	for _, lim := range []*Limiter{l, hl} {
-		if h := lim.Health(); h.Status != "healthy" || h.DegradedTotal != 0 || lim.fo.breaker.Fails() != 0 {
-			t.Errorf("after the invalid inputs: %+v with %d failures counted; want healthy, 0 transitions, 0 failures", h, lim.fo.breaker.Fails())
+		if h := lim.Health(); h.Status != "healthy" || h.DegradedTotal != 0 || lim.backendFailures() != 0 {
+			t.Errorf("after the invalid inputs: %+v with %d failures counted; want healthy, 0 transitions, 0 failures", h, lim.backendFailures())
 		}
 		for _, rh := range lim.Health().Rules {
 			if rh.FailOpenAdmissions != 0 {

@@ -1,7 +1,10 @@
-// Package failover is ceiling's failure engine: the circuit breaker that
-// stands between the limiter and a backend that does I/O, and the timing
-// of the probes that close it. The limiter decides what a failure is
-// (ceiling's engine.go); this package decides what a run of them does.
+// Package failover is ceiling's failure engine: every backend call and
+// the judgement of its outcome (Caller), the circuit breaker that stands
+// between the limiter and a backend that does I/O (Breaker), the probes
+// that confirm a timeout and close the breaker (Prober), FailLocal's store
+// and its bound across an outage's edges (Local), and the resends of
+// writes whose call failed (Resends), all stopped by one Group. ceiling's
+// engine.go wires it to the rules and their fail modes.
 package failover
 
 import (
@@ -47,6 +50,10 @@ type Breaker struct {
 	emit      func(Transition)
 	opened    func()           // starts the prober; called after each opening
 	isTimeout func(error) bool // a cause that a later error may name better
+	suspect   func()           // starts a confirming probe (see Failure)
+
+	confirming atomic.Bool // a probe started by a timeout runs
+	confirmed  atomic.Bool // it failed, and no call was answered since
 
 	state atomic.Uint32
 	fails atomic.Int64 // consecutive failures while closed
@@ -63,10 +70,12 @@ type Breaker struct {
 
 // New returns a closed Breaker: now is its clock, emit is told of each
 // transition (in order, one at a time, outside its locks), opened is
-// called after each opening, and isTimeout tells a cause that a later
-// error may name better (see LateCause).
-func New(c Config, now func() time.Time, emit func(Transition), opened func(), isTimeout func(error) bool) *Breaker {
-	return &Breaker{cfg: c, now: now, emit: emit, opened: opened, isTimeout: isTimeout}
+// called after each opening, isTimeout tells a timeout (which opens the
+// breaker only once a probe confirms it, and which a later error may name
+// better, see LateCause), and suspect starts that probe, off the caller's
+// path, which reports its verdict to Confirmed.
+func New(c Config, now func() time.Time, emit func(Transition), opened func(), isTimeout func(error) bool, suspect func()) *Breaker {
+	return &Breaker{cfg: c, now: now, emit: emit, opened: opened, isTimeout: isTimeout, suspect: suspect}
 }
 
 // Closed reports whether requests may call the backend.
@@ -77,22 +86,57 @@ func (b *Breaker) Success() {
 	if b.fails.Load() != 0 {
 		b.fails.Store(0)
 	}
+	if b.confirmed.Load() {
+		b.confirmed.Store(false)
+	}
 }
 
 // Failure records a failed call. It reports whether the failure is an
 // isolated one while healthy (the breaker did not open and was not open),
 // which the caller logs sampled.
+//
+// A timeout does not open the breaker by itself: a process too busy to
+// read a reply that came looks the same as a backend that sent none. The
+// first one starts a probe (suspect) with a budget of its own, off the
+// caller's path, and timeouts open the breaker only once that probe failed
+// too (Confirmed) and Failures calls in a row failed.
 func (b *Breaker) Failure(err error) bool {
 	n := b.fails.Add(1)
 	if b.state.Load() != breakerClosed {
 		b.LateCause(err) // a call that started before the breaker opened
 		return false
 	}
+	if b.isTimeout(err) && !b.confirmed.Load() {
+		if b.confirming.CompareAndSwap(false, true) {
+			b.suspect()
+		}
+		return n < int64(b.cfg.Failures)
+	}
 	if n < int64(b.cfg.Failures) {
 		return true
 	}
 	b.Open(err, int(n))
 	return false
+}
+
+// NoVerdict ends the probe that Failure started without a verdict (this
+// process was too busy to ask): the next timeout starts another.
+func (b *Breaker) NoVerdict() { b.confirming.Store(false) }
+
+// Confirmed takes the verdict of the probe that Failure started: nil (the
+// backend answered it, so the timeouts were this process's) clears the
+// run of failures; an error confirms them, and opens the breaker if
+// Failures calls in a row have failed by then (or when they have).
+func (b *Breaker) Confirmed(err error) {
+	defer b.confirming.Store(false)
+	if err == nil {
+		b.fails.Store(0)
+		return
+	}
+	b.confirmed.Store(true)
+	if n := b.fails.Load(); n >= int64(b.cfg.Failures) {
+		b.Open(err, int(n))
+	}
 }
 
 // Open opens a closed breaker after failures consecutive failures (err the
@@ -156,6 +200,7 @@ func (b *Breaker) Close() {
 	}
 	now := b.now()
 	b.fails.Store(0)
+	b.confirmed.Store(false)
 	b.cause = nil
 	b.state.Store(breakerClosed)
 	b.queue(Transition{At: now, Duration: now.Sub(b.since)})

@@ -1,16 +1,55 @@
 package failover
 
 import (
+	"context"
+	"fmt"
 	"hash/maphash"
+	"io"
+	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/memory"
 )
 
-// FailLocal across the edges of an outage: what the backend last said of
-// each key (Seen), for the start, and the keys the local store admitted
-// while degraded (Journal), for the end (ceiling's local.go).
+// FailLocal's store, and how its bound holds across the edges of an
+// outage.
+//
+// Inside an outage each instance admits its share of each limit, so n
+// instances admit at most n × share × limit per window. At the edges the
+// local stores and the backend each know only their own half: a window
+// that spans the start could hold the backend's full limit and then every
+// instance's share again, and one that spans the end the shares and then
+// the backend's full limit again. Three things close the gap:
+//
+//   - the start: every answer of the backend says how much of the key's
+//     limit is in use and until when (Seen). When an outage begins, the
+//     local store decides a key with the same fraction of its share
+//     already spent, so instances that saw a key at its limit admit
+//     nothing more locally until the backend said it would have room
+//     again, and n instances that saw it half spent admit half a limit
+//     between them;
+//   - the end: every key the local store admitted is journaled (Journal),
+//     and the probe that finds the backend answering charges it, forced
+//     and in one round trip per few hundred keys, with what the local
+//     store still counts in the key's open window, before the breaker
+//     closes (Local.Charge); ceiling moves the concurrency slots the local
+//     store holds to the backend then too, each by its lease;
+//   - the instances do not find the backend back at the same moment (each
+//     probes on its own schedule, up to MaxCoolDown apart), and until the
+//     last has charged it the backend knows only part of what was
+//     admitted. So for a hand-over of MaxCoolDown plus the timeout after
+//     its recovery, an instance decides FailLocal rules both locally, at
+//     its share, and on the backend (Local.HandOver): each instance stays
+//     within its share across the edge, and by the time any of them
+//     decides on the backend alone, every instance has charged it.
+//
+// Both err on the side of the limit: the seeds and the charges are counted
+// from the moment they are applied, so a key can be held a little longer
+// than strictly needed, never admitted more.
 
 // MaxJournal bounds a Journal: it holds only an outage's keys.
 const MaxJournal = 1 << 18
@@ -28,7 +67,11 @@ func Capacity(req backend.Request) int64 {
 type Journal struct {
 	mu      sync.Mutex
 	entries map[string]JournalEntry
+	n       atomic.Int64 // len(entries), read without mu
 }
+
+// Len is how many keys the journal holds.
+func (j *Journal) Len() int64 { return j.n.Load() }
 
 // JournalEntry is one key of a Journal.
 type JournalEntry struct {
@@ -48,6 +91,7 @@ func (j *Journal) Add(global, local backend.Request) {
 		return // the local store cannot hold more keys either
 	}
 	j.entries[global.Key] = JournalEntry{Global: global, Local: local}
+	j.n.Store(int64(len(j.entries)))
 }
 
 // Take empties the journal and returns what it held.
@@ -55,6 +99,7 @@ func (j *Journal) Take() []JournalEntry {
 	j.mu.Lock()
 	m := j.entries
 	j.entries = nil
+	j.n.Store(0)
 	j.mu.Unlock()
 	out := make([]JournalEntry, 0, len(m))
 	for _, e := range m {
@@ -152,4 +197,249 @@ func (s *Seen) Lookup(key string, now int64) (Last, bool) {
 		return Last{}, false
 	}
 	return v, ok
+}
+
+// Local is FailLocal's store, made on first use so that a healthy limiter
+// runs no second store, and what carries its bound across an outage's
+// edges. Set the exported fields before first use.
+type Local struct {
+	Share    float64         // this instance's share of each limit
+	Store    backend.Backend // nil: a memory store of its own
+	Logger   *slog.Logger
+	HandOver time.Duration // how long the hand-over after a recovery lasts
+
+	Seen    Seen
+	Journal Journal
+
+	until atomic.Int64 // Unix ns: the hand-over lasts until then
+	mu    sync.Mutex
+	store atomic.Pointer[LocalStore]
+	made  io.Closer // the store Get made
+}
+
+// LocalStore is the store FailLocal decides on.
+type LocalStore struct {
+	B    backend.Backend
+	into backend.DecideInto
+}
+
+// Decide decides reqs into out on the local store.
+func (ls *LocalStore) Decide(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	if ls.into != nil {
+		return ls.into.DecideInto(ctx, reqs, out)
+	}
+	res, err := ls.B.Decide(ctx, reqs)
+	if err == nil && len(res) != len(out) {
+		err = ErrResultCount
+	}
+	copy(out, res)
+	return err
+}
+
+// Get returns the local store, creating it on first use.
+func (lc *Local) Get() *LocalStore {
+	if ls := lc.store.Load(); ls != nil {
+		return ls
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if ls := lc.store.Load(); ls != nil {
+		return ls
+	}
+	b := lc.Store
+	if b == nil {
+		// No janitor: nothing to stop, and the key bound (which sweeps
+		// under pressure) keeps an outage's keys in check.
+		m := memory.New(memory.WithSweepInterval(0), memory.WithMaxKeys(MaxJournal), memory.WithLogger(lc.Logger))
+		lc.made = m
+		b = m
+	}
+	ls := &LocalStore{B: b}
+	ls.into, _ = b.(backend.DecideInto)
+	lc.store.Store(ls)
+	return ls
+}
+
+// Loaded is the local store if it was made, else nil.
+func (lc *Local) Loaded() *LocalStore { return lc.store.Load() }
+
+// Close closes the store Get made, if any.
+func (lc *Local) Close() error {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.made != nil {
+		return lc.made.Close()
+	}
+	return nil
+}
+
+// Scaled is req scaled to its share of the limit (the rule's, or the
+// call's own), never so small that the request's cost could not fit.
+func Scaled(req backend.Request, share float64) backend.Request {
+	req.Limit = scaled(req.Limit, share, req.Cost)
+	if req.Burst > 0 {
+		req.Burst = scaled(req.Burst, share, req.Cost)
+	}
+	return req
+}
+
+func scaled(n int64, share float64, cost int64) int64 {
+	v := int64(float64(n) * share)
+	if v < cost {
+		v = cost
+	}
+	if v < 1 {
+		v = 1
+	}
+	if v > n {
+		v = n
+	}
+	return v
+}
+
+// seedOf is this instance's share of the units the backend last said were
+// in use: with n instances each holding 1/n of the limit locally, each
+// starts its share 1/n spent by what all of them had spent, so together
+// they continue exactly where the backend stopped. Rounded up, towards the
+// limit.
+func seedOf(used int64, share float64) int64 {
+	return int64(math.Ceil(float64(used) * share))
+}
+
+// Decide decides reqs (already scaled to the share, and changed in place)
+// on the local store, all or nothing, into out, starting each key from
+// what the backend last said of it (wait is scratch, one per request), and
+// journals what it admits with its request as the backend sees it
+// (globals[idx[j]]). A concurrency slot is not journaled: ceiling moves it
+// to the backend by its lease on recovery.
+func (lc *Local) Decide(ctx context.Context, now time.Time, reqs []backend.Request, wait []time.Duration, out []backend.Result, globals []backend.Request, idx []int) error {
+	blocked := false
+	for j := range reqs {
+		q := &reqs[j]
+		wait[j] = 0
+		s, ok := lc.Seen.Lookup(q.Key, now.UnixNano())
+		if !ok || q.Cost <= 0 {
+			continue
+		}
+		capacity := Capacity(*q)
+		room := capacity - min(seedOf(s.Used, lc.Share), capacity)
+		if room < q.Cost {
+			wait[j] = time.Duration(s.Until - now.UnixNano())
+			blocked = blocked || !q.Shadow
+			continue
+		}
+		if q.Algorithm == backend.GCRA {
+			q.Burst = room
+		} else {
+			q.Limit = room
+		}
+	}
+	for j := range reqs {
+		if blocked || wait[j] > 0 {
+			reqs[j].Cost = 0 // refused by a seed: consume nothing, report the state
+		}
+	}
+	if err := lc.Get().Decide(ctx, reqs, out); err != nil {
+		return err
+	}
+	for j := range reqs {
+		if w := wait[j]; w > 0 {
+			out[j].Allowed, out[j].Remaining = false, 0
+			out[j].RetryAfter, out[j].ResetAfter = max(out[j].RetryAfter, w), max(out[j].ResetAfter, w)
+		}
+		if !blocked && out[j].Allowed && reqs[j].Cost > 0 && reqs[j].Algorithm != backend.Concurrency {
+			g := globals[idx[j]]
+			lc.Journal.Add(g, Scaled(g, lc.Share))
+		}
+	}
+	return nil
+}
+
+// ChargeBatch is how many keys one recovery charge call carries.
+const ChargeBatch = 256
+
+// Charge charges the backend (send, a bounded call) with what the local
+// store still counts for every key it admitted while degraded, forced, in
+// batches of ChargeBatch, and reports how many keys and units it charged.
+// On error the journal keeps what was not charged.
+func (lc *Local) Charge(ctx context.Context, send func([]backend.Request) error) (int, int64, error) {
+	entries := lc.Journal.Take()
+	if len(entries) == 0 {
+		return 0, 0, nil
+	}
+	ls := lc.Get()
+	peeks := make([]backend.Request, len(entries))
+	for i := range entries {
+		peeks[i] = entries[i].Local
+	}
+	res := make([]backend.Result, len(peeks))
+	if err := ls.Decide(ctx, peeks, res); err != nil {
+		lc.Journal.Restore(entries)
+		return 0, 0, fmt.Errorf("ceiling: recovery charge: reading the local store: %w", err)
+	}
+	var charges []backend.Request
+	var from []int // entry of each charge
+	var units int64
+	for i, e := range entries {
+		used := Capacity(e.Local) - res[i].Remaining
+		if used <= 0 {
+			continue
+		}
+		q := e.Global
+		q.Cost, q.Force, q.Shadow = used, true, false
+		charges = append(charges, q)
+		from = append(from, i)
+		units += used
+	}
+	for lo := 0; lo < len(charges); lo += ChargeBatch {
+		hi := min(lo+ChargeBatch, len(charges))
+		if err := send(charges[lo:hi]); err != nil {
+			lc.Journal.Restore(entries[from[lo]:])
+			return 0, 0, fmt.Errorf("ceiling: recovery charge of %d keys: %w", len(charges)-lo, err)
+		}
+	}
+	return len(charges), units, nil
+}
+
+// StartHandOver starts the hand-over after a recovery at now.
+func (lc *Local) StartHandOver(now time.Time) {
+	lc.until.Store(now.Add(lc.HandOver).UnixNano())
+}
+
+// HandingOver reports whether the hand-over after a recovery lasts.
+func (lc *Local) HandingOver(now time.Time) bool {
+	until := lc.until.Load()
+	return until != 0 && now.UnixNano() < until
+}
+
+// HandOverDecide decides reqs (FailLocal's rules of a request, scaled to
+// the share) on the local store first, into lo, and then, unless the local
+// store refused one that is not a shadow, the whole request by call. It
+// reports whether the local store refused (the caller answers from lo
+// then) and call's error. When the request is not admitted in the end, the
+// local store gives back what it took. An error of the local store is
+// reported as ok false: the backend alone decides then.
+func (lc *Local) HandOverDecide(ctx context.Context, reqs []backend.Request, lo []backend.Result, call func() (admitted bool, err error)) (ok, refused bool, err error) {
+	ls := lc.Get()
+	if e := ls.Decide(ctx, reqs, lo); e != nil {
+		return false, false, nil
+	}
+	for j := range lo {
+		if !lo[j].Allowed && !reqs[j].Shadow {
+			return true, true, nil
+		}
+	}
+	admitted, err := call()
+	if !admitted {
+		// Give back what the local store took: the request was not admitted
+		// (or the fail modes will decide it afresh).
+		for j := range reqs {
+			if !lo[j].Allowed {
+				reqs[j].Cost = 0
+			}
+			reqs[j].Cost = -reqs[j].Cost
+		}
+		_ = ls.Decide(ctx, reqs, lo)
+	}
+	return true, false, err
 }

@@ -91,8 +91,8 @@ type Observer struct {
 }
 
 // ruleOpts are a rule's measurement options: by result (each
-// [ceiling.Outcome], then resultFailClosed and resultShed), and by fail
-// mode (open, local).
+// [ceiling.Outcome], then resultFailClosed, resultShed, resultFailOpen
+// and resultFailLocal), and by fail mode (open, local).
 type ruleOpts struct {
 	result [len(results)][]metric.AddOption
 	mode   [2][]metric.AddOption
@@ -100,15 +100,20 @@ type ruleOpts struct {
 
 // The results of ceiling.rate_limiting.requests beyond a rule's
 // [ceiling.Outcome]: a request refused with 503 because the rule fails
-// closed and the backend could not decide, and one shed with 503 because
-// this process was too busy to ask the backend (whatever the fail modes).
+// closed and the backend could not decide, one shed with 503 because this
+// process was too busy to ask the backend (whatever the fail modes), and
+// the admissions the rule's fail mode made, open or local, which no
+// backend counted.
 const (
 	resultFailClosed = int(ceiling.OutcomeNotCharged) + 1 + iota
 	resultShed
+	resultFailOpen
+	resultFailLocal
 )
 
 // results are the values of AttrResult on the requests counter, by index:
-// the outcomes', then resultFailClosed's and resultShed's.
+// the outcomes', then resultFailClosed's, resultShed's, resultFailOpen's
+// and resultFailLocal's.
 var results = [...]string{
 	ceiling.OutcomeAllowed:        ceiling.OutcomeAllowed.String(),
 	ceiling.OutcomeRejected:       ceiling.OutcomeRejected.String(),
@@ -116,6 +121,8 @@ var results = [...]string{
 	ceiling.OutcomeNotCharged:     ceiling.OutcomeNotCharged.String(),
 	resultFailClosed:              "fail_closed",
 	resultShed:                    "shed",
+	resultFailOpen:                "fail_open",
+	resultFailLocal:               "fail_local",
 }
 
 // AttrErrorType is OpenTelemetry's general attribute for the class of a
@@ -147,7 +154,7 @@ func New(o Options) (*Observer, error) {
 		return c
 	}
 	obs.requests = counter("ceiling.rate_limiting.requests", "{request}",
-		"Requests each rule decided, by result: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).")
+		"Requests each rule decided, by result: allowed (admitted and charged by the backend), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_open (admitted unlimited: the backend could not decide and the rule fails open), fail_local (admitted by this instance's own store: the rule fails local), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).")
 	obs.errors = counter("ceiling.rate_limiting.backend.errors", "{call}",
 		"Backend calls that failed, by kind (ceiling.KindOf): overloaded (never sent: this process was too busy, the request was shed with 503), unreachable, timeout, auth, read-only, out of memory or error.")
 	obs.cached = counter("ceiling.rate_limiting.deny_cache.hits", "{request}",
@@ -247,8 +254,9 @@ func (o *Observer) rule(name string) *ruleOpts {
 	return o.optsOf(name)
 }
 
-// ObserveConfig starts each rule's fail-mode counters at zero, builds its
-// measurement options, and keeps the limiter's backend timeout and health
+// ObserveConfig starts each rule's fail-mode counters at zero, and, for a
+// limiter on a remote backend (timeout > 0), its fail_closed and shed
+// results; it builds the rule's measurement options, and keeps the limiter's backend timeout and health
 // (its evictions, its slots in use) for export. [ceiling.New] calls it.
 func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health func() ceiling.Health) {
 	o.mu.Lock()
@@ -265,6 +273,10 @@ func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health f
 		}
 		for _, opts := range r.mode {
 			o.failmode.Add(context.Background(), 0, opts...)
+		}
+		if timeout > 0 { // only a remote backend's limiter refuses with 503
+			o.requests.Add(context.Background(), 0, r.result[resultFailClosed]...)
+			o.requests.Add(context.Background(), 0, r.result[resultShed]...)
 		}
 	}
 	o.rules.Store(&next)
@@ -316,16 +328,20 @@ func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
 	o.degraded.Store(0)
 }
 
-// ObserveFailMode counts a rule admission made by a fail mode.
+// ObserveFailMode counts a rule admission made by a fail mode, and counts
+// it as the rule's result fail_open or fail_local, never allowed: those
+// admissions were not charged to the backend's count.
 func (o *Observer) ObserveFailMode(rule string, mode ceiling.FailMode) {
-	var opts []metric.AddOption
-	switch mode {
+	var opts, result []metric.AddOption
+	switch r := o.rule(rule); mode {
 	case ceiling.FailOpen:
-		opts = o.rule(rule).mode[0]
+		opts, result = r.mode[0], r.result[resultFailOpen]
 	case ceiling.FailLocal:
-		opts = o.rule(rule).mode[1]
+		opts, result = r.mode[1], r.result[resultFailLocal]
 	default:
 		opts = o.with(AttrRule.String(rule), AttrFailMode.String(mode.String()))
+		result = o.with(AttrRule.String(rule), AttrResult.String("fail_"+mode.String()))
 	}
 	o.failmode.Add(context.Background(), 1, opts...)
+	o.requests.Add(context.Background(), 1, result...)
 }

@@ -66,7 +66,7 @@ func TestFailClosedRefusalsAreCounted(t *testing.T) {
 		result("otp:to", "allowed"):     1,
 		result("otp:ip", "allowed"):     1,
 	})
-	if n, ok := got[result("otp:ip", "fail_closed")]; ok {
+	if n := got[result("otp:ip", "fail_closed")]; n != 0 {
 		t.Errorf("otp:ip, failing open, counted %v fail_closed", n)
 	}
 }
@@ -107,5 +107,45 @@ func TestShedRequestsAreCounted(t *testing.T) {
 	}
 	if got[result("chat", "shed")] != 3 || n != 1 {
 		t.Errorf("requests = %v, want chat shed = 3 and nothing else", got)
+	}
+}
+
+// down is a remote backend that is unreachable.
+type down struct{}
+
+func (down) Decide(context.Context, []backend.Request) ([]backend.Result, error) {
+	return nil, fmt.Errorf("dial: %w", backend.ErrUnreachable)
+}
+
+func (down) Reset(context.Context, ...string) error { return nil }
+
+// An admission that a rule's fail mode made while the backend was down is
+// the rule's fail_open or fail_local result, as many as the fail-mode
+// admissions, and never allowed: a dashboard of allowed requests counts
+// only what the backend charged. Each request is one result per rule.
+func TestFailModeAdmissionsAreTheirOwnResults(t *testing.T) {
+	obs, collect := sdkObserver(t)
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "chat", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute, FailMode: ceiling.FailOpen},
+		{Name: "shop", Key: ceiling.Static("s"), Limit: 100, Period: time.Minute, FailMode: ceiling.FailLocal},
+	}, ceiling.WithBackend(down{}), ceiling.WithObserver(obs), quiet)
+	t.Cleanup(func() { l.Close() })
+	h := l.Handler(ok)
+	for range 4 {
+		if got := code(h); got != 200 {
+			t.Fatalf("status %d, want 200 admitted by the fail modes", got)
+		}
+	}
+	got := collect()
+	expect(t, got, map[string]float64{
+		result("chat", "fail_open"):  4,
+		result("shop", "fail_local"): 4,
+		"ceiling.rate_limiting.fail_mode.admissions{ceiling.rate_limiting.fail_mode=open,ceiling.rate_limiting.rule=chat}":  4,
+		"ceiling.rate_limiting.fail_mode.admissions{ceiling.rate_limiting.fail_mode=local,ceiling.rate_limiting.rule=shop}": 4,
+	})
+	for k, v := range got {
+		if strings.HasPrefix(k, "ceiling.rate_limiting.requests{") && v != 0 && k != result("chat", "fail_open") && k != result("shop", "fail_local") {
+			t.Errorf("%s = %v, want 0: each admission is counted once, as its fail mode", k, v)
+		}
 	}
 }

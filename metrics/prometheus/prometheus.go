@@ -9,7 +9,7 @@
 // ceiling_rate_limiting_rule, ceiling_rate_limiting_result and
 // ceiling_rate_limiting_fail_mode):
 //
-//	ceiling_rate_limiting_requests_total{rule, result="allowed|rejected|shadow_rejected|not_charged|fail_closed|shed"}
+//	ceiling_rate_limiting_requests_total{rule, result="allowed|rejected|shadow_rejected|not_charged|fail_open|fail_local|fail_closed|shed"}
 //	ceiling_rate_limiting_backend_duration_seconds      histogram of backend calls
 //	ceiling_rate_limiting_backend_errors_total{error_type="overloaded|unreachable|timeout|auth|read-only|out of memory|error"}
 //	ceiling_rate_limiting_backend_timeout_seconds       the limiter's backend timeout (remote backends)
@@ -26,8 +26,9 @@
 // on), so that one rule file and one dashboard serve either exporter.
 //
 // Alert on ceiling_rate_limiting_degraded == 1 and on any increase of
-// ceiling_rate_limiting_fail_mode_admissions_total: both mean limits are
-// enforced less than configured. The module ships these alerts as a
+// ceiling_rate_limiting_fail_mode_admissions_total, both meaning limits are
+// enforced less than configured, and on the fail_closed and shed results,
+// 503s for callers within their limits. The module ships these alerts as a
 // Prometheus rule file, alerts.yml, and a Grafana dashboard,
 // dashboard.json; its README is their runbook.
 package ceilingprom
@@ -111,7 +112,7 @@ func New(o Options) *Observer {
 	obs := &Observer{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "requests_total", ConstLabels: o.ConstLabels,
-			Help: "Requests each rule decided, by result: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).",
+			Help: "Requests each rule decided, by result: allowed (admitted and charged by the backend), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_open (admitted unlimited: the backend could not decide and the rule fails open), fail_local (admitted by this instance's own store: the rule fails local), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).",
 		}, []string{labelRule, labelResult}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Name: "backend_duration_seconds", ConstLabels: o.ConstLabels, Buckets: buckets,
@@ -156,13 +157,19 @@ func New(o Options) *Observer {
 	return obs
 }
 
-// ObserveConfig starts each rule's fail-mode counters at zero and exports
-// the limiter's backend timeout; health is read at each collection.
-// [ceiling.New] calls it.
+// ObserveConfig starts each rule's fail-mode counters at zero, and, for a
+// limiter on a remote backend (timeout > 0), the only kind that can refuse
+// with 503, its fail_closed and shed results; it exports the limiter's
+// backend timeout, and health is read at each collection. [ceiling.New]
+// calls it.
 func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health func() ceiling.Health) {
 	for _, rule := range rules {
 		for _, mode := range []ceiling.FailMode{ceiling.FailOpen, ceiling.FailLocal} {
 			o.failmode.WithLabelValues(rule, mode.String())
+		}
+		if timeout > 0 {
+			o.requests.WithLabelValues(rule, "fail_closed")
+			o.requests.WithLabelValues(rule, "shed")
 		}
 	}
 	o.mu.Lock()
@@ -227,9 +234,12 @@ func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
 	o.degraded.Set(0)
 }
 
-// ObserveFailMode counts a rule admission made by a fail mode.
+// ObserveFailMode counts a rule admission made by a fail mode, and counts
+// it as the rule's result fail_open or fail_local, never allowed: those
+// admissions were not charged to the backend's count.
 func (o *Observer) ObserveFailMode(rule string, mode ceiling.FailMode) {
 	o.failmode.WithLabelValues(rule, mode.String()).Inc()
+	o.requests.WithLabelValues(rule, "fail_"+mode.String()).Inc()
 }
 
 // Describe sends the metrics' descriptions.

@@ -29,6 +29,9 @@ func get(h http.Handler) int {
 	return w.Code
 }
 
+// requestsHelp is the requests counter's help text.
+const requestsHelp = "Requests each rule decided, by result: allowed (admitted and charged by the backend), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_open (admitted unlimited: the backend could not decide and the rule fails open), fail_local (admitted by this instance's own store: the rule fails local), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule)."
+
 func TestDecisionsByRuleAndOutcome(t *testing.T) {
 	obs := ceilingprom.New(ceilingprom.Options{})
 	store := memory.New()
@@ -47,7 +50,7 @@ func TestDecisionsByRuleAndOutcome(t *testing.T) {
 		t.Fatalf("statuses = %v, want %v", got, want)
 	}
 	want := `
-# HELP ceiling_rate_limiting_requests_total Requests each rule decided, by result: allowed (admitted and charged), rejected, shadow_rejected (a shadow rule that would have rejected), not_charged (the rule had room but another rule rejected the request), fail_closed (refused with 503: the rule fails closed and the backend could not decide) or shed (refused with 503: this process was too busy to ask the backend; counted on the request's first enforced rule).
+# HELP ceiling_rate_limiting_requests_total ` + requestsHelp + `
 # TYPE ceiling_rate_limiting_requests_total counter
 ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="day"} 3
 ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="ip"} 3
@@ -159,6 +162,24 @@ ceiling_rate_limiting_degraded_transitions_total{limiter="api"} 1
 `
 	if err := testutil.CollectAndCompare(obs, strings.NewReader(want),
 		"ceiling_rate_limiting_backend_errors_total", "ceiling_rate_limiting_fail_mode_admissions_total", "ceiling_rate_limiting_degraded_transitions_total"); err != nil {
+		t.Error(err)
+	}
+	// Each rule counts each request once: the first as allowed, the eight
+	// its fail mode admitted as fail_open or fail_local, never as allowed,
+	// which would count unmetered admissions with the backend's.
+	requests := `
+# HELP ceiling_rate_limiting_requests_total ` + requestsHelp + `
+# TYPE ceiling_rate_limiting_requests_total counter
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="chat",limiter="api"} 1
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="shop",limiter="api"} 1
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_closed",ceiling_rate_limiting_rule="chat",limiter="api"} 0
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_closed",ceiling_rate_limiting_rule="shop",limiter="api"} 0
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_local",ceiling_rate_limiting_rule="shop",limiter="api"} 8
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_open",ceiling_rate_limiting_rule="chat",limiter="api"} 8
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="shed",ceiling_rate_limiting_rule="chat",limiter="api"} 0
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="shed",ceiling_rate_limiting_rule="shop",limiter="api"} 0
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(requests), "ceiling_rate_limiting_requests_total"); err != nil {
 		t.Error(err)
 	}
 	// Four calls were made (one answered, three failed), none while open.

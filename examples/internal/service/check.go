@@ -31,7 +31,8 @@ func Check(l *ceiling.Limiter, logger *slog.Logger, startDegraded bool) error {
 	if err == nil {
 		return nil
 	}
-	outage := errors.Is(err, backend.ErrUnreachable) || errors.Is(err, ceiling.ErrTimeout)
+	outage := errors.Is(err, backend.ErrUnreachable) || errors.Is(err, ceiling.ErrTimeout) ||
+		errors.Is(err, backend.ErrNotSent) || errors.Is(err, backend.ErrUnread)
 	if outage && startDegraded {
 		logger.Error("the limiter's backend cannot be reached at start: starting DEGRADED (the fail mode decides until it answers)",
 			slog.Any("err", err))

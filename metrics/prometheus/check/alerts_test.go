@@ -119,6 +119,8 @@ func TestAlertsFireOnAnOutageAndNotWhenHealthy(t *testing.T) {
 			"CeilingBackendErrors":             {who},
 			"CeilingBackendLatencyNearTimeout": {who},
 			"CeilingEvictionsGiveBackQuota":    {who},
+			"CeilingFailClosedRefusals":        {`ceiling_rate_limiting_rule=pay ` + who},
+			"CeilingShedding":                  {who},
 		}
 		// At 6m, the scrape that first shows the outage (the fail-mode
 		// counters' first increase), and a minute later.

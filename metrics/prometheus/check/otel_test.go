@@ -42,11 +42,13 @@ func otelObserved(t *testing.T) (*ceilingotel.Observer, *recording) {
 // frozen for ten calls (each times out, each followed by one it answers,
 // so the breaker stays closed), then killed until the limiter is
 // degraded, restarted until it is healthy, three times, and left down
-// while the fail modes admit; meanwhile the memory limiters decide every
-// outcome and a flood of fresh keys meets the small store.
+// while the fail modes admit and a rule failing closed refuses; meanwhile
+// the memory limiters decide every outcome, a flood of fresh keys meets
+// the small store, and a busy limiter sheds.
 func otelOutage(t *testing.T) *recording {
 	obs, rec := otelObserved(t)
 	local, flooded := memoryLimiters(t, obs)
+	busy, shedding := sheddingLimiter(t, obs)
 
 	srv := redistest.Server(t)
 	store := redisbackend.New(srv.Client(t), redisbackend.WithPrefix(redistest.KeyPrefix(t)))
@@ -58,11 +60,14 @@ func otelOutage(t *testing.T) *recording {
 		ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 3, CoolDown: 10 * time.Millisecond, MaxCoolDown: 10 * time.Millisecond}), quiet)
 	t.Cleanup(func() { remote.Close() })
 	h := remote.Handler(ok)
+	closed := failingClosed(t, store, obs)
 
 	rec.scrape()
 	for range 5 { // 0m–5m: healthy
 		get(local.Handler(ok), 3)
 		get(h, 5)
+		get(closed, 5)
+		get(shedding, 5)
 		rec.scrape()
 	}
 	for range 10 {
@@ -80,10 +85,15 @@ func otelOutage(t *testing.T) *recording {
 			waitFor(t, remote, "healthy", func() { get(h, 1) })
 		}
 	}
+	busy.set("notsent")
 	get(h, 5)
+	get(closed, 5)
+	get(shedding, 100)
 	flood(flooded)
 	rec.scrape() // 6m
 	get(h, 5)
+	get(closed, 5)
+	get(shedding, 100)
 	rec.scrape() // 7m: still degraded
 	return rec
 }
@@ -114,6 +124,8 @@ func TestAlertsFireOnTheOTelExportOfARedisOutage(t *testing.T) {
 			"CeilingBackendErrors":             {who},
 			"CeilingBackendLatencyNearTimeout": {who},
 			"CeilingEvictionsGiveBackQuota":    {who},
+			"CeilingFailClosedRefusals":        {withScope(`instance=app-1:8080 job=api limiter=api ceiling_rate_limiting_rule=pay`)},
+			"CeilingShedding":                  {who},
 		}
 		for _, at := range []time.Duration{6 * time.Minute, 7 * time.Minute} {
 			compareFiring(t, firing(t, alerts, rec.load(), at), want, rec)

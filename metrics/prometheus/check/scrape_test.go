@@ -29,10 +29,11 @@ import (
 )
 
 // stub is a remote backend that admits everything, hangs until its
-// context ends, or fails at once, as told.
+// context ends, fails at once, or is never sent the call (this process is
+// too busy: the request is shed), as told.
 type stub struct {
 	mu   sync.Mutex
-	mode string // "", "hang" or "fail"
+	mode string // "", "hang", "fail" or "notsent"
 }
 
 func (s *stub) set(mode string) {
@@ -51,6 +52,8 @@ func (s *stub) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Re
 		return nil, ctx.Err()
 	case "fail":
 		return nil, errors.New("dial tcp 127.0.0.1:1: connection refused")
+	case "notsent":
+		return nil, fmt.Errorf("pool exhausted: %w", backend.ErrNotSent)
 	}
 	out := make([]backend.Result, len(reqs))
 	for i, r := range reqs {
@@ -184,15 +187,18 @@ func recordHealthy(t *testing.T, obs ceiling.Observer, rec *recording) {
 	}
 }
 
-// outage records a process with three limiters on one observer: one on the
+// outage records a process with five limiters on one observer: one on the
 // memory store, whose rules reject and spare each other (every decision
 // outcome), and one on a remote backend that is healthy for five minutes,
 // then times out on one call in two, fails, flaps between degraded and
 // healthy three times and stays degraded while its rules' fail modes admit;
-// meanwhile a third, on a small memory store, meets a flood of fresh keys.
+// meanwhile a third, on a small memory store, meets a flood of fresh keys,
+// a fourth, failing closed on the failed backend, refuses with 503, and a
+// fifth sheds with 503, too busy to send its calls.
 func outage(t *testing.T) *recording {
 	obs := ceilingprom.New(ceilingprom.Options{ConstLabels: prometheus.Labels{"limiter": "api"}})
 	local, flooded := memoryLimiters(t, obs)
+	busy, shedding := sheddingLimiter(t, obs)
 
 	be := &stub{}
 	const timeout = 5 * time.Millisecond
@@ -203,12 +209,15 @@ func outage(t *testing.T) *recording {
 		ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 3, CoolDown: 10 * time.Millisecond, MaxCoolDown: 10 * time.Millisecond}), quiet)
 	t.Cleanup(func() { remote.Close() })
 	h := remote.Handler(ok)
+	closed := failingClosed(t, be, obs)
 
 	rec := newRecording(t, obs)
 	rec.scrape()
 	for range 5 { // 0m–5m: healthy
 		get(local.Handler(ok), 3)
 		get(h, 5)
+		get(closed, 5)
+		get(shedding, 5)
 		rec.scrape()
 	}
 	// 6m: ten calls time out, each followed by an answered one (so the
@@ -228,14 +237,41 @@ func outage(t *testing.T) *recording {
 			waitFor(t, remote, "healthy", func() { get(h, 1) })
 		}
 	}
-	// Admitted by the fail modes, and a flood of fresh keys on the small
-	// store.
+	// Admitted by the fail modes, refused failing closed, shed by a busy
+	// process, and a flood of fresh keys on the small store.
+	busy.set("notsent")
 	get(h, 5)
+	get(closed, 5)
+	get(shedding, 100)
 	flood(flooded)
 	rec.scrape()
 	get(h, 5) // 7m: still degraded
+	get(closed, 5)
+	get(shedding, 100)
 	rec.scrape()
 	return rec
+}
+
+// failingClosed is the handler of a limiter on be, observed by obs, whose
+// one rule fails closed: while be fails, it refuses with 503.
+func failingClosed(t *testing.T, be backend.Backend, obs ceiling.Observer) http.Handler {
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "pay", Key: ceiling.RemoteAddr, Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailClosed},
+	}, ceiling.WithBackend(be), ceiling.WithObserver(obs), ceiling.WithTimeout(100*time.Millisecond), quiet)
+	t.Cleanup(func() { l.Close() })
+	return l.Handler(ok)
+}
+
+// sheddingLimiter is the handler of a limiter observed by obs on a stub
+// that answers until it is set to "notsent": then this process never
+// sends a call, and sheds every request with 503.
+func sheddingLimiter(t *testing.T, obs ceiling.Observer) (*stub, http.Handler) {
+	busy := &stub{}
+	l := ceiling.MustNew([]ceiling.Rule{
+		{Name: "search", Key: ceiling.RemoteAddr, Limit: 1_000_000, Period: time.Minute, FailMode: ceiling.FailOpen},
+	}, ceiling.WithBackend(busy), ceiling.WithObserver(obs), ceiling.WithTimeout(100*time.Millisecond), quiet)
+	t.Cleanup(func() { l.Close() })
+	return busy, l.Handler(ok)
 }
 
 // memoryLimiters are the outage's limiters on in-process stores, observed
