@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling/backend"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -18,16 +19,17 @@ import (
 
 // A key's stored state is meant to stay small and bounded whatever the
 // traffic (DESIGN.md: "small bounded state per key"), but every settlement
-// to a remote backend leaves a record beside its key for twice the rule's
-// Period, whether or not its reply was ever lost. A refund gives its units
-// back, so the rule does not bound how many settlements one key makes: a
-// client whose requests each reserve and then settle 0 (a handler that
-// settles what it used, nothing, on a bad input or a client gone) is
-// admitted without end and leaves one Redis key per request for 48 hours
-// on a daily rule. Here one shop of limit 3 per day makes 200 requests,
-// all admitted, and leaves 200 records that each live two days.
-func TestSettlementRecordsBoundedPerKey_Attack(t *testing.T) {
-	t.Skip("defect: a settlement's #o record lives 2×Period per settlement; refunds make their number per key unbounded by the limit")
+// to a remote backend leaves a record beside its key, whether or not its
+// reply was ever lost. A refund gives its units back, so the rule does not
+// bound how many settlements one key makes: a client whose requests each
+// reserve and then settle 0 (a handler that settles what it used, nothing,
+// on a bad input or a client gone) is admitted without end. Kept twice the
+// Period, one shop of limit 3 per day left one Redis key per request for
+// 48 hours. Records are now kept backend.OnceKept of the Period, at most
+// a minute, so a key holds at most its settlements of the last minute:
+// here one shop makes 200 requests, all admitted, and no record lives
+// longer than a minute.
+func TestSettlementRecordsBoundedPerKey_Regression(t *testing.T) {
 	l, _, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 3, Period: 24 * time.Hour,
 		Estimate: func(*http.Request) (int64, error) { return 3, nil }}})
 	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,19 +53,19 @@ func TestSettlementRecordsBoundedPerKey_Attack(t *testing.T) {
 		t.Fatal(err)
 	}
 	records := 0
-	var ttl time.Duration
+	var ttl time.Duration // the longest a record still lives
 	for _, k := range keys {
 		if strings.Contains(k, "#o") {
 			records++
-			ttl = direct.PTTL(t.Context(), k).Val()
+			ttl = max(ttl, direct.PTTL(t.Context(), k).Val())
 		}
 	}
-	t.Logf("%d of %d admitted; %d keys in Redis, %d of them settlement records (one's TTL %v)", admitted, n, len(keys), records, ttl)
+	t.Logf("%d of %d admitted; %d keys in Redis, %d of them settlement records (the longest TTL %v)", admitted, n, len(keys), records, ttl)
 	if admitted != n {
 		t.Fatalf("%d of %d admitted; each settled 0 and should have left the budget whole", admitted, n)
 	}
-	if records > 2*3 {
-		t.Errorf("one key of limit 3 holds %d settlement records, living %v each: its stored state grows with its traffic, not its limit", records, ttl)
+	if records == 0 || ttl <= 0 || ttl > backend.OnceHold {
+		t.Errorf("one key of a daily rule holds %d settlement records, the longest living %v: want each kept at most %v, so that the key's records are its settlements of the last minute", records, ttl, backend.OnceHold)
 	}
 }
 
@@ -195,7 +197,7 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 	}
 }
 
-// The records of finding TestSettlementRecordsBoundedPerKey_Attack are a
+// The records of finding TestSettlementRecordsBoundedPerKey_Regression are a
 // flood any client can make: requests that reserve and settle 0 fill Redis
 // with records that live twice the Period, one key of the attacker's, until
 // Redis, full (noeviction, as the README asks), refuses every write and
@@ -203,7 +205,8 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 // KiB of room; the attacker's requests, each admitted, fill it within a
 // bounded loop, and then another shop's request is decided by FailLocal.
 func TestSettlementRecordsFillRedis_Attack(t *testing.T) {
-	t.Skip("defect: settle-0 requests of one key fill Redis with #o records until every key's decision fails over")
+	t.Skip("defect, narrowed: records now live at most backend.OnceHold (a minute), so a key holds its settlements of the last minute, not of 2×Period; " +
+		"this flood (~2,800 settle-0 requests/s from one key) still fills 512 KiB in under a second: bounding a key's records by a constant needs a Once the backend can order, or acks")
 	l, _, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 3, Period: 24 * time.Hour,
 		Estimate: func(*http.Request) (int64, error) { return 3, nil }}})
 	ctx := t.Context()

@@ -46,7 +46,7 @@ local function one(i)
   elseif s.dirty then
     store(s, alg, now, minTTL)
   end
-  if m and rejected == 0 then redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
+  if m and rejected == 0 then onceSet(m, now, P, minTTL) end
   return rejected, ok, remaining, max(0, reset), retry, nx, placed
 end
 

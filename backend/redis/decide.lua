@@ -196,6 +196,6 @@ for _, key in ipairs(order) do
     if withPeeks then written[key] = v and { 1, v } or { 2, '' } end -- a lease: any
   end
 end
-for m, P in pairs(marks) do redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
+for m, P in pairs(marks) do onceSet(m, now, P, minTTL) end
 undo(written)
 return out

@@ -16,7 +16,8 @@ import (
 // the backend answers again (a recovery or any answered call wakes it),
 // then every so often, until each is applied or no longer matters: a
 // lease ends and a unit stops counting at most a Period after the call
-// that failed, so a write pending longer is dropped, counted and logged.
+// that failed, so a write pending longer is dropped, counted and logged
+// (a settlement sooner, see below).
 //
 // What is resent is what may be applied twice, or what surely was not
 // applied, so that a settlement still takes effect at most once:
@@ -28,9 +29,11 @@ import (
 //     estimate) named by a [backend.Request.Once], as settle names every
 //     settlement it sends to a remote backend, is resent whatever
 //     happened: the backend answers a second delivery of it as a peek
-//     for twice Period after the first applied it, and this loop gives it
-//     up a Period after its call failed (sooner when the Period is under
-//     twice the timeout: see Later);
+//     for backend.OnceKept of Period (twice Period, at most
+//     backend.OnceHold, a minute) after the first applied it, and this
+//     loop gives it up within that, less twice the timeout, of its call's
+//     failure (see Later): a retry over a slow moment, not the ride-out of
+//     an outage;
 //   - one without a Once is resent only when its call surely never reached
 //     the backend: the breaker was open, or this process never got to send
 //     it. Sent and not answered, it may have been applied, and applying it
@@ -149,13 +152,13 @@ func (r *Resends) Later(reqs []backend.Request, err error, what string) int {
 		return lost
 	}
 	// One item per deadline. A write is given up a Period after its call
-	// failed; a settlement named by a Once sooner when its Period is short:
-	// its record lasts twice the Period from when the failed call applied
-	// it, up to a timeout before it failed, and a resend may be applied up
-	// to a timeout after it is sent, so it is sent at most 2P - 2×timeout
-	// after the failure (never, when that is not positive). Kept longer, as
-	// long as a longer rule's, it would find its record lapsed and be
-	// applied again.
+	// failed; a settlement named by a Once sooner: its record lasts
+	// backend.OnceKept(P) (2P, at most backend.OnceHold) from when the
+	// failed call applied it, up to a timeout before it failed, and a
+	// resend may be applied up to a timeout after it is sent, so it is
+	// sent at most OnceKept(P) - 2×timeout after the failure (never, when
+	// that is not positive). Kept longer, as long as a longer rule's, it
+	// would find its record lapsed and be applied again.
 	var items []resendItem
 	now := time.Now()
 	late := 0
@@ -163,7 +166,7 @@ func (r *Resends) Later(reqs []backend.Request, err error, what string) int {
 		q.Key = r.Keep(q.Key) // the caller's arena is reused
 		window := q.Period
 		if q.Once != 0 {
-			window = min(window, 2*q.Period-2*r.Timeout)
+			window = min(window, backend.OnceKept(q.Period)-2*r.Timeout)
 		}
 		if window <= 0 {
 			late++
