@@ -89,10 +89,11 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // may admit fewer requests than the limit, never more.
 //
 // A settlement whose backend call fails is logged, and sent again in the
-// background once the backend answers, for up to the shorter of the rule's
-// Period and a minute ([backend.OnceHold]), less twice the limiter's
-// timeout (none at all when that leaves nothing: a later resend could
-// outlive its record): named by a [backend.Request.Once], it takes effect
+// background once the backend answers, for up to min(Period, H - 2×timeout)
+// after its call failed, H being twice the rule's Period, at most a minute
+// ([backend.OnceKept], [backend.OnceHold]), and the timeout the limiter's
+// (none at all when that leaves nothing: a later resend could outlive its
+// record): named by a [backend.Request.Once], it takes effect
 // once however often it is sent, even when a reply was lost after the
 // backend applied it. The backend keeps each settlement's record that long
 // and no longer, so that a key's records stay bounded by its settlements
