@@ -262,6 +262,11 @@ type UnavailableError struct {
 	// RetryAfter is when to try again: until the backend will next be
 	// asked, at least a second.
 	RetryAfter time.Duration
+	// Shed is true when the request was shed whatever its rules' fail
+	// modes: this process could not get the backend's verdict in time and
+	// no probe has yet found the backend at fault. False: a rule fails
+	// closed.
+	Shed bool
 }
 
 // unavailable is the refusal of a request whose rule fails closed.
@@ -392,7 +397,7 @@ func (l *Limiter) shed(d *Decision, cause error) error {
 	for i := range d.Results {
 		if r := d.Results[i].Rule; !r.Shadow {
 			l.fo.shed.Add(1)
-			return &UnavailableError{Rule: r.Name, Err: cause, RetryAfter: time.Second}
+			return &UnavailableError{Rule: r.Name, Err: cause, RetryAfter: time.Second, Shed: true}
 		}
 	}
 	return nil

@@ -89,9 +89,18 @@ func appendPolicy(b []byte, r *Rule, limit int64) []byte {
 	return appendSeconds(b, r.Period)
 }
 
+// maxUnit is the longest [Rule.Unit]: the longest string a Structured
+// Field parser must support (RFC 9651 §3.3.3); a parser may refuse a
+// RateLimit-Policy holding a longer one.
+const maxUnit = 1024
+
 // validUnit checks a [Rule.Unit]: a name such as the draft's registered
-// units, so that it is sent inside a Structured Field string unescaped.
+// units, so that it is sent inside a Structured Field string unescaped,
+// and one that every parser reads.
 func validUnit(u string) error {
+	if len(u) > maxUnit {
+		return fmt.Errorf("unit of %d bytes: at most %d", len(u), maxUnit)
+	}
 	for i, c := range u {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' && i > 0 || c == '-' && i > 0) {
 			return fmt.Errorf("unit %q: want lower-case letters, digits and '-', starting with a letter", u)

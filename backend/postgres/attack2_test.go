@@ -313,37 +313,68 @@ func TestStandbyPromoted_Attack(t *testing.T) {
 
 // TestLaterMigrateWeakensAnotherInstancesCommit_Attack: the commit mode
 // (and the table's persistence) is a property of the database that the
-// last Migrate sets, not of the Store that asked for it. An instance
+// last Migrate set, not of the Store that asked for it. An instance
 // started with Migrate(SynchronousCommit()), because it must lose no
-// acknowledged decision, has its decisions commit asynchronously from the
+// acknowledged decision, had its decisions commit asynchronously from the
 // moment any other instance (an older build in a rolling deploy, a
-// service sharing the database) runs a default Migrate: nothing fails,
-// nothing is logged, and the instance is silently weaker than configured.
-// Either the second Migrate must refuse to change the mode, or the first
-// instance's decisions must keep theirs.
+// service sharing the database) ran a default Migrate: nothing failed,
+// nothing was logged. Now that Migrate fails with ErrDurability, naming
+// both settings, and changes nothing; so does one asking for an UNLOGGED
+// table on a logged one. With ChangeDurability it changes them.
 func TestLaterMigrateWeakensAnotherInstancesCommit_Attack(t *testing.T) {
-	t.Skip("defect: SynchronousCommit (and Unlogged) are last-Migrate-wins for the whole database; another instance's default Migrate silently makes a SynchronousCommit instance commit asynchronously")
 	url := pgtest.Shared(t).Database(t)
 	ctx := context.Background()
 	strict := pgtest.Pool(t, url, func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["synchronous_commit"] = "on" })
 	if err := Migrate(ctx, strict, SynchronousCommit()); err != nil {
 		t.Fatal(err)
 	}
-	other := pgtest.Pool(t, url)
-	migrateErr := Migrate(ctx, other)
-	var during string
-	err := pgx.BeginFunc(ctx, strict, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, oneSQL, nil, "k", int32(backend.FixedWindow), int64(5), int64(time.Hour/time.Microsecond),
-			int64(0), int64(1), int32(0), int64(0), int64(0)); err != nil {
-			return err
+	during := func() string {
+		t.Helper()
+		var got string
+		err := pgx.BeginFunc(ctx, strict, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, oneSQL, nil, "k", int32(backend.FixedWindow), int64(5), int64(time.Hour/time.Microsecond),
+				int64(0), int64(1), int32(0), int64(0), int64(0)); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&got)
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return tx.QueryRow(ctx, "SELECT current_setting('synchronous_commit')").Scan(&during)
-	})
-	if err != nil {
+		return got
+	}
+	other := pgtest.Pool(t, url)
+	for _, c := range []struct {
+		opts []MigrateOption
+		want []string // in the error
+	}{
+		{nil, []string{"installed with synchronous commit (SynchronousCommit) and a logged table", "asks for asynchronous commit (no SynchronousCommit)"}},
+		{[]MigrateOption{SynchronousCommit(), Unlogged()}, []string{"a logged table (no Unlogged)", "asks for synchronous commit (SynchronousCommit) and an UNLOGGED table (Unlogged)"}},
+	} {
+		err := Migrate(ctx, other, c.opts...)
+		if !errors.Is(err, ErrDurability) {
+			t.Fatalf("Migrate(%d options) over a SynchronousCommit schema: %v, want ErrDurability", len(c.opts), err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("the error %q does not say %q", err, w)
+			}
+		}
+		if got := during(); got != "on" {
+			t.Fatalf("after a refused Migrate, the SynchronousCommit instance's decisions commit with synchronous_commit %q", got)
+		}
+		if got := persistence(t, strict); got != "p" {
+			t.Fatalf("relpersistence %q after a refused Migrate, want p", got)
+		}
+	}
+	if err := Migrate(ctx, strict, SynchronousCommit()); err != nil {
+		t.Fatalf("Migrate with the installed options: %v", err)
+	}
+	if err := Migrate(ctx, other, ChangeDurability()); err != nil {
 		t.Fatal(err)
 	}
-	if migrateErr == nil && during != "on" {
-		t.Fatalf("after another instance's default Migrate, the SynchronousCommit instance's decisions commit with synchronous_commit %q", during)
+	if got := during(); got != "off" {
+		t.Fatalf("synchronous_commit %q after Migrate(ChangeDurability()), want off", got)
 	}
 }
 
@@ -675,7 +706,7 @@ func TestSynchronousCommitCoversSeveralRequestCalls_Attack(t *testing.T) {
 	if got := during(); got != "off" {
 		t.Fatalf("synchronous_commit %q in a two-request decision by default, want off", got)
 	}
-	if err := Migrate(ctx, pool, SynchronousCommit()); err != nil {
+	if err := Migrate(ctx, pool, SynchronousCommit(), ChangeDurability()); err != nil {
 		t.Fatal(err)
 	}
 	if got := during(); got != "on" {
@@ -743,34 +774,59 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // TestStaleSessionsFailOneCallEach_Attack: once the server is back (a
 // restart, a failover, pg_terminate_backend of ceiling's sessions, a
 // pooler's server_idle_timeout), every pooled session the server ended
-// still fails the next call made on it as unreachable: a pool of 8 warm
-// sessions fails the next 8 decisions, each sent to the fail mode and
-// counted by the breaker after the outage is over. pgxpool pings only
-// sessions idle for more than a second, and the Store does not send a
-// call again on a fresh session when the server refused it at once.
+// failed the next call made on it as unreachable: a pool of 8 warm
+// sessions failed the next 8 decisions, each sent to the fail mode and
+// counted by the breaker after the outage was over. pgxpool pings only
+// sessions idle for more than a second. A call the server answered only
+// with the FATAL of its ended session (57P01) did not commit, so the
+// Store now sends it once more on a session that is alive; the key counts
+// each decision once.
 func TestStaleSessionsFailOneCallEach_Attack(t *testing.T) {
-	t.Skip("defect: each pooled session the server ended fails one decision (unreachable) after the server is back; 8 of 8 with a warm pool of 8")
-	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 8; c.MinConns = 8 })
-	s := New(pool, WithJanitor(0, 0))
-	defer s.Close()
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() { decideWithin(s, 5*time.Second) })
-	}
-	wg.Wait()
-	admin := pgtest.Pool(t, pool.Config().ConnString())
-	if _, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // the sessions end; the server stays up
-	var failed int
-	for range 10 {
-		if err, _ := decideWithin(s, 2*time.Second); err != nil {
-			failed++
-		}
-	}
-	if failed > 0 {
-		t.Fatalf("%d of 10 decisions failed on a server that was up, after its sessions were ended", failed)
+	for _, how := range []string{"pg_terminate_backend", "restart"} {
+		t.Run(how, func(t *testing.T) {
+			srv, pool, s := own(t, func(c *pgxpool.Config) { c.MaxConns = 8; c.MinConns = 8 })
+			r := backend.Request{Key: "stale", Algorithm: backend.FixedWindow, Limit: 100, Period: time.Hour, Cost: 1}
+			decide := func(d time.Duration) error {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				_, err := s.Decide(ctx, []backend.Request{r})
+				return err
+			}
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() { _ = decide(5 * time.Second) })
+			}
+			wg.Wait()
+			switch how {
+			case "restart":
+				if err := srv.Restart(); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				admin := pgtest.Pool(t, pool.Config().ConnString())
+				if _, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+					WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`); err != nil {
+					t.Fatal(err)
+				}
+				admin.Close()
+				time.Sleep(50 * time.Millisecond) // the sessions end; the server stays up
+			}
+			var failed int
+			for range 10 {
+				if err := decide(2 * time.Second); err != nil {
+					t.Log(err)
+					failed++
+				}
+			}
+			if failed > 0 {
+				t.Fatalf("%d of 10 decisions failed on a server that was up, after its sessions were ended", failed)
+			}
+			if got := s.resent.Load(); got == 0 {
+				t.Fatal("no call was sent again, yet none failed: the sessions were not ended")
+			}
+			if got := remaining(t, s, r); got != r.Limit-18 {
+				t.Fatalf("remaining %d after 18 decisions, want %d: a call sent again counted twice or not at all", got, r.Limit-18)
+			}
+		})
 	}
 }

@@ -21,6 +21,9 @@
 // batches (see [WithJanitor]), as Redis TTLs do. The table is logged by
 // default, or UNLOGGED (see [Unlogged]); a decision commits without
 // waiting for its WAL flush unless Migrate was given [SynchronousCommit].
+// Both belong to the database, not to one instance: a Migrate asking for
+// others than the installed ones fails with [ErrDurability] unless it is
+// given [ChangeDurability].
 // The functions the Store calls keep the search_path Migrate gave them,
 // so objects on a session's search_path cannot stand in for ceiling's.
 //

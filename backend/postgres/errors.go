@@ -22,8 +22,9 @@ import (
 //     that passed: context.DeadlineExceeded, which ceiling reports as a
 //     timeout;
 //   - a refused, reset or lost connection, a server shutting down or not
-//     yet accepting connections (57P01..57P03, class 08), too many
-//     connections (53300): [backend.ErrUnreachable];
+//     yet accepting connections (57P01..57P03), a session ended for being
+//     idle (57P05), class 08, too many connections (53300):
+//     [backend.ErrUnreachable];
 //   - a full disk or out of memory (53100, 53200): [backend.ErrOutOfMemory].
 //
 // Anything else is returned as is.
@@ -42,7 +43,7 @@ func classify(err error) error {
 			return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 		case pe.Code == "53100" || pe.Code == "53200":
 			return fmt.Errorf("%w: %w", backend.ErrOutOfMemory, err)
-		case strings.HasPrefix(pe.Code, "08"), pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "53300":
+		case strings.HasPrefix(pe.Code, "08"), pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", pe.Code == "57P05", pe.Code == "53300":
 			return fmt.Errorf("%w: %w", backend.ErrUnreachable, err)
 		}
 		return err

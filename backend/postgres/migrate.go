@@ -27,7 +27,14 @@ const migrateLock = 0x6365696c696e67 // "ceiling"
 // MigrateOption configures [Migrate].
 type MigrateOption func(*migrateConfig)
 
-type migrateConfig struct{ unlogged, syncCommit bool }
+type migrateConfig struct{ unlogged, syncCommit, change bool }
+
+// ErrDurability is the error [Migrate] returns, with both settings named,
+// when the schema installed in the database has another commit mode or
+// table persistence than the one asked for and [ChangeDurability] was not
+// given: every instance on the database shares them, so one instance's
+// Migrate must not silently weaken what another was started with.
+var ErrDurability = errors.New("the installed schema's durability differs from the one asked for")
 
 // asyncCommit is the line of decide.sql that makes a decision's
 // transaction commit without waiting for its WAL flush.
@@ -41,6 +48,9 @@ const asyncCommit = "  sc := set_config('synchronous_commit', 'off', true);\n"
 // persistence. A logged table (the default) keeps the limits through a
 // crash and a failover. Migrate with or without Unlogged on an existing
 // table switches it (ALTER TABLE ... SET UNLOGGED / LOGGED rewrites it).
+//
+// On a database whose table exists with the other choice, Migrate refuses
+// with [ErrDurability] unless [ChangeDurability] is given too.
 func Unlogged() MigrateOption { return func(c *migrateConfig) { c.unlogged = true } }
 
 // SynchronousCommit makes every decision's commit wait for its WAL flush,
@@ -53,7 +63,35 @@ func Unlogged() MigrateOption { return func(c *migrateConfig) { c.unlogged = tru
 // appendfsync everysec loses its last second. The table stays logged and
 // replicated either way; with synchronous replication, an asynchronous
 // commit does not wait for the standby either.
+//
+// The commit mode belongs to the functions, which every instance on the
+// database shares: on a database whose functions commit the other way,
+// Migrate refuses with [ErrDurability] unless [ChangeDurability] is given
+// too.
 func SynchronousCommit() MigrateOption { return func(c *migrateConfig) { c.syncCommit = true } }
+
+// ChangeDurability lets Migrate change the installed schema's commit mode
+// and table persistence to the ones its other options ask for. They are
+// the database's, not the instance's: every Store on the database then
+// commits and keeps its table that way, so give it only when the
+// deployment means to change them for every instance (and run it from one
+// place, as a schema change). Without it, Migrate on a schema installed
+// with another commit mode or persistence fails with [ErrDurability] and
+// changes nothing.
+func ChangeDurability() MigrateOption { return func(c *migrateConfig) { c.change = true } }
+
+// durability names a commit mode and a table persistence as the options
+// that ask for them.
+func durability(syncCommit, unlogged bool) string {
+	commit, table := "asynchronous commit (no SynchronousCommit)", "a logged table (no Unlogged)"
+	if syncCommit {
+		commit = "synchronous commit (SynchronousCommit)"
+	}
+	if unlogged {
+		table = "an UNLOGGED table (Unlogged)"
+	}
+	return commit + " and " + table
+}
 
 // Migrate creates or updates what the Store needs in the pool's database,
 // in the first existing schema of its search_path: the table
@@ -85,6 +123,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 		if _, err := tx.Exec(ctx, "SELECT set_config('search_path', quote_ident($1) || ', pg_temp', true)", *ns); err != nil {
 			return err
 		}
+		if !cfg.change {
+			if err := sameDurability(ctx, tx, *ns, cfg); err != nil {
+				return err
+			}
+		}
 		schema, decide := schemaSQL, decideSQL
 		if cfg.unlogged {
 			schema = strings.Replace(schema, "CREATE TABLE", "CREATE UNLOGGED TABLE", 1)
@@ -115,4 +158,39 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...MigrateOption) err
 		return fmt.Errorf("ceiling/backend/postgres: migrate: %w", classify(err))
 	}
 	return nil
+}
+
+// sameDurability returns an [ErrDurability] naming both settings when
+// what schema ns holds (the decision functions' commit mode, the table's
+// persistence) differs from what cfg asks for. A schema not installed yet
+// has nothing to differ.
+func sameDurability(ctx context.Context, tx pgx.Tx, ns string, cfg migrateConfig) error {
+	var functions int
+	var async bool
+	err := tx.QueryRow(ctx, `SELECT count(*)::int, coalesce(bool_or(strpos(p.prosrc, $2) > 0), false)
+		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		WHERE n.nspname = $1 AND p.proname IN ('ceiling_decide', 'ceiling_decide_one')`,
+		ns, strings.TrimSpace(asyncCommit)).Scan(&functions, &async)
+	if err != nil {
+		return err
+	}
+	var persistence *string
+	err = tx.QueryRow(ctx, `SELECT max(c.relpersistence::text) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'ceiling_state' AND c.relkind = 'r'`, ns).Scan(&persistence)
+	if err != nil {
+		return err
+	}
+	installedSync, installedUnlogged := cfg.syncCommit, cfg.unlogged
+	if functions > 0 {
+		installedSync = !async
+	}
+	if persistence != nil {
+		installedUnlogged = *persistence == "u"
+	}
+	if installedSync == cfg.syncCommit && installedUnlogged == cfg.unlogged {
+		return nil
+	}
+	return fmt.Errorf("%w: schema %q is installed with %s, and this Migrate asks for %s; "+
+		"it changes every instance on the database, so pass ChangeDurability to do it, or the installed options to keep them",
+		ErrDurability, ns, durability(installedSync, installedUnlogged), durability(cfg.syncCommit, cfg.unlogged))
 }

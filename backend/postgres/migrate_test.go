@@ -52,13 +52,13 @@ func TestMigrateConcurrentlyAndSwitchPersistence(t *testing.T) {
 	if err, _ := decideWithin(s, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := Migrate(ctx, pool, Unlogged()); err != nil {
+	if err := Migrate(ctx, pool, Unlogged(), ChangeDurability()); err != nil {
 		t.Fatal(err)
 	}
 	if got := persistence(t, pool); got != "u" {
 		t.Fatalf("relpersistence %q after Migrate(Unlogged()), want u", got)
 	}
-	if err := Migrate(ctx, pool); err != nil {
+	if err := Migrate(ctx, pool, ChangeDurability()); err != nil {
 		t.Fatal(err)
 	}
 	if got := persistence(t, pool); got != "p" {
@@ -135,7 +135,7 @@ func TestDecisionsCommitAsynchronouslyUnlessAsked(t *testing.T) {
 	if during, after := setting(); during != "off" || after != "on" {
 		t.Fatalf("synchronous_commit %q in a decision's transaction and %q after it, want off and on", during, after)
 	}
-	if err := Migrate(ctx, pool, SynchronousCommit()); err != nil {
+	if err := Migrate(ctx, pool, SynchronousCommit(), ChangeDurability()); err != nil {
 		t.Fatal(err)
 	}
 	if during, after := setting(); during != "on" || after != "on" {

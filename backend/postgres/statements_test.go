@@ -17,6 +17,18 @@ import (
 // for one request and for three, and no statement planned again. The
 // three-request call's final UPDATE took arrays as parameters and was
 // planned at every call, which cost as much as running it.
+//
+// A session plans each line of a function the first time it runs it, so
+// a warm session is one that has run every line the measured decisions
+// run. On the server's clock which lines those are went by the machine's
+// speed (a one-second window rolls its 62.5 ms buckets only when a key's
+// decisions are that far apart), and a loaded machine first rolled one in
+// the measured decisions. The decisions therefore go by a clock the test
+// steps: the measured ones repeat the warm-up's steps. Autovacuum is off
+// for the tables, whose statistics the test sets with ANALYZE, so that
+// no vacuum or analyze invalidates the plans meanwhile. The same
+// measurement on a session that plans every statement at every call
+// (plan_cache_mode force_custom_plan) must see them planned.
 func TestStatementsPerDecision(t *testing.T) {
 	srv := pgtest.Start(t, pgtest.Options{Settings: []string{"pg_stat_statements.track=all", "pg_stat_statements.track_planning=on"}})
 	ctx := context.Background()
@@ -24,35 +36,16 @@ func TestStatementsPerDecision(t *testing.T) {
 	if err := Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-		t.Fatal(err)
-	}
-	// other keys, so that the planner weighs a table of some size
-	if _, err := pool.Exec(ctx, "INSERT INTO ceiling_state SELECT 'other:' || i, 3, '{0,0}', 0 FROM generate_series(1, 5000) i"); err != nil {
-		t.Fatal(err)
-	}
-	s := New(pool, WithJanitor(0, 0))
-	defer s.Close()
-	calls := func(i int) [][]backend.Request {
-		k := fmt.Sprint(i % 5)
-		return [][]backend.Request{
-			{{Key: "one:" + k, Limit: 1000, Period: time.Hour, Cost: 1}},
-			{
-				{Key: "a:" + k, Limit: 1000, Period: time.Second, Cost: 1},
-				{Key: "b:" + k, Algorithm: backend.SlidingWindow, Limit: 1000, Period: time.Minute, Cost: 1},
-				{Key: "c:" + k, Algorithm: backend.GCRA, Limit: 1000, Period: time.Hour, Cost: 1},
-			},
-		}
-	}
-	decide := func(from, to int) {
-		t.Helper()
-		for i := from; i < to; i++ {
-			for _, reqs := range calls(i) {
-				res, err := s.Decide(ctx, reqs)
-				if err != nil || !res[0].Allowed {
-					t.Fatalf("decision %d of %d requests: %v, %v", i, len(reqs), res, err)
-				}
-			}
+	for _, sql := range []string{
+		"CREATE EXTENSION IF NOT EXISTS pg_stat_statements",
+		"ALTER TABLE ceiling_state SET (autovacuum_enabled = off)",
+		"ALTER TABLE ceiling_settled SET (autovacuum_enabled = off)",
+		// other keys, so that the planner weighs a table of some size
+		"INSERT INTO ceiling_state SELECT 'other:' || i, 3, '{0,0}', 0 FROM generate_series(1, 5000) i",
+		"ANALYZE ceiling_state, ceiling_settled",
+	} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
 		}
 	}
 	counters := func() (stmts, plans int64) {
@@ -64,15 +57,60 @@ func TestStatementsPerDecision(t *testing.T) {
 		}
 		return stmts, plans
 	}
-	decide(0, 20) // every key has a row; every plan is made, custom plans are over
-	stmts0, plans0 := counters()
+	// measure makes 2*n warm decisions on a session of p and returns the
+	// statements run and planned meanwhile. The clock starts on an hour
+	// and steps 10 ms a decision: each key of a one-second window is
+	// decided every 100 ms, so each of its decisions rolls one or two
+	// buckets, in the warm-up as in the measured decisions; no minute or
+	// hour passes.
+	measure := func(p *pgxpool.Pool, prefix string, n int) (stmts, plans int64) {
+		t.Helper()
+		at := time.Unix(1_800_000_000, 0)
+		s := New(p, WithPrefix(prefix), WithJanitor(0, 0), WithClock(func() time.Time { return at }))
+		defer s.Close()
+		calls := func(i int) [][]backend.Request {
+			k := fmt.Sprint(i % 5)
+			return [][]backend.Request{
+				{{Key: "one:" + k, Limit: 1000, Period: time.Hour, Cost: 1}},
+				{
+					{Key: "a:" + k, Limit: 1000, Period: time.Second, Cost: 1},
+					{Key: "b:" + k, Algorithm: backend.SlidingWindow, Limit: 1000, Period: time.Minute, Cost: 1},
+					{Key: "c:" + k, Algorithm: backend.GCRA, Limit: 1000, Period: time.Hour, Cost: 1},
+				},
+			}
+		}
+		decide := func(from, to int) {
+			t.Helper()
+			for i := from; i < to; i++ {
+				for _, reqs := range calls(i) {
+					at = at.Add(10 * time.Millisecond)
+					res, err := s.Decide(ctx, reqs)
+					if err != nil || !res[0].Allowed {
+						t.Fatalf("decision %d of %d requests: %v, %v", i, len(reqs), res, err)
+					}
+				}
+			}
+		}
+		decide(0, 20) // every key has a row, every line has run; custom plans are over
+		stmts0, plans0 := counters()
+		decide(20, 20+n)
+		stmts, plans = counters()
+		return stmts - stmts0, plans - plans0
+	}
 	const n = 20
-	decide(20, 20+n)
-	stmts, plans := counters()
-	if got := float64(stmts-stmts0) / (2 * n); got > 3 {
+	stmts, plans := measure(pool, "warm", n)
+	if got := float64(stmts) / (2 * n); got > 3 {
 		t.Errorf("%.2f statements per decision, want at most 3", got)
 	}
-	if plans != plans0 {
-		t.Errorf("%d statements planned in %d warm decisions, want none", plans-plans0, 2*n)
+	if plans != 0 {
+		t.Errorf("%d statements planned in %d warm decisions, want none", plans, 2*n)
+	}
+	// The counter sees a statement planned at every call.
+	replan := pgtest.Pool(t, srv.URL("postgres"), func(c *pgxpool.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	})
+	if _, plans := measure(replan, "replan", n); plans < 2*n {
+		t.Errorf("%d statements planned in %d decisions of a session that plans every statement at every call, want at least %d", plans, 2*n, 2*n)
 	}
 }

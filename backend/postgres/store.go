@@ -13,7 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -45,6 +47,7 @@ type Store struct {
 	clock  func() time.Time // nil: the server's clock_timestamp()
 
 	retries atomic.Int64 // calls sent again after the server aborted them
+	resent  atomic.Int64 // calls sent again after the server had ended their session
 
 	// inFlight counts the calls sent and not yet ended; answered is when
 	// (UnixNano) the server last answered one, and unanswered when one
@@ -173,7 +176,12 @@ const (
 //
 // A call PostgreSQL aborts (deadlock detected, serialization failure) is
 // sent once more: the aborted transaction wrote nothing, so the decision
-// still counts once.
+// still counts once. So is a call on a session the server had ended (a
+// restart, a failover, pg_terminate_backend) that pgx could not send or
+// that the server answered only with that session's FATAL, on a session
+// that is alive and within the same budget: such a call did not commit
+// (see ended). A session lost otherwise (a reset, an EOF) may have
+// committed its call, which is not sent again.
 func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results []backend.Result) error {
 	if len(results) < len(reqs) {
 		return fmt.Errorf("ceiling/backend/postgres: %d results for %d requests", len(results), len(reqs))
@@ -215,7 +223,11 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		}
 		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
 	}
-	defer conn.Release()
+	defer func() {
+		if conn != nil {
+			conn.Release()
+		}
+	}()
 	if budget > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), budget)
@@ -224,11 +236,28 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	var out []int64
 	s.inFlight.Add(1)
 	for attempt := 0; attempt < 2; attempt++ {
-		err = conn.QueryRow(ctx, sql, args...).Scan(&out)
-		if attempt > 0 || !aborted(err) {
+		var row bool
+		out, row, err = send(ctx, conn, sql, args)
+		if attempt > 0 {
 			break
 		}
-		s.retries.Add(1)
+		if aborted(err) {
+			s.retries.Add(1)
+			continue
+		}
+		if !row && ended(err) {
+			// The server had ended the session before the call (a
+			// restart, a failover, pg_terminate_backend): the call did
+			// not run, or ran without committing. Once more on a session
+			// that is alive, within the same budget.
+			conn.Release()
+			if conn, err = s.live(ctx); err != nil {
+				break
+			}
+			s.resent.Add(1)
+			continue
+		}
+		break
 	}
 	if pe := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pe) {
 		s.answered.Store(time.Now().UnixNano())
@@ -237,7 +266,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 	}
 	s.inFlight.Add(-1)
 	if err != nil {
-		if standby(ctx, conn, err) {
+		if conn != nil && standby(ctx, conn, err) {
 			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the server is a standby: %w", backend.ErrReadOnly, err)
 		}
 		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
@@ -364,6 +393,79 @@ func standby(ctx context.Context, conn *pgxpool.Conn, err error) bool {
 	}
 	var recovering bool
 	return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering) == nil && recovering
+}
+
+// send sends the call on conn and returns the reply's values, and whether
+// a row of the reply arrived before any error.
+func send(ctx context.Context, conn *pgxpool.Conn, sql string, args []any) (out []int64, row bool, err error) {
+	rows, err := conn.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, false, err
+	}
+	if row = rows.Next(); row {
+		err = rows.Scan(&out)
+	}
+	rows.Close()
+	if e := rows.Err(); e != nil {
+		err = e
+	} else if err == nil && !row {
+		err = pgx.ErrNoRows
+	}
+	return out, row, err
+}
+
+// ended reports a call that failed because the server had ended its
+// session and that did not commit, so that it may be sent again on
+// another: pgx wrote none of it (pgconn.SafeToRetry), or the server
+// answered it only with the FATAL of a session it had ended (57P01: a
+// pg_terminate_backend or a shutdown; 57P05: idle_session_timeout) and no
+// row. A decision's one statement commits only after its row is in the
+// server's output, which reaches the client in order before any later
+// FATAL, so a FATAL without a row is a call that did not commit. Any
+// other lost session (an EOF, a reset) may have committed and is not
+// sent again.
+func ended(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Severity == "FATAL" && (pe.Code == "57P01" || pe.Code == "57P05")
+	}
+	return err != nil && pgconn.SafeToRetry(err)
+}
+
+// liveTries bounds the idle sessions live looks at: past them it takes
+// whatever the pool gives, a new session when the others were dropped.
+const liveTries = 16
+
+// live acquires a session of the pool that the server has not ended:
+// after one ended session the pool's other idle ones were often ended
+// too (a restart ends them all), and each would fail its next call. It
+// reads each for a FATAL already received, for a millisecond at most,
+// without writing, and drops the ended ones.
+func (s *Store) live(ctx context.Context) (*pgxpool.Conn, error) {
+	for i := 0; ; i++ {
+		c, err := s.pool.Acquire(ctx)
+		if err != nil || i == liveTries || alive(c) {
+			return c, err
+		}
+		c.Release() // closed: the pool drops it
+	}
+}
+
+// alive reports whether the idle session c is still open once what the
+// server sent it is read: a FATAL (an ended session) or a closed socket
+// closes it.
+func alive(c *pgxpool.Conn) bool {
+	pc := c.Conn().PgConn()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	msg, err := pc.ReceiveMessage(ctx)
+	if e, ok := msg.(*pgproto3.ErrorResponse); ok && e.Severity == "FATAL" {
+		_ = pc.Close(ctx)
+	}
+	if err != nil && !pgconn.Timeout(err) {
+		_ = pc.Close(ctx)
+	}
+	return !pc.IsClosed()
 }
 
 // aborted reports a transaction PostgreSQL rolled back on its own and that

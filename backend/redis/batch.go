@@ -110,8 +110,9 @@ func starvedLimit(budget time.Duration) time.Duration {
 // delay, not Redis's ([backend.ErrNotSent]).
 var errNotSent = fmt.Errorf("%w: every round trip to the node in flight", backend.ErrNotSent)
 
-// errStuck: the call was not sent because no round trip to its node came
-// back for longer than its budget: the node does not answer.
+// errStuck: the call was not sent because a round trip to its node is
+// overdue and the node replied to nothing since (pipeliner.stuck): the
+// node does not answer.
 var errStuck = errors.New("not sent: no round trip to the node came back")
 
 // errWritten marks a call a round trip took and that was not answered:
@@ -213,6 +214,9 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 		// slow yield), or while Redis replied to another round trip since
 		// the write, the reply may have come in time and been dropped.
 		ran := s.replied.Load() > w.written.Load()
+		if s.refused(w, entry) != nil {
+			return s.timeoutError(w, entry)
+		}
 		if starved, _ := s.starved(w.budget); starved || late || ran {
 			s.slowYield.Store(time.Now().UnixNano())
 			return fmt.Errorf("%w (%w: no reply read within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
@@ -244,6 +248,9 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 	}
 	limit := entry.Add(starvedLimit(w.budget))
 	for {
+		if s.refused(w, entry) != nil {
+			return false // the node is down: no reply to wait for
+		}
 		var late bool
 		if wr := w.written.Load(); wr != 0 {
 			due := time.Unix(0, wr).Add(w.budget)
@@ -368,21 +375,19 @@ func (w *waiter) answered() bool {
 	}
 }
 
-// timeoutError says why a call ran out of budget: a dial that failed
-// since entry makes it unreachable (the dial's retries can outlast the
-// budget); otherwise a timeout, waiting for a reply or for a round trip.
+// timeoutError says why a call ran out of budget: a refused dial to its
+// node (refused) makes it unreachable, the dial's retries outlasting the
+// budget; otherwise a timeout, waiting for a reply or for a round trip.
 // A call a round trip took is marked errWritten either way.
 func (s *Store) timeoutError(w *waiter, entry time.Time) error {
-	dial := s.dials.since(entry)
+	dial := s.refused(w, entry)
 	switch {
 	case !w.taken() && dial != nil:
 		return unreachable(dial)
 	case !w.taken():
-		// Not sent: this process's delay, unless the round trips holding
-		// every lane were Redis's, none coming back for a budget, and Redis
-		// replied to none meanwhile.
-		if b := w.node; b != nil && time.Since(time.Unix(0, b.back.Load())) > w.budget &&
-			time.Since(time.Unix(0, s.replied.Load())) > w.budget {
+		// Not sent: this process's delay, unless a round trip holding a
+		// lane is overdue and the node replied to nothing since (stuck).
+		if b := w.node; b != nil && b.stuck(time.Now()) {
 			return fmt.Errorf("%w within %v: %w", errStuck, w.budget, context.DeadlineExceeded)
 		}
 		return fmt.Errorf("%w within %v: %w", errNotSent, w.budget, context.DeadlineExceeded)
@@ -392,21 +397,89 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 	return fmt.Errorf("%w: no reply within %v of the write: %w", errWritten, w.budget, context.DeadlineExceeded)
 }
 
+// refused returns the refused dial that says w's node is down, if any: a
+// dial to it failed at most dialRecent before entry or since, and neither
+// a dial nor a round trip to it succeeded since (dialLog.refused).
+func (s *Store) refused(w *waiter, entry time.Time) error {
+	b := w.node
+	if b == nil {
+		return nil
+	}
+	return s.dials.refused(b.addr, entry, b.replied.Load())
+}
+
 // pipeliner queues the ops bound for one node while its lanes (round
 // trips in flight, at most max) are taken. There is no worker (drain).
 type pipeliner struct {
 	s     *Store
 	mu    sync.Mutex
 	queue []*op
-	lanes int // round trips in flight or about to be
-	max   int // lanes at most (tests set 1)
-	// back is the UnixNano of the latest round trip to the node that came
-	// back (see timeoutError).
-	back atomic.Int64
+	lanes int    // round trips in flight or about to be
+	max   int    // lanes at most (tests set 1)
+	addr  string // the node's address on Cluster; "" otherwise
+	// flying are the round trips in flight to the node (see stuck).
+	flying [maxLanes]flyingTrip
+	// replied is the UnixNano of the node's latest reply (not a timeout,
+	// not a failed connection): it ran then.
+	replied atomic.Int64
 }
 
-func newPipeliner(s *Store) *pipeliner {
-	return &pipeliner{s: s, max: maxLanes}
+// flyingTrip is a round trip in flight: when it was written, and the
+// budget its callers give it from then; zero: a free slot.
+type flyingTrip struct {
+	at     int64
+	budget time.Duration
+}
+
+func newPipeliner(s *Store, addr string) *pipeliner {
+	return &pipeliner{s: s, max: maxLanes, addr: addr}
+}
+
+// fly records a round trip written at now with budget, and returns its
+// slot for land (-1: none free, only when a test calls exec directly).
+func (b *pipeliner) fly(now time.Time, budget time.Duration) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.flying {
+		if b.flying[i].at == 0 {
+			b.flying[i] = flyingTrip{at: now.UnixNano(), budget: budget}
+			return i
+		}
+	}
+	return -1
+}
+
+// land records that the round trip of slot came back.
+func (b *pipeliner) land(slot int) {
+	if slot < 0 {
+		return
+	}
+	b.mu.Lock()
+	b.flying[slot] = flyingTrip{}
+	b.mu.Unlock()
+}
+
+// stuck reports whether the node holds a round trip that is overdue, and
+// replied to nothing since it was written, by a patience that this
+// process's own delays cannot exhaust: its budget from the write when no
+// yield showed this process starved lately, otherwise starvedLimit of it
+// (as long as a written call waits for a starved process). A round trip
+// without a budget is never overdue.
+func (b *pipeliner) stuck(now time.Time) bool {
+	starved := b.s.starvedLately(now)
+	replied := b.replied.Load()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, f := range b.flying {
+		patience := f.budget
+		if starved {
+			patience = starvedLimit(f.budget)
+		}
+		if f.at != 0 && f.budget > 0 && replied < f.at && now.UnixNano()-f.at > int64(patience) {
+			return true
+		}
+	}
+	return false
 }
 
 // enqueue queues the ops of w on their nodes' pipeliners, those of one
@@ -476,8 +549,7 @@ func (b *pipeliner) drain(self *waiter) {
 			return
 		}
 		b.mu.Unlock()
-		b.s.exec(batch, self)
-		b.back.Store(time.Now().UnixNano())
+		b.s.exec(b, batch, self)
 		clear(batch)
 	}
 	b.mu.Lock()
@@ -528,7 +600,7 @@ func (s *Store) pipelinerFor(ctx context.Context, key string) (*pipeliner, error
 	if b, ok := s.nodes.Load(addr); ok {
 		return b.(*pipeliner), nil
 	}
-	b, _ := s.nodes.LoadOrStore(addr, newPipeliner(s))
+	b, _ := s.nodes.LoadOrStore(addr, newPipeliner(s, addr))
 	return b.(*pipeliner), nil
 }
 
@@ -542,10 +614,11 @@ func (noRetry) NoRetry() bool { return true }
 
 // exec sends one batch in one round trip with a deadline of its own,
 // counted from the write, re-sends with EVAL the scripts a node did not
-// have, and wakes every waiter whose ops are all answered. self is the
+// have, and wakes every waiter whose ops are all answered; b is the
+// pipeliner of the batch's node, which tracks it in flight. self is the
 // waiter of a caller that sends the batch itself (callInline), whose
 // budget is the round trip's; nil for a drain goroutine.
-func (s *Store) exec(batch []*op, self *waiter) {
+func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 	inline := self != nil
 	if beforeWrite != nil {
 		beforeWrite()
@@ -599,17 +672,23 @@ func (s *Store) exec(batch []*op, self *waiter) {
 			}
 		}
 	}
+	slot := b.fly(now, budget)
 	s.send(ctx, batch)
+	b.land(slot)
 	heal, replied := false, false
 	for _, o := range batch {
-		if err := o.cmd.Err(); err != nil {
+		err := o.cmd.Err()
+		if err != nil {
 			s.logReply(err)
 			heal = heal || (s.cluster != nil && stale(err))
 		}
-		replied = replied || !timedOut(o.cmd.Err())
+		var reply redis.Error // an error reply is Redis's answer too
+		replied = replied || err == nil || errors.As(err, &reply)
 	}
 	if replied {
-		s.replied.Store(time.Now().UnixNano())
+		at := time.Now().UnixNano()
+		s.replied.Store(at)
+		b.replied.Store(at)
 	}
 	for _, o := range batch {
 		if o.w.pending.Add(-1) == 0 {

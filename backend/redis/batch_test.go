@@ -418,7 +418,7 @@ func TestInlineBatchKeepsItsSendersBound(t *testing.T) {
 		batch = append(batch, &ops[0])
 	}
 	start := time.Now()
-	s.exec(batch, batch[0].w)
+	s.exec(s.pipe, batch, batch[0].w)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("a batch sent by a caller with a 100ms budget returned after %v on a stalled Redis, want about 100ms", d)
 	}

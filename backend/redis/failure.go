@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -101,11 +102,13 @@ func (s *Store) healCluster() {
 	s.cluster.ReloadState(context.Background())
 }
 
-// dialLog remembers the client's last failed dial, so that a call out of
-// budget while go-redis retries the dial names it, and logs it (sampled).
+// dialLog remembers the client's last failed dial (per node on Cluster),
+// forgotten once a dial succeeds, so that a call out of budget while
+// go-redis retries a refused dial names it, and logs it (sampled).
 type dialLog struct {
-	last atomic.Pointer[dialFailure]
-	logs *atomic.Pointer[storeLog] // the Store's
+	last  atomic.Pointer[dialFailure] // any node's; nil after a dial succeeded
+	nodes sync.Map                    // on Cluster: address -> *dialFailure
+	logs  *atomic.Pointer[storeLog]   // the Store's
 }
 
 type dialFailure struct {
@@ -113,23 +116,49 @@ type dialFailure struct {
 	err error
 }
 
-// since returns the last dial error if it happened after t.
-func (d *dialLog) since(t time.Time) error {
+// dialRecent is how long before a call a refused dial still says the node
+// is down: go-redis re-dials a refused connection every 100ms
+// (DialerRetryTimeout) within a call, and once a pool's dials all failed
+// its probe re-dials every second, failing fast meanwhile; so while the
+// node stays down a failure is never older than that second.
+const dialRecent = time.Second
+
+// refused returns the last failed dial to the node at addr ("": any node)
+// if it failed after t, or was refused (not timed out) at most dialRecent
+// before t; and only if no dial succeeded since, and the
+// node replied to nothing since (repliedAt, UnixNano): the node's fault, not
+// this process's, however late this process got to the call.
+func (d *dialLog) refused(addr string, t time.Time, repliedAt int64) error {
 	f := d.last.Load()
-	if f == nil || f.at.Before(t) {
+	if addr != "" {
+		f = nil
+		if v, ok := d.nodes.Load(addr); ok {
+			f = v.(*dialFailure)
+		}
+	}
+	switch {
+	case f == nil || f.at.Before(t.Add(-dialRecent)) || f.at.UnixNano() <= repliedAt:
+		return nil
+	case f.at.Before(t) && timedOut(f.err):
+		// a dial that timed out before the call may have been this
+		// process's delay; a refusal is the node's answer
 		return nil
 	}
 	return f.err
 }
 
-// DialHook records failed dials; the other hooks pass through.
+// DialHook records failed dials, and forgets them once one succeeds; the
+// other hooks pass through.
 func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
+		var f *dialFailure
 		if err != nil {
-			d.last.Store(&dialFailure{at: time.Now(), err: err})
+			f = &dialFailure{at: time.Now(), err: err}
 			d.logs.Load().warn(kindDial, fmt.Sprintf("failed to dial %s: %v", addr, err))
 		}
+		d.last.Store(f)
+		d.nodes.Store(addr, f)
 		return c, err
 	}
 }

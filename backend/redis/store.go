@@ -128,7 +128,7 @@ func New(client redis.UniversalClient, opts ...Option) *Store {
 		s.inline = c.Options().ContextTimeoutEnabled
 	}
 	if s.cluster == nil {
-		s.pipe = newPipeliner(s)
+		s.pipe = newPipeliner(s, "")
 	}
 	s.ownLogs = cfg.loggerSet
 	if cfg.logger != nil {

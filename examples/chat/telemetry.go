@@ -13,10 +13,19 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/instrumentation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
+
+// hostless drops from otelhttp's metrics the attributes it reads from the
+// request's Host header, server.address and server.port: a client chooses
+// that header, and each value it sent would be a new series, until the
+// SDK's cardinality limit overflowed the service's own.
+var hostless = sdkmetric.NewView(
+	sdkmetric.Instrument{Scope: instrumentation.Scope{Name: otelhttp.ScopeName}},
+	sdkmetric.Stream{AttributeFilter: attribute.NewDenyKeysFilter("server.address", "server.port")})
 
 // telemetry is the service's OpenTelemetry export: each request's span,
 // with the limiter's decision on it, and the limiter's metrics, sent over
@@ -59,7 +68,8 @@ func newTelemetry(ctx context.Context, getenv func(string) string, logger *slog.
 		return telemetry{}, errors.Join(err, spans.Shutdown(ctx))
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(withoutAddresses{spans}), sdktrace.WithResource(res))
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics)), sdkmetric.WithResource(res))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(metrics)), sdkmetric.WithResource(res),
+		sdkmetric.WithView(hostless))
 	shutdown := func(ctx context.Context) error { return errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx)) }
 	obs, err := ceilingotel.New(ceilingotel.Options{MeterProvider: mp})
 	if err != nil {

@@ -83,6 +83,9 @@ type Observer struct {
 	// a limiter adds rules.
 	rules atomic.Pointer[map[string]*ruleOpts]
 
+	// degraded counts the limiters observed that are degraded now: each
+	// limiter's transitions alternate, so a shared observer's gauge stays
+	// 1 until the last of them recovers.
 	degraded atomic.Int64
 
 	mu         sync.Mutex // guards the rest, and the replacement of rules
@@ -183,8 +186,15 @@ func New(o Options) (*Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		o.ObserveInt64(degraded, obs.degraded.Load(), metric.WithAttributeSet(set))
+	obs.kinds = map[ceiling.FailureKind][]metric.AddOption{}
+	for _, kind := range ceiling.FailureKinds() {
+		obs.kinds[kind] = obs.with(AttrErrorType.String(string(kind)))
+	}
+	empty := map[string]*ruleOpts{}
+	obs.rules.Store(&empty)
+	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		obs.startAtZero(ctx)
+		o.ObserveInt64(degraded, min(obs.degraded.Load(), 1), metric.WithAttributeSet(set))
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		if obs.minTimeout > 0 {
@@ -213,19 +223,27 @@ func New(o Options) (*Observer, error) {
 		return nil, err
 	}
 
-	// Every series an alert watches exists from the start, at zero, so
-	// that its first increase is one that increase() and rate() can see.
-	obs.transitions.Add(context.Background(), 0, obs.plain...)
-	obs.cached.Add(context.Background(), 0, obs.plain...)
-	obs.kinds = map[ceiling.FailureKind][]metric.AddOption{}
-	for _, kind := range ceiling.FailureKinds() {
-		opts := obs.with(AttrErrorType.String(string(kind)))
-		obs.kinds[kind] = opts
-		obs.errors.Add(context.Background(), 0, opts...)
-	}
-	empty := map[string]*ruleOpts{}
-	obs.rules.Store(&empty)
+	obs.startAtZero(context.Background())
 	return obs, nil
+}
+
+// startAtZero makes every series an alert watches exist, at zero, so that
+// its first increase is one that increase() and rate() can see: the
+// transitions, the deny-cache answers, the backend errors of each kind
+// and the configured rules' fail-mode admissions. New calls it, and so
+// does each collection, since measurements made on the global provider
+// before the program installed its SDK went nowhere.
+func (o *Observer) startAtZero(ctx context.Context) {
+	o.transitions.Add(ctx, 0, o.plain...)
+	o.cached.Add(ctx, 0, o.plain...)
+	for _, kind := range ceiling.FailureKinds() {
+		o.errors.Add(ctx, 0, o.kinds[kind]...)
+	}
+	for _, r := range *o.rules.Load() {
+		for _, opts := range r.mode {
+			o.failmode.Add(ctx, 0, opts...)
+		}
+	}
 }
 
 // with is the measurement options of the observer's attributes and kv.
@@ -319,13 +337,19 @@ func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 func (o *Observer) ObserveCached() { o.cached.Add(context.Background(), 1, o.plain...) }
 
 // ObserveDegraded sets the degraded gauge and counts transitions into it.
+// Of limiters sharing the observer, the gauge is 1 while any is degraded.
 func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
 	if e.Degraded {
-		o.degraded.Store(1)
+		o.degraded.Add(1)
 		o.transitions.Add(context.Background(), 1, o.plain...)
 		return
 	}
-	o.degraded.Store(0)
+	for {
+		n := o.degraded.Load()
+		if n <= 0 || o.degraded.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
 }
 
 // ObserveFailMode counts a rule admission made by a fail mode, and counts

@@ -126,12 +126,9 @@ func refusal(err error) (string, int, bool) {
 	return ue.Rule, resultFailClosed, true
 }
 
-// shed reports a 503 of a request whose backend call this process was too
-// busy to send or to read ([backend.ErrNotSent], [backend.ErrUnread]),
-// which ceiling refuses whatever the fail modes.
-func shed(ue *ceiling.UnavailableError) bool {
-	return errors.Is(ue.Err, backend.ErrNotSent) || errors.Is(ue.Err, backend.ErrUnread)
-}
+// shed reports a 503 that ceiling answered whatever the fail modes, since
+// this process could not get the backend's verdict in time.
+func shed(ue *ceiling.UnavailableError) bool { return ue.Shed }
 
 // refused is what the 429 says of a rejection: the first rejecting rule
 // it names and the Retry-After it sends, the longest wait of the rules it

@@ -40,7 +40,6 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling"
-	"github.com/ceiling-go/ceiling/backend"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -84,6 +83,7 @@ type Observer struct {
 	slots   *prometheus.Desc
 
 	mu         sync.Mutex
+	nDegraded  int // the limiters observed that are degraded now
 	minTimeout time.Duration
 	health     []func() ceiling.Health
 }
@@ -194,16 +194,16 @@ func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 // ObserveRequest counts a request refused with 503, which no rule's
 // decision reports: err is an [*ceiling.UnavailableError], counted on its
 // rule as fail_closed (the rule fails closed and the backend could not
-// decide) or shed (this process was too busy to send the call or read its
-// reply, [backend.ErrNotSent] or [backend.ErrUnread]). Any other request
-// was counted by ObserveDecision.
+// decide) or shed ([ceiling.UnavailableError.Shed]: this process could not
+// get the backend's verdict in time). Any other request was counted by
+// ObserveDecision.
 func (o *Observer) ObserveRequest(_ context.Context, _ *ceiling.Decision, err error) {
 	var ue *ceiling.UnavailableError
 	if err == nil || !errors.As(err, &ue) {
 		return
 	}
 	result := "fail_closed"
-	if errors.Is(ue.Err, backend.ErrNotSent) || errors.Is(ue.Err, backend.ErrUnread) {
+	if ue.Shed {
 		result = "shed"
 	}
 	o.requests.WithLabelValues(ue.Rule, result).Inc()
@@ -225,13 +225,23 @@ func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 func (o *Observer) ObserveCached() { o.cached.Inc() }
 
 // ObserveDegraded sets the degraded gauge and counts transitions into it.
+// Of limiters sharing the observer, the gauge is 1 while any is degraded:
+// each limiter's transitions alternate, so counting them tells how many
+// are degraded now.
 func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if e.Degraded {
-		o.degraded.Set(1)
+		o.nDegraded++
 		o.transitions.Inc()
-		return
+	} else if o.nDegraded > 0 {
+		o.nDegraded--
 	}
-	o.degraded.Set(0)
+	if o.nDegraded > 0 {
+		o.degraded.Set(1)
+	} else {
+		o.degraded.Set(0)
+	}
 }
 
 // ObserveFailMode counts a rule admission made by a fail mode, and counts

@@ -124,8 +124,11 @@ func TestDegradationErrorsAndFailModeAdmissions(t *testing.T) {
 	defer l.Close()
 	h := l.Handler(ok)
 	get(h)
-	be.set(false, true) // hung: one timeout
+	be.set(false, true) // hung: one timeout, shed (no probe has confirmed it)
 	get(h)
+	// The timeout started a probe, which times out too on the hung
+	// backend and so confirms that the backend is at fault.
+	waitCalls(t, obs, 3)
 	be.set(true, false) // refused: two errors open the breaker
 	get(h)
 	get(h)
@@ -148,13 +151,13 @@ ceiling_rate_limiting_backend_errors_total{error_type="error",limiter="api"} 0
 ceiling_rate_limiting_backend_errors_total{error_type="out of memory",limiter="api"} 0
 ceiling_rate_limiting_backend_errors_total{error_type="overloaded",limiter="api"} 0
 ceiling_rate_limiting_backend_errors_total{error_type="read-only",limiter="api"} 0
-ceiling_rate_limiting_backend_errors_total{error_type="timeout",limiter="api"} 1
+ceiling_rate_limiting_backend_errors_total{error_type="timeout",limiter="api"} 2
 ceiling_rate_limiting_backend_errors_total{error_type="unreachable",limiter="api"} 2
 # HELP ceiling_rate_limiting_fail_mode_admissions_total Rule admissions decided by a fail mode instead of the backend: open (not enforced) or local (enforced per instance).
 # TYPE ceiling_rate_limiting_fail_mode_admissions_total counter
 ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="local",ceiling_rate_limiting_rule="chat",limiter="api"} 0
-ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="local",ceiling_rate_limiting_rule="shop",limiter="api"} 8
-ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="open",ceiling_rate_limiting_rule="chat",limiter="api"} 8
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="local",ceiling_rate_limiting_rule="shop",limiter="api"} 7
+ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="open",ceiling_rate_limiting_rule="chat",limiter="api"} 7
 ceiling_rate_limiting_fail_mode_admissions_total{ceiling_rate_limiting_fail_mode="open",ceiling_rate_limiting_rule="shop",limiter="api"} 0
 # HELP ceiling_rate_limiting_degraded_transitions_total Transitions from healthy to degraded.
 # TYPE ceiling_rate_limiting_degraded_transitions_total counter
@@ -164,9 +167,10 @@ ceiling_rate_limiting_degraded_transitions_total{limiter="api"} 1
 		"ceiling_rate_limiting_backend_errors_total", "ceiling_rate_limiting_fail_mode_admissions_total", "ceiling_rate_limiting_degraded_transitions_total"); err != nil {
 		t.Error(err)
 	}
-	// Each rule counts each request once: the first as allowed, the eight
+	// Each rule counts each request once: the first as allowed, the seven
 	// its fail mode admitted as fail_open or fail_local, never as allowed,
-	// which would count unmetered admissions with the backend's.
+	// which would count unmetered admissions with the backend's; the shed
+	// request counts once, as shed on its first enforced rule.
 	requests := `
 # HELP ceiling_rate_limiting_requests_total ` + requestsHelp + `
 # TYPE ceiling_rate_limiting_requests_total counter
@@ -174,17 +178,18 @@ ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceil
 ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="allowed",ceiling_rate_limiting_rule="shop",limiter="api"} 1
 ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_closed",ceiling_rate_limiting_rule="chat",limiter="api"} 0
 ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_closed",ceiling_rate_limiting_rule="shop",limiter="api"} 0
-ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_local",ceiling_rate_limiting_rule="shop",limiter="api"} 8
-ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_open",ceiling_rate_limiting_rule="chat",limiter="api"} 8
-ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="shed",ceiling_rate_limiting_rule="chat",limiter="api"} 0
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_local",ceiling_rate_limiting_rule="shop",limiter="api"} 7
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="fail_open",ceiling_rate_limiting_rule="chat",limiter="api"} 7
+ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="shed",ceiling_rate_limiting_rule="chat",limiter="api"} 1
 ceiling_rate_limiting_requests_total{ceiling_rate_limiting_result="shed",ceiling_rate_limiting_rule="shop",limiter="api"} 0
 `
 	if err := testutil.CollectAndCompare(obs, strings.NewReader(requests), "ceiling_rate_limiting_requests_total"); err != nil {
 		t.Error(err)
 	}
-	// Four calls were made (one answered, three failed), none while open.
-	if got := histogramCount(t, obs); got != 4 {
-		t.Errorf("backend calls observed = %d, want 4", got)
+	// Five calls were made, none while open: four for requests (one
+	// answered, three failed) and the probe.
+	if got := histogramCount(t, obs); got != 5 {
+		t.Errorf("backend calls observed = %d, want 5", got)
 	}
 }
 
@@ -444,5 +449,14 @@ ceiling_rate_limiting_concurrency_slots_in_use{ceiling_rate_limiting_rule="jobs"
 	}
 	if err := testutil.CollectAndCompare(obs, strings.NewReader(want(0)), "ceiling_rate_limiting_concurrency_slots_in_use"); err != nil {
 		t.Error(err)
+	}
+}
+
+// waitCalls waits, on real time since the limiter's probe runs on it, until
+// obs has observed n backend calls.
+func waitCalls(t *testing.T, obs *ceilingprom.Observer, n uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); histogramCount(t, obs) < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond) // the probe's budget runs on real time
 	}
 }

@@ -36,7 +36,7 @@ func observeEverything(obs ceiling.Observer) {
 	obs.ObserveDecision("day", ceiling.OutcomeAllowed)
 	ctx := context.Background()
 	obs.ObserveRequest(ctx, &ceiling.Decision{}, &ceiling.UnavailableError{Rule: "day", Err: ceiling.ErrDegraded, RetryAfter: time.Second})
-	obs.ObserveRequest(ctx, &ceiling.Decision{}, &ceiling.UnavailableError{Rule: "chat", Err: fmt.Errorf("busy: %w", backend.ErrNotSent), RetryAfter: time.Second})
+	obs.ObserveRequest(ctx, &ceiling.Decision{}, &ceiling.UnavailableError{Rule: "chat", Err: fmt.Errorf("busy: %w", backend.ErrNotSent), RetryAfter: time.Second, Shed: true})
 	obs.ObserveRequest(ctx, &ceiling.Decision{}, nil)
 	obs.ObserveBackend(300*time.Microsecond, nil)
 	obs.ObserveBackend(90*time.Millisecond, ceiling.ErrTimeout)
