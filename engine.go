@@ -169,6 +169,7 @@ func (l *Limiter) initFailover() error {
 		Unsent:  unsent,
 		Keep:    l.kept,
 		Dropped: l.droppedWrites,
+		Timeout: l.cfg.timeout,
 	}
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery

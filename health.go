@@ -156,7 +156,10 @@ type Health struct {
 	// DroppedWrites counts settlements and slot releases that failed and
 	// were never applied by the background resend either (one that may
 	// have been applied, is older than its rule's Period, or is pending at
-	// Close): each left unused units counted, an error towards the limit.
+	// Close): a refund or release given up left unused units counted, an
+	// error towards the limit; a forced charge given up left what the
+	// request used past its estimate uncounted (at most the rule's
+	// capacity), an error past it.
 	DroppedWrites int64 `json:"dropped_writes,omitempty"`
 	// Shed counts requests refused with 503 because this process was too
 	// busy to send their backend call or read its reply in time, or a
