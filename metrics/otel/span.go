@@ -101,6 +101,12 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 			kv[0] = AttrRule.String(rr.Rule.Name)
 		}
 		if m := fallback(d); m != 0 {
+			// Admitted by a fail mode, not the backend: the counter's
+			// words, fail_open or fail_local.
+			kv[1] = AttrResult.String(results[resultFailOpen])
+			if m == ceiling.FailLocal {
+				kv[1] = AttrResult.String(results[resultFailLocal])
+			}
 			kv[n] = AttrFailMode.String(m.String())
 			n++
 		}

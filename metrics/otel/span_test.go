@@ -116,7 +116,7 @@ func TestDecisionIsRecordedOnTheRequestsSpan(t *testing.T) {
 		{"ceiling.rate_limiting.result=allowed", "ceiling.rate_limiting.rule=chat:day"},
 		{"ceiling.rate_limiting.result=rejected", "ceiling.rate_limiting.retry_after=" + retryAfter[2], "ceiling.rate_limiting.rule=chat:day"},
 		// Nothing counted it: no rule decided.
-		{"ceiling.rate_limiting.fail_mode=open", "ceiling.rate_limiting.result=allowed"},
+		{"ceiling.rate_limiting.fail_mode=open", "ceiling.rate_limiting.result=fail_open"},
 	}
 	for i, s := range spans {
 		if got := attrs(s); !slices.Equal(got, want[i]) {
