@@ -403,10 +403,12 @@ func (l *Limiter) shed(d *Decision, cause error) error {
 // which). FailOpen does not apply then, since a flood that saturates the
 // instance would buy unmetered admissions: the request is shed instead,
 // and FailLocal, already bounded, decides locally. Once a probe confirms
-// the timeouts (the breaker opens), every fail mode applies.
+// the timeouts, every fail mode applies, whether or not the breaker opens
+// (on Redis Cluster one frozen master's timeouts come between the other
+// masters' answers, which keep the breaker closed).
 func (l *Limiter) unconfirmed(cause error) bool {
 	b := l.fo.breaker
-	return b != nil && b.Closed() && isTimeout(cause)
+	return b != nil && b.Closed() && isTimeout(cause) && b.Unconfirmed()
 }
 
 // failed answers a request that its rules' fail modes cannot admit (a rule
