@@ -38,7 +38,7 @@ var ErrBodyTimeout = errors.New("ceiling: request body not received in time")
 // handler reads. A missing field, null or "" yields [ErrNoKey]; a string or
 // boolean is the key; an object or array is a 400. A number is keyed by its
 // integer value (1000, 1e3 and 1000.0 are "1000"); a fraction or a number
-// beyond every int64 and uint64 is a 400.
+// of more than 20 digits is a 400.
 //
 // BodyField returns an error for an empty path or segment. The KeyFunc is
 // safe for simultaneous use.

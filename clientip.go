@@ -484,12 +484,6 @@ func (c *clientIP) format(a netip.Addr) string {
 	return p.String()
 }
 
-// parsePeer reads r.RemoteAddr ("host:port", or a bare host from some
-// listeners and tests).
-func parsePeer(s string) (netip.Addr, bool) {
-	return normalAddr(peerHost(s))
-}
-
 // peer4 parses the common r.RemoteAddr "a.b.c.d:port" in one pass, a third
 // of what peerHost and normalAddr cost; ok is false whenever they might
 // answer otherwise, for them to decide.

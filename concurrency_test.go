@@ -7,24 +7,53 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// gate is a handler that holds each request until told to let one go.
+// gate is a handler that holds each request until told to let one go: a
+// token on leave lets go the held request that entered first, so a test
+// that lets one go knows which.
 type gate struct {
 	entered chan struct{}
 	leave   chan struct{}
+	mu      sync.Mutex
+	held    []chan struct{} // the held requests, in the order they entered
 }
 
 func newGate() *gate { return &gate{entered: make(chan struct{}, 64), leave: make(chan struct{}, 64)} }
 
 func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	mine := make(chan struct{})
+	g.mu.Lock()
+	g.held = append(g.held, mine)
+	g.mu.Unlock()
 	g.entered <- struct{}{}
-	select {
-	case <-g.leave:
-	case <-r.Context().Done():
+	for {
+		select {
+		case <-mine:
+			return
+		case <-g.leave:
+			g.mu.Lock()
+			if !slices.Contains(g.held, mine) {
+				g.mu.Unlock()
+				g.leave <- struct{}{} // let go already: the token is another's
+				return
+			}
+			close(g.held[0])
+			g.held = g.held[1:]
+			g.mu.Unlock()
+		case <-r.Context().Done():
+			g.mu.Lock()
+			if i := slices.Index(g.held, mine); i >= 0 {
+				g.held = slices.Delete(g.held, i, i+1)
+			}
+			g.mu.Unlock()
+			return
+		}
 	}
 }
 

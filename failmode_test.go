@@ -512,38 +512,41 @@ func TestCheckPassesOnTheMemoryStore(t *testing.T) {
 // The settlement after the handler is a backend call too: a hung backend
 // cannot hold the request past the timeout there either.
 func TestSettlementIsBoundedByTheTimeout(t *testing.T) {
-	release := make(chan struct{})
-	defer close(release)
-	be := &flaky{}
-	logs := &logRecorder{}
-	l := MustNew([]Rule{{Name: "tokens", Key: RemoteAddr, Limit: 1000, Period: time.Minute,
-		Estimate: func(*http.Request) (int64, error) { return 10, nil }}},
-		WithBackend(be), WithTimeout(10*time.Millisecond), WithLogger(slog.New(logs)))
-	defer l.Close()
-	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		be.mu.Lock()
-		be.block = release // the backend hangs from now on
-		be.mu.Unlock()
-		if err := Settle(r, "tokens", 40); err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		be := &flaky{}
+		logs := &logRecorder{}
+		l := MustNew([]Rule{{Name: "tokens", Key: RemoteAddr, Limit: 1000, Period: time.Minute,
+			Estimate: func(*http.Request) (int64, error) { return 10, nil }}},
+			WithBackend(be), WithTimeout(10*time.Millisecond), WithLogger(slog.New(logs)))
+		defer l.Close()
+		h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			be.mu.Lock()
+			be.block = release // the backend hangs from now on
+			be.mu.Unlock()
+			if err := Settle(r, "tokens", 40); err != nil {
+				t.Error(err)
+			}
+		}))
+		done := make(chan int)
+		go func() { done <- get(t, h).Code }()
+		select {
+		case code := <-done:
+			if code != 200 {
+				t.Errorf("status %d", code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the settlement waited for a hung backend")
 		}
-	}))
-	done := make(chan int)
-	go func() { done <- get(t, h).Code }()
-	select {
-	case code := <-done:
-		if code != 200 {
-			t.Errorf("status %d", code)
+		if got := logs.count(slog.LevelError, "settlement failed"); got != 1 {
+			t.Errorf("settlement failures logged %d times, want 1", got)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the settlement waited for a hung backend")
-	}
-	if got := logs.count(slog.LevelError, "settlement failed"); got != 1 {
-		t.Errorf("settlement failures logged %d times, want 1", got)
-	}
-	if got, want := be.callCount(), 2; got != want {
-		t.Errorf("backend calls %d, want %d (decision and settlement)", got, want)
-	}
+		synctest.Wait() // the resend of the settlement (named by a Once) has gone
+		if got, want := be.callCount(), 3; got != want {
+			t.Errorf("backend calls %d, want %d (decision, settlement, its first resend)", got, want)
+		}
+	})
 }
 
 // slowDecisions is a remote backend whose decisions all time out; its

@@ -242,8 +242,8 @@ var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 
 // Check is a start-up probe: it proves the backend answers, writes and
 // rejects, by asking three times for a random canary key limited to 1 per
-// day per algorithm the rules use (an admitted third wraps
-// [ErrNotEnforcing]); canaries are reset afterwards. Each call is bounded
+// day per algorithm the rules use (a backend that admits all three fails
+// with [ErrNotEnforcing]); canaries are reset afterwards. Each call is bounded
 // by the limiter's timeout; ctx bounds the whole check.
 //
 // A backend that cannot decide makes the limiter degraded at once, and the

@@ -85,8 +85,8 @@ type Rule struct {
 	Shadow bool
 	// Hidden keeps the rule's state out of every response header. Set it on
 	// a rule whose key names a third party (the phone an OTP goes to), whose
-	// activity the caller must not watch. A 429 names a hidden rule only
-	// when no other rule refuses the request too.
+	// activity the caller must not watch. A 429 names a hidden rule, and
+	// counts its wait in Retry-After, only when no other rule refuses too.
 	Hidden bool
 
 	plan *atomic.Pointer[plan] // the limit in force (setlimit.go); set by New

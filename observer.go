@@ -153,52 +153,33 @@ func WithObserver(o Observer) Option {
 // everything, in order.
 type observers []Observer
 
+func (os observers) each(f func(Observer)) {
+	for _, o := range os {
+		f(o)
+	}
+}
+
 func (os observers) ObserveConfig(rules []string, timeout time.Duration, health func() Health) {
-	for _, o := range os {
-		o.ObserveConfig(rules, timeout, health)
-	}
+	os.each(func(o Observer) { o.ObserveConfig(rules, timeout, health) })
 }
-
 func (os observers) ObserveDecision(rule string, outcome Outcome) {
-	for _, o := range os {
-		o.ObserveDecision(rule, outcome)
-	}
+	os.each(func(o Observer) { o.ObserveDecision(rule, outcome) })
 }
-
 func (os observers) ObserveBackend(latency time.Duration, err error) {
-	for _, o := range os {
-		o.ObserveBackend(latency, err)
-	}
+	os.each(func(o Observer) { o.ObserveBackend(latency, err) })
 }
-
-func (os observers) ObserveCached() {
-	for _, o := range os {
-		o.ObserveCached()
-	}
-}
-
+func (os observers) ObserveCached() { os.each(func(o Observer) { o.ObserveCached() }) }
 func (os observers) ObserveDegraded(e DegradedEvent) {
-	for _, o := range os {
-		o.ObserveDegraded(e)
-	}
+	os.each(func(o Observer) { o.ObserveDegraded(e) })
 }
-
 func (os observers) ObserveFailMode(rule string, mode FailMode) {
-	for _, o := range os {
-		o.ObserveFailMode(rule, mode)
-	}
+	os.each(func(o Observer) { o.ObserveFailMode(rule, mode) })
 }
-
 func (os observers) ObserveRequest(ctx context.Context, d *Decision, err error) {
-	for _, o := range os {
-		o.ObserveRequest(ctx, d, err)
-	}
+	os.each(func(o Observer) { o.ObserveRequest(ctx, d, err) })
 }
-
 func (os observers) ObserveLimit(rule string, limit, burst int64) {
-	for _, o := range os {
-		o.ObserveLimit(rule, limit, burst)
-	}
+	os.each(func(o Observer) { o.ObserveLimit(rule, limit, burst) })
 }
 
 // A DegradedEvent is one transition between healthy (the backend decides)

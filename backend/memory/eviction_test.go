@@ -85,3 +85,76 @@ func TestEvictionRanksRollingTiersTogether(t *testing.T) {
 		t.Fatalf("the victim's fourth unit admitted after the flood: %+v", res)
 	}
 }
+
+// TestMaxKeysUnderAFlood is the million-attacker simulation, scaled down:
+// 20 000 fresh keys against a bound of 1 000. The store stays bounded and
+// counts every live key it had to forget.
+func TestMaxKeysUnderAFlood(t *testing.T) {
+	const bound, attackers = 1000, 20_000
+	s, _ := newTestStore(t, WithMaxKeys(bound))
+	res := make([]backend.Result, 1)
+	for i := range attackers {
+		r := []backend.Request{{Key: fmt.Sprintf("ip:%d", i), Algorithm: backend.GCRA, Limit: 5, Period: time.Minute, Cost: 1}}
+		if err := s.DecideInto(ctx, r, res); err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Allowed {
+			t.Fatalf("attacker %d rejected: a fresh key has its full quota", i)
+		}
+	}
+	if got, max := s.Len(), bound+len(s.shards); got > max {
+		t.Errorf("Len = %d, want at most %d", got, max)
+	}
+	if got, min := s.Evictions(), uint64(attackers-bound-len(s.shards)); got < min {
+		t.Errorf("Evictions = %d, want at least %d", got, min)
+	}
+}
+
+// TestMaxKeysEvictsExpiredFirst: keys already back to full make room for
+// new ones without counting as a weakening.
+func TestMaxKeysEvictsExpiredFirst(t *testing.T) {
+	s, clock := newTestStore(t, WithMaxKeys(64))
+	fill := func(prefix string) {
+		for i := range 64 {
+			decide(t, s, backend.Request{Key: fmt.Sprintf("%s:%d", prefix, i), Algorithm: backend.FixedWindow, Limit: 5, Period: time.Second, Cost: 1})
+		}
+	}
+	fill("old")
+	clock.t = clock.t.Add(time.Second) // every old window has ended
+	fill("new")
+	if got := s.Evictions(); got != 0 {
+		t.Errorf("Evictions = %d, want 0: only expired state was replaced", got)
+	}
+	if got := s.Len(); got != 64 {
+		t.Errorf("Len = %d, want 64", got)
+	}
+}
+
+// TestMaxKeysEvictsClosestToFull: with every key live, the one whose state
+// is soonest back to full is the one forgotten (here the shard is small
+// enough for the sample to see all of it).
+func TestMaxKeysEvictsClosestToFull(t *testing.T) {
+	s, _ := newTestStore(t, WithMaxKeys(8))
+	r := backend.Request{Algorithm: backend.GCRA, Limit: 10, Period: time.Second, Cost: 5}
+	for i := range 8 {
+		r.Key = fmt.Sprintf("heavy:%d", i)
+		if i == 3 {
+			r.Key, r.Cost = "light", 1
+		}
+		decide(t, s, r)
+		r.Cost = 5
+	}
+	r.Key, r.Cost = "newcomer", 1
+	decide(t, s, r)
+	if got := s.Evictions(); got != 1 {
+		t.Fatalf("Evictions = %d, want 1", got)
+	}
+	r.Key, r.Cost = "light", 0
+	if got := decide(t, s, r)[0].Remaining; got != 10 {
+		t.Errorf("light key remaining = %d, want 10 (it was the one evicted)", got)
+	}
+	r.Key = "heavy:0"
+	if got := decide(t, s, r)[0].Remaining; got != 5 {
+		t.Errorf("heavy key remaining = %d, want 5 (kept)", got)
+	}
+}

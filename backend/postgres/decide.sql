@@ -366,3 +366,31 @@ BEGIN
   RAISE EXCEPTION 'ceiling: decisions need READ COMMITTED, and this transaction is %', current_setting('transaction_isolation')
     USING ERRCODE = '0A000', HINT = 'set default_transaction_isolation to ''read committed'' for the role or the pool ceiling uses';
 END $$;
+
+-- ceiling_reset and ceiling_sweep are the Store's Reset and its janitor's
+-- bounded delete, pinned to ceiling's schema as the decisions are: as
+-- plain statements they named ceiling_state through the session's
+-- search_path, so a temporary table of that name (searched first) or one
+-- in a schema earlier on the path took the delete, and Reset reported
+-- success while the key kept its count. Each returns how many rows it
+-- deleted. ceiling_sweep deletes at most p_batch rows whose state was back
+-- to full at p_now (NULL: the server's clock), skipping rows a decision
+-- holds, and at most p_batch settlement records expired by then; it
+-- returns how many states it deleted.
+CREATE OR REPLACE FUNCTION ceiling_reset(p_keys text[]) RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path FROM CURRENT AS $$
+  WITH d AS (DELETE FROM ceiling_state WHERE key = ANY (p_keys) RETURNING 1) SELECT count(*) FROM d
+$$;
+
+CREATE OR REPLACE FUNCTION ceiling_sweep(p_now bigint, p_batch bigint) RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path FROM CURRENT AS $$
+  WITH settled AS (DELETE FROM ceiling_settled WHERE (key, once) IN (
+    SELECT key, once FROM ceiling_settled
+    WHERE expires <= coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+    ORDER BY expires LIMIT p_batch FOR UPDATE SKIP LOCKED)),
+  d AS (DELETE FROM ceiling_state WHERE key IN (
+    SELECT key FROM ceiling_state
+    WHERE expires <= coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AND alg >= 0
+    ORDER BY expires LIMIT p_batch FOR UPDATE SKIP LOCKED) RETURNING 1)
+  SELECT count(*) FROM d
+$$;

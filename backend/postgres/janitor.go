@@ -7,15 +7,9 @@ import (
 
 // janitorSQL deletes at most $2 rows whose state was back to full at $1
 // (NULL: the server's clock), skipping rows a decision holds, and at most
-// $2 settlement records expired by then (its row count is the states').
-const janitorSQL = `WITH settled AS (DELETE FROM ceiling_settled WHERE (key, once) IN (
-  SELECT key, once FROM ceiling_settled
-  WHERE expires <= coalesce($1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
-  ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED))
-DELETE FROM ceiling_state WHERE key IN (
-  SELECT key FROM ceiling_state
-  WHERE expires <= coalesce($1, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint) AND alg >= 0
-  ORDER BY expires LIMIT $2 FOR UPDATE SKIP LOCKED)`
+// $2 settlement records expired by then, through the function pinned to
+// ceiling's schema (decide.sql); it returns how many states it deleted.
+const janitorSQL = "SELECT ceiling_sweep($1, $2)"
 
 // janitor deletes expired rows every interval until Close, in bounded
 // deletes, so that idle keys go away as Redis TTLs make them.
@@ -47,12 +41,12 @@ func (s *Store) sweep(batch int) int64 {
 	}()
 	var total int64
 	for range 10 {
-		tag, err := s.pool.Exec(ctx, janitorSQL, s.now(), batch)
-		if err != nil {
+		var n int64
+		if err := s.pool.QueryRow(ctx, janitorSQL, s.now(), int64(batch)).Scan(&n); err != nil {
 			return total
 		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < int64(batch) {
+		total += n
+		if n < int64(batch) {
 			break
 		}
 	}

@@ -46,6 +46,17 @@ type Store struct {
 
 	retries atomic.Int64 // calls sent again after the server aborted them
 
+	// inFlight counts the calls sent and not yet ended; answered is when
+	// (UnixNano) the server last answered one, and unanswered when one
+	// last ended without an answer (its deadline passed, its session
+	// broke). A call that finds every session busy by its deadline tells
+	// by them a stalled server (calls in flight or ended unanswered while
+	// it waited, none answered) from this process's overload (the server
+	// answering, the pool too small for the load).
+	inFlight   atomic.Int64
+	answered   atomic.Int64
+	unanswered atomic.Int64
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -65,8 +76,9 @@ type config struct {
 
 // WithPrefix sets the prefix of every stored key, so several services can
 // share one table: a request's key K is stored as prefix + ":" + K (K's
-// SHA-256 instead of K when K is over 512 bytes, not UTF-8, or holds a
-// NUL). The default is [DefaultPrefix]; an empty prefix stores K alone.
+// SHA-256 instead of K when K is over 512 bytes, holds a byte outside
+// ASCII or a NUL, or begins with "~sha256:"). The default is
+// [DefaultPrefix]; an empty prefix stores K alone.
 func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
@@ -135,8 +147,10 @@ func (s *Store) now() *int64 {
 // connection from the pool by the deadline (every connection busy, or this
 // process too slow to take one) is never sent and fails with
 // [backend.ErrNotSent], unless the pool was still dialing the server then
-// (a server that accepts no session is a timeout); once a connection is in hand, the call has the
-// whole budget from then, whatever ctx says meanwhile.
+// or the server answered none of the calls in flight while it waited (a
+// server that accepts no session or answers no call is a timeout); once
+// a connection is in hand, the call has the whole budget from then,
+// whatever ctx says meanwhile.
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
 	if err := s.DecideInto(ctx, reqs, res); err != nil {
@@ -180,6 +194,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the deadline passed before the call", backend.ErrNotSent)
 		}
 	}
+	entered := time.Now().UnixNano()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		var ce *pgconn.ConnectError
@@ -190,6 +205,11 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 			// mode, where a shed would refuse every request.
 			if s.pool.Stat().ConstructingConns() > 0 {
 				return fmt.Errorf("ceiling/backend/postgres: decide: %w: no session of the server by the deadline: %w", context.DeadlineExceeded, err)
+			}
+			// So is a pool whose sessions all wait on calls the server
+			// answered none of meanwhile (a table lock, a stalled disk).
+			if s.answered.Load() < entered && (s.inFlight.Load() > 0 || s.unanswered.Load() >= entered) {
+				return fmt.Errorf("ceiling/backend/postgres: decide: %w: the server answered no call by the deadline: %w", context.DeadlineExceeded, err)
 			}
 			return fmt.Errorf("ceiling/backend/postgres: decide: %w: no connection of the pool by the deadline: %w", backend.ErrNotSent, err)
 		}
@@ -202,6 +222,7 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		defer cancel()
 	}
 	var out []int64
+	s.inFlight.Add(1)
 	for attempt := 0; attempt < 2; attempt++ {
 		err = conn.QueryRow(ctx, sql, args...).Scan(&out)
 		if attempt > 0 || !aborted(err) {
@@ -209,7 +230,16 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		}
 		s.retries.Add(1)
 	}
+	if pe := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pe) {
+		s.answered.Store(time.Now().UnixNano())
+	} else {
+		s.unanswered.Store(time.Now().UnixNano())
+	}
+	s.inFlight.Add(-1)
 	if err != nil {
+		if standby(ctx, conn, err) {
+			return fmt.Errorf("ceiling/backend/postgres: decide: %w: the server is a standby: %w", backend.ErrReadOnly, err)
+		}
 		return fmt.Errorf("ceiling/backend/postgres: decide: %w", classify(err))
 	}
 	if len(out) != 2+6*n {
@@ -273,18 +303,30 @@ const digestMark = "~sha256:"
 
 // storedKey is the form of a request's key in the table: the key itself,
 // or digestMark and its SHA-256 in hex when it is longer than maxKeyBytes,
-// is not UTF-8 or holds a NUL (text refuses both), or begins with
-// digestMark. A key of the first kind never begins with digestMark, one of
-// the second always does, so two keys share a row only if they are equal
-// or their digests collide. backend.Request bounds no key, and memory and
-// Redis decide any key; ceiling's own keys are short unless a rule's name
-// is long.
+// holds a byte outside ASCII or a NUL, or begins with digestMark. text
+// refuses a NUL and bytes that are not UTF-8, and a database whose
+// encoding is not UTF-8 refuses, under client_encoding UTF8, characters
+// it lacks; every server encoding holds ASCII. A key of the first kind
+// never begins with digestMark, one of the second always does, so two
+// keys share a row only if they are equal or their digests collide.
+// backend.Request bounds no key, and memory and Redis decide any key;
+// ceiling's own keys are short ASCII unless a rule's name is long.
 func storedKey(k string) string {
-	if len(k) <= maxKeyBytes && !strings.HasPrefix(k, digestMark) && strings.IndexByte(k, 0) < 0 && utf8.ValidString(k) {
+	if len(k) <= maxKeyBytes && !strings.HasPrefix(k, digestMark) && plainASCII(k) {
 		return k
 	}
 	sum := sha256.Sum256([]byte(k))
 	return digestMark + hex.EncodeToString(sum[:])
+}
+
+// plainASCII reports whether k holds only ASCII bytes other than NUL.
+func plainASCII(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if k[i] == 0 || k[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // id is the lease ceiling_decide takes for a request: a Concurrency
@@ -309,6 +351,21 @@ func flags(r backend.Request) int32 {
 	return f
 }
 
+// standby reports whether err, a refusal of the feature (0A000), came
+// from a server in recovery: a hot standby refuses an UNLOGGED table
+// ("cannot access temporary or unlogged relations during recovery")
+// before the write that a logged table's standby refuses as read-only
+// (25006), and the limiter's breaker, Check and health must see a
+// read-only server either way. It asks the session only on that error.
+func standby(ctx context.Context, conn *pgxpool.Conn, err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "0A000" {
+		return false
+	}
+	var recovering bool
+	return conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&recovering) == nil && recovering
+}
+
 // aborted reports a transaction PostgreSQL rolled back on its own and that
 // may be sent again: a deadlock or a serialization failure.
 func aborted(err error) bool {
@@ -317,6 +374,9 @@ func aborted(err error) bool {
 }
 
 // Reset forgets the state of the given keys, restoring their full quota.
+// It deletes through ceiling_reset, pinned to ceiling's schema as the
+// decisions are, so a table of the same name elsewhere on the session's
+// search_path cannot take the delete.
 func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
@@ -325,7 +385,7 @@ func (s *Store) Reset(ctx context.Context, keys ...string) error {
 	for i, k := range keys {
 		full[i] = s.prefix + storedKey(k)
 	}
-	if _, err := s.pool.Exec(ctx, "DELETE FROM ceiling_state WHERE key = ANY ($1)", full); err != nil {
+	if _, err := s.pool.Exec(ctx, "SELECT ceiling_reset($1)", full); err != nil {
 		return fmt.Errorf("ceiling/backend/postgres: reset: %w", classify(err))
 	}
 	return nil

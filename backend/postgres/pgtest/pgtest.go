@@ -495,6 +495,19 @@ func (s *Server) Restart() error {
 	return s.run()
 }
 
+// Crash stops the server as a crash would (an immediate shutdown: no
+// checkpoint, and WAL still in the server's buffers is lost) and starts
+// it again on the same port and data, which replays the WAL that reached
+// the files.
+func (s *Server) Crash() error {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGQUIT)
+	<-done
+	return s.run()
+}
+
 // Close stops the server and removes its directory.
 func (s *Server) Close() {
 	s.mu.Lock()
