@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,6 +29,31 @@ import (
 // shed with 503 for as long as the freeze lasts while /healthz says
 // healthy.
 func TestClusterMasterFrozenWhileOthersAnswerReachesTheFailMode_Attack(t *testing.T) {
+	shed, failedOpen, _ := frozenMaster(t)
+	// The fail mode must apply within about the probe's budget: the
+	// victim's requests shed meanwhile are a handful, not all of them.
+	if failedOpen == 0 || shed > 6 {
+		t.Errorf("a master frozen for 5 s while others answer: %d requests on it shed with 503, %d failed open; want the fail mode applied within about the probe's budget (%v)", shed, failedOpen, confirmBudget)
+	}
+}
+
+// A decision on a frozen Cluster master, on an idle process, waits about
+// the timeout (docs/failure.md: "waiting for one at most the timeout
+// after the write"), not the 2 s the Redis store allows a starved
+// process: the other masters' replies say nothing about the frozen one.
+func TestClusterFrozenMasterDecisionsWaitAboutTheTimeout_Attack(t *testing.T) {
+	t.Skip("defect (backend/redis, batch.go waitStarved): Store.replied is store-wide, so on Cluster another master's reply makes a call written to a frozen master count as this process starved; it then waits up to starvedLimit (2 s) instead of the 100 ms timeout (measured: 2.0 s twice in 10 decisions)")
+	_, _, took := frozenMaster(t)
+	if m := slices.Max(took); m > time.Second {
+		t.Errorf("decisions on a frozen master of an idle process took up to %v (%v), want about the timeout (100ms)", m, took)
+	}
+}
+
+// frozenMaster freezes one master of a 3-master Cluster for 5 s while a
+// FailOpen limiter decides, one request at a time, alternately a key on
+// it and a key on another master; it returns how many of the frozen
+// master's decisions were shed and failed open, and how long each took.
+func frozenMaster(t *testing.T) (shed, failedOpen int, took []time.Duration) {
 	cl := redistest.Cluster(t)
 	ctx := context.Background()
 	for _, n := range cl.Nodes {
@@ -71,7 +98,7 @@ func TestClusterMasterFrozenWhileOthersAnswerReachesTheFailMode_Attack(t *testin
 	cl.Node(victim).Freeze(t)
 	defer cl.Node(victim).Thaw(t)
 	frozen := time.Now()
-	var shed, failedOpen, other int
+	var other int
 	var lastErr error
 	degradedAt := time.Duration(-1)
 	// Bounded: 5 s of traffic, one request at a time, half on the frozen
@@ -80,7 +107,9 @@ func TestClusterMasterFrozenWhileOthersAnswerReachesTheFailMode_Attack(t *testin
 		if _, err := l.Decide(ctx, Input{Rule: "shop", Key: elsewhere[i%len(elsewhere)]}); err != nil {
 			other++
 		}
+		began := time.Now()
 		d, err := l.Decide(ctx, Input{Rule: "shop", Key: onVictim[i%len(onVictim)]})
+		took = append(took, time.Since(began))
 		var ue *UnavailableError
 		switch {
 		case errors.As(err, &ue):
@@ -99,11 +128,8 @@ func TestClusterMasterFrozenWhileOthersAnswerReachesTheFailMode_Attack(t *testin
 	t.Logf("5 s frozen: %d shed (last: %v), %d failed open, %d errors on live masters; health %q reason %q shed %d transitions %d; degraded after %v",
 		shed, lastErr, failedOpen, other, h.Status, h.Reason, h.Shed, events.Load(), degradedAt)
 	t.Logf("log:\n%s", logs.String())
-	// The fail mode must apply within about the probe's budget: the
-	// victim's requests shed meanwhile are a handful, not all of them.
-	if failedOpen == 0 || shed > 6 {
-		t.Errorf("a master frozen for 5 s while others answer: %d requests on it shed with 503, %d failed open; want the fail mode applied within about the probe's budget (%v)", shed, failedOpen, confirmBudget)
-	}
+	t.Logf("decisions on the frozen master took %v", took)
+	return shed, failedOpen, took
 }
 
 // slowProxy forwards TCP to target, delaying every chunk of the replies
@@ -209,5 +235,76 @@ func TestSlowRedisIsNotShedForever_Attack(t *testing.T) {
 	t.Logf("log:\n%s", logs.String())
 	if degradedAt < 0 && failedOpen == 0 {
 		t.Errorf("a Redis 250 ms slow for 5 s: %d requests shed with 503, none reached FailOpen, health %q: an outage that never becomes a fail mode", shed, h.Status)
+	}
+}
+
+// A Redis busy in a long-running Lua script answers every other command
+// with a BUSY error once busy-reply-threshold passed (here 200 ms): that
+// is the backend's failure at once, not an unconfirmed timeout, so the
+// limiter degrades within about a second, FailOpen admits (counted), the
+// health reason is the kind only, and once the script is killed the
+// limiter recovers with no traffic. Held.
+func TestRedisBusyInAScriptReachesTheFailModeAndRecovers_Attack(t *testing.T) {
+	inst := redistest.Server(t)
+	ctx := context.Background()
+	admin := inst.Client(t)
+	if err := admin.ConfigSet(ctx, "busy-reply-threshold", "200").Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	var events atomic.Int64
+	l := MustNew([]Rule{{Name: "chat", Limit: 1_000_000, Period: time.Minute}},
+		WithBackend(storeAt(t, inst.Addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen),
+		WithLogger(slog.New(slog.NewTextHandler(logs, nil))), onDegraded(func(DegradedEvent) { events.Add(1) }))
+	defer l.Close()
+	if _, err := l.Decide(ctx, Input{Rule: "chat", Key: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	// The script's own client waits for it (no read timeout); bounded by
+	// the SCRIPT KILL below, and by redis-server's exit at the test's end.
+	busy := redis.NewClient(&redis.Options{Addr: inst.Addr, ReadTimeout: -1})
+	t.Cleanup(func() { busy.Close() })
+	done := make(chan error, 1)
+	go func() { done <- busy.Eval(ctx, "while true do end", nil).Err() }()
+	time.Sleep(300 * time.Millisecond) // real: the script starts and passes the threshold
+	start := time.Now()
+	var shed, failedOpen int
+	degradedAt := time.Duration(-1)
+	for time.Since(start) < 2*time.Second {
+		d, err := l.Decide(ctx, Input{Rule: "chat", Key: "u"})
+		var ue *UnavailableError
+		switch {
+		case errors.As(err, &ue):
+			shed++
+		case err != nil:
+			t.Fatal(err)
+		case d.Results[0].Fallback == FailOpen:
+			failedOpen++
+		}
+		if degradedAt < 0 && l.Health().Status == "degraded" {
+			degradedAt = time.Since(start)
+		}
+		time.Sleep(5 * time.Millisecond) // paced: about 400 requests
+	}
+	h := l.Health()
+	if err := admin.Do(ctx, "SCRIPT", "KILL").Err(); err != nil {
+		t.Fatalf("SCRIPT KILL: %v", err)
+	}
+	<-done
+	killed := time.Now()
+	for l.Health().Status != "healthy" && time.Since(killed) < 5*time.Second {
+		time.Sleep(10 * time.Millisecond) // real: the prober runs on its own timers
+	}
+	recovered := time.Since(killed)
+	t.Logf("busy script 2 s: %d shed, %d failed open, health %q reason %q, degraded after %v; idle recovery %v after SCRIPT KILL; transitions %d",
+		shed, failedOpen, h.Status, h.Reason, degradedAt, recovered, events.Load())
+	if degradedAt < 0 || degradedAt > 1500*time.Millisecond || shed > 5 {
+		t.Errorf("a Redis answering BUSY: degraded after %v (-1: never), %d shed; want degraded within about a second, few shed", degradedAt, shed)
+	}
+	if h.Reason == "" || strings.Contains(string(h.Reason), "BUSY") {
+		t.Errorf("health reason %q, want the kind only", h.Reason)
+	}
+	if l.Health().Status != "healthy" || events.Load() != 2 {
+		t.Errorf("after SCRIPT KILL, idle: %q after %v, %d transitions; want healthy within a probe interval, 2 transitions", l.Health().Status, recovered, events.Load())
 	}
 }
