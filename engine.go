@@ -272,8 +272,12 @@ func (l *Limiter) unavailable(rule string, cause error) *UnavailableError {
 	return &UnavailableError{Rule: rule, Err: cause, RetryAfter: retry}
 }
 
-// Error names the rule that failed closed and why.
+// Error names the rule that failed closed, or the shed request's first
+// rule, and why.
 func (e *UnavailableError) Error() string {
+	if overloaded(e.Err) {
+		return fmt.Sprintf("ceiling: request shed (rule %q): %v", e.Rule, e.Err)
+	}
 	return fmt.Sprintf("ceiling: rule %q fails closed: %v", e.Rule, e.Err)
 }
 
@@ -343,7 +347,7 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		}
 	}
 	if open && unconfirmed {
-		return nil, l.shed(d, cause)
+		return nil, l.shed(d, fmt.Errorf("%w: %w", errUnconfirmed, cause))
 	}
 	out := st.results[:len(st.reqs)]
 	var sc *localScratch
@@ -396,6 +400,14 @@ func (l *Limiter) shed(d *Decision, cause error) error {
 	}
 	return nil
 }
+
+// errUnconfirmed is the cause of a request shed because its call timed
+// out before a probe confirmed that the backend is at fault. It wraps
+// [backend.ErrUnread], as the request is shed like one whose reply this
+// process was too busy to read, so that observers (metrics/prometheus,
+// metrics/otel) and [KindOf] count it shed, as Health does, not failed
+// closed.
+var errUnconfirmed = fmt.Errorf("%w (a timeout no probe has confirmed yet)", backend.ErrUnread)
 
 // unconfirmed reports a timeout while the breaker is closed: no probe has
 // confirmed yet that the backend is at fault, and this process may as well

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling/backend"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -306,5 +307,59 @@ func TestRedisBusyInAScriptReachesTheFailModeAndRecovers_Attack(t *testing.T) {
 	}
 	if l.Health().Status != "healthy" || events.Load() != 2 {
 		t.Errorf("after SCRIPT KILL, idle: %q after %v, %d transitions; want healthy within a probe interval, 2 transitions", l.Health().Status, recovered, events.Load())
+	}
+}
+
+// requestErrs keeps the errors ObserveRequest is told of.
+type requestErrs struct {
+	NopObserver
+	mu   sync.Mutex
+	errs []error
+}
+
+func (o *requestErrs) ObserveRequest(_ context.Context, _ *Decision, err error) {
+	if err != nil {
+		o.mu.Lock()
+		o.errs = append(o.errs, err)
+		o.mu.Unlock()
+	}
+}
+
+// A FailOpen request shed on an unconfirmed timeout (Redis frozen, no
+// probe verdict yet) is counted in Health.Shed, so an observer must be
+// able to tell it from a rule failing closed. The observers' rule
+// (metrics/prometheus ObserveRequest, metrics/otel) is "shed when the
+// UnavailableError's Err wraps backend.ErrNotSent or backend.ErrUnread,
+// else fail_closed": this one wrapped neither, so a FailOpen rule was
+// exported as ceiling_rate_limiting_requests_total{result="fail_closed"}
+// while /healthz counted it shed, and its error said "fails closed".
+func TestUnconfirmedTimeoutShedIsObservedAsShed_Attack(t *testing.T) {
+	inst := redistest.Server(t)
+	obs := &requestErrs{}
+	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 1000, Period: time.Minute}},
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithObserver(obs),
+		WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	if w := get(t, h); w.Code != 200 {
+		t.Fatalf("with Redis up: %d", w.Code)
+	}
+	inst.Freeze(t)
+	defer inst.Thaw(t)
+	w := get(t, h)
+	if w.Code != 503 || l.Health().Shed != 1 {
+		t.Skipf("not shed (%d, shed %d): the probe's verdict came first on a loaded machine", w.Code, l.Health().Shed)
+	}
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if len(obs.errs) != 1 {
+		t.Fatalf("ObserveRequest errors: %v, want one", obs.errs)
+	}
+	var ue *UnavailableError
+	if !errors.As(obs.errs[0], &ue) || !(errors.Is(ue.Err, backend.ErrNotSent) || errors.Is(ue.Err, backend.ErrUnread)) {
+		t.Errorf("a shed FailOpen request reached the observer as %v: counted fail_closed by the metrics, shed by Health", obs.errs[0])
+	}
+	if got := obs.errs[0].Error(); strings.Contains(got, "fails closed") || KindOf(obs.errs[0]) != kindOverloaded {
+		t.Errorf("a shed FailOpen request's error %q, kind %q: want it named shed, kind overloaded", got, KindOf(obs.errs[0]))
 	}
 }
