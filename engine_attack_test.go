@@ -363,3 +363,30 @@ func TestUnconfirmedTimeoutShedIsObservedAsShed_Attack(t *testing.T) {
 		t.Errorf("a shed FailOpen request's error %q, kind %q: want it named shed, kind overloaded", got, KindOf(obs.errs[0]))
 	}
 }
+
+// One instance of three sees a Redis 400 ms slow (a slow path: its calls
+// pass the 250 ms timeout, its confirming probe's 1 s budget does not)
+// while the other two decide on Redis directly, FailLocal: the slow
+// instance's timeouts stay unconfirmed or confirmed, and either way it
+// adds at most its share to what Redis admits, the documented bound of a
+// partition (limit + share in any window). Held.
+func TestSlowPathToRedisKeepsFailLocalWithinThePartitionBound_Attack(t *testing.T) {
+	inst := redistest.Server(t)
+	prefix := redistest.KeyPrefix(t)
+	slow := slowProxy(t, inst.Addr, 400*time.Millisecond)
+	insts := newInstances(t, []string{slow, inst.Addr, inst.Addr}, prefix)
+	stop := make(chan struct{})
+	wg := drive(insts, stop)
+	time.Sleep(5 * time.Second) // real: the instances decide on Redis, one through the slow path
+	close(stop)
+	wg.Wait()
+	p := edgeRule.Period
+	share := int(float64(edgeRule.Limit) / 3)
+	all := windowMax(insts, p, time.Time{})
+	h := insts[0].l.Health()
+	t.Logf("most admitted in 2 s: %d; slow instance: %q, %d admitted, fail-local %d, shed %d, transitions %d",
+		all, h.Status, len(insts[0].admitted), h.Rules[0].FailLocalAdmissions, h.Shed, h.DegradedTotal)
+	if all > int(edgeRule.Limit)+share {
+		t.Errorf("%d admitted in one 2 s window, want at most limit + share = %d", all, int(edgeRule.Limit)+share)
+	}
+}
