@@ -354,6 +354,11 @@ func TestUnconfirmedTimeoutShedIsObservedAsShed_Attack(t *testing.T) {
 	if w.Code != 503 || l.Health().Shed != 1 {
 		t.Skipf("not shed (%d, shed %d): the probe's verdict came first on a loaded machine", w.Code, l.Health().Shed)
 	}
+	t.Logf("shed: %d %v %s", w.Code, w.Header(), w.Body.String())
+	if w.Header().Get("Retry-After") != "1" || w.Header().Get("Content-Type") != "application/problem+json" ||
+		strings.Contains(w.Body.String(), "chat") || strings.Contains(w.Body.String(), "127.0.0.1") {
+		t.Errorf("shed response: %v %q, want Retry-After 1, a problem body naming neither rule nor address", w.Header(), w.Body.String())
+	}
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
 	if len(obs.errs) != 1 {
