@@ -283,8 +283,12 @@ func (l *Limiter) unavailable(rule string, cause error) *UnavailableError {
 	return &UnavailableError{Rule: rule, Err: cause, RetryAfter: retry}
 }
 
-// Error names the rule that failed closed and why.
+// Error names the rule that failed closed, or the shed request's first
+// rule, and why.
 func (e *UnavailableError) Error() string {
+	if overloaded(e.Err) {
+		return fmt.Sprintf("ceiling: request shed (rule %q): %v", e.Rule, e.Err)
+	}
 	return fmt.Sprintf("ceiling: rule %q fails closed: %v", e.Rule, e.Err)
 }
 
@@ -354,7 +358,7 @@ func (l *Limiter) fallback(ctx context.Context, st *state, cause error) ([]backe
 		}
 	}
 	if open && unconfirmed {
-		return nil, l.shed(d, cause)
+		return nil, l.shed(d, fmt.Errorf("%w: %w", errUnconfirmed, cause))
 	}
 	out := st.results[:len(st.reqs)]
 	var sc *localScratch
@@ -408,16 +412,26 @@ func (l *Limiter) shed(d *Decision, cause error) error {
 	return nil
 }
 
+// errUnconfirmed is the cause of a request shed because its call timed
+// out before a probe confirmed that the backend is at fault. It wraps
+// [backend.ErrUnread], as the request is shed like one whose reply this
+// process was too busy to read, so that observers (metrics/prometheus,
+// metrics/otel) and [KindOf] count it shed, as Health does, not failed
+// closed.
+var errUnconfirmed = fmt.Errorf("%w (a timeout no probe has confirmed yet)", backend.ErrUnread)
+
 // unconfirmed reports a timeout while the breaker is closed: no probe has
 // confirmed yet that the backend is at fault, and this process may as well
 // have been too busy to read a reply that came (the backend could not say
 // which). FailOpen does not apply then, since a flood that saturates the
 // instance would buy unmetered admissions: the request is shed instead,
 // and FailLocal, already bounded, decides locally. Once a probe confirms
-// the timeouts (the breaker opens), every fail mode applies.
+// the timeouts, every fail mode applies, whether or not the breaker opens
+// (on Redis Cluster one frozen master's timeouts come between the other
+// masters' answers, which keep the breaker closed).
 func (l *Limiter) unconfirmed(cause error) bool {
 	b := l.fo.breaker
-	return b != nil && b.Closed() && isTimeout(cause)
+	return b != nil && b.Closed() && isTimeout(cause) && b.Unconfirmed()
 }
 
 // failed answers a request that its rules' fail modes cannot admit (a rule

@@ -52,8 +52,9 @@ type Breaker struct {
 	isTimeout func(error) bool // a cause that a later error may name better
 	suspect   func()           // starts a confirming probe (see Failure)
 
-	confirming atomic.Bool // a probe started by a timeout runs
-	confirmed  atomic.Bool // it failed, and no call was answered since
+	confirming  atomic.Bool  // a probe started by a timeout runs
+	confirmed   atomic.Bool  // it failed, and no probe answered since
+	confirmedAt atomic.Int64 // Unix ns of that verdict (see Success)
 
 	state atomic.Uint32
 	fails atomic.Int64 // consecutive failures while closed
@@ -81,15 +82,31 @@ func New(c Config, now func() time.Time, emit func(Transition), opened func(), i
 // Closed reports whether requests may call the backend.
 func (b *Breaker) Closed() bool { return b.state.Load() == breakerClosed }
 
-// Success records an answer of the backend's own.
+// Success records an answer of the backend's own. It clears a failed
+// probe's verdict only once that verdict is older than MaxCoolDown: on a
+// backend of several servers (Redis Cluster) one frozen server's timeouts
+// come between answers of the others, which say nothing about it, so the
+// verdict stands while the timeouts keep coming (each one past the
+// verdict's age starts a new probe, see Failure, and the old verdict
+// stands until the new one's).
 func (b *Breaker) Success() {
 	if b.fails.Load() != 0 {
 		b.fails.Store(0)
 	}
-	if b.confirmed.Load() {
+	if b.confirmed.Load() && b.stale() && !b.confirming.Load() {
 		b.confirmed.Store(false)
 	}
 }
+
+// stale reports whether the latest failed probe's verdict is older than
+// MaxCoolDown.
+func (b *Breaker) stale() bool {
+	return b.now().UnixNano()-b.confirmedAt.Load() > int64(b.cfg.MaxCoolDown)
+}
+
+// Unconfirmed reports whether no failed probe stands behind timeouts: a
+// timeout then may be this process's, and FailOpen does not apply.
+func (b *Breaker) Unconfirmed() bool { return !b.confirmed.Load() }
 
 // Failure records a failed call. It reports whether the failure is an
 // isolated one while healthy (the breaker did not open and was not open),
@@ -106,11 +123,14 @@ func (b *Breaker) Failure(err error) bool {
 		b.LateCause(err) // a call that started before the breaker opened
 		return false
 	}
-	if b.isTimeout(err) && !b.confirmed.Load() {
-		if b.confirming.CompareAndSwap(false, true) {
-			b.suspect()
+	if b.isTimeout(err) {
+		confirmed := b.confirmed.Load()
+		if (!confirmed || b.stale()) && b.confirming.CompareAndSwap(false, true) {
+			b.suspect() // a stale verdict stands until this one's
 		}
-		return n < int64(b.cfg.Failures)
+		if !confirmed {
+			return n < int64(b.cfg.Failures)
+		}
 	}
 	if n < int64(b.cfg.Failures) {
 		return true
@@ -131,8 +151,10 @@ func (b *Breaker) Confirmed(err error) {
 	defer b.confirming.Store(false)
 	if err == nil {
 		b.fails.Store(0)
+		b.confirmed.Store(false)
 		return
 	}
+	b.confirmedAt.Store(b.now().UnixNano())
 	b.confirmed.Store(true)
 	if n := b.fails.Load(); n >= int64(b.cfg.Failures) {
 		b.Open(err, int(n))
