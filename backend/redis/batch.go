@@ -217,6 +217,13 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 		if s.refused(w, entry) != nil {
 			return s.timeoutError(w, entry)
 		}
+		j := s.judge(w)
+		if j == silent {
+			return s.timeoutError(w, entry)
+		}
+		if j == behind {
+			return fmt.Errorf("%w (%w: the reply came, unread within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
+		}
 		if starved, _ := s.starved(w.budget); starved || late || ran {
 			s.slowYield.Store(time.Now().UnixNano())
 			return fmt.Errorf("%w (%w: no reply read within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
@@ -271,10 +278,15 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 			}
 			continue
 		}
+		j := s.judge(w)
+		if j == silent {
+			return false // written, and the node sent nothing back
+		}
 		starved, took := s.starved(w.budget)
 		if w.answered() {
 			return true
 		}
+		starved = starved || j == behind
 		if late && !starved {
 			starved = true
 			s.slowYield.Store(time.Now().UnixNano())
@@ -395,6 +407,15 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 		return fmt.Errorf("%w (%w: no reply within %v of the write)", unreachable(dial), errWritten, w.budget)
 	}
 	return fmt.Errorf("%w: no reply within %v of the write: %w", errWritten, w.budget, context.DeadlineExceeded)
+}
+
+// judge says what the sockets of w's node say about w, out of budget
+// (nodeSockets.judge).
+func (s *Store) judge(w *waiter) judgement {
+	if w.node == nil || w.written.Load() == 0 {
+		return unjudged
+	}
+	return s.dials.sockets(w.node.addr).judge(w.written.Load(), w.budget)
 }
 
 // refused returns the refused dial that says w's node is down, if any: a

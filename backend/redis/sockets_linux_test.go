@@ -1,0 +1,101 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// frozenCall decides on a Redis frozen with SIGSTOP and returns the error
+// and how long the call took.
+func frozenCall(t *testing.T, inline bool) (error, time.Duration) {
+	inst := redistest.Server(t)
+	s := New(defaultClientOpts(t, &redis.Options{Addr: inst.Addr, ContextTimeoutEnabled: inline}), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	decide(t, s, day("warm", 1))
+	inst.Freeze(t)
+	defer inst.Thaw(t)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+	return err, time.Since(start)
+}
+
+// wantBackendsFailure checks that err blames the backend: written and
+// unanswered, neither this process's delay in writing nor in reading.
+func wantBackendsFailure(t *testing.T, err error, took, within time.Duration) {
+	t.Helper()
+	if !errors.Is(err, errWritten) || errors.Is(err, backend.ErrUnread) || errors.Is(err, backend.ErrNotSent) {
+		t.Errorf("a frozen Redis: %v, want the backend's failure (written, no reply)", err)
+	}
+	if took > within {
+		t.Errorf("returned after %v, want within %v: the sockets say nothing came back", took, within)
+	}
+	t.Logf("returned after %v: %v", took, err)
+}
+
+// TestAFrozenRedisIsBlamedWithinTheBudget: on a prompt process, a call to
+// a Redis frozen with SIGSTOP fails as the backend's, soon after its
+// 100ms budget, whichever goroutine sends it.
+func TestAFrozenRedisIsBlamedWithinTheBudget(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		err, took := frozenCall(t, inline)
+		wantBackendsFailure(t, err, took, 300*time.Millisecond)
+	}
+}
+
+// TestAFrozenRedisIsBlamedOnAStarvedProcess: the same with one CPU and 16
+// busy goroutines, where every yield is slow and the old patience with a
+// starved process waited 2s (starvedWait) and, for a caller that sent its
+// call itself, blamed this process (backend.ErrUnread): the sockets show
+// the call written and nothing back, the backend's failure soon after the
+// budget, however loaded this process is.
+func TestAFrozenRedisIsBlamedOnAStarvedProcess(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	stop := burnCPU(16)
+	defer stop()
+	for _, inline := range []bool{false, true} {
+		err, took := frozenCall(t, inline)
+		wantBackendsFailure(t, err, took, starvedWait/2)
+	}
+}
+
+// TestAReplyWaitingUnreadIsThisProcesssDelay holds the reader of a healthy
+// Redis's reply for three budgets, as a process too busy to run it would:
+// the reply waits in the kernel, so the caller keeps waiting (within
+// starvedLimit) and takes it. Before, a prompt caller with no other reply
+// since its write blamed Redis a tenth of a budget after its budget. A
+// caller that sends its call itself, whose read's deadline passes with the
+// reply waiting, fails with backend.ErrUnread (shed), not the backend's
+// failure.
+func TestAReplyWaitingUnreadIsThisProcesssDelay(t *testing.T) {
+	const budget = 100 * time.Millisecond
+	for _, inline := range []bool{false, true} {
+		s := New(defaultClientOpts(t, &redis.Options{Addr: redistest.Shared(t).Addr, ContextTimeoutEnabled: inline}), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+		decide(t, s, day("warm", 1))
+		var hold atomic.Bool
+		beforeRead = func() {
+			if hold.CompareAndSwap(true, false) {
+				time.Sleep(3 * budget)
+			}
+		}
+		hold.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		res, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+		cancel()
+		beforeRead = nil
+		switch {
+		case inline && !errors.Is(err, backend.ErrUnread):
+			t.Errorf("inline: a reply left unread past the deadline: %v, want backend.ErrUnread", err)
+		case !inline && (err != nil || !res[0].Allowed):
+			t.Errorf("a reply read late: %+v, %v; want it admitted", res, err)
+		}
+	}
+}
