@@ -121,6 +121,10 @@ func watchConn(c net.Conn, node, all *nodeSockets) net.Conn {
 	return w
 }
 
+// NetConn returns the connection c watches, as tls.Conn does, so that
+// go-redis finds the socket under a TLS connection to peek it.
+func (c *watchedConn) NetConn() net.Conn { return c.Conn }
+
 // waiting returns the bytes the kernel holds unread on c's socket; -1 when
 // it cannot tell.
 func (c *watchedConn) waiting() int {

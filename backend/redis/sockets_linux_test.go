@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,5 +99,42 @@ func TestAReplyWaitingUnreadIsThisProcesssDelay(t *testing.T) {
 		case !inline && (err != nil || !res[0].Allowed):
 			t.Errorf("a reply read late: %+v, %v; want it admitted", res, err)
 		}
+	}
+}
+
+// TestAWatchedIdleConnectionIsStillHealthChecked: the server closes the
+// store's idle pooled connection (CLIENT KILL); go-redis's health check,
+// which peeks the socket of the connection it took from the pool, sees the
+// close through the watching wrapper and dials anew, so the next decision
+// is answered (a script is never re-sent, so a dead connection would be
+// its error).
+func TestAWatchedIdleConnectionIsStillHealthChecked(t *testing.T) {
+	addr := redistest.Shared(t).Addr
+	name := fmt.Sprint("watched-", time.Now().UnixNano())
+	client := defaultClientOpts(t, &redis.Options{Addr: addr, PoolSize: 1, MaxRetries: -1, ClientName: name})
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+	decide(t, s, day("warm", 1))
+	admin := defaultClient(t, addr)
+	list, err := admin.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " name="+name+" ") {
+			id = strings.TrimPrefix(strings.Fields(line)[0], "id=")
+		}
+	}
+	if id == "" {
+		t.Fatalf("the store's connection is not in CLIENT LIST:\n%s", list)
+	}
+	if err := admin.Do(context.Background(), "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the FIN reaches the client's socket
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if res, err := s.Decide(ctx, []backend.Request{day("k", 1)}); err != nil || !res[0].Allowed {
+		t.Errorf("a decision after the idle connection was killed: %+v, %v; want admitted on a new one", res, err)
 	}
 }
