@@ -222,7 +222,7 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 			return s.timeoutError(w, entry)
 		}
 		if j == behind {
-			return fmt.Errorf("%w (%w: the reply came, unread within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
+			return fmt.Errorf("%w (%w: its reply waits to be read, %v after the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
 		}
 		if starved, _ := s.starved(w.budget); starved || late || ran {
 			s.slowYield.Store(time.Now().UnixNano())
@@ -277,6 +277,9 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 				return true
 			}
 			continue
+		}
+		if !w.taken() && w.node != nil && w.node.stuck(time.Now()) {
+			return false // not sent, behind a round trip the node ignores
 		}
 		j := s.judge(w)
 		if j == silent {
@@ -484,14 +487,25 @@ func (b *pipeliner) land(slot int) {
 // replied to nothing since it was written, by a patience that this
 // process's own delays cannot exhaust: its budget from the write when no
 // yield showed this process starved lately, otherwise starvedLimit of it
-// (as long as a written call waits for a starved process). A round trip
-// without a budget is never overdue.
+// (as long as a written call waits for a starved process); on Linux, by
+// its budget when its node's sockets show it silent, never when they show
+// a reply waiting (nodeSockets.judge). A round trip without a budget is
+// never overdue.
 func (b *pipeliner) stuck(now time.Time) bool {
 	starved := b.s.starvedLately(now)
 	replied := b.replied.Load()
+	socks := b.s.dials.sockets(b.addr)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.flying {
+		if f.at != 0 && f.budget > 0 && now.UnixNano()-f.at > int64(f.budget) {
+			switch socks.judge(f.at, f.budget) {
+			case silent:
+				return true
+			case behind:
+				continue
+			}
+		}
 		patience := f.budget
 		if starved {
 			patience = starvedLimit(f.budget)

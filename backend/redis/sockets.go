@@ -38,7 +38,7 @@ const (
 // least half a budget ago, that got no byte back while none waits
 // anywhere, is the node's silence, however loaded this process is.
 // Otherwise the call's reply is being read, or its write has not reached
-// the kernel yet: this process's delay too.
+// the kernel yet: this process's delay too (unjudged with no connection).
 func (n *nodeSockets) judge(written int64, budget time.Duration) judgement {
 	if !exactSockets || n == nil {
 		return unjudged
@@ -57,8 +57,11 @@ func (n *nodeSockets) judge(written int64, budget time.Duration) judgement {
 		wr := c.wrote.Load()
 		quiet = quiet || (wr >= written && c.read.Load() < wr && now-wr >= int64(budget/2))
 	}
-	if quiet {
+	switch {
+	case quiet:
 		return silent
+	case len(n.conns) == 0:
+		return unjudged // no connection watched: no signal
 	}
 	return behind
 }

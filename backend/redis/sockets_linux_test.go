@@ -138,3 +138,46 @@ func TestAWatchedIdleConnectionIsStillHealthChecked(t *testing.T) {
 		t.Errorf("a decision after the idle connection was killed: %+v, %v; want admitted on a new one", res, err)
 	}
 }
+
+// TestACallBehindASilentRoundTripIsTheBackends: on one lane, a call queued
+// behind a round trip to a frozen Redis (whose 60ms caller gave up, the
+// lane still held), on a starved process, runs out of its budget unsent;
+// the lane's round trip is overdue and its sockets show
+// nothing came back, so the call fails as the node's (errStuck, the fail
+// mode applies) at its budget, not as this process's delay
+// (backend.ErrNotSent, shed) for 2s of patience with a starved process.
+func TestACallBehindASilentRoundTripIsTheBackends(t *testing.T) {
+	inst := redistest.Server(t)
+	s := oneLane(New(defaultClient(t, inst.Addr), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0)))
+	decide(t, s, day("warm", 1))
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	stop := burnCPU(16)
+	defer stop()
+	inst.Freeze(t)
+	defer inst.Thaw(t)
+	first := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+		defer cancel()
+		_, err := s.Decide(ctx, []backend.Request{day("first", 1)})
+		first <- err
+	}()
+	waitFor(t, "the first call's write", func() bool { return lanes(s) == 1 })
+	time.Sleep(50 * time.Millisecond)
+	s.slowYield.Store(time.Now().UnixNano()) // starved, whatever the yields say
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err := s.Decide(ctx, []backend.Request{day("second", 1)})
+	took := time.Since(start)
+	if !errors.Is(err, errStuck) || errors.Is(err, backend.ErrNotSent) {
+		t.Errorf("a call queued behind a silent round trip: %v, want errStuck", err)
+	}
+	if err := <-first; !errors.Is(err, errWritten) || errors.Is(err, backend.ErrUnread) {
+		t.Errorf("the silent round trip's call: %v, want the backend's failure", err)
+	}
+	if took > starvedWait/2 {
+		t.Errorf("returned after %v, want within %v", took, starvedWait/2)
+	}
+	t.Logf("returned after %v: %v", took, err)
+}
