@@ -89,11 +89,20 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // may admit fewer requests than the limit, never more.
 //
 // A settlement whose backend call fails is logged, and sent again in the
-// background once the backend answers, for up to the rule's Period: named
-// by a [backend.Request.Once], it takes effect once however often it is
-// sent, even when a reply was lost after the backend applied it. One given
-// up (still failing after its Period, or pending when the limiter closes)
-// is logged and counted in [Health].DroppedWrites.
+// background once the backend answers, for up to min(Period, H - 2×timeout)
+// after its call failed, H being twice the rule's Period, at most a minute
+// ([backend.OnceKept], [backend.OnceHold]), and the timeout the limiter's
+// (none at all when that leaves nothing: a later resend could outlive its
+// record): named by a [backend.Request.Once], it takes effect
+// once however often it is sent, even when a reply was lost after the
+// backend applied it. The backend keeps each settlement's record that long
+// and no longer, so that a key's records stay bounded by its settlements
+// of the last minute: a refund gives its units back, so the limit does
+// not bound how many a key makes. The resend is a retry over a slow
+// moment, not the ride-out of an outage: one given up (still failing
+// then, or pending when the limiter closes) is logged and counted in
+// [Health].DroppedWrites; a dropped refund leaves its reservation at its
+// estimate.
 func Settle(r *http.Request, rule string, actual int64) error {
 	if actual < 0 {
 		return fmt.Errorf("ceiling: rule %q: settle: negative cost %d", rule, actual)

@@ -108,6 +108,8 @@ type failState struct {
 	warning   string // configuration weaker than it reads (health warning)
 	closers   []io.Closer
 	once      sync.Once
+	observed  *observedHealth        // what the observer reads (observer.go); nil without one
+	final     atomic.Pointer[Health] // the last report, Status "closed", once Close began
 
 	emptyKeyLogged []atomic.Bool // per rule: an empty key value was logged
 	overloadLog    sampler       // calls this process was too busy to send
@@ -167,6 +169,7 @@ func (l *Limiter) initFailover() error {
 		Unsent:  unsent,
 		Keep:    l.kept,
 		Dropped: l.droppedWrites,
+		Timeout: l.cfg.timeout,
 	}
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
@@ -233,11 +236,14 @@ func (l *Limiter) initFailover() error {
 // for a probe in flight, at most about the timeout), the default memory
 // store (its janitor goroutine) and FailLocal's store. It does not close a
 // backend passed with [WithBackend]: its owner does. Close is idempotent;
-// the limiter must not be used after it.
+// the limiter must not be used after it. From Close on, [Limiter.Health]
+// reports Status "closed", and the observer's health function no longer
+// holds the limiter: an exporter drops it at its next collection.
 func (l *Limiter) Close() error {
 	var err error
 	l.fo.once.Do(func() {
 		l.fo.group.Stop()
+		l.closeHealth()
 		for _, c := range l.fo.closers {
 			err = errors.Join(err, c.Close())
 		}

@@ -127,8 +127,11 @@ func (n *notes) all() []string {
 
 // Health is the limiter's state as [Limiter.HealthHandler] reports it.
 type Health struct {
-	// Status is "healthy" (the backend decides) or "degraded" (the circuit
-	// breaker is open and the rules' fail modes decide).
+	// Status is "healthy" (the backend decides), "degraded" (the circuit
+	// breaker is open and the rules' fail modes decide) or "closed" (after
+	// [Limiter.Close]: the report is the one taken at Close, Since and
+	// Reason still set if the limiter was degraded then). An observer
+	// drops a closed limiter's health function, which no longer holds it.
 	Status string `json:"status"`
 	// Reason is, when degraded, the kind of the latest backend failure
 	// ([KindOf]), never its text; the log has the whole error.
@@ -153,7 +156,10 @@ type Health struct {
 	// DroppedWrites counts settlements and slot releases that failed and
 	// were never applied by the background resend either (one that may
 	// have been applied, is older than its rule's Period, or is pending at
-	// Close): each left unused units counted, an error towards the limit.
+	// Close): a refund or release given up left unused units counted, an
+	// error towards the limit; a forced charge given up left what the
+	// request used past its estimate uncounted (at most the rule's
+	// capacity), an error past it.
 	DroppedWrites int64 `json:"dropped_writes,omitempty"`
 	// Shed counts requests refused with 503 because this process was too
 	// busy to send their backend call or read its reply in time, or a
@@ -188,6 +194,9 @@ type RuleHealth struct {
 // reports what requests and the background probe saw, and the probe runs
 // while degraded, so the report recovers without traffic.
 func (l *Limiter) Health() Health {
+	if h := l.fo.final.Load(); h != nil {
+		return h.clone()
+	}
 	h := Health{
 		Status:   "healthy",
 		Backend:  "in-process",
@@ -207,6 +216,28 @@ func (l *Limiter) Health() Health {
 	}
 	l.reportEngine(&h)
 	return h
+}
+
+// closeHealth keeps the limiter's last report, with Status "closed", and
+// cuts the observer's health function from the limiter, so that an
+// exporter, which keeps that function for ever, no longer holds the
+// limiter and its store. Close calls it once the background (the probe
+// that could recover the limiter) stopped.
+func (l *Limiter) closeHealth() {
+	h := l.Health()
+	h.Status = "closed"
+	l.fo.final.Store(&h)
+	if o := l.fo.observed; o != nil {
+		o.final.Store(&h)
+		o.l.Store(nil)
+	}
+}
+
+// clone is h with slices of its own, for a caller free to change them.
+func (h *Health) clone() Health {
+	c := *h
+	c.Warnings, c.Rules = slices.Clone(h.Warnings), slices.Clone(h.Rules)
+	return c
 }
 
 // HealthHandler answers health checks with the [Health] report as JSON:

@@ -54,7 +54,10 @@ func (o Outcome) String() string {
 type Observer interface {
 	// ObserveConfig is called once, by [New], with the rules' names in
 	// declaration order, the backend timeout (zero in process) and a
-	// function returning [Limiter.Health], for what a scrape reads.
+	// function returning [Limiter.Health], for what a scrape reads. Once
+	// it reports Status "closed", the limiter is closed and the function
+	// holds nothing of it: drop it, and if Since is set (it was degraded
+	// when closed) expect no recovery from it.
 	ObserveConfig(rules []string, timeout time.Duration, health func() Health)
 	// ObserveDecision is called for every rule decided for a request, by
 	// the backend or by [FailLocal]'s store, except the admissions a fail
@@ -97,7 +100,25 @@ func (l *Limiter) observeConfig() {
 	if l.remote {
 		timeout = l.cfg.timeout
 	}
-	o.ObserveConfig(rules, timeout, l.Health)
+	l.fo.observed = &observedHealth{}
+	l.fo.observed.l.Store(l)
+	o.ObserveConfig(rules, timeout, l.fo.observed.read)
+}
+
+// observedHealth is the observer's way to the limiter's [Health]: an
+// exporter keeps the function for ever, so Close cuts it from the limiter
+// (which becomes collectable with its store) and leaves the limiter's last
+// report, with Status "closed", for the exporter to drop.
+type observedHealth struct {
+	l     atomic.Pointer[Limiter]
+	final atomic.Pointer[Health]
+}
+
+func (o *observedHealth) read() Health {
+	if l := o.l.Load(); l != nil {
+		return l.Health()
+	}
+	return o.final.Load().clone()
 }
 
 // observeCall reports one backend call, or a cached answer, to obs.

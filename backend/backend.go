@@ -148,14 +148,18 @@ type Request struct {
 	// atomically with applying the request, and a later request on the
 	// same key with the same Once is not applied again. It then answers
 	// Allowed, with the key's state as a peek would report it (Stamp 0):
-	// "already applied". The record is kept at least twice Period after
-	// the first delivery applied it; a request of a call that is rejected
-	// applies nothing and records nothing.
+	// "already applied". The record is kept for [OnceKept] of Period
+	// (twice Period, at most [OnceHold]) after the first delivery applied
+	// it, and no longer: a key's records are bounded by its settlements of
+	// the last minute, not of its Period, which refunds leave unbounded. A
+	// request of a call that is rejected applies nothing and records
+	// nothing.
 	//
 	// It makes a settlement safe to send again after any error, including
 	// one sent and not answered ([ErrUnread], a lost connection, a
-	// timeout): the caller repeats it unchanged, with the same Once, up to
-	// Period after the first delivery. A stamped refund sent twice without
+	// timeout): the caller repeats it unchanged, with the same Once, while
+	// its record surely holds: up to OnceKept(Period) after the first
+	// delivery was sent, less the time a repeat takes to be applied. A stamped refund sent twice without
 	// Once gives back other requests' units (see Stamp). Pick Once at
 	// random from a large space, unique per settlement across every
 	// process that shares the backend. A Once on any other request (an
@@ -358,3 +362,14 @@ const (
 	MaxLimit  = 1_000_000_000
 	MaxPeriod = 90 * 24 * time.Hour
 )
+
+// OnceHold bounds how long a backend keeps the record of a settlement's
+// [Request.Once]: a resend of a settlement is a retry over a slow moment,
+// not the ride-out of an outage, and a longer record would let one key's
+// refunded settlements (each gives its units back, so the limit does not
+// bound them) fill the backend.
+const OnceHold = time.Minute
+
+// OnceKept is how long a backend keeps the record of a settlement of a
+// rule of period: twice the period, at most [OnceHold].
+func OnceKept(period time.Duration) time.Duration { return min(2*period, OnceHold) }

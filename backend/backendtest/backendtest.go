@@ -80,6 +80,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("StampNoLongerCounts", s.testStampNoLongerCounts)
 	t.Run("SameSettlementTwiceRefundsOnce", s.testSettleOnce)
 	t.Run("SameChargeTwiceChargesOnce", s.testChargeOnce)
+	t.Run("OnceRecordHeldForOnceHold", s.testOnceHold)
 	t.Run("RollingWindowEmptiedInOneCall", s.testRollingEmptiedInOneCall)
 	t.Run("ClockBehind", s.testClockBehind)
 	t.Run("GCRAAtTheHorizon", s.testGCRAAtTheHorizon)

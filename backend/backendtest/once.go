@@ -96,3 +96,32 @@ func (s *suite) testChargeOnce(t *testing.T) {
 		}
 	})
 }
+
+// testOnceHold is a record of a long rule's settlement kept for
+// backend.OnceHold and no longer: a repeat just within it is a peek, one
+// at its end is a new settlement. Kept twice an hour's Period instead,
+// one key's refunded settlements would pile up without bound.
+func (s *suite) testOnceHold(t *testing.T) {
+	s.forEach(t, func(t *testing.T, e *env, alg backend.Algorithm) {
+		r := req(e.key("k"), alg, 10, time.Hour, 1)
+		charge := r
+		charge.Force, charge.Once = true, 11
+		e.at(us(1_000_000))
+		if got := e.one(charge); !got.Allowed || got.Remaining != 9 {
+			t.Fatalf("a forced charge of 1: %+v, want allowed with 9 remaining", got)
+		}
+		e.at(us(1_000_000) + backend.OnceHold - time.Microsecond)
+		if got := e.remaining(r); got != 9 {
+			t.Fatalf("just before the record's end: remaining %d, want 9", got)
+		}
+		e.one(charge)
+		if got := e.remaining(r); got != 9 {
+			t.Errorf("the charge delivered again just within OnceHold: remaining %d, want 9 (a repeat)", got)
+		}
+		e.at(us(1_000_000) + backend.OnceHold)
+		e.one(charge)
+		if got := e.remaining(r); got != 8 {
+			t.Errorf("the charge delivered again OnceHold after it was applied: remaining %d, want 8 (its record gone)", got)
+		}
+	})
+}

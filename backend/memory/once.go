@@ -13,7 +13,7 @@ import (
 // honours one all the same, so that the contract holds on every backend.
 // Calls that carry a Once take its lock around their decision: they are
 // serialized with each other, never with other calls, and allocate. A
-// record lapses twice its Period after it was applied; the set drops
+// record lapses backend.OnceKept of its Period after it was applied; the set drops
 // lapsed records whenever it has doubled since it last did.
 type settledSet struct {
 	mu    sync.Mutex
@@ -67,7 +67,7 @@ func (s *Store) decideOnce(reqs []backend.Request, results []backend.Result) {
 	}
 	for i, r := range local {
 		if r.Once != 0 {
-			o.exp[keys[i]] = now + 2*micros(r.Period)
+			o.exp[keys[i]] = now + micros(backend.OnceKept(r.Period))
 		}
 	}
 }

@@ -16,7 +16,8 @@
 --
 -- A request's lease is a Concurrency request's lease id, or a settlement's
 -- once (0: none): a settlement ceiling_settled records on its key is
--- decided as a peek, and an admitted call records the others.
+-- decided as a peek, and an admitted call records the others, for twice
+-- their period, at most a minute (60000000 µs: backend.OnceKept).
 --
 -- Reply: {now, rejected (0/1), then per request: allowed (0/1),
 -- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
@@ -227,7 +228,7 @@ BEGIN
   IF settles AND NOT rejected THEN
     DELETE FROM ceiling_settled t WHERE t.key = ANY (keys) AND t.expires <= now;
     INSERT INTO ceiling_settled (key, once, expires)
-    SELECT u.k, u.o, now + 2 * u.p FROM unnest(keys, algs, costs, leases, pers) AS u(k, a, c, o, p)
+    SELECT u.k, u.o, now + least(2 * u.p, 60000000) FROM unnest(keys, algs, costs, leases, pers) AS u(k, a, c, o, p)
     WHERE u.a <> 5 AND u.o <> 0 AND u.c <> 0
     ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires;
   END IF;
@@ -329,7 +330,7 @@ BEGIN
   END LOOP;
   IF settles AND r.ok THEN
     DELETE FROM ceiling_settled t WHERE t.key = p_key AND t.expires <= now;
-    INSERT INTO ceiling_settled (key, once, expires) VALUES (p_key, lease, now + 2 * p)
+    INSERT INTO ceiling_settled (key, once, expires) VALUES (p_key, lease, now + least(2 * p, 60000000))
     ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires;
   END IF;
   remaining := greatest(0, r.remaining);

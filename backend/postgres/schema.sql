@@ -12,7 +12,8 @@ CREATE TABLE IF NOT EXISTS ceiling_state (
 ) WITH (fillfactor = 70);
 CREATE INDEX IF NOT EXISTS ceiling_state_expires ON ceiling_state (expires);
 -- ceiling_settled records the settlements applied to a key by their once
--- (backend.Request.Once) until expires (µs, the decisions' clock): a second
+-- (backend.Request.Once) until expires (µs, the decisions' clock; twice the
+-- rule's period, at most a minute: backend.OnceKept): a second
 -- delivery of one is decided as a peek. The decision that records one on a
 -- key deletes the key's expired records, the janitor those of idle keys.
 CREATE TABLE IF NOT EXISTS ceiling_settled (

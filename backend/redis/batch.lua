@@ -2,7 +2,7 @@
 -- Independent decisions of one request each, for one node (one hash slot on
 -- Cluster), in order, in one run; a lone call is a batch of one. A decision
 -- that fails (another type, a write refused under maxmemory) is an error in
--- its place; the others stand. KEYS[i] decision i's key. ARGV: minimum TTL
+-- its place; the others stand. KEYS[i] decision i's key, then the once records. ARGV: minimum TTL
 -- ms, the number of rules R, 4 per rule: algorithm (0 rolling window, 1
 -- sliding log, 2 sliding window, 3 fixed window, 4 gcra, 5 concurrency),
 -- limit, period µs, burst; then 6 per decision: its rule (1..R), now µs or
@@ -46,11 +46,11 @@ local function one(i)
   elseif s.dirty then
     store(s, alg, now, minTTL)
   end
-  if m and rejected == 0 then redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
+  if m and rejected == 0 then onceSet(m, now, P, minTTL) end
   return rejected, ok, remaining, max(0, reset), retry, nx, placed
 end
 
-for i = 1, #KEYS do
+for i = 1, (#ARGV - 2 - 4 * nrules) / 6 do
   local o = 2 + (i - 1) * 7
   local ok, rejected, allowed, remaining, reset, retry, nx, placed = pcall(one, i)
   if not ok then

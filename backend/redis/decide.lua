@@ -2,7 +2,7 @@
 -- One all-or-nothing decision: the requests of a Decide call (on Cluster, of
 -- one hash slot), each seeing the state the previous one on its key would
 -- write, written all or nothing.
--- KEYS[i] request i's key. ARGV: now µs or "" (TIME), minimum TTL ms, "1"
+-- KEYS[i] request i's key, then the once records. ARGV: now µs or "" (TIME), minimum TTL ms, "1"
 -- for peeks (a call spanning Cluster slots), then 9 per request: algorithm
 -- (see batch.lua), limit, period µs, burst (Concurrency: the lease id),
 -- cost, force, shadow (0/1), stamp (µs, or 0), once (0: none).
@@ -19,10 +19,8 @@
 -- left (never another client's write): ARGV[5i-1..] is key i's action, value
 -- left, value before, PTTL and the onces the call applied to it, whose
 -- records go with it. Reply: per key, 1 when put back, else 0.
-local uses = {} -- the requests' algorithms, whose functions lib.lua defines
-if ARGV[3] ~= 'u' then
-  for i = 0, #KEYS - 1 do uses[ARGV[4 + 9 * i]] = true end
-end
+local uses = {}; local nk = ARGV[3] == 'u' and #KEYS or (#ARGV - 3) / 9 -- the requests' algorithms (lib.lua), the requests
+if ARGV[3] ~= 'u' then for i = 0, nk - 1 do uses[ARGV[4 + 9 * i]] = true end end
 -- lib.lua
 -- leaseList is "off at;" of the companion and the leases named in list
 -- ("id ..." entries) as key holds them now, in the same form.
@@ -90,7 +88,7 @@ local minTTL, withPeeks = tonum(ARGV[2]), ARGV[3] == '1'
 local raws = {}
 do
   local names, idx = {}, {}
-  for i = 1, #KEYS do
+  for i = 1, nk do
     local alg = ARGV[4 + (i - 1) * 9]
     if alg ~= '5' and (alg ~= '1' or withPeeks) then names[#names + 1], idx[#idx + 1] = KEYS[i], i end
   end
@@ -111,12 +109,12 @@ local function state(i, alg)
 end
 
 -- A state that a clock behind it anchors is written first, and read again.
-for i = 1, #KEYS do
+for i = 1, nk do
   local a = 4 + (i - 1) * 9
   local alg, key = ARGV[a], KEYS[i]
   if ops[alg].anchor(state(i, alg), now, tonum(ARGV[a + 2])) then
     store(states[key], alg, now, minTTL)
-    for j = 1, #KEYS do if KEYS[j] == key and raws[j] ~= nil then raws[j] = redis.call('GET', key) end end
+    for j = 1, nk do if KEYS[j] == key and raws[j] ~= nil then raws[j] = redis.call('GET', key) end end
     states[key] = ops[alg].load(key, raws[i] or '', now, minTTL)
     states[key].alg = alg
   end
@@ -132,7 +130,7 @@ end
 local per = withPeeks and 9 or 6
 local out, before, ttls = { now, 0 }, {}, {}
 if withPeeks then -- before any request changes a state
-  for i = 1, #KEYS do
+  for i = 1, nk do
     local o, alg = 2 + (i - 1) * per, ARGV[4 + (i - 1) * 9]
     local _, remaining, reset, _, nx = run(i, state(i, alg), 0)
     out[o + 7], out[o + 8], out[o + 9] = remaining, max(0, reset), nx
@@ -140,7 +138,7 @@ if withPeeks then -- before any request changes a state
   end
 end
 local rejected, marks = false, {} -- marks: the once records the call writes, and their periods
-for i = 1, #KEYS do
+for i = 1, nk do
   local a = 4 + (i - 1) * 9
   local m, c = onceKey(KEYS[i], ARGV[a + 8]), tonum(ARGV[a + 4])
   if m and (marks[m] or (tonum(redis.call('GET', m)) or 0) > now) then c, m = 0, nil end -- applied: a peek
@@ -156,7 +154,7 @@ end
 -- wrote to what it left, 1 and the value, or 2 (deleted).
 local function undo(written)
   if not withPeeks then return end
-  for i = 1, #KEYS do
+  for i = 1, nk do
     local a = 4 + (i - 1) * 9
     if ARGV[a] == '5' then
       local s, old, w = states[KEYS[i]], {}, 0
@@ -175,7 +173,7 @@ end
 if rejected then
   out[2] = 1
   undo({})
-  for i = 1, #KEYS do
+  for i = 1, nk do
     local o = 2 + (i - 1) * per
     out[o + 6] = 0
     if out[o + 1] == 1 and withPeeks then
@@ -196,6 +194,6 @@ for _, key in ipairs(order) do
     if withPeeks then written[key] = v and { 1, v } or { 2, '' } end -- a lease: any
   end
 end
-for m, P in pairs(marks) do redis.call('SET', m, now + 2 * P, 'PX', max(cdiv(2 * P, 1000), minTTL)) end
+for m, P in pairs(marks) do onceSet(m, now, P, minTTL) end
 undo(written)
 return out

@@ -517,8 +517,10 @@ local function companion(key, x)
   return '{' .. key .. '}#' .. (x or 'n')
 end
 
--- onceKey is settlement id's record on key, in its slot, holding until when (backend.Request.Once; '0': none).
+-- onceKey is settlement id's record on key (backend.Request.Once; '0': none), in its slot, holding until when; KEYS declares it
+-- after the requests' keys (store.go's onceKeyOf). onceSet writes it, for min(2P, 1 min) from now (backend.OnceKept).
 local function onceKey(key, id) if id ~= '0' then return companion(key, 'o' .. id) end end
+local function onceSet(m, now, P, t) local h = math.min(2 * P, 6e7); redis.call('SET', m, now + h, 'PX', max(cdiv(h, 1000), t)) end
 
 if uses['5'] then
   -- leaseTouch records lease id as stored (expiring at e with n units, or

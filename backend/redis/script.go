@@ -142,9 +142,20 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 	if s.clock != nil {
 		minTTL = fakeClockMinTTL
 	}
-	a = append(a, len(ops))
+	n := len(ops) // the keys: each decision's, then its once record (see withOnceKeys)
+	for _, o := range ops {
+		if o.lone.req.Once != 0 {
+			n++
+		}
+	}
+	a = append(a, n)
 	for _, o := range ops {
 		a = append(a, o.key)
+	}
+	for _, o := range ops {
+		if o.lone.req.Once != 0 {
+			a = append(a, onceKeyOf(o.key, o.lone.req.Once))
+		}
 	}
 	a = append(a, minTTL, len(distinct))
 	for _, r := range distinct {

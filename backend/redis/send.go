@@ -26,7 +26,7 @@ func scriptOp(ctx context.Context, script *redis.Script, keys []string, args []a
 func (s *Store) runGroups(ctx context.Context, keys [][]string, reqs [][]backend.Request, withPeeks, detached bool) ([]reply, []error) {
 	w, ops := newWaiter(ctx, len(reqs))
 	for g := range reqs {
-		ops[g] = scriptOp(ctx, decideScript, keys[g], s.args(reqs[g], withPeeks))
+		ops[g] = scriptOp(ctx, decideScript, withOnceKeys(keys[g], reqs[g]), s.args(reqs[g], withPeeks))
 	}
 	err := s.call(ctx, w, ops, detached)
 	replies := make([]reply, len(reqs))

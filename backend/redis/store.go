@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,11 +271,38 @@ func (s *Store) keys(reqs []backend.Request) []string {
 
 // companionOf is lib.lua's companion of a Concurrency key, in the key's
 // slot.
-func companionOf(key string) string {
+func companionOf(key string) string { return companionName(key, "n") }
+
+// onceKeyOf is lib.lua's onceKey: the record of settlement once on key, in
+// the key's slot.
+func onceKeyOf(key string, once int64) string {
+	return companionName(key, "o"+strconv.FormatInt(once, 10))
+}
+
+// companionName is lib.lua's companion: key's name for x, in key's slot.
+func companionName(key, x string) string {
 	if a := strings.IndexByte(key, '{'); a >= 0 {
 		if b := strings.IndexByte(key[a+1:], '}'); b > 0 {
-			return key + "#n"
+			return key + "#" + x
 		}
 	}
-	return "{" + key + "}#n"
+	return "{" + key + "}#" + x
+}
+
+// withOnceKeys is keys, the keys of reqs, followed by the record of each
+// settlement's Once: a script declares every key it reads, so that a
+// Cluster slot half-moved by a reshard answers TRYAGAIN (some keys here,
+// some there) or ASK, never runs the script beside a state whose record
+// is on the other node, where a resent settlement would be applied again.
+func withOnceKeys(keys []string, reqs []backend.Request) []string {
+	out := keys
+	for i, r := range reqs {
+		if r.Once != 0 {
+			if len(out) == len(keys) {
+				out = slices.Clip(keys) // the caller's keys stay as they are
+			}
+			out = append(out, onceKeyOf(keys[i], r.Once))
+		}
+	}
+	return out
 }

@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,7 +16,8 @@ import (
 // the backend answers again (a recovery or any answered call wakes it),
 // then every so often, until each is applied or no longer matters: a
 // lease ends and a unit stops counting at most a Period after the call
-// that failed, so a write pending longer is dropped, counted and logged.
+// that failed, so a write pending longer is dropped, counted and logged
+// (a settlement sooner, see below).
 //
 // What is resent is what may be applied twice, or what surely was not
 // applied, so that a settlement still takes effect at most once:
@@ -27,8 +29,11 @@ import (
 //     estimate) named by a [backend.Request.Once], as settle names every
 //     settlement it sends to a remote backend, is resent whatever
 //     happened: the backend answers a second delivery of it as a peek
-//     for twice Period after the first applied it, and this loop gives it
-//     up a Period after its call failed;
+//     for backend.OnceKept of Period (twice Period, at most
+//     backend.OnceHold, a minute) after the first applied it, and this
+//     loop gives it up within that, less twice the timeout, of its call's
+//     failure (see Later): a retry over a slow moment, not the ride-out of
+//     an outage;
 //   - one without a Once is resent only when its call surely never reached
 //     the backend: the breaker was open, or this process never got to send
 //     it. Sent and not answered, it may have been applied, and applying it
@@ -74,6 +79,9 @@ type Resends struct {
 	Unsent  func(error) bool
 	Keep    func(string) string
 	Dropped func(n int, what, why string, total int64)
+	// Timeout bounds one backend call: a settlement's resends end early
+	// enough that the last is applied before its Once record lapses.
+	Timeout time.Duration
 
 	mu      sync.Mutex
 	items   []resendItem
@@ -143,19 +151,49 @@ func (r *Resends) Later(reqs []backend.Request, err error, what string) int {
 	if len(reqs) == 0 {
 		return lost
 	}
-	var period time.Duration
-	for i := range reqs {
-		reqs[i].Key = r.Keep(reqs[i].Key) // the caller's arena is reused
-		period = max(period, reqs[i].Period)
+	// One item per deadline. A write is given up a Period after its call
+	// failed; a settlement named by a Once sooner: its record lasts
+	// backend.OnceKept(P) (2P, at most backend.OnceHold) from when the
+	// failed call applied it, up to a timeout before it failed, and a
+	// resend may be applied up to a timeout after it is sent, so it is
+	// sent at most OnceKept(P) - 2×timeout after the failure (never, when
+	// that is not positive). Kept longer, as long as a longer rule's, it
+	// would find its record lapsed and be applied again.
+	var items []resendItem
+	now := time.Now()
+	late := 0
+	for _, q := range reqs {
+		q.Key = r.Keep(q.Key) // the caller's arena is reused
+		window := q.Period
+		if q.Once != 0 {
+			window = min(window, backend.OnceKept(q.Period)-2*r.Timeout)
+		}
+		if window <= 0 {
+			late++
+			continue
+		}
+		until := now.Add(window)
+		j := slices.IndexFunc(items, func(it resendItem) bool { return it.until.Equal(until) })
+		if j < 0 {
+			j = len(items)
+			items = append(items, resendItem{until: until, what: what})
+		}
+		items[j].reqs = append(items[j].reqs, q)
+	}
+	r.drop(late, what, "its Period is too short, beside the timeout, to send it again safely")
+	lost += late
+	n := len(reqs) - late
+	if n == 0 {
+		return lost
 	}
 	r.mu.Lock()
-	if r.n+len(reqs) > MaxResends {
+	if r.n+n > MaxResends {
 		r.mu.Unlock()
-		r.drop(len(reqs), what, "too many pending")
-		return lost + len(reqs)
+		r.drop(n, what, "too many pending")
+		return lost + n
 	}
-	r.items = append(r.items, resendItem{reqs: reqs, until: time.Now().Add(period), what: what})
-	r.n += len(reqs)
+	r.items = append(r.items, items...)
+	r.n += n
 	r.pending.Store(int64(r.n))
 	start := !r.running
 	r.running = true
@@ -165,7 +203,7 @@ func (r *Resends) Later(reqs []backend.Request, err error, what string) int {
 		r.running = false
 		r.mu.Unlock()
 		r.dropPending("the limiter is closed")
-		return lost + len(reqs)
+		return lost + n
 	}
 	r.Poke()
 	return lost
@@ -238,8 +276,11 @@ func (r *Resends) round() bool {
 		sent += len(it.reqs)
 	}
 	var keep []resendItem
-	now := time.Now()
 	for lo := 0; lo < len(items); {
+		// Now, not when the round began: the calls before this one may
+		// each have taken up to the timeout, and a write sent past its
+		// deadline may find its Once record lapsed and be applied again.
+		now := time.Now()
 		if now.After(items[lo].until) {
 			r.drop(len(items[lo].reqs), items[lo].what, "pending for longer than its units count")
 			lo++

@@ -194,7 +194,6 @@ func New(o Options) (*Observer, error) {
 	obs.rules.Store(&empty)
 	_, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		obs.startAtZero(ctx)
-		o.ObserveInt64(degraded, min(obs.degraded.Load(), 1), metric.WithAttributeSet(set))
 		obs.mu.Lock()
 		defer obs.mu.Unlock()
 		if obs.minTimeout > 0 {
@@ -203,8 +202,18 @@ func New(o Options) (*Observer, error) {
 		var n uint64
 		var rules []string // in the order the limiters declare them
 		inUse := map[string]int64{}
+		live := obs.health[:0:0]
 		for _, f := range obs.health {
 			h := f()
+			if h.Status == "closed" {
+				// Dropped: the closed limiter holds nothing more, and,
+				// closed degraded, will report no recovery.
+				if !h.Since.IsZero() {
+					obs.recovered()
+				}
+				continue
+			}
+			live = append(live, f)
 			n += h.EvictedKeys
 			for _, r := range h.Rules {
 				if _, ok := inUse[r.Name]; !ok {
@@ -213,6 +222,8 @@ func New(o Options) (*Observer, error) {
 				inUse[r.Name] += r.SlotsInUse // limiters sharing a rule name add up
 			}
 		}
+		obs.health = live
+		o.ObserveInt64(degraded, min(obs.degraded.Load(), 1), metric.WithAttributeSet(set))
 		o.ObserveInt64(evicted, int64(n), metric.WithAttributeSet(set))
 		for _, r := range rules {
 			o.ObserveInt64(slots, inUse[r], metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(obs.attrs), AttrRule.String(r))...)))
@@ -344,6 +355,11 @@ func (o *Observer) ObserveDegraded(e ceiling.DegradedEvent) {
 		o.transitions.Add(context.Background(), 1, o.plain...)
 		return
 	}
+	o.recovered()
+}
+
+// recovered takes one limiter out of the degraded count.
+func (o *Observer) recovered() {
 	for {
 		n := o.degraded.Load()
 		if n <= 0 || o.degraded.CompareAndSwap(n, n-1) {

@@ -1,6 +1,8 @@
 package ceilingprom_test
 
 import (
+	"context"
+	"log/slog"
 	"runtime"
 	"strings"
 	"testing"
@@ -38,7 +40,6 @@ func TestSharedDegradedGaugeHoldsWhileOneLimiterIsDegraded_Attack(t *testing.T) 
 // limiter, its store with every key it held, must not stay reachable from
 // the observer, read at every scrape for ever.
 func TestClosedLimiterIsReleasedByTheObserver_Attack(t *testing.T) {
-	t.Skip("defect: ObserveConfig keeps each limiter's Health function for ever and nothing tells the observer of Close, so a reloaded limiter and its store stay reachable and are read at every scrape; one closed while degraded keeps the shared degraded gauge at 1")
 	obs := ceilingprom.New(ceilingprom.Options{})
 	l := ceiling.MustNew([]ceiling.Rule{{Name: "r", Key: ceiling.RemoteAddr, Limit: 10, Period: time.Minute}},
 		ceiling.WithObserver(obs))
@@ -52,4 +53,42 @@ func TestClosedLimiterIsReleasedByTheObserver_Attack(t *testing.T) {
 		t.Error("the closed limiter is still reachable from the observer")
 	}
 	runtime.KeepAlive(obs)
+}
+
+// A limiter closed while degraded reports no recovery: after the next
+// scrape it no longer holds the shared degraded gauge at 1, while another
+// limiter still degraded does.
+func TestLimiterClosedDegradedReleasesTheGauge(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	gauge := func(v string) string {
+		return "# HELP ceiling_rate_limiting_degraded 1 while the backend is not called (circuit breaker open) and fail modes decide, else 0.\n" +
+			"# TYPE ceiling_rate_limiting_degraded gauge\nceiling_rate_limiting_degraded " + v + "\n"
+	}
+	degraded := func() *ceiling.Limiter {
+		l := ceiling.MustNew([]ceiling.Rule{{Name: "r", Key: ceiling.RemoteAddr, Limit: 10, Period: time.Minute}},
+			ceiling.WithBackend(&flaky{down: true}), ceiling.WithObserver(obs),
+			ceiling.WithBreaker(ceiling.BreakerConfig{Failures: 1, CoolDown: time.Hour}),
+			ceiling.WithLogger(slog.New(slog.DiscardHandler)))
+		if err := l.Check(context.Background()); err == nil {
+			t.Fatal("Check passed on a refusing backend")
+		}
+		if s := l.Health().Status; s != "degraded" {
+			t.Fatalf("status %q, want degraded", s)
+		}
+		return l
+	}
+	a, b := degraded(), degraded()
+	a.Close()
+	if s := a.Health().Status; s != "closed" {
+		t.Errorf("closed limiter's status %q, want closed", s)
+	}
+	for range 2 { // a collection releases a only once
+		if err := testutil.CollectAndCompare(obs, strings.NewReader(gauge("1")), "ceiling_rate_limiting_degraded"); err != nil {
+			t.Errorf("one closed, one still degraded: %v", err)
+		}
+	}
+	b.Close()
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(gauge("0")), "ceiling_rate_limiting_degraded"); err != nil {
+		t.Errorf("both closed degraded: %v", err)
+	}
 }

@@ -36,6 +36,7 @@ package ceilingprom
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,7 +86,7 @@ type Observer struct {
 	mu         sync.Mutex
 	nDegraded  int // the limiters observed that are degraded now
 	minTimeout time.Duration
-	health     []func() ceiling.Health
+	health     []*func() ceiling.Health // by pointer, to drop one a collection found closed
 }
 
 // The labels: ceilingotel's attributes as the OpenTelemetry Prometheus
@@ -175,7 +176,7 @@ func (o *Observer) ObserveConfig(rules []string, timeout time.Duration, health f
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if health != nil {
-		o.health = append(o.health, health)
+		o.health = append(o.health, &health)
 	}
 	if timeout <= 0 {
 		return
@@ -252,6 +253,26 @@ func (o *Observer) ObserveFailMode(rule string, mode ceiling.FailMode) {
 	o.requests.WithLabelValues(rule, "fail_"+mode.String()).Inc()
 }
 
+// release drops the health function of a closed limiter, which then holds
+// nothing of it, and the limiter's part of the degraded gauge if it was
+// degraded when closed (it will not report a recovery).
+func (o *Observer) release(f *func() ceiling.Health, degraded bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i := slices.Index(o.health, f)
+	if i < 0 {
+		return // a simultaneous collection released it
+	}
+	// A new array: a collection may be reading the old one.
+	o.health = append(slices.Clip(o.health[:i]), o.health[i+1:]...)
+	if degraded && o.nDegraded > 0 {
+		o.nDegraded--
+		if o.nDegraded == 0 {
+			o.degraded.Set(0)
+		}
+	}
+}
+
 // Describe sends the metrics' descriptions.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.requests.Describe(ch)
@@ -271,7 +292,6 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.requests.Collect(ch)
 	o.duration.Collect(ch)
 	o.errors.Collect(ch)
-	o.degraded.Collect(ch)
 	o.transitions.Collect(ch)
 	o.failmode.Collect(ch)
 	o.timeout.Collect(ch)
@@ -283,7 +303,11 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	var rules []string // in the order the limiters declare them
 	slots := map[string]int64{}
 	for _, f := range health {
-		h := f()
+		h := (*f)()
+		if h.Status == "closed" {
+			o.release(f, !h.Since.IsZero())
+			continue
+		}
 		n += h.EvictedKeys
 		for _, r := range h.Rules {
 			if _, ok := slots[r.Name]; !ok {
@@ -292,6 +316,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 			slots[r.Name] += r.SlotsInUse // limiters sharing a rule name add up
 		}
 	}
+	o.degraded.Collect(ch) // after release: a limiter closed degraded no longer holds it
 	ch <- prometheus.MustNewConstMetric(o.evicted, prometheus.CounterValue, float64(n))
 	for _, r := range rules {
 		ch <- prometheus.MustNewConstMetric(o.slots, prometheus.GaugeValue, float64(slots[r]), r)

@@ -167,7 +167,7 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 	if !rejected {
 		for _, r := range reqs {
 			if r.Once != 0 {
-				m.settled[settled{r.Key, r.Once}] = now + 2*r.Period.Microseconds()
+				m.settled[settled{r.Key, r.Once}] = now + backend.OnceKept(r.Period).Microseconds()
 			}
 		}
 	}

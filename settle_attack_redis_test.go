@@ -1,0 +1,291 @@
+package ceiling
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// A key's stored state is meant to stay small and bounded whatever the
+// traffic (DESIGN.md: "small bounded state per key"), but every settlement
+// to a remote backend leaves a record beside its key, whether or not its
+// reply was ever lost. A refund gives its units back, so the rule does not
+// bound how many settlements one key makes: a client whose requests each
+// reserve and then settle 0 (a handler that settles what it used, nothing,
+// on a bad input or a client gone) is admitted without end. Kept twice the
+// Period, one shop of limit 3 per day left one Redis key per request for
+// 48 hours. Records are now kept backend.OnceKept of the Period, at most
+// a minute, so a key holds at most its settlements of the last minute:
+// here one shop makes 200 requests, all admitted, and no record lives
+// longer than a minute.
+func TestSettlementRecordsBoundedPerKey_Regression(t *testing.T) {
+	l, _, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 3, Period: 24 * time.Hour,
+		Estimate: func(*http.Request) (int64, error) { return 3, nil }}})
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := Settle(r, "tokens", 0); err != nil {
+			t.Errorf("Settle: %v", err)
+		}
+	}))
+	const n = 200
+	admitted := 0
+	for range n {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-Shop", "acme")
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusOK {
+			admitted++
+		}
+	}
+	keys, err := direct.Keys(t.Context(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	records := 0
+	var ttl time.Duration // the longest a record still lives
+	for _, k := range keys {
+		if strings.Contains(k, "#o") {
+			records++
+			ttl = max(ttl, direct.PTTL(t.Context(), k).Val())
+		}
+	}
+	t.Logf("%d of %d admitted; %d keys in Redis, %d of them settlement records (the longest TTL %v)", admitted, n, len(keys), records, ttl)
+	if admitted != n {
+		t.Fatalf("%d of %d admitted; each settled 0 and should have left the budget whole", admitted, n)
+	}
+	if records == 0 || ttl <= 0 || ttl > backend.OnceHold {
+		t.Errorf("one key of a daily rule holds %d settlement records, the longest living %v: want each kept at most %v, so that the key's records are its settlements of the last minute", records, ttl, backend.OnceHold)
+	}
+}
+
+// A settlement is resent for a Period after its call failed, and its record
+// on Redis lasts twice that Period after it was applied, so a repeat always
+// finds it. But the request's settlements for rules of different Periods
+// share one resend deadline, the longest Period's: a short rule's
+// settlement is resent after its own record lapsed and is applied again.
+// Here a request settles 6 against estimates of 1 under a 1 s rule and a
+// one-hour rule, in one call whose reply is lost after Redis applied both;
+// Redis is then unreachable for 2.5 s. On recovery the resend charged the
+// 1 s rule's 5 units a second time (its record, 2 s, had lapsed): the shop
+// billed twice, and its next requests refused.
+func TestSettlementResentPastItsRecordMixedPeriods_Regression(t *testing.T) {
+	est := func(*http.Request) (int64, error) { return 1, nil }
+	l, proxy, _ := proxiedLimiter(t, []Rule{
+		{Name: "burst", Key: headerKey("X-Shop"), Limit: 10, Period: time.Second, Estimate: est},
+		{Name: "hourly", Key: headerKey("X-Shop"), Limit: 100, Period: time.Hour, Estimate: est},
+	})
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, rule := range []string{"burst", "hourly"} {
+			if err := Settle(r, rule, 6); err != nil {
+				t.Errorf("Settle %s: %v", rule, err)
+			}
+		}
+		proxy.DropReply("evalsha") // the settlement's reply, after Redis applied it
+	}))
+	w := httptest.NewRecorder()
+	r := httptest.NewRequest("POST", "/", nil)
+	r.Header.Set("X-Shop", "acme")
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK || proxy.Dropped() != 1 {
+		t.Fatalf("status %d, %d replies lost; want 200 and 1", w.Code, proxy.Dropped())
+	}
+	proxy.Partition()
+	proxy.Cut()
+	time.Sleep(2500 * time.Millisecond) // real time: Redis's own TTLs; the burst rule's record lapses
+	proxy.Heal()
+	if !eventually(func() bool { return l.fo.resend.Pending() == 0 }) {
+		t.Fatal("the settlement is still pending a resend after 10 s")
+	}
+	res, err := l.Peek(t.Context(), "burst", "acme")
+	if err != nil || res.Remaining != 10 {
+		t.Errorf("burst rule 2.5 s after its only request: %+v, %v; want 10 left (its charge applied once, expired since)", res, err)
+	}
+	res, err = l.Peek(t.Context(), "hourly", "acme")
+	if err != nil || res.Remaining != 94 {
+		t.Errorf("hourly rule: %+v, %v; want 94 left (6 charged once)", res, err)
+	}
+}
+
+// A refund resent after Redis restarted empty finds no record of its first
+// delivery, and gives back units taken since the restart at its stamp:
+// another request's quota, past the documented cost of a restart ("each
+// restart lets each key admit up to one more Limit"). Instance 1 reserves
+// the whole budget, 10 of 10 per hour (FixedWindow), and settles 0: Redis
+// applies the refund, the reply is lost and instance 1 is cut off from
+// Redis. Instance 2 then takes 10; Redis restarts empty; instance 2 takes
+// 10 more (the restart's one more Limit). Instance 1 comes back and resends
+// its refund, which gives back those 10; instance 2 takes 10 again: 30 in
+// one window of a limit of 10.
+func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
+	t.Skip("defect: a refund resent after Redis restarted empty gives back units taken since the restart (Once records die with the data)")
+	inst := redistest.Server(t)
+	proxy := redistest.NewProxy(t, inst.Addr)
+	prefix := redistest.KeyPrefix(t)
+	secret := WithKeySecret(bytes.Repeat([]byte("k"), 32))
+	rules := []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 10, Period: time.Hour, Algorithm: FixedWindow,
+		Estimate: func(*http.Request) (int64, error) { return 10, nil }}}
+	limiter := func(addr string) *Limiter {
+		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		l := MustNew(rules, WithBackend(ceilingredis.New(c, ceilingredis.WithPrefix(prefix))), secret,
+			WithTimeout(500*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	l1, l2 := limiter(proxy.Addr), limiter(inst.Addr)
+	direct := inst.Client(t)
+	ctx := t.Context()
+	window := time.Now().Truncate(time.Hour)
+
+	h := l1.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := Settle(r, "tokens", 0); err != nil {
+			t.Errorf("Settle: %v", err)
+		}
+		proxy.LoseReplyLate("evalsha") // the settlement's reply
+	}))
+	done := make(chan int)
+	go func() {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-Shop", "acme")
+		h.ServeHTTP(w, r)
+		done <- w.Code
+	}()
+	applied := eventually(func() bool {
+		keys, _ := direct.Keys(ctx, prefix+"*#o*").Result()
+		return len(keys) == 1
+	})
+	proxy.Partition() // instance 1 loses the reply, and Redis
+	if code := <-done; !applied || code != http.StatusOK {
+		t.Fatalf("status %d, refund applied %v; want 200, applied", code, applied)
+	}
+	take := func(who string, want bool) {
+		t.Helper()
+		var d Decision
+		var err error
+		for range 50 { // instance 2's connection may die with the restart
+			if d, err = l2.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 10}); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil || d.Allowed != want {
+			t.Errorf("%s takes 10: %+v, %v; want allowed %v", who, d, err, want)
+		}
+	}
+	take("B, after A's refund", true)
+	inst.Restart(t)
+	take("C, after the restart", true)
+	proxy.Heal()
+	if !eventually(func() bool { return l1.fo.resend.Pending() == 0 }) {
+		t.Fatal("the refund is still pending after 10 s")
+	}
+	take("D, after A's refund was resent", false)
+	if time.Now().Truncate(time.Hour) != window {
+		t.Skip("the test crossed an hour's window boundary; run it again")
+	}
+}
+
+// The records of finding TestSettlementRecordsBoundedPerKey_Regression are a
+// flood any client can make: requests that reserve and settle 0 fill Redis
+// with records that live twice the Period, one key of the attacker's, until
+// Redis, full (noeviction, as the README asks), refuses every write and
+// every other caller's decision goes to the fail mode. Here Redis has 512
+// KiB of room; the attacker's requests, each admitted, fill it within a
+// bounded loop, and then another shop's request is decided by FailLocal.
+func TestSettlementRecordsFillRedis_Attack(t *testing.T) {
+	t.Skip("defect, narrowed: records now live at most backend.OnceHold (a minute), so a key holds its settlements of the last minute, not of 2×Period; " +
+		"this flood (~2,800 settle-0 requests/s from one key) still fills 512 KiB in under a second: bounding a key's records by a constant needs a Once the backend can order, or acks")
+	l, _, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 3, Period: 24 * time.Hour,
+		Estimate: func(*http.Request) (int64, error) { return 3, nil }}})
+	ctx := t.Context()
+	mem, err := direct.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	for _, line := range strings.Split(mem, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if err := direct.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+512<<10, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Once Redis is full, the fail mode admits without a reservation.
+		if err := Settle(r, "tokens", 0); err != nil && !errors.Is(err, ErrNotReserved) {
+			t.Errorf("Settle: %v", err)
+		}
+	}))
+	serve := func(shop string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/", nil)
+		r.Header.Set("X-Shop", shop)
+		h.ServeHTTP(w, r)
+		return w
+	}
+	fallbacks := func() int64 { r := l.Health().Rules[0]; return r.FailOpenAdmissions + r.FailLocalAdmissions }
+	n := 0
+	for ; n < 20000 && fallbacks() == 0; n++ {
+		if w := serve("attacker"); w.Code != http.StatusOK {
+			break
+		}
+	}
+	keys, _ := direct.DBSize(ctx).Result()
+	before := fallbacks()
+	w := serve("victim")
+	t.Logf("%d requests of one shop, %d Redis keys; victim: %d, fallbacks %d -> %d", n, keys, w.Code, before, fallbacks())
+	if w.Code != http.StatusOK || fallbacks() != before {
+		t.Errorf("after one shop's %d settle-0 requests (%d keys in Redis), another shop's request got %d, decided by the fail mode: %v",
+			n, keys, w.Code, fallbacks() != before)
+	}
+}
+
+// Charge is the non-HTTP Settle, but its settlements carry no Once and are
+// not resent: a stamped refund whose reply was lost fails with "backend
+// unreachable", though Redis applied it, and its doc leaves the retry to
+// the caller ("the caller decides whether the charge matters enough to
+// retry"). The retry is applied a second time and gives back another
+// caller's units: A reserves 5 and B takes 5 of 10, A's Charge refund of 5
+// loses its reply, A retries it, and 10 are left with B's 5 still in use.
+func TestChargeRefundRetriedAfterLostReplyBuysNoQuota_Attack(t *testing.T) {
+	t.Skip("defect: Charge's refund has no Once and no resend; its lost reply reads as unreachable and a retry applies it twice")
+	l, proxy, _ := proxiedLimiter(t, []Rule{{Name: "tokens", Limit: 10, Period: time.Hour, Algorithm: FixedWindow}})
+	ctx := t.Context()
+	a, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5})
+	if err != nil || !a.Allowed {
+		t.Fatalf("A reserves 5: %+v, %v", a, err)
+	}
+	if b, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5}); err != nil || !b.Allowed {
+		t.Fatalf("B takes 5: %+v, %v", b, err)
+	}
+	refund := Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: a.Results[0].Stamp}
+	proxy.DropReply("evalsha")
+	for try := 0; try < 3; try++ { // retried until it succeeds, as the doc leaves to the caller
+		if err = l.Charge(ctx, refund); err == nil {
+			break
+		}
+		t.Logf("try %d: %v", try, err)
+	}
+	if err != nil {
+		t.Fatalf("the refund never succeeded: %v", err)
+	}
+	if p, err := l.Peek(ctx, "tokens", "acme"); err != nil || p.Remaining != 5 {
+		t.Errorf("after A's refund: %+v, %v; want 5 left (B's 5 still count)", p, err)
+	}
+}
