@@ -217,6 +217,13 @@ func (s *Store) callInline(w *waiter, b *pipeliner, entry time.Time) error {
 		if s.refused(w, entry) != nil {
 			return s.timeoutError(w, entry)
 		}
+		j := s.judge(w)
+		if j == silent {
+			return s.timeoutError(w, entry)
+		}
+		if j == behind {
+			return fmt.Errorf("%w (%w: its reply waits to be read, %v after the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
+		}
 		if starved, _ := s.starved(w.budget); starved || late || ran {
 			s.slowYield.Store(time.Now().UnixNano())
 			return fmt.Errorf("%w (%w: no reply read within %v of the write): %w", backend.ErrUnread, errWritten, w.budget, context.DeadlineExceeded)
@@ -271,10 +278,18 @@ func (s *Store) waitStarved(w *waiter, entry time.Time) bool {
 			}
 			continue
 		}
+		if !w.taken() && w.node != nil && w.node.stuck(time.Now()) {
+			return false // not sent, behind a round trip the node ignores
+		}
+		j := s.judge(w)
+		if j == silent {
+			return false // written, and the node sent nothing back
+		}
 		starved, took := s.starved(w.budget)
 		if w.answered() {
 			return true
 		}
+		starved = starved || j == behind
 		if late && !starved {
 			starved = true
 			s.slowYield.Store(time.Now().UnixNano())
@@ -397,6 +412,15 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 	return fmt.Errorf("%w: no reply within %v of the write: %w", errWritten, w.budget, context.DeadlineExceeded)
 }
 
+// judge says what the sockets of w's node say about w, out of budget
+// (nodeSockets.judge).
+func (s *Store) judge(w *waiter) judgement {
+	if w.node == nil || w.written.Load() == 0 {
+		return unjudged
+	}
+	return s.dials.sockets(w.node.addr).judge(w.written.Load(), w.budget)
+}
+
 // refused returns the refused dial that says w's node is down, if any: a
 // dial to it failed at most dialRecent before entry or since, and neither
 // a dial nor a round trip to it succeeded since (dialLog.refused).
@@ -463,14 +487,25 @@ func (b *pipeliner) land(slot int) {
 // replied to nothing since it was written, by a patience that this
 // process's own delays cannot exhaust: its budget from the write when no
 // yield showed this process starved lately, otherwise starvedLimit of it
-// (as long as a written call waits for a starved process). A round trip
-// without a budget is never overdue.
+// (as long as a written call waits for a starved process); on Linux, by
+// its budget when its node's sockets show it silent, never when they show
+// a reply waiting (nodeSockets.judge). A round trip without a budget is
+// never overdue.
 func (b *pipeliner) stuck(now time.Time) bool {
 	starved := b.s.starvedLately(now)
 	replied := b.replied.Load()
+	socks := b.s.dials.sockets(b.addr)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.flying {
+		if f.at != 0 && f.budget > 0 && now.UnixNano()-f.at > int64(f.budget) {
+			switch socks.judge(f.at, f.budget) {
+			case silent:
+				return true
+			case behind:
+				continue
+			}
+		}
 		patience := f.budget
 		if starved {
 			patience = starvedLimit(f.budget)

@@ -109,6 +109,19 @@ type dialLog struct {
 	last  atomic.Pointer[dialFailure] // any node's; nil after a dial succeeded
 	nodes sync.Map                    // on Cluster: address -> *dialFailure
 	logs  *atomic.Pointer[storeLog]   // the Store's
+	// all watches every connection dialed, socks those of each node
+	// (address -> *nodeSockets).
+	all   nodeSockets
+	socks sync.Map
+}
+
+// sockets returns the watched connections to the node at addr ("": any).
+func (d *dialLog) sockets(addr string) *nodeSockets {
+	if addr == "" {
+		return &d.all
+	}
+	v, _ := d.socks.LoadOrStore(addr, new(nodeSockets))
+	return v.(*nodeSockets)
 }
 
 type dialFailure struct {
@@ -147,8 +160,8 @@ func (d *dialLog) refused(addr string, t time.Time, repliedAt int64) error {
 	return f.err
 }
 
-// DialHook records failed dials, and forgets them once one succeeds; the
-// other hooks pass through.
+// DialHook records failed dials, and forgets them once one succeeds, and
+// watches the connections dialed (watchConn); the other hooks pass through.
 func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
@@ -156,6 +169,8 @@ func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			f = &dialFailure{at: time.Now(), err: err}
 			d.logs.Load().warn(kindDial, fmt.Sprintf("failed to dial %s: %v", addr, err))
+		} else {
+			c = watchConn(c, d.sockets(addr), &d.all)
 		}
 		d.last.Store(f)
 		d.nodes.Store(addr, f)

@@ -155,7 +155,9 @@ func (s *Store) now() time.Time {
 // budget is what ctx's deadline leaves at entry, counted from the write; a
 // decision no round trip took by the deadline fails with
 // [backend.ErrNotSent], and a written one's reply is read however late a
-// starved process gets to it (up to 2s; see README.md).
+// starved process gets to it (within a bound), while a Redis that sent
+// nothing back is blamed at the budget (on Linux, by its sockets; see
+// README.md).
 func (s *Store) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
 	res := make([]backend.Result, len(reqs))
 	if err := s.DecideInto(ctx, reqs, res); err != nil {

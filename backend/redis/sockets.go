@@ -1,0 +1,184 @@
+package redis
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// nodeSockets are the connections go-redis dialed to one node (or, as
+// dialLog.all, to any), watched so that a call out of budget can be judged
+// exactly: reply bytes waiting in the kernel are this process's delay in
+// reading them; a round trip written long enough ago with no byte back is
+// the node's silence (see judge).
+type nodeSockets struct {
+	mu    sync.Mutex
+	conns map[*watchedConn]struct{}
+	// unread is the UnixNano of the latest read whose deadline ended it
+	// while reply bytes waited; lost is the write time of the latest
+	// round trip whose read's deadline ended it with no byte waiting.
+	unread, lost atomic.Int64
+}
+
+// judgement is what the sockets say about a call out of budget.
+type judgement int
+
+const (
+	unjudged judgement = iota // no exact signal here: the heuristic decides
+	behind                    // a reply waits to be read, or the call is not written yet
+	silent                    // written, and the node sent nothing back: its failure
+)
+
+// judge says whether a call written at written (UnixNano), whose budget
+// ran out, waits for this process or for the node: reply bytes waiting
+// unread on a connection (or a read that timed out over some since the
+// write) are this process's delay; a round trip written since then, at
+// least half a budget ago, that got no byte back while none waits
+// anywhere, is the node's silence, however loaded this process is.
+// Otherwise the call's reply is being read, or its write has not reached
+// the kernel yet: this process's delay too (unjudged with no connection).
+func (n *nodeSockets) judge(written int64, budget time.Duration) judgement {
+	if !exactSockets || n == nil {
+		return unjudged
+	}
+	if n.unread.Load() >= written {
+		return behind
+	}
+	now := time.Now().UnixNano()
+	quiet := n.lost.Load() >= written
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for c := range n.conns {
+		if c.waiting() > 0 {
+			return behind
+		}
+		wr := c.wrote.Load()
+		quiet = quiet || (wr >= written && c.read.Load() < wr && now-wr >= int64(budget/2))
+	}
+	switch {
+	case quiet:
+		return silent
+	case len(n.conns) == 0:
+		return unjudged // no connection watched: no signal
+	}
+	return behind
+}
+
+func (n *nodeSockets) add(c *watchedConn) {
+	n.mu.Lock()
+	if n.conns == nil {
+		n.conns = make(map[*watchedConn]struct{})
+	}
+	n.conns[c] = struct{}{}
+	n.mu.Unlock()
+}
+
+func (n *nodeSockets) remove(c *watchedConn) {
+	n.mu.Lock()
+	delete(n.conns, c)
+	n.mu.Unlock()
+}
+
+// watchedConn is a connection go-redis dialed, recording when bytes were
+// last written to and read from it, and what a read its deadline ended
+// left in the kernel.
+type watchedConn struct {
+	net.Conn
+	raw         syscall.RawConn // of the socket under any TLS; nil: none
+	nodes       [2]*nodeSockets // its node's and dialLog.all
+	wrote, read atomic.Int64    // UnixNano
+}
+
+// sysConn is a watchedConn over a connection that is a syscall.Conn: go-redis
+// health-checks an idle pooled connection by peeking its socket, which it
+// finds only on the outer connection.
+type sysConn struct{ *watchedConn }
+
+func (c sysConn) SyscallConn() (syscall.RawConn, error) {
+	return c.Conn.(syscall.Conn).SyscallConn()
+}
+
+// watchConn wraps c, dialed to the node of node, and counts it in both.
+func watchConn(c net.Conn, node, all *nodeSockets) net.Conn {
+	w := &watchedConn{Conn: c, nodes: [2]*nodeSockets{node, all}}
+	inner := c
+	for range 8 { // under TLS (tls.Conn.NetConn), ciphertext waiting says as much
+		if sc, ok := inner.(syscall.Conn); ok {
+			w.raw, _ = sc.SyscallConn()
+			break
+		}
+		u, ok := inner.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
+		inner = u.NetConn()
+	}
+	for _, n := range w.nodes {
+		n.add(w)
+	}
+	if _, ok := c.(syscall.Conn); ok {
+		return sysConn{w}
+	}
+	return w
+}
+
+// NetConn returns the connection c watches, as tls.Conn does, so that
+// go-redis finds the socket under a TLS connection to peek it.
+func (c *watchedConn) NetConn() net.Conn { return c.Conn }
+
+// waiting returns the bytes the kernel holds unread on c's socket; -1 when
+// it cannot tell.
+func (c *watchedConn) waiting() int {
+	if c.raw == nil {
+		return -1
+	}
+	n := -1
+	if c.raw.Control(func(fd uintptr) { n = unreadBytes(fd) }) != nil {
+		return -1
+	}
+	return n
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	if beforeRead != nil {
+		beforeRead()
+	}
+	n, err := c.Conn.Read(p)
+	now := time.Now().UnixNano()
+	if n > 0 {
+		c.read.Store(now)
+	}
+	if err != nil && timedOut(err) {
+		if c.waiting() > 0 {
+			for _, s := range c.nodes {
+				s.unread.Store(now)
+			}
+		} else if wr := c.wrote.Load(); wr > c.read.Load() {
+			for _, s := range c.nodes {
+				s.lost.Store(max(s.lost.Load(), wr))
+			}
+		}
+	}
+	return n, err
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.wrote.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	for _, n := range c.nodes {
+		n.remove(c)
+	}
+	return c.Conn.Close()
+}
+
+// beforeRead, set by tests, runs before each read of a watched connection:
+// a reader this process is too busy to run.
+var beforeRead func()
