@@ -32,8 +32,9 @@ import (
 func TestClusterMasterFrozenWhileOthersAnswerReachesTheFailMode_Attack(t *testing.T) {
 	shed, failedOpen, _ := frozenMaster(t)
 	// The fail mode must apply within about the probe's budget: the
-	// victim's requests shed meanwhile are a handful, not all of them.
-	if failedOpen == 0 || shed > 6 {
+	// victim's requests shed meanwhile are those of that second (each
+	// waits out the 100 ms timeout), not all of them.
+	if most := int(confirmBudget/(100*time.Millisecond)) + 2; failedOpen == 0 || shed > most {
 		t.Errorf("a master frozen for 5 s while others answer: %d requests on it shed with 503, %d failed open; want the fail mode applied within about the probe's budget (%v)", shed, failedOpen, confirmBudget)
 	}
 }
@@ -43,7 +44,6 @@ func TestClusterMasterFrozenWhileOthersAnswerReachesTheFailMode_Attack(t *testin
 // after the write"), not the 2 s the Redis store allows a starved
 // process: the other masters' replies say nothing about the frozen one.
 func TestClusterFrozenMasterDecisionsWaitAboutTheTimeout_Attack(t *testing.T) {
-	t.Skip("defect (backend/redis, batch.go waitStarved): Store.replied is store-wide, so on Cluster another master's reply makes a call written to a frozen master count as this process starved; it then waits up to starvedLimit (2 s) instead of the 100 ms timeout (measured: 2.0 s twice in 10 decisions)")
 	_, _, took := frozenMaster(t)
 	if m := slices.Max(took); m > time.Second {
 		t.Errorf("decisions on a frozen master of an idle process took up to %v (%v), want about the timeout (100ms)", m, took)
