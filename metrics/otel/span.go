@@ -65,7 +65,7 @@ func recordSpan(span trace.Span, d *ceiling.Decision, err error) {
 	case errors.As(err, &ue):
 		kv[0], kv[1] = AttrRule.String(ue.Rule), AttrResult.String(results[resultFailClosed])
 		n = 2
-		if shed(ue) {
+		if ue.Shed {
 			// No fail mode decided: the process was too busy to ask.
 			kv[1] = AttrResult.String(results[resultShed])
 		} else {
@@ -126,15 +126,11 @@ func refusal(err error) (string, int, bool) {
 	if !errors.As(err, &ue) {
 		return "", 0, false
 	}
-	if shed(ue) {
+	if ue.Shed {
 		return ue.Rule, resultShed, true
 	}
 	return ue.Rule, resultFailClosed, true
 }
-
-// shed reports a 503 that ceiling answered whatever the fail modes, since
-// this process could not get the backend's verdict in time.
-func shed(ue *ceiling.UnavailableError) bool { return ue.Shed }
 
 // refused is what the 429 says of a rejection: the first rejecting rule
 // it names and the Retry-After it sends, the longest wait of the rules it
