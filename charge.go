@@ -352,8 +352,9 @@ func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 //     it is counted in [Health].DroppedWrites). Do not repeat it: a
 //     repeat is another charge.
 //   - one wrapping [ErrDegraded] or [backend.ErrNotSent] but not
-//     ErrResent: it was not applied (not sent, and more are pending than
-//     the limiter resends); repeating it is safe.
+//     ErrResent: it was not applied (never sent, and not sent again: too
+//     many pending, or its Period too short beside the timeout); repeating
+//     it is safe.
 //   - any other error from the backend call: it may have been applied and
 //     is not sent again (its rule's Period is too short beside the
 //     timeout to resend it safely); repeating it may apply it twice.
@@ -404,7 +405,7 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 	case lost == 0:
 		return fmt.Errorf("ceiling: charge: %w: %w", ErrResent, err)
 	case unsent(err):
-		return fmt.Errorf("ceiling: charge: not applied, and not sent again (too many pending): %w", err)
+		return fmt.Errorf("ceiling: charge: not applied, and not sent again: %w", err)
 	}
 	return fmt.Errorf("ceiling: charge: %d of its requests may have been applied and are not sent again: %w", lost, err)
 }
