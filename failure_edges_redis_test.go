@@ -53,7 +53,7 @@ func TestRedisKilledWithDenyCachedTrafficOpensTheBreaker(t *testing.T) {
 	var mu sync.Mutex
 	var events []DegradedEvent
 	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 3, Period: time.Minute}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithTimeout(loadedTimeout), WithLogger(slog.New(slog.DiscardHandler)),
 		onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	defer l.Close()
 	h := l.Handler(okHandler)
