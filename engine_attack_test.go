@@ -15,6 +15,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/citest"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,6 +56,10 @@ func TestClusterFrozenMasterDecisionsWaitAboutTheTimeout_Attack(t *testing.T) {
 // it and a key on another master; it returns how many of the frozen
 // master's decisions were shed and failed open, and how long each took.
 func frozenMaster(t *testing.T) (shed, failedOpen int, took []time.Duration) {
+	// A frozen server's wall-clock timing: on a machine that others load
+	// too, this process's own delays shed requests (by design) past the
+	// bounds that the callers assert.
+	citest.Only(t)
 	cl := redistest.Cluster(t)
 	ctx := context.Background()
 	for _, n := range cl.Nodes {
