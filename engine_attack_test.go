@@ -346,7 +346,7 @@ func TestUnconfirmedTimeoutShedIsObservedAsShed_Attack(t *testing.T) {
 	inst := redistest.Server(t)
 	obs := &requestErrs{}
 	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 1000, Period: time.Minute}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithObserver(obs),
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithObserver(obs), WithTimeout(loadedTimeout),
 		WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	h := l.Handler(okHandler)
