@@ -264,7 +264,7 @@ func TestRedisBusyInAScriptReachesTheFailModeAndRecovers_Attack(t *testing.T) {
 	logs := &syncBuffer{}
 	var events atomic.Int64
 	l := MustNew([]Rule{{Name: "chat", Limit: 1_000_000, Period: time.Minute}},
-		WithBackend(storeAt(t, inst.Addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen),
+		WithBackend(storeAt(t, inst.Addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen), WithTimeout(loadedTimeout),
 		WithLogger(slog.New(slog.NewTextHandler(logs, nil))), onDegraded(func(DegradedEvent) { events.Add(1) }))
 	defer l.Close()
 	if _, err := l.Decide(ctx, Input{Rule: "chat", Key: "u"}); err != nil {
