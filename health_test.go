@@ -153,6 +153,14 @@ func (s *slowStart) Decide(ctx context.Context, reqs []backend.Request) ([]backe
 	return res, err
 }
 
+// DecideInto shadows the memory store's, which the limiter would call
+// instead of Decide.
+func (s *slowStart) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	res, err := s.Decide(ctx, reqs)
+	copy(out, res)
+	return err
+}
+
 func (s *slowStart) InProcess() bool { return false }
 
 // A start-up check whose first call misses the timeout, though the backend
@@ -167,6 +175,9 @@ func TestCheckAsksAgainWhenTheFirstCallIsLate(t *testing.T) {
 	defer l.Close()
 	if err := l.Check(context.Background()); err != nil {
 		t.Fatalf("Check: %v, want nil: the backend answered the second call", err)
+	}
+	if be.calls < 2 {
+		t.Fatalf("the backend was called %d times, want the late call and the one asked again", be.calls)
 	}
 	if h := l.Health(); h.Status != "healthy" || h.DegradedTotal != 0 {
 		t.Errorf("health after the check %+v, want healthy with no degradation", h)
