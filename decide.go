@@ -364,12 +364,7 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 			continue
 		}
 		d.Allowed = false
-		switch {
-		case rr.RetryAfter == backend.Never || d.RetryAfter == backend.Never:
-			d.RetryAfter = backend.Never
-		case rr.RetryAfter > d.RetryAfter:
-			d.RetryAfter = rr.RetryAfter
-		}
+		d.RetryAfter = laterWait(d.RetryAfter, rr.RetryAfter)
 	}
 	if d.Allowed && l.concurrent {
 		d.leases = l.hold(st)
