@@ -68,12 +68,8 @@ func concurrencyHint(res *backend.Result) {
 // renew while it runs and to release when it ends. It is safe for
 // simultaneous use.
 type held struct {
-	l     *Limiter
-	reqs  []backend.Request // the acquisitions (Cost > 0, Lease set)
-	local []bool            // per request: taken on FailLocal's store (h.op guards it)
-	moved []bool            // per request: moved to the backend, still counted locally (h.op guards it)
-	rules []string          // per request: the rule, for logs
-	idx   []int             // per request: the rule's index, for the slots in use
+	leaseSet
+	moved []bool // per request: moved to the backend, still counted locally (h.op guards it)
 	every time.Duration
 
 	op      sync.Mutex // one renewal or release at a time, so none races a move
@@ -95,7 +91,7 @@ func (l *Limiter) hold(st *state) *held {
 			continue
 		}
 		if h == nil {
-			h = &held{l: l, every: q.Period / 3}
+			h = &held{leaseSet: leaseSet{l: l}, every: q.Period / 3}
 		}
 		h.reqs = append(h.reqs, *q)
 		h.reqs[len(h.reqs)-1].Key = l.kept(q.Key) // held past this state's reuse
@@ -119,7 +115,7 @@ func (l *Limiter) hold(st *state) *held {
 			h.renew()
 		}
 	})
-	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules, idx: h.idx})
+	h.cleanup = runtime.AddCleanup(h, dropped, h.leaseSet)
 	if l.remote {
 		l.holdSlots(wp)
 	}
@@ -234,13 +230,14 @@ func (h *held) markMoved() {
 	}
 }
 
-// leaseSet is what the cleanup of a dropped held needs, without the held.
+// leaseSet is a held's slots: also what the cleanup of a dropped held
+// needs, without the held.
 type leaseSet struct {
 	l     *Limiter
-	reqs  []backend.Request
-	local []bool
-	rules []string
-	idx   []int
+	reqs  []backend.Request // the acquisitions (Cost > 0, Lease set)
+	local []bool            // per request: taken on FailLocal's store (h.op guards it)
+	rules []string          // per request: the rule, for logs
+	idx   []int             // per request: the rule's index, for the slots in use
 }
 
 // dropped releases the slots of a Decision that was garbage collected
