@@ -8,17 +8,11 @@ import (
 
 // The rolling window of ALGORITHMS.md (the default algorithm).
 //
-// A key's state is a ring of k+1 bucket counts and their sum. A decision
-// reads it where it is stored, less the buckets that have left since the
-// last write; an admission adds to one count after zeroing the slots of
-// the buckets begun since. Nothing is shifted or copied.
-//
-// Counts are as wide as a key needs: a key lives in the narrowest tier (8,
-// 16 or 32-bit counts) that holds its rule's limit and its units, and moves
-// only when forced charges, refunds or another limit change that. The
-// narrow tiers need a bucket width below 2^32 µs; 32-bit counts saturate at
-// ALGORITHMS.md's Nmax, and a sum at the count type's maximum means "add
-// the counts up".
+// A key's state is a ring of k+1 bucket counts and their sum, read and
+// written where it is stored: nothing is shifted or copied. Counts are as
+// wide as a key needs: a key lives in the narrowest tier (8, 16 or 32-bit
+// counts) that holds its limit and its units, which keeps bytes per key
+// low; a sum at the count type's maximum means "add the counts up".
 
 const (
 	// rollBuckets is ALGORITHMS.md's k: a unit stops counting at most
