@@ -46,23 +46,6 @@ const (
 	hRetryAfter = "Retry-After"
 )
 
-// policyHeader precomputes RateLimit-Policy: it depends only on the rules.
-// Shadow rules are not advertised (they do not limit anybody yet), nor are
-// Hidden ones.
-func policyHeader(rules []Rule) []string {
-	var b []byte
-	for i := range rules {
-		if r := &rules[i]; !r.Shadow && !r.Hidden {
-			b = appendPolicy(b, r, r.Limit)
-		}
-	}
-	if len(b) == 0 {
-		return nil
-	}
-	// Full slice expression: a handler that appends gets its own array.
-	return []string{string(b)}[:1:1]
-}
-
 // appendPolicy appends rule r's RateLimit-Policy item at limit to b: a
 // quota per window, in the rule's unit when it is not requests, or for a
 // concurrency rule a number of concurrent requests, which has no window.

@@ -60,8 +60,10 @@ func hasLimits(rules []Rule) bool {
 	return false
 }
 
-// requestPolicy is RateLimit-Policy with the limits that applied to d, for
-// limiters with a Limits function; the others send [policyHeader]'s.
+// requestPolicy is RateLimit-Policy with the limits that applied to d: for
+// a zero Decision the rules' own, which a plan computes once for limiters
+// without a Limits function. Shadow and Hidden rules are not advertised.
+// The value has capacity 1, so a handler that appends gets its own array.
 func requestPolicy(rules []Rule, d *Decision) []string {
 	b := appendRequestPolicy(nil, rules, d, nil)
 	if len(b) == 0 {

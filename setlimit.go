@@ -44,7 +44,7 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	old := l.plans[i].Load()
 	rules := append([]Rule(nil), old.rules...)
 	rules[i].Limit, rules[i].Burst = limit, burst
-	policy := policyHeader(rules)
+	policy := requestPolicy(rules, &Decision{})
 	changed := make(chan struct{})
 	for j := range l.plans {
 		p := *l.plans[j].Load()
@@ -69,7 +69,7 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 func (l *Limiter) initPlans() {
 	l.plans = make([]atomic.Pointer[plan], len(l.rules))
 	rules := append([]Rule(nil), l.rules...)
-	policy := policyHeader(rules)
+	policy := requestPolicy(rules, &Decision{})
 	changed := make(chan struct{})
 	for i := range l.rules {
 		l.plans[i].Store(&plan{limit: l.rules[i].Limit, burst: l.rules[i].Burst, policy: policy, rules: rules, changed: changed})
