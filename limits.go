@@ -50,16 +50,6 @@ func slidingLogBound(a backend.Algorithm, limit int64) error {
 		backend.ErrInvalidRequest, limit, limit, limit*40/1000, MaxSlidingLogLimit)
 }
 
-// hasLimits reports whether any rule takes its limit from the request.
-func hasLimits(rules []Rule) bool {
-	for i := range rules {
-		if rules[i].Limits != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // requestPolicy is RateLimit-Policy with the limits that applied to d: for
 // a zero Decision the rules' own, which a plan computes once for limiters
 // without a Limits function. Shadow and Hidden rules are not advertised.

@@ -121,15 +121,10 @@ func (r *Rule) validate() error {
 	if err := r.validateConcurrency(); err != nil {
 		return err
 	}
-	if capacity := r.capacity(); r.Cost > capacity {
+	if capacity := capacityOf(req); r.Cost > capacity {
 		return fmt.Errorf("ceiling: rule %q: cost %d can never fit in %d", r.Name, r.Cost, capacity)
 	}
 	return nil
-}
-
-// capacity is the most units one request can ever take under the rule.
-func (r *Rule) capacity() int64 {
-	return capacityOf(backend.Request{Algorithm: r.Algorithm, Limit: r.Limit, Burst: r.Burst})
 }
 
 // capacityOf is the most units one request can ever take under req's
@@ -203,8 +198,8 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
 	spoofable.flush()
 	l.initPlans()
-	l.dynamic = hasLimits(l.rules)
 	for i := range l.rules {
+		l.dynamic = l.dynamic || l.rules[i].Limits != nil
 		l.concurrent = l.concurrent || l.rules[i].Algorithm == Concurrency
 	}
 	l.extras = l.hasExtras()
