@@ -59,21 +59,16 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 		T := (micros(r.Period) + r.Limit - 1) / r.Limit
 		gu = (gu + T - 1) / T
 	}
-	best, units, exp := 0, int64(math.MaxInt64), int64(math.MaxInt64)
-	if gi >= 0 {
-		best, units, exp = 1, gu, ge
-	}
-	if wi >= 0 && (wu < units || (wu == units && we < exp)) {
-		best, units, exp = 2, wu, we
-	}
-	if li >= 0 && (lu < units || (lu == units && le < exp)) {
-		best, units, exp = 3, lu, le
-	}
-	if ri >= 0 && (ru < units || (ru == units && re < exp)) {
-		best, units, exp = 4, ru, re
-	}
-	if ci >= 0 && (cu < units || (cu == units && ce < exp)) {
-		best, units, exp = 5, cu, ce
+	// The candidates in table order, ties going to the earlier table.
+	cands := [...]struct {
+		i    int
+		u, e int64
+	}{{gi, gu, ge}, {wi, wu, we}, {li, lu, le}, {ri, ru, re}, {ci, cu, ce}}
+	best, units, exp := -1, int64(math.MaxInt64), int64(math.MaxInt64)
+	for k, c := range cands {
+		if c.i >= 0 && (best < 0 || c.u < units || (c.u == units && c.e < exp)) {
+			best, units, exp = k, c.u, c.e
+		}
 	}
 	if units > 0 && now >= sh.minExp && now-sh.pressureSweep >= pressureSweepEvery {
 		sh.pressureSweep = now
@@ -82,15 +77,15 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 		}
 	}
 	switch best {
-	case 1:
+	case 0:
 		sh.gcra.deleteAt(gi)
-	case 2:
+	case 1:
 		sh.windows.deleteAt(wi)
-	case 3:
+	case 2:
 		sh.logs.deleteAt(li)
-	case 4:
+	case 3:
 		sh.rolls.deleteAt(rt, ri)
-	case 5:
+	case 4:
 		sh.leases.deleteAt(ci)
 	default:
 		return
