@@ -15,8 +15,9 @@ import (
 // queue workers, crawlers and batch jobs. A wait consumes nothing, and a
 // [Limiter.SetLimit] wakes every sleeper. It returns ctx's error once ctx is
 // done, an error wrapping [context.DeadlineExceeded] when the next retry
-// would pass ctx's deadline, an error when the inputs can never be
-// admitted, and any error of Decide at once (never a loop of backend calls).
+// would pass ctx's deadline (each with the last rejected Decision, if any),
+// an error when the inputs can never be admitted, and any error of Decide
+// at once (never a loop of backend calls).
 func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {
