@@ -33,10 +33,13 @@ import (
 // list header is walked from the right, skipping trusted proxies: the first
 // untrusted address is the client, so the left-most entry, which the client
 // wrote, is never believed for being first. An entry that is not an address
-// ("unknown") stops the walk at the nearest trusted hop. A private or
-// loopback peer sending forwarding headers the key does not trust is a
-// proxy left out of the configuration: logged once per process and
-// reported by every [Limiter.Health].
+// ("unknown") stops the walk at the nearest trusted hop; when every entry
+// is trusted, the left-most is the client. A single-address header is read
+// only from a trusted peer, its last line winning.
+//
+// A private or loopback peer sending forwarding headers the key does not
+// trust is a proxy left out of the configuration: logged once per process
+// and reported by every [Limiter.Health].
 //
 // IPv4-mapped addresses are keyed as IPv4 and zones dropped, so one client
 // cannot appear as two; IPv6 clients are keyed by their /64 ([IPv6Prefix]).
