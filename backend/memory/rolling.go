@@ -524,19 +524,3 @@ func (s *Store) putRolling(sh *shard, h keyHash, t rollTier, i int, r *backend.R
 	sh.minExp = min(sh.minExp, w.expiry(&v))
 	return true
 }
-
-// sample is table.sample over every tier: the best candidate among them,
-// and its tier.
-func (rt *rollTables) sample(start uint64, now int64) (best int, units, exp int64, t rollTier) {
-	best, units, exp = rt.t8.sample(start, evictionSample, now, ringExpiry[uint8, uint32], ringUnits[uint8, uint32])
-	pick := func(tier rollTier, i int, u, e int64) {
-		if i >= 0 && (best < 0 || u < units || (u == units && e < exp)) {
-			best, units, exp, t = i, u, e, tier
-		}
-	}
-	i, u, e := rt.t16.sample(start, evictionSample, now, ringExpiry[uint16, uint32], ringUnits[uint16, uint32])
-	pick(tier16, i, u, e)
-	i, u, e = rt.t32.sample(start, evictionSample, now, ringExpiry[uint32, int64], ringUnits[uint32, int64])
-	pick(tier32, i, u, e)
-	return best, units, exp, t
-}
