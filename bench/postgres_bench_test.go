@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,6 +108,72 @@ func (f *pgFixture) statements(tb testing.TB) (n int64, ms float64) {
 	return n, ms
 }
 
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// Linux).
+const clockTicks = 100
+
+// serverCPU reads, from /proc, the CPU time in µs that each process of the
+// server in pg_stat_activity (every session and the background
+// processes, the WAL writer among them) has used, and which of them are
+// background processes (their pids negated). It needs the server on this
+// machine; for a server elsewhere it returns nil.
+func (f *pgFixture) serverCPU(tb testing.TB) map[int]float64 {
+	rows, err := f.pool.Query(context.Background(), "SELECT pid, backend_type <> 'client backend' FROM pg_stat_activity")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var pids []int
+	for rows.Next() {
+		var pid int
+		var bg bool
+		if err := rows.Scan(&pid, &bg); err != nil {
+			tb.Fatal(err)
+		}
+		if bg {
+			pid = -pid
+		}
+		pids = append(pids, pid)
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	cpu := make(map[int]float64, len(pids))
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(max(pid, -pid)) + "/stat")
+		if err != nil {
+			if len(cpu) == 0 {
+				return nil // not this machine's server
+			}
+			continue // a process that ended meanwhile
+		}
+		// utime and stime are the 14th and 15th fields; the second, the
+		// command, is parenthesized and may hold spaces
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(fields[11], 64)
+		k, _ := strconv.ParseFloat(fields[12], 64)
+		cpu[pid] = (u + k) * 1e6 / clockTicks
+	}
+	return cpu
+}
+
+// cpuSince is the server CPU used from reading before to reading after, in
+// all and by the background processes: a process in both readings by its
+// difference, one that started meanwhile whole.
+func cpuSince(before, after map[int]float64) (all, bg float64) {
+	for pid, t := range after {
+		d := t - before[pid]
+		all += d
+		if pid < 0 {
+			bg += d
+		}
+	}
+	return all, bg
+}
+
 // BenchmarkPostgres is one decision of ceiling's Postgres store, one rule
 // and three rules on one request, over 10,000 keys: latency serial, and
 // throughput from 64 goroutines, beside ceiling's Redis store
@@ -114,7 +182,11 @@ func (f *pgFixture) statements(tb testing.TB) (n int64, ms float64) {
 // on the connections) and the statements the server ran per decision
 // (stmts/op: the call and those inside the function, from
 // pg_stat_statements) and the server's execution time per decision
-// (srv-µs/op, the call's total_exec_time), which sizes the database.
+// (srv-µs/op, the call's total_exec_time, a wall-clock figure that a
+// descheduled server inflates), and the CPU time every process of the
+// server used per decision (srv-cpu-µs/op, from /proc, 10 ms resolution),
+// of it the background processes' (bg-cpu-µs/op: the WAL writer flushing
+// the asynchronous commits, the checkpointer), which sizes the database.
 func BenchmarkPostgres(top *testing.B) {
 	url := postgresURL(top)
 	addr := redisAddr(top)
@@ -171,6 +243,7 @@ func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
 		}
 	}
 	stmts0, ms0 := f.statements(b)
+	cpu0 := f.serverCPU(b)
 	trips0 := f.trips.Load()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -196,6 +269,7 @@ func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
 		b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "decisions/s")
 	}
 	b.StopTimer()
+	cpu1 := f.serverCPU(b)
 	trips := f.trips.Load() - trips0
 	stmts, ms := f.statements(b)
 	stmts -= stmts0
@@ -203,6 +277,11 @@ func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
 	b.ReportMetric(float64(trips)/float64(b.N), "trips/op")
 	b.ReportMetric(float64(stmts)/float64(b.N), "stmts/op")
 	b.ReportMetric((ms-ms0)*1000/float64(b.N), "srv-µs/op")
+	if cpu0 != nil && cpu1 != nil {
+		all, bg := cpuSince(cpu0, cpu1)
+		b.ReportMetric(all/float64(b.N), "srv-cpu-µs/op")
+		b.ReportMetric(bg/float64(b.N), "bg-cpu-µs/op")
+	}
 }
 
 // BenchmarkPostgresExact is the exactness experiment on Postgres: limit
