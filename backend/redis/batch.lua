@@ -14,7 +14,7 @@ local uses = {} -- the rules' algorithms, whose functions lib.lua defines
 for r = 0, tonumber(ARGV[2]) - 1 do uses[ARGV[3 + 4 * r]] = true end
 -- lib.lua
 local minTTL, nrules = tonum(ARGV[1]), tonum(ARGV[2])
-local time, out = 0, { 0 }
+local time, out = 0, { 0, 0, 0, 0, 0, 0, 0, 0 } -- sized for one decision
 
 local function one(i)
   local a = 2 + nrules * 4 + (i - 1) * 6

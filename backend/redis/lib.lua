@@ -157,12 +157,14 @@ if uses['0'] then
   end
 
   local function load(key, raw)
-    local s = { key = key }
+    local W, last, S
     if #raw == RH + (K + 1) * RW and sub(raw, 1, 3) == 'R2 ' then
-      local W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
-      if W and last and S then s.raw, s.stored, s.W, s.last, s.rawLast, s.S, s.set = raw, true, W, last, last, S, {} end
+      W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
     end
-    return s
+    -- every field a decision sets, in one constructor: the table is sized once
+    if not (W and last and S) then return { key = key, set = nil, dirty = nil, exp = nil, topOnly = nil } end
+    return { key = key, raw = raw, stored = true, W = W, last = last, rawLast = last, S = S, set = {}, dirty = nil,
+      exp = nil, topOnly = nil }
   end
 
   local function anchor(s, now, P)
