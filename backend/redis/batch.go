@@ -713,12 +713,12 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 	heal, replied := false, false
 	for _, o := range batch {
 		err := o.cmd.Err()
+		replied = replied || err == nil
 		if err != nil {
 			s.logReply(err)
 			heal = heal || (s.cluster != nil && stale(err))
+			replied = replied || isReply(err)
 		}
-		var reply redis.Error // an error reply is Redis's answer too
-		replied = replied || err == nil || errors.As(err, &reply)
 	}
 	if replied {
 		at := time.Now().UnixNano()
@@ -733,6 +733,12 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 	if heal {
 		s.healCluster()
 	}
+}
+
+// isReply reports whether err is an error reply: Redis's answer too.
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 // writeDeadline is a round trip's context without a timer of its own: the
