@@ -413,12 +413,12 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 }
 
 // judge says what the sockets of w's node say about w, out of budget
-// (nodeSockets.judge).
+// (nodeRecord.judge).
 func (s *Store) judge(w *waiter) judgement {
 	if w.node == nil || w.written.Load() == 0 {
 		return unjudged
 	}
-	return s.dials.sockets(w.node.addr).judge(w.written.Load(), w.budget)
+	return s.dials.node(w.node.addr).judge(w.written.Load(), w.budget)
 }
 
 // refused returns the refused dial that says w's node is down, if any: a
@@ -489,12 +489,12 @@ func (b *pipeliner) land(slot int) {
 // yield showed this process starved lately, otherwise starvedLimit of it
 // (as long as a written call waits for a starved process); on Linux, by
 // its budget when its node's sockets show it silent, never when they show
-// a reply waiting (nodeSockets.judge). A round trip without a budget is
+// a reply waiting (nodeRecord.judge). A round trip without a budget is
 // never overdue.
 func (b *pipeliner) stuck(now time.Time) bool {
 	starved := b.s.starvedLately(now)
 	replied := b.replied.Load()
-	socks := b.s.dials.sockets(b.addr)
+	socks := b.s.dials.node(b.addr)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.flying {
