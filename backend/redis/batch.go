@@ -30,7 +30,7 @@ type op struct {
 	cmd    *redis.Cmd    // nil until sent, for a lone call
 	w      *waiter
 	lone   loneCall // a call of one request (see loneCall)
-	at     int      // a lone call's answer starts at cmd's reply[at] (0: 1)
+	at     int      // a lone call's answer starts at cmd's reply[at]
 }
 
 // flight is one batch's round trip, cancelled once every caller waiting

@@ -185,16 +185,16 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 	return a
 }
 
-// decodeLone reads o's answer from o.at (0: 1) in batchScript's reply
-// {now, then loneFields values per decision}: rejected, then result's.
+// decodeLone reads o's answer from o.at in batchScript's reply,
+// loneFields values per decision: rejected, then result's.
 func (o *op) decodeLone(res *backend.Result) (rejected bool, err error) {
 	v, err := o.cmd.Result()
 	if err != nil {
 		return false, err
 	}
-	at := max(o.at, 1)
+	at := o.at
 	arr, ok := v.([]any)
-	if !ok || len(arr) < at+loneFields || (len(arr)-1)%loneFields != 0 {
+	if !ok || len(arr) < at+loneFields || len(arr)%loneFields != 0 {
 		return false, fmt.Errorf("%w: %T of %d elements, want an array of %d", errReply, v, len(arr), at+loneFields)
 	}
 	if e, ok := arr[at].(error); ok {
