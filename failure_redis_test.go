@@ -140,7 +140,7 @@ func (ld *load) count(code int) int {
 func TestRedisKilledFailClosed(t *testing.T) {
 	inst := redistest.Server(t)
 	l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 1000, Period: time.Minute}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailClosed), WithLogger(slog.New(slog.DiscardHandler)))
+		WithBackend(redisStore(t, inst)), WithFailMode(FailClosed), WithTimeout(loadedTimeout), WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	h := l.Handler(okHandler)
 	if w := get(t, h); w.Code != 200 {
@@ -234,7 +234,7 @@ func TestRedisRestartRecovers(t *testing.T) {
 	var events []DegradedEvent
 	var mu sync.Mutex
 	l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 3, Period: time.Hour, Algorithm: SlidingLog}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen),
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithTimeout(loadedTimeout),
 		WithBreaker(BreakerConfig{Failures: 2}), WithLogger(slog.New(slog.DiscardHandler)),
 		onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	defer l.Close()
@@ -283,7 +283,7 @@ func TestRedisRestartRecovers(t *testing.T) {
 func TestRedisDownFailLocalStillEnforces(t *testing.T) {
 	inst := redistest.Server(t)
 	l := MustNew([]Rule{{Name: "otp:phone", Key: RemoteAddr, Limit: 6, Period: time.Hour, Algorithm: SlidingLog}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailLocal), WithInstances(2), WithLogger(slog.New(slog.DiscardHandler)))
+		WithBackend(redisStore(t, inst)), WithFailMode(FailLocal), WithInstances(2), WithTimeout(loadedTimeout), WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	h := l.Handler(okHandler)
 	if got, want := codes(t, h, 2), []int{200, 200}; !sameInts(got, want) {
