@@ -732,10 +732,20 @@ func (l *Limiter) chargeSoon() {
 }
 
 // confirm decides the canaries with their own budget and reports whether
-// the backend is at fault: nil when it answered, an overloaded error when
-// this process was too busy to ask it (no verdict), or the failure.
+// the backend is at fault: nil when it answered in time, an overloaded
+// error when this process was too busy to ask it (no verdict), or the
+// failure. A canary answered within its budget but later than the
+// timeout says the backend may be too slow for the timeout, or this
+// process too slow to read it: the canaries then go again at the timeout,
+// and the backend's own judgement of that call decides (a backend that
+// stays silent past the timeout is at fault; a reply that waits to be read
+// is this process's delay, no verdict).
 func (l *Limiter) confirm() error {
+	start := time.Now()
 	err := l.canary(max(l.cfg.timeout, confirmBudget))
+	if err == nil && time.Since(start) > l.cfg.timeout {
+		err = l.canary(l.cfg.timeout)
+	}
 	if err == nil {
 		// The edge of what may have been an outage that other instances
 		// saw confirmed: hand over as after a recovery, and charge what
