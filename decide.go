@@ -224,28 +224,6 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 	return nil
 }
 
-// releaseUnknown queues the release of every slot st's failed call may
-// have taken (its reply lost, or late past the timeout): the instance that
-// asked gives it back, by its lease, as soon as the backend answers again,
-// rather than leaving it held for the whole lease. A slot the fail mode
-// then takes (FailLocal) gets a fresh lease, which that release cannot
-// touch.
-func (l *Limiter) releaseUnknown(st *state, err error) {
-	if unsent(err) {
-		return
-	}
-	var taken []backend.Request
-	for i := range st.reqs {
-		if q := &st.reqs[i]; q.Algorithm == Concurrency && q.Cost > 0 {
-			taken = append(taken, *q)
-			q.Lease = newLease()
-		}
-	}
-	if len(taken) > 0 {
-		l.resendLater(taken, err, "concurrency release after a lost reply")
-	}
-}
-
 // neverFits finds the requests of st whose cost exceeds what their limit
 // can ever hold (a cost or an estimate the client chose, past
 // [backend.MaxLimit] or past a plan's limit): each is a rejection that no

@@ -194,7 +194,7 @@ type RuleHealth struct {
 // reports what requests and the background probe saw, and the probe runs
 // while degraded, so the report recovers without traffic.
 func (l *Limiter) Health() Health {
-	if h := l.fo.final.Load(); h != nil {
+	if h := l.reports().final.Load(); h != nil {
 		return h.clone()
 	}
 	h := Health{
@@ -218,6 +218,13 @@ func (l *Limiter) Health() Health {
 	return h
 }
 
+// reported is the limiter's last report, with Status "closed", once Close
+// began, and what the observer reads (observer.go; nil without one).
+type reported struct {
+	final    atomic.Pointer[Health]
+	observed *observedHealth
+}
+
 // closeHealth keeps the limiter's last report, with Status "closed", and
 // cuts the observer's health function from the limiter, so that an
 // exporter, which keeps that function for ever, no longer holds the
@@ -226,8 +233,8 @@ func (l *Limiter) Health() Health {
 func (l *Limiter) closeHealth() {
 	h := l.Health()
 	h.Status = "closed"
-	l.fo.final.Store(&h)
-	if o := l.fo.observed; o != nil {
+	l.reports().final.Store(&h)
+	if o := l.reports().observed; o != nil {
 		o.final.Store(&h)
 		o.l.Store(nil)
 	}

@@ -32,6 +32,9 @@ type Transition struct {
 	At       time.Time     // when it happened
 	Failures int           // consecutive failures that opened it
 	Duration time.Duration // on closing, how long it was open
+	// Unenforced is, on closing, how many rule admissions the fail modes
+	// made while it was open (Engine.Transition fills it in).
+	Unenforced int64
 }
 
 // Breaker states. Healthy is closed; open is degraded.
