@@ -64,17 +64,7 @@ const (
 )
 
 // String names the mode for logs and metrics.
-func (m FailMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailClosed:
-		return "closed"
-	case FailLocal:
-		return "local"
-	}
-	return "inherit"
-}
+func (m FailMode) String() string { return failover.Mode(m).String() }
 
 // modeOf is the mode a rule falls back by.
 func (l *Limiter) modeOf(r *Rule) FailMode {
@@ -88,10 +78,7 @@ func (l *Limiter) modeOf(r *Rule) FailMode {
 // limiter reports beside it: sampled log lines, per-rule counts, the
 // health report's last word.
 type failState struct {
-	eng failover.Engine
-	// spread spreads the probe's canary over every server of a backend
-	// made of several (Redis Cluster); nil for one server.
-	spread   backend.Spread
+	eng      failover.Engine
 	errLog   sampler   // isolated backend errors while healthy
 	shadow   []sampler // per rule: "would have rejected" log lines
 	limitLog []sampler // per rule: requests refused for want of a limit (limits.go)
@@ -106,13 +93,9 @@ type failState struct {
 	overloadLog    sampler       // calls this process was too busy to send
 	resendLog      sampler       // writes given up after their call failed
 
-	charging atomic.Bool // chargeSoon runs
-
-	// The background: the prober, the probe that confirms a timeout, the
-	// charge after it and the resends, stopped together by Close.
-	canary backend.Request
-	group  *failover.Group
-	prober failover.Prober
+	// The engine's background (the prober, the probe that confirms a
+	// timeout, the charge after it, the resends), stopped by Close.
+	group *failover.Group
 
 	slots heldSlots // decisions holding concurrency slots (concurrency.go)
 }
@@ -145,25 +128,13 @@ func (l *Limiter) initFailover() error {
 	if c, ok := l.backend.(io.Closer); ok && l.cfg.backend == nil {
 		f.closers = append(f.closers, c) // the default store New made
 	}
-	now := l.cfg.clock
 	l.cfg.localShare = 1 / float64(l.cfg.instances)
 	f.errLog.every = time.Minute
 	f.overloadLog.every = time.Minute
 	f.group = failover.NewGroup()
-	f.canary = failover.NewCanary()
 	f.leaseLog.every = time.Minute
 	f.resendLog.every = time.Minute
-	e.Resends = failover.Resends{
-		Group: f.group,
-		Send: func(reqs []backend.Request) error {
-			return l.callOutside(context.Background(), op{reqs: reqs, out: make([]backend.Result, len(reqs))})
-		},
-		Ready:   l.breakerClosed,
-		Unsent:  failover.Unsent,
-		Keep:    l.kept,
-		Dropped: l.droppedWrites,
-		Timeout: l.cfg.timeout,
-	}
+	e.Resends.Keep, e.Resends.Dropped = l.kept, l.droppedWrites
 	for i := range f.shadow {
 		f.shadow[i].every = l.cfg.shadowLogEvery
 		f.limitLog[i].every = limitLogEvery
@@ -174,7 +145,6 @@ func (l *Limiter) initFailover() error {
 		e.OnCached = o.ObserveCached
 	}
 	if l.remote {
-		e.Caller.Answered = l.answered
 		e.Caller.Overloaded = func(err error) {
 			f.overloadLog.log(l.cfg.logger, l.cfg.clock(), slog.LevelWarn,
 				"ceiling: this process was too busy to send backend calls in time; requests shed with 503, the backend is not blamed",
@@ -185,15 +155,9 @@ func (l *Limiter) initFailover() error {
 				slog.String("kind", string(KindOf(err))), slog.Any("err", err))
 		}
 		e.Cached, _ = l.backend.(backend.CachedDecider)
-		f.spread, _ = l.backend.(backend.Spread)
-		c := l.cfg.breaker.withDefaults()
-		e.Breaker = failover.New(failover.Config(c), now, e.Transition, f.prober.Start, isTimeout, l.startConfirm)
-		e.Caller.Breaker = e.Breaker
-		p := &f.prober
-		p.Breaker, p.Group, p.CoolDown, p.MaxCoolDown = e.Breaker, f.group, c.CoolDown, c.MaxCoolDown
-		p.Probe = l.probe
-		p.Recovered = func() { l.handOverFrom(l.cfg.clock()) }
-		p.Closed = e.Resends.Poke // writes that waited for the recovery
+		e.Spread, _ = l.backend.(backend.Spread)
+		e.Retake = l.retakeSlots
+		e.Start(failover.Config(l.cfg.breaker.withDefaults()), f.group)
 	}
 	usesLocal := l.cfg.failMode == FailLocal
 	for i := range l.rules {
@@ -329,33 +293,6 @@ var localRequest = failover.Scaled
 // localStore returns FailLocal's store, creating it on first use.
 func (l *Limiter) localStore() *localStore { return l.fo.eng.Local.Get() }
 
-// chargeLocal charges the backend with what the local store still counts
-// for every key it admitted while degraded, forced, then takes every
-// concurrency slot this instance holds again on the backend (retakeSlots).
-// The prober calls it once the backend answers, before closing the
-// breaker; on error the journal keeps what was not charged, and the slots
-// not moved stay local.
-func (l *Limiter) chargeLocal() error {
-	if err := l.chargeJournal(); err != nil {
-		return err
-	}
-	return l.retakeSlots(context.Background())
-}
-
-// chargeJournal charges the backend with the rate rules' units the local
-// store admitted (chargeLocal).
-func (l *Limiter) chargeJournal() error {
-	ctx := context.Background()
-	keys, units, err := l.fo.eng.Local.Charge(ctx, func(reqs []backend.Request) error {
-		return l.bounded(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))})
-	})
-	if keys > 0 {
-		l.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "ceiling: charged the backend with what FailLocal admitted while it was down",
-			slog.Int("keys", keys), slog.Int64("units", units))
-	}
-	return err
-}
-
 // chargeBatch is how many keys one recovery charge call carries.
 const chargeBatch = failover.ChargeBatch
 
@@ -413,162 +350,9 @@ func (l *Limiter) decideInto(ctx context.Context, reqs []backend.Request, out []
 	return l.fo.eng.Caller.Do(ctx, failover.Op{Reqs: reqs, Out: out})
 }
 
-// answered takes an answer of the backend's own: it wakes the resends,
-// and, for FailLocal, learns what the backend said of each key and
-// charges it with what the local store admitted while the timeouts were
-// unconfirmed.
-func (l *Limiter) answered(reqs []backend.Request, out []backend.Result) {
-	f := l.fo
-	if f.eng.Resends.Pending() > 0 {
-		f.eng.Resends.Poke()
-	}
-	if f.eng.UsesLocal && len(reqs) > 0 {
-		f.eng.Local.Seen.Learn(reqs, out, l.cfg.clock())
-		if f.eng.Local.Journal.Len() > 0 && f.eng.Breaker.Closed() {
-			l.chargeSoon()
-		}
-	}
-}
-
-// errProbeCached is a probe answered from a cache in process: no evidence.
-var errProbeCached = errors.New("ceiling: probe answered from a cache, not by the backend")
-
-// probe asks the backend for a canary decision and, when it answers,
-// charges it with what FailLocal admitted meanwhile. It reports why the
-// backend cannot be trusted yet, or nil. On a backend of several servers
-// ([backend.Spread]: Redis Cluster) there is one canary on each, decided in
-// one call: every server must answer, or a cluster with a master down
-// would look healthy whenever the canary's own master answers.
-func (l *Limiter) probe() error {
-	if err := l.canary(l.cfg.timeout); err != nil {
-		return err
-	}
-	return l.chargeLocal()
-}
-
-// handOverFrom starts the hand-over after a recovery at now (failover.Local),
-// if some rule fails local.
-func (l *Limiter) handOverFrom(now time.Time) {
-	if l.fo.eng.UsesLocal {
-		l.fo.eng.Local.StartHandOver(now)
-	}
-}
-
-// canary decides the probe's canaries within timeout and reports why the
-// backend cannot be trusted yet, or nil.
-func (l *Limiter) canary(timeout time.Duration) error {
-	reqs, err := l.canaries(timeout)
-	if err != nil {
-		return err
-	}
-	out := make([]backend.Result, len(reqs))
-	start := time.Now()
-	err = l.bounded(context.Background(), op{reqs: reqs, out: out, timeout: timeout})
-	if obs := l.cfg.observer; obs != nil {
-		observeCall(obs, time.Since(start), out, err)
-	}
-	if err != nil {
-		return err
-	}
-	for i := range out {
-		switch {
-		case out[i].Cached:
-			return errProbeCached
-		case !out[i].Allowed:
-			return fmt.Errorf("ceiling: probe: the backend rejected a canary far under its limit (retry after %v)", out[i].RetryAfter)
-		}
-	}
-	return nil
-}
-
 // confirmBudget is the least time the probe that confirms a run of
-// timeouts gives the backend: a healthy Redis answers a canary in well
-// under a millisecond, so one that sends nothing for a second is at fault,
-// while a process too busy to read replies within the request timeout
-// usually reads this one.
-const confirmBudget = time.Second
-
-// startConfirm starts the probe that confirms a run of timeouts (the
-// breaker calls it, see failover.Breaker.Failure), off every request's
-// path: requests meanwhile keep calling the backend, and a timeout sheds
-// their FailOpen rules (unconfirmed).
-func (l *Limiter) startConfirm() {
-	b := l.fo.eng.Breaker
-	if !l.fo.group.Go(func() {
-		if err := l.confirm(); overloaded(err) {
-			b.NoVerdict()
-		} else {
-			b.Confirmed(err)
-		}
-	}) {
-		b.Confirmed(nil) // closed: nothing more to confirm
-	}
-}
-
-// chargeSoon charges the backend, in the background, with what FailLocal
-// admitted while the breaker was closed (timeouts no probe had confirmed
-// yet), once the backend answers again: the recovery's charge, without a
-// recovery. One charge runs at a time.
-func (l *Limiter) chargeSoon() {
-	f := l.fo
-	if !f.charging.CompareAndSwap(false, true) {
-		return
-	}
-	if !f.group.Go(func() {
-		defer f.charging.Store(false)
-		_ = l.chargeJournal() // on error the journal keeps it for the next answer
-	}) {
-		f.charging.Store(false)
-	}
-}
-
-// confirm decides the canaries with their own budget and reports whether
-// the backend is at fault: nil when it answered in time, an overloaded
-// error when this process was too busy to ask it (no verdict), or the
-// failure. A canary answered within its budget but later than the
-// timeout says the backend may be too slow for the timeout, or this
-// process too slow to read it: the canaries then go again at the timeout,
-// and the backend's own judgement of that call decides (a backend that
-// stays silent past the timeout is at fault; a reply that waits to be read
-// is this process's delay, no verdict).
-func (l *Limiter) confirm() error {
-	start := time.Now()
-	err := l.canary(max(l.cfg.timeout, confirmBudget))
-	if err == nil && time.Since(start) > l.cfg.timeout {
-		err = l.canary(l.cfg.timeout)
-	}
-	if err == nil {
-		// The edge of what may have been an outage that other instances
-		// saw confirmed: hand over as after a recovery, and charge what
-		// FailLocal admitted meanwhile.
-		l.handOverFrom(l.cfg.clock())
-		if l.fo.eng.Local.Journal.Len() > 0 {
-			l.chargeSoon()
-		}
-	}
-	return err
-}
-
-// canaries are the probe's requests: the canary, or one variant of it on
-// each server of a backend of several.
-func (l *Limiter) canaries(timeout time.Duration) ([]backend.Request, error) {
-	c := l.fo.canary
-	if l.fo.spread == nil {
-		return []backend.Request{c}, nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	keys, err := l.fo.spread.SpreadKeys(ctx, c.Key)
-	if err != nil {
-		return nil, fmt.Errorf("ceiling: probe: %w", err)
-	}
-	reqs := make([]backend.Request, len(keys))
-	for i, k := range keys {
-		reqs[i] = c
-		reqs[i].Key = k
-	}
-	return reqs, nil
-}
+// timeouts gives the backend (failover.ConfirmBudget).
+const confirmBudget = failover.ConfirmBudget
 
 // trip opens the breaker at once, without waiting for consecutive
 // failures: the start-up check found the backend unable to decide.
@@ -635,7 +419,7 @@ func (l *Limiter) slotsInUse(i int, n int64) { l.fo.counts[i].slots.Add(n) }
 // and the probe's key.
 func (l *Limiter) pendingWrites() int64   { return l.fo.eng.Resends.Pending() }
 func (l *Limiter) backendFailures() int64 { return l.fo.eng.Breaker.Fails() }
-func (l *Limiter) canaryKey() string      { return l.fo.canary.Key }
+func (l *Limiter) canaryKey() string      { return l.fo.eng.CanaryKey() }
 
 // holdSlots, liveSlots and dropSlots track the decisions holding
 // concurrency slots, which a recovery takes again on the backend.

@@ -282,9 +282,9 @@ var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 // rejects, by asking three times for a random canary key limited to 1 per
 // day per algorithm the rules use (a backend that admits all three fails
 // with [ErrNotEnforcing]); canaries are reset afterwards. A call that misses
-// the limiter's timeout is asked again with up to twenty timeouts (at most
-// 2s), since a process busy at start-up is not a backend failure; ctx
-// bounds the whole check.
+// the limiter's timeout is asked again with the budget of the probe that
+// confirms a timeout (1s, or the timeout if longer), since a process busy
+// at start-up is not a backend failure; ctx bounds the whole check.
 //
 // A backend that cannot decide makes the limiter degraded at once, and the
 // error names the root cause and wraps its kind ([KindOf]). A
@@ -327,7 +327,7 @@ func (l *Limiter) Check(ctx context.Context) error {
 					req.Key += "+"
 				}
 				var late error
-				if res, late = l.checkDecide(ctx, req, l.lateCauseWait()); late == nil {
+				if res, late = l.checkDecide(ctx, req, max(l.cfg.timeout, confirmBudget)); late == nil {
 					err = nil
 				} else if KindOf(late) != kindTimeout {
 					err = fmt.Errorf("%w (%w)", late, err)
@@ -353,10 +353,6 @@ func (l *Limiter) Check(ctx context.Context) error {
 	}
 	return nil
 }
-
-// lateCauseWait bounds how long Check asks again after a timeout: twenty
-// timeouts, at most 2s.
-func (l *Limiter) lateCauseWait() time.Duration { return min(2*time.Second, 20*l.cfg.timeout) }
 
 // checkFailed makes the limiter degraded by err, unless this process was
 // too busy to hear the backend, and returns Check's error.

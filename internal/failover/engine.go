@@ -88,6 +88,17 @@ type Engine struct {
 	// filled in, after it was logged.
 	Degraded func(Transition)
 	Counts   []Counts
+	// Spread spreads the probe's canary over every server of a backend
+	// made of several (Redis Cluster); nil for one server. Retake, once
+	// a probe answered and the journal is charged, takes the concurrency
+	// slots the local store holds again on the backend.
+	Spread backend.Spread
+	Retake func(context.Context) error
+
+	group    *Group
+	canary   backend.Request
+	probing  atomic.Bool // the probe loop runs
+	charging atomic.Bool // chargeSoon runs
 
 	shed      atomic.Int64 // requests refused because this process could not send their call
 	atDegrade atomic.Int64 // unenforced admissions when the breaker last opened
@@ -111,12 +122,21 @@ func (e *Engine) mode(r Rules, i int) Mode {
 	return e.Default
 }
 
-func (e *Engine) getScratch(n int) *scratch {
+// locals is a scratch holding the requests of reqs whose rules fail
+// local, scaled to the share, and their indexes.
+func (e *Engine) locals(reqs []backend.Request, r Rules) *scratch {
+	n := len(reqs)
 	sc, _ := e.scratch.Get().(*scratch)
 	if sc == nil {
 		sc = &scratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n), wait: make([]time.Duration, 0, n)}
 	}
 	sc.reqs, sc.idx = sc.reqs[:0], sc.idx[:0]
+	for i := range reqs {
+		if e.mode(r, i) == LocalMode {
+			sc.reqs = append(sc.reqs, Scaled(reqs[i], e.Local.Share))
+			sc.idx = append(sc.idx, i)
+		}
+	}
 	return sc
 }
 
@@ -160,13 +180,13 @@ func (e *Engine) fallback(ctx context.Context, reqs []backend.Request, out []bac
 			return err
 		}
 	}
-	local, open := 0, false
+	local, open := false, false
 	for i := range reqs {
 		switch m := e.mode(r, i); {
 		case m == Closed && !reqs[i].Shadow:
 			return e.unavailable(i, cause)
 		case m == LocalMode:
-			local++
+			local = true
 		case m == Open && !reqs[i].Shadow:
 			open = true
 		}
@@ -174,27 +194,20 @@ func (e *Engine) fallback(ctx context.Context, reqs []backend.Request, out []bac
 	if open && e.unconfirmed(cause) {
 		return e.shedding(reqs, fmt.Errorf("%w: %w", ErrUnconfirmed, cause))
 	}
-	var sc *scratch
-	if local > 0 {
-		if !e.UsesLocal {
-			// An in-process backend failed: there is nothing more local.
-			return e.unavailable(0, cause)
-		}
-		sc = e.getScratch(len(reqs))
-		defer e.scratch.Put(sc)
+	if local && !e.UsesLocal {
+		return e.unavailable(0, cause) // an in-process backend failed: nothing more local
 	}
 	for i := range reqs {
-		if e.mode(r, i) == LocalMode {
-			r.Fell(i, LocalMode)
-			sc.reqs = append(sc.reqs, Scaled(reqs[i], e.Local.Share))
-			sc.idx = append(sc.idx, i)
-			continue
+		m := e.mode(r, i)
+		if m != LocalMode {
+			// Open, or a shadow rule failing closed: admitted, unenforced.
+			m, out[i] = Open, backend.Result{Allowed: true, Limit: reqs[i].Limit}
 		}
-		// Open, or a shadow rule failing closed: admitted, unenforced.
-		r.Fell(i, Open)
-		out[i] = backend.Result{Allowed: true, Limit: reqs[i].Limit}
+		r.Fell(i, m)
 	}
-	if local > 0 {
+	if local {
+		sc := e.locals(reqs, r)
+		defer e.scratch.Put(sc)
 		lo := sc.out[:len(sc.reqs)]
 		sc.wait = append(sc.wait[:0], make([]time.Duration, len(sc.reqs))...)
 		if err := e.Local.Decide(ctx, e.Now(), sc.reqs, sc.wait, lo, reqs, sc.idx); err != nil {
@@ -217,16 +230,12 @@ func (e *Engine) unavailable(i int, cause error) *Refused {
 	return &Refused{Index: i, Err: cause, RetryAfter: retry}
 }
 
-// shedding refuses a request whose backend call this process never got to
-// send ([backend.ErrNotSent]), or whose reply it never got to read
-// ([backend.ErrUnread]): it was too busy (every CPU, or every connection,
-// taken) to ask the backend within the timeout. That is not the backend's
-// failure, so no fail mode applies: admitting the request unmetered
-// (FailOpen) or on a share of the limit (FailLocal) would let a flood that
-// saturates the instance buy a weaker limit, exactly when it matters most.
-// The request gets 503 with Retry-After instead, which also takes load off
-// the saturated process; a request of shadow rules only is not refused
-// (nil), since shadow rules never refuse.
+// shedding refuses a request that this process was too busy to ask the
+// backend about in time (its call never sent, or its reply unread), or
+// whose timeout no probe confirmed: no fail mode applies, since a flood
+// that saturates the instance would otherwise buy a weaker limit
+// (docs/failure.md, "Why shed rather than wait"). A request of shadow
+// rules only is not refused (nil): shadow rules never refuse.
 func (e *Engine) shedding(reqs []backend.Request, cause error) error {
 	for i := range reqs {
 		if !reqs[i].Shadow {
@@ -244,15 +253,12 @@ func (e *Engine) shedding(reqs []backend.Request, cause error) error {
 // count it shed, as Health does, not failed closed.
 var ErrUnconfirmed = fmt.Errorf("%w (a timeout no probe has confirmed yet)", backend.ErrUnread)
 
-// unconfirmed reports a timeout while the breaker is closed: no probe has
-// confirmed yet that the backend is at fault, and this process may as well
-// have been too busy to read a reply that came (the backend could not say
-// which). FailOpen does not apply then, since a flood that saturates the
-// instance would buy unmetered admissions: the request is shed instead,
-// and FailLocal, already bounded, decides locally. Once a probe confirms
-// the timeouts, every fail mode applies, whether or not the breaker opens
-// (on Redis Cluster one frozen master's timeouts come between the other
-// masters' answers, which keep the breaker closed).
+// unconfirmed reports a timeout while the breaker is closed and no probe
+// has confirmed yet that the backend is at fault: FailOpen does not apply
+// then (the request is shed), while FailLocal, already bounded, decides
+// locally. Once a probe confirms the timeouts every fail mode applies,
+// whether or not the breaker opens (on Redis Cluster one frozen master's
+// timeouts come between the other masters' answers).
 func (e *Engine) unconfirmed(cause error) bool {
 	b := e.Breaker
 	return b != nil && b.Closed() && e.IsTimeout(cause) && b.Unconfirmed()
@@ -264,14 +270,8 @@ func (e *Engine) unconfirmed(cause error) bool {
 // whether it decided; an error is the backend's, for the fail modes. When
 // no rule fails local it does nothing.
 func (e *Engine) handover(ctx context.Context, reqs []backend.Request, out []backend.Result, r Rules) (bool, error) {
-	sc := e.getScratch(len(reqs))
+	sc := e.locals(reqs, r)
 	defer e.scratch.Put(sc)
-	for i := range reqs {
-		if e.mode(r, i) == LocalMode {
-			sc.reqs = append(sc.reqs, Scaled(reqs[i], e.Local.Share))
-			sc.idx = append(sc.idx, i)
-		}
-	}
 	if len(sc.reqs) == 0 {
 		return false, nil
 	}
