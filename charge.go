@@ -341,9 +341,24 @@ func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 // charge would take a slot nothing could give back.
 //
 // Like every backend call, Charge is bounded by the limiter's timeout and
-// ignores ctx's cancellation; while the backend is degraded it fails at
-// once with an error wrapping [ErrDegraded], and the caller decides whether
-// the charge matters enough to retry.
+// ignores ctx's cancellation. To a remote backend its requests go named by
+// a [backend.Request.Once], as a settlement's do, and a failed call is
+// handled as [Settle]'s: the limiter sends it again in the background
+// (while the backend is degraded, once it answers), and it takes effect
+// once, even when a reply was lost after the backend applied it. What an
+// error means:
+//   - one wrapping [ErrResent]: the charge may have been applied, and the
+//     limiter sends it again within the bounds [Settle] gives (given up,
+//     it is counted in [Health].DroppedWrites). Do not repeat it: a
+//     repeat is another charge.
+//   - one wrapping [ErrDegraded] or [backend.ErrNotSent] but not
+//     ErrResent: it was not applied (never sent, and not sent again: too
+//     many pending, or its Period too short beside the timeout); repeating
+//     it is safe.
+//   - any other error from the backend call: it may have been applied and
+//     is not sent again (its rule's Period is too short beside the
+//     timeout to resend it safely); repeating it may apply it twice.
+//   - an invalid input (an undeclared rule, a zero cost): nothing was sent.
 func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 	if len(inputs) == 0 {
 		return nil
@@ -373,8 +388,31 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 		}
 		reqs = append(reqs, q)
 	}
-	if err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))}); err != nil {
+	if l.remote {
+		for i := range reqs {
+			reqs[i].Once = newOnce()
+		}
+	}
+	err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))})
+	if err == nil {
+		return nil
+	}
+	if !l.remote {
 		return fmt.Errorf("ceiling: charge: %w", err)
 	}
-	return nil
+	lost := l.resendLater(reqs, err, "charge")
+	switch {
+	case lost == 0:
+		return fmt.Errorf("ceiling: charge: %w: %w", ErrResent, err)
+	case unsent(err):
+		return fmt.Errorf("ceiling: charge: not applied, and not sent again: %w", err)
+	}
+	return fmt.Errorf("ceiling: charge: %d of its requests may have been applied and are not sent again: %w", lost, err)
 }
+
+// ErrResent is wrapped by the error of a [Limiter.Charge] whose backend
+// call failed and which the limiter sends again in the background, as it
+// does a failed settlement: it may already have been applied, and takes
+// effect once however often it is delivered. Its caller must not repeat
+// it: a repeat is a second charge, applied as well.
+var ErrResent = errors.New("sent again by the limiter; do not repeat it")

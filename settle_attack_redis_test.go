@@ -256,15 +256,16 @@ func TestSettlementRecordsFillRedis_Attack(t *testing.T) {
 	}
 }
 
-// Charge is the non-HTTP Settle, but its settlements carry no Once and are
-// not resent: a stamped refund whose reply was lost fails with "backend
-// unreachable", though Redis applied it, and its doc leaves the retry to
-// the caller ("the caller decides whether the charge matters enough to
-// retry"). The retry is applied a second time and gives back another
-// caller's units: A reserves 5 and B takes 5 of 10, A's Charge refund of 5
-// loses its reply, A retries it, and 10 are left with B's 5 still in use.
+// Charge is the non-HTTP Settle, but its settlements carried no Once and
+// were not resent: a stamped refund whose reply was lost failed with
+// "backend unreachable", though Redis applied it, and its doc left the
+// retry to the caller. The retry was applied a second time and gave back
+// another caller's units: A reserves 5 and B takes 5 of 10, A's Charge
+// refund of 5 loses its reply, A retries it, and 10 were left with B's 5
+// still in use. Charge now names its refund by a Once and resends it; its
+// error says so (ErrResent), and the caller repeats only what the doc says
+// was not applied.
 func TestChargeRefundRetriedAfterLostReplyBuysNoQuota_Attack(t *testing.T) {
-	t.Skip("defect: Charge's refund has no Once and no resend; its lost reply reads as unreachable and a retry applies it twice")
 	l, proxy, _ := proxiedLimiter(t, []Rule{{Name: "tokens", Limit: 10, Period: time.Hour, Algorithm: FixedWindow}})
 	ctx := t.Context()
 	a, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5})
@@ -276,14 +277,23 @@ func TestChargeRefundRetriedAfterLostReplyBuysNoQuota_Attack(t *testing.T) {
 	}
 	refund := Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: a.Results[0].Stamp}
 	proxy.DropReply("evalsha")
-	for try := 0; try < 3; try++ { // retried until it succeeds, as the doc leaves to the caller
-		if err = l.Charge(ctx, refund); err == nil {
+	resent := false
+	for try := 0; try < 3; try++ { // retried while the doc says it was not applied
+		err = l.Charge(ctx, refund)
+		t.Logf("try %d: %v", try, err)
+		if err == nil || errors.Is(err, ErrResent) {
+			resent = err != nil
 			break
 		}
-		t.Logf("try %d: %v", try, err)
+		if !errors.Is(err, ErrDegraded) && !errors.Is(err, backend.ErrNotSent) {
+			t.Fatalf("the refund failed with %v: neither resent nor surely unapplied, so not safe to retry", err)
+		}
 	}
-	if err != nil {
-		t.Fatalf("the refund never succeeded: %v", err)
+	if !resent || proxy.Dropped() != 1 {
+		t.Fatalf("the refund whose reply was lost: %v, %d replies lost; want an error wrapping ErrResent", err, proxy.Dropped())
+	}
+	if !eventually(func() bool { return l.pendingWrites() == 0 }) {
+		t.Fatal("the refund is still pending a resend after 10 s")
 	}
 	if p, err := l.Peek(ctx, "tokens", "acme"); err != nil || p.Remaining != 5 {
 		t.Errorf("after A's refund: %+v, %v; want 5 left (B's 5 still count)", p, err)

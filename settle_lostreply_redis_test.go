@@ -1,6 +1,7 @@
 package ceiling
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,5 +82,32 @@ func testFailedRefundIsResentAndAppliedOnce(t *testing.T, alg backend.Algorithm,
 	}
 	if ttl, want := direct.PTTL(ctx, records[0]).Val(), backend.OnceKept(time.Minute); ttl <= want-time.Second || ttl > want {
 		t.Errorf("the record's TTL %v, want %v (twice the Period, at most a minute) at most, less by under a second", ttl, want)
+	}
+}
+
+// A Charge whose call failed is handed to the limiter's resend, as a
+// settlement is: here a forced charge of 3 whose connection is refused.
+// Before, its error left the retry to the caller and nothing was sent
+// again: 10 left once Redis answered, the 3 units never counted. Now its
+// error wraps ErrResent (the caller must not repeat it) and, Redis back,
+// the charge is applied once: 7 left.
+func TestChargeFailedIsResentOnceRedis(t *testing.T) {
+	l, proxy, _ := proxiedLimiter(t, []Rule{{Name: "tokens", Limit: 10, Period: time.Hour, Algorithm: FixedWindow}})
+	ctx := t.Context()
+	if _, err := l.Peek(ctx, "tokens", "acme"); err != nil { // the script is loaded
+		t.Fatal(err)
+	}
+	proxy.Partition()
+	proxy.Cut()
+	err := l.Charge(ctx, Input{Rule: "tokens", Key: "acme", Cost: 3})
+	if !errors.Is(err, ErrResent) {
+		t.Fatalf("a charge whose connection was refused: %v; want an error wrapping ErrResent", err)
+	}
+	proxy.Heal()
+	if !eventually(func() bool { return l.pendingWrites() == 0 }) {
+		t.Fatal("the charge is still pending a resend after 10 s")
+	}
+	if p, err := l.Peek(ctx, "tokens", "acme"); err != nil || p.Remaining != 7 {
+		t.Errorf("after the resent charge of 3: %+v, %v; want 7 left (charged once)", p, err)
 	}
 }
