@@ -120,11 +120,6 @@ func (l *Limiter) initFailover() error {
 	e := &f.eng
 	e.Counts, e.Now, e.IsTimeout, e.Logger = make([]failover.Counts, len(l.rules)), l.cfg.clock, isTimeout, l.cfg.logger
 	e.Default, e.Concurrent = failover.Mode(l.cfg.failMode), l.concurrent
-	e.Degraded = func(t failover.Transition) {
-		if o := l.cfg.observer; o != nil {
-			o.ObserveDegraded(DegradedEvent(t))
-		}
-	}
 	if c, ok := l.backend.(io.Closer); ok && l.cfg.backend == nil {
 		f.closers = append(f.closers, c) // the default store New made
 	}
@@ -143,6 +138,7 @@ func (l *Limiter) initFailover() error {
 	if o := l.cfg.observer; o != nil {
 		e.Caller.Observe = func(d time.Duration, out []backend.Result, err error) { observeCall(o, d, out, err) }
 		e.OnCached = o.ObserveCached
+		e.Degraded = func(t failover.Transition) { o.ObserveDegraded(DegradedEvent(t)) }
 	}
 	if l.remote {
 		e.Caller.Overloaded = func(err error) {

@@ -133,9 +133,6 @@ func (e *Engine) probe() error {
 	if err := e.chargeJournal(); err != nil {
 		return err
 	}
-	if e.Retake == nil {
-		return nil
-	}
 	return e.Retake(context.Background())
 }
 
