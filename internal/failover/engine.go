@@ -125,10 +125,12 @@ func (e *Engine) mode(r Rules, i int) Mode {
 // locals is a scratch holding the requests of reqs whose rules fail
 // local, scaled to the share, and their indexes.
 func (e *Engine) locals(reqs []backend.Request, r Rules) *scratch {
-	n := len(reqs)
 	sc, _ := e.scratch.Get().(*scratch)
 	if sc == nil {
-		sc = &scratch{reqs: make([]backend.Request, 0, n), out: make([]backend.Result, n), idx: make([]int, 0, n), wait: make([]time.Duration, 0, n)}
+		sc = &scratch{}
+	}
+	if len(sc.out) < len(reqs) { // pooled: sized by an earlier request
+		sc.out = make([]backend.Result, len(reqs))
 	}
 	sc.reqs, sc.idx = sc.reqs[:0], sc.idx[:0]
 	for i := range reqs {
