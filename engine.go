@@ -283,9 +283,6 @@ func (l *Limiter) failed(w http.ResponseWriter, r *http.Request, err error) {
 // localStore is FailLocal's store.
 type localStore = failover.LocalStore
 
-// localRequest is req scaled to its share of the limit.
-var localRequest = failover.Scaled
-
 // localStore returns FailLocal's store, creating it on first use.
 func (l *Limiter) localStore() *localStore { return l.fo.eng.Local.Get() }
 
@@ -303,10 +300,6 @@ var ErrTimeout = failover.ErrTimeout
 // the circuit breaker is open: the backend is failing and the limiter is
 // probing it in the background ([Limiter.Health] says why).
 var ErrDegraded = failover.ErrDegraded
-
-// errBreakerOpen is the cause of a fallback decided without calling the
-// backend because the circuit breaker is open.
-var errBreakerOpen = failover.ErrBreakerOpen
 
 // unsent reports whether a failed call surely never reached the backend.
 var unsent = failover.Unsent
