@@ -27,18 +27,14 @@ var ErrBodyTimeout = errors.New("ceiling: request body not received in time")
 // can limit by the phone number the client names in the body.
 //
 // The body is read once per request however many rules use it, bounded in
-// size ([BodyLimit]; beyond it [ErrBodyTooLarge], a 413) and, through the
-// middleware, in time ([BodyTimeout], by the connection's read deadline; a
-// 408). The handler then reads exactly the bytes the client sent. Any other
-// read failure is a 400 whose detail never names the error.
-//
-// The body is JSON whatever its Content-Type. Malformed JSON is a 400, and
-// so is a field that appears twice on the path in any letter case, since
-// parsers disagree on which copy wins and the limiter must read the one the
-// handler reads. A missing field, null or "" yields [ErrNoKey]; a string or
+// size ([BodyLimit]; past it a 413) and time ([BodyTimeout]; a 408), and the
+// handler then reads exactly the bytes the client sent. It is JSON whatever
+// its Content-Type. Malformed JSON is a 400, and so is a field that appears
+// twice on the path in any letter case, since parsers disagree on which
+// copy wins. A missing field, null or "" yields [ErrNoKey]; a string or
 // boolean is the key; an object or array is a 400. A number is keyed by its
-// integer value (1000, 1e3 and 1000.0 are "1000"); a fraction or a number
-// of more than 20 digits is a 400.
+// integer value (1e3 and 1000.0 are "1000"); a fraction or a number of more
+// than 20 digits is a 400.
 //
 // BodyField returns an error for an empty path or segment. The KeyFunc is
 // safe for simultaneous use.

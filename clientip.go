@@ -29,28 +29,22 @@ import (
 //     read whoever the peer is. Safe only if the CDN strips the client's
 //     copy and is the only way in.
 //
-// With ranges, a request whose peer is not trusted is keyed by the peer.
-// A list header is walked from the right, skipping trusted proxies, and
-// the first untrusted address is the client: the left-most entry, which
-// the client wrote, is never believed for being first. An entry that is
-// not an address ("unknown", "_hidden") stops the walk at the nearest
-// trusted hop, one shared budget, never an address from the untrusted
-// part; when every entry is trusted the left-most one is the client. A
-// single-address header is read only from a trusted peer, its last line
-// winning.
+// With ranges, a request whose peer is not trusted is keyed by the peer. A
+// list header is walked from the right, skipping trusted proxies: the first
+// untrusted address is the client, so the left-most entry, which the client
+// wrote, is never believed for being first. An entry that is not an address
+// ("unknown") stops the walk at the nearest trusted hop; when every entry
+// is trusted, the left-most is the client. A single-address header is read
+// only from a trusted peer, its last line winning.
 //
-// A private or loopback peer that sends forwarding headers the key does
-// not trust is a proxy left out of the configuration, and all its clients
-// share one budget: the first one seen is logged once per process and
-// reported by every [Limiter.Health].
+// A private or loopback peer sending forwarding headers the key does not
+// trust is a proxy left out of the configuration: logged once per process
+// and reported by every [Limiter.Health].
 //
-// IPv4-mapped IPv6 addresses are keyed as IPv4 and zones are dropped, so
-// one client cannot appear as two; IPv6 clients are keyed by their /64
-// ([IPv6Prefix]). A peer that is not an IP address (a Unix socket) is
-// keyed as it is, and an empty one yields [ErrNoKey].
-//
-// ClientIP returns an error naming a bad option. The KeyFunc is safe for
-// simultaneous use.
+// IPv4-mapped addresses are keyed as IPv4 and zones dropped, so one client
+// cannot appear as two; IPv6 clients are keyed by their /64 ([IPv6Prefix]).
+// A peer that is not an IP address (a Unix socket) is keyed as it is. The
+// KeyFunc is safe for simultaneous use.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
 	c := &clientIP{v6bits: 64}
 	for _, o := range opts {
@@ -118,12 +112,9 @@ func TrustHeaderFromAnywhere(name string) IPOption {
 
 // TrustXForwardedForHops makes [ClientIP] count proxies instead of knowing
 // their addresses: every request passes exactly n, each appending to
-// X-Forwarded-For, so the client is the n-th entry from the right and the
-// entries left of it are never read. A shorter list is keyed by its
-// left-most entry, and an n-th entry that is not an address by the nearest
-// address to its right (the peer at worst). It trusts the peer whoever it
-// is: use it only when the service cannot be reached except through the n
-// proxies.
+// X-Forwarded-For, so the client is the n-th entry from the right (or the
+// nearest address right of it when it is not one). Use it only when the
+// service cannot be reached except through the n proxies.
 func TrustXForwardedForHops(n int) IPOption {
 	return trustHops(fromXFF, "TrustXForwardedForHops", n)
 }

@@ -16,33 +16,18 @@ import (
 )
 
 // Concurrency is the rule kind that limits requests in flight instead of a
-// rate: Limit is how many requests (units: a request takes Cost) of one key
-// may be inside the handler at once, and Period is the lease, how long a
-// slot stays taken if its holder vanishes.
+// rate: at most Limit units (a request takes Cost) of one key inside the
+// handler at once. Period, at least a second, is the lease: how long a slot
+// stays taken if its holder vanishes.
 //
-// The middleware takes the slot when it admits the request, in the same
-// backend call as the rate rules (all or nothing), and gives it back when
-// the handler returns, whether it returns normally, panics, or returns
-// because the client went away (its context is cancelled: a handler that
-// honours it frees the slot at once; one that ignores it holds the slot
-// while its work goes on, which is what the limit is for). A request that
-// also settles a cost ([Settle]) gives its slots back in the settlement's
-// backend call: one call after the handler for both. With
-// [Limiter.Decide], the caller gives it back with [Decision.Release].
-//
-// Across instances sharing a backend the limit is exact: each slot is a
-// lease in the backend that expires Period after it was taken. While a
-// request runs, the limiter renews its leases every Period/3, so a long
-// stream keeps its slot; an instance that crashes stops renewing, and its
-// slots come back to the others within Period. A renewal takes the slot
-// back even when the lease expired meanwhile (a backend outage longer than
-// the lease), so that the count tells the work in flight. Period must be
-// at least a second.
-//
-// A request refused by a concurrency rule is told to retry after at most a
-// second: slots come back when requests end, which no clock predicts. The
-// rule appears in RateLimit-Policy as `"name";q=LIMIT;qu="concurrent-requests"`.
-// A concurrency rule has no Estimate.
+// The middleware takes the slot in the same backend call as the rate rules
+// and gives it back when the handler returns, however it returns; with
+// [Limiter.Decide] the caller gives it back with [Decision.Release]. The
+// limit is exact across instances: each slot is a lease in the backend,
+// renewed every Period/3 while the work runs, so a crashed instance's slots
+// come back within Period. A refused request is told to retry within a
+// second, since no clock predicts when slots free up. A concurrency rule has
+// no Estimate.
 const Concurrency = backend.Concurrency
 
 // minLease is the shortest Period of a concurrency rule: its leases are
@@ -83,12 +68,8 @@ func concurrencyHint(res *backend.Result) {
 // renew while it runs and to release when it ends. It is safe for
 // simultaneous use.
 type held struct {
-	l     *Limiter
-	reqs  []backend.Request // the acquisitions (Cost > 0, Lease set)
-	local []bool            // per request: taken on FailLocal's store (h.op guards it)
-	moved []bool            // per request: moved to the backend, still counted locally (h.op guards it)
-	rules []string          // per request: the rule, for logs
-	idx   []int             // per request: the rule's index, for the slots in use
+	leaseSet
+	moved []bool // per request: moved to the backend, still counted locally (h.op guards it)
 	every time.Duration
 
 	op      sync.Mutex // one renewal or release at a time, so none races a move
@@ -110,7 +91,7 @@ func (l *Limiter) hold(st *state) *held {
 			continue
 		}
 		if h == nil {
-			h = &held{l: l, every: q.Period / 3}
+			h = &held{leaseSet: leaseSet{l: l}, every: q.Period / 3}
 		}
 		h.reqs = append(h.reqs, *q)
 		h.reqs[len(h.reqs)-1].Key = l.kept(q.Key) // held past this state's reuse
@@ -134,20 +115,17 @@ func (l *Limiter) hold(st *state) *held {
 			h.renew()
 		}
 	})
-	h.cleanup = runtime.AddCleanup(h, dropped, leaseSet{l: l, reqs: h.reqs, local: h.local, rules: h.rules, idx: h.idx})
+	h.cleanup = runtime.AddCleanup(h, dropped, h.leaseSet)
 	if l.remote {
 		l.holdSlots(wp)
 	}
 	return h
 }
 
-// heldSlots is the set of decisions holding slots, for the recovery to
-// take them again on the backend (retakeSlots) before anyone decides there
-// again: the slots FailLocal took locally, which the other instances must
-// count at once, and the slots taken on the backend before the outage,
-// whose leases may have lapsed meanwhile. Neither may wait for its next
-// renewal. It holds them weakly, so that a Decision dropped without
-// Release is still released by its cleanup.
+// heldSlots is the set of decisions holding slots, held weakly, for the
+// recovery to take them again on the backend (retakeSlots) before anyone
+// decides there again: the slots FailLocal took, and those whose leases may
+// have lapsed during the outage.
 type heldSlots struct {
 	mu sync.Mutex
 	m  map[weak.Pointer[held]]struct{}
@@ -184,17 +162,11 @@ func (s *heldSlots) live() []*held {
 }
 
 // retakeSlots takes every slot this instance holds again on the backend,
-// each by its lease and forced: the slots FailLocal took on its store move
-// there, and those the backend held before the outage come back if their
-// leases lapsed during it. The probe calls it when the backend answers,
-// before the breaker closes (so it calls the backend directly), with the
-// journal's charges: from then on every instance counts this one's slots.
-// A moved slot stays counted on the local store too until the hand-over
-// ends (its first renewal after it, or its release), as the rate rules'
-// units do: otherwise the local store would admit a fresh share beside
-// it during the hand-over, which the other instances' slots, not yet
-// moved, leave no room for. On error the slots not moved stay local, and
-// the backend is not yet trusted.
+// each by its lease and forced, so that every instance counts them; the
+// probe calls it before the breaker closes. A moved slot stays counted on
+// the local store too until the hand-over ends, as the rate rules' units
+// do, so the local store cannot admit a fresh share beside it. On error the
+// slots not moved stay local, and the backend is not yet trusted.
 func (l *Limiter) retakeSlots(ctx context.Context) error {
 	hs := l.liveSlots()
 	for lo := 0; lo < len(hs); lo += chargeBatch {
@@ -258,13 +230,14 @@ func (h *held) markMoved() {
 	}
 }
 
-// leaseSet is what the cleanup of a dropped held needs, without the held.
+// leaseSet is a held's slots: also what the cleanup of a dropped held
+// needs, without the held.
 type leaseSet struct {
 	l     *Limiter
-	reqs  []backend.Request
-	local []bool
-	rules []string
-	idx   []int
+	reqs  []backend.Request // the acquisitions (Cost > 0, Lease set)
+	local []bool            // per request: taken on FailLocal's store (h.op guards it)
+	rules []string          // per request: the rule, for logs
+	idx   []int             // per request: the rule's index, for the slots in use
 }
 
 // dropped releases the slots of a Decision that was garbage collected
@@ -289,14 +262,11 @@ func (l *Limiter) countSlots(reqs []backend.Request, idx []int, sign int64) {
 }
 
 // Release gives back the concurrency slots the decision holds (see
-// [Concurrency]), in one backend call; it stops their renewal. Call it
-// when the work the decision admitted ends: defer it right after an
-// admitted [Limiter.Decide]. It is idempotent, safe for simultaneous use,
-// and does nothing for a decision that holds no slot. A release whose
-// backend call fails is sent again in the background (releasing a lease
-// twice is harmless) until it is applied or the lease has ended. A
-// Decision dropped without Release has its slots released when the
-// garbage collector notices, with a warning in the log.
+// [Concurrency]) and stops their renewal: defer it right after an admitted
+// [Limiter.Decide]. It is idempotent and safe for simultaneous use; a
+// failed release is sent again in the background until the lease ends. A
+// Decision dropped without Release is released by the garbage collector,
+// with a warning in the log.
 func (d *Decision) Release() {
 	if d.leases != nil {
 		d.leases.release()
@@ -313,12 +283,9 @@ func (h *held) holding() bool {
 }
 
 // releaseWith gives back h's slots in the same backend call as extra, the
-// settlements of the request that held them (forced charges and refunds,
-// which no backend refuses, so the call stays all or nothing): one call
-// after the handler for both, as the one-round-trip promise allows. It
-// returns that call's error (nil when h was already released and extra
-// was sent alone), for the caller to report the settlements' failure;
-// the release's own is logged here.
+// settlements of the request that held them (which no backend refuses), so
+// that one call after the handler does both. It returns that call's error
+// for the caller to report; the release's own is logged here.
 func (h *held) releaseWith(extra []backend.Request) error {
 	h.mu.Lock()
 	if h.done {
@@ -344,13 +311,11 @@ func (h *held) releaseWith(extra []backend.Request) error {
 	return remote
 }
 
-// renew takes the slots again for another lease, forced: a lease that
-// expired meanwhile (the backend was unreachable for longer) is taken back
-// even over the limit, since the work is still running. Slots taken on
-// FailLocal's store move to the backend when it recovers (retakeSlots); a
-// renewal moves those that move missed, so that the other instances count
-// them. A moved slot is renewed on the local store too while the hand-over
-// lasts, and given back there at the first renewal after it.
+// renew takes the slots again for another lease, forced: the work is still
+// running, even if a lease lapsed during an outage. It also moves to the
+// backend any FailLocal slot that retakeSlots missed, and renews a moved
+// slot on the local store while the hand-over lasts, giving it back there
+// at the first renewal after.
 func (h *held) renew() {
 	h.op.Lock()
 	defer h.op.Unlock()

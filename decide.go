@@ -21,32 +21,22 @@ type Input struct {
 	// shared by every caller without one.
 	Key string
 	// Cost is the number of units this call takes; zero means the rule's
-	// Cost. Negative costs are refused: give units back with
-	// [Limiter.Charge]. A cost the limit can never hold (past it, up to
-	// any int64) is a rejection with RetryAfter [backend.Never], decided
-	// without a backend call, whatever the backend's health: a client that
+	// Cost. Negative costs are refused (refund with [Limiter.Charge]). A
+	// cost the limit can never hold is a rejection with RetryAfter
+	// [backend.Never], decided without a backend call, so a client that
 	// picks its cost cannot make the backend fail or a fail mode admit.
 	Cost int64
-	// Limit, when positive, replaces the rule's Limit for this call: a
-	// limit per plan or per tenant, decided in the same backend call as the
-	// other rules. Burst likewise replaces the rule's Burst (GCRA). The
-	// rule's Period and Algorithm always apply, and the key's state is the
-	// same whatever limit a call brings: each call is judged by its own
-	// limit against every unit the key holds, so a caller with a smaller
-	// limit is refused while the key holds more than it, and nobody is
-	// admitted past their own (backend/ALGORITHMS.md, "A limit that
-	// changes"). Values outside what [backend.Request.Validate] allows,
-	// and a [SlidingLog] limit over [MaxSlidingLogLimit], are a
-	// [*LimitError] for this call.
+	// Limit and Burst, when positive, replace the rule's for this call (a
+	// limit per plan or tenant). The key's state is shared whatever limit a
+	// call brings: each call is judged by its own limit against every unit
+	// the key holds (backend/ALGORITHMS.md, "A limit that changes"). Values
+	// out of range are a [*LimitError] for this call.
 	Limit, Burst int64
-	// Stamp, for a refund with [Limiter.Charge] (a negative Cost), names
-	// the admission whose units it gives back: pass the Stamp of that
-	// admission's [RuleResult] (from [Limiter.Decide]). The refund then
-	// gives back only units that admission placed and that still count,
-	// never another caller's. Without it the newest units come back, which
-	// may be somebody else's, handing their quota out again. Pass 0 for an
-	// admission a fail mode decided (its Fallback is set): its units are
-	// not on the backend. Decide and positive charges ignore it.
+	// Stamp, for a refund with [Limiter.Charge], is the Stamp of the
+	// admission's [RuleResult]: the refund gives back only units that
+	// admission placed and that still count, never another caller's. Zero
+	// gives back the newest units; pass zero for an admission a fail mode
+	// decided (its Fallback is set). Decide and positive charges ignore it.
 	Stamp int64
 	// Reserve, for [Limiter.Decide], asks the backend to write a ticket
 	// with the admission, named by its [RuleResult].Ticket, so that a
@@ -69,39 +59,26 @@ type Input struct {
 }
 
 // errEmptyKey is wrapped by the error of a decision whose key value is
-// empty: a [KeyFunc] that returns "" (the request is answered 400, naming
-// the rule) or an [Input] without a Key. An empty value would otherwise put
-// every such caller into one shared budget, silently; a key function whose
-// rule does not apply to a request returns [ErrNoKey] instead.
+// empty, which would otherwise put every such caller into one shared
+// budget; a rule that does not apply returns [ErrNoKey] instead.
 var errEmptyKey = errors.New(`empty key value; return ErrNoKey when the rule does not apply`)
 
 // Decide decides inputs, one per rule that applies, as one request: in one
-// backend call, all or nothing (an input that any rule rejects consumes
-// from no rule), with the limiter's fail modes, circuit breaker, observer
-// and shadow rules, exactly as the middleware decides an HTTP request. It
-// is how gRPC services, queue workers and websocket messages are limited.
+// backend call, all or nothing, with the fail modes, observer and shadow
+// rules, exactly as the middleware decides an HTTP request. It is how gRPC
+// services, queue workers and websocket messages are limited.
 //
-// The Decision's Results follow the rules' declaration order, whatever the
-// order of inputs, so Rejected and RetryAfter are deterministic. A rule may
-// appear at most once, and rules without a KeyFunc may be decided only
-// here.
+// Results follow the rules' declaration order, whatever the order of
+// inputs. A rule may appear at most once; rules without a KeyFunc may be
+// decided only here. ctx's values reach the backend, but its cancellation
+// does not cut the decision short: it runs under [WithTimeout], since a
+// caller that gives up is not a failing backend.
 //
-// ctx's values reach the backend, but its cancellation does not cut the
-// decision short: a caller that gives up is not a failing backend, so the
-// decision runs under the limiter's own timeout ([WithTimeout]) and is
-// counted whatever the caller does.
-//
-// When the backend cannot decide and a rule fails closed, Decide returns a
-// Decision that admits nothing and an [*UnavailableError] whose RetryAfter
-// says when to retry. Any other error means the inputs are wrong (an
-// unknown or repeated rule, an empty key, a limit out of range): nothing
-// was decided and nothing consumed. With no inputs the call is admitted.
-//
-// An admitted decision on a [Concurrency] rule holds its slot until
-// [Decision.Release]: defer it when the work starts.
-//
-// The Decision's Results are the caller's, never written again by the
-// limiter.
+// When a rule fails closed, Decide returns a Decision that admits nothing
+// and an [*UnavailableError]. Any other error means the inputs are wrong
+// (an unknown or repeated rule, an empty key, a limit out of range) and
+// nothing was consumed. An admitted [Concurrency] rule holds its slot until
+// [Decision.Release].
 func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error) {
 	st := l.states.Get().(*state)
 	defer l.states.Put(st)
@@ -174,11 +151,9 @@ func (st *state) reset() {
 		st.keys = nil // a request with huge keys does not pin them in the pool
 	}
 	st.keys = st.keys[:0]
-	// Field by field, not st.decision = Decision{...}: assigning the whole
-	// struct clears and copies it through the garbage collector's bulk
-	// write barrier whenever it marks, which under a load of short
-	// requests is often (a seventh of the middleware's time in
-	// BenchmarkPublicPath). TestResetClearsEveryDecisionField counts the fields.
+	// Field by field: a whole-struct assignment goes through the garbage
+	// collector's bulk write barrier (TestResetClearsEveryDecisionField
+	// counts the fields).
 	d := &st.decision
 	d.Allowed, d.RetryAfter, d.Results = false, 0, d.Results[:0]
 	if d.leases != nil {
@@ -234,11 +209,8 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64,
 			return &LimitError{Rule: rule.Name, Limit: limit, Burst: burst, Err: err}
 		}
 	}
-	// Field by field into the pooled arrays: appending a struct literal
-	// builds it on the stack and copies it in wide words, and reading back
-	// words just written narrower stalls the CPU (store forwarding), a
-	// tenth of a decision's time. TestAddOverwritesEveryField pins that no
-	// field keeps an earlier decision's value.
+	// Field by field into the pooled arrays, which avoids a store-forwarding
+	// stall; TestAddOverwritesEveryField pins that no field is left stale.
 	st.reqs = grow(st.reqs)
 	r := &st.reqs[len(st.reqs)-1]
 	r.Key = l.storedKey(st, rule.Name, v)
@@ -256,12 +228,10 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64,
 	return nil
 }
 
-// releaseUnknown queues the release of every slot st's failed call may
-// have taken (its reply lost, or late past the timeout): the instance that
-// asked gives it back, by its lease, as soon as the backend answers again,
-// rather than leaving it held for the whole lease. A slot the fail mode
-// then takes (FailLocal) gets a fresh lease, which that release cannot
-// touch.
+// releaseUnknown queues the release, by lease, of every slot st's failed
+// call may have taken (its reply lost or late), for when the backend
+// answers again. A slot FailLocal then takes gets a fresh lease, which that
+// release cannot touch.
 func (l *Limiter) releaseUnknown(st *state, err error) {
 	if unsent(err) {
 		return
@@ -278,16 +248,12 @@ func (l *Limiter) releaseUnknown(st *state, err error) {
 	}
 }
 
-// neverFits finds the requests of st whose cost exceeds what their limit
-// can ever hold (a cost or an estimate the client chose, past
-// [backend.MaxLimit] or past a plan's limit): each is a rejection that no
-// wait cures, decided here, before any backend call, so that it can never
-// reach the backend as an invalid request, move the circuit breaker or be
-// admitted by a fail mode. When an enforced request cannot fit, the whole
-// call is refused without the backend (decided is true; the other results
-// are Unread, as the deny cache answers them). When only shadow requests
-// cannot fit, they are sent as peeks and refused after the call (unfit is
-// true; st.unfit marks them).
+// neverFits finds the requests of st whose cost their limit can never hold:
+// rejections no wait cures, decided before any backend call, so that a
+// client's cost never reaches the backend as an invalid request, moves the
+// breaker or is admitted by a fail mode. An enforced one refuses the whole
+// call (decided; the other results are Unread). Shadow ones are sent as
+// peeks and refused after the call (unfit; st.unfit marks them).
 func (l *Limiter) neverFits(st *state, results []backend.Result) (decided, unfit bool) {
 	st.unfit = st.unfit[:0]
 	blocked := false
@@ -321,10 +287,8 @@ func (l *Limiter) neverFits(st *state, results []backend.Result) (decided, unfit
 	return false, true
 }
 
-// refuseUnfit writes the rejection of every request marked in unfit: it
-// can never be admitted, and consumed nothing. The result is Unread: no
-// backend read the key, so the headers advertise no remaining units or
-// reset for it.
+// refuseUnfit writes the rejection of every request marked in unfit,
+// Unread: no backend read the key, so the headers advertise nothing for it.
 func refuseUnfit(reqs []backend.Request, unfit []bool, results []backend.Result) {
 	for i := range reqs {
 		if unfit[i] {
@@ -344,8 +308,7 @@ func grow[T any](s []T) []T {
 }
 
 // emptyKey logs, once per rule, that its key function returned "": a bug
-// in the key function that the 400 answers would otherwise only show to
-// clients.
+// that the 400 answers would otherwise show only to clients.
 func (l *Limiter) emptyKey(rule *Rule) {
 	i := l.ruleIndex(rule)
 	if l.firstEmptyKey(i) {
@@ -396,12 +359,7 @@ func (l *Limiter) decideAll(ctx context.Context, st *state) error {
 			continue
 		}
 		d.Allowed = false
-		switch {
-		case rr.RetryAfter == backend.Never || d.RetryAfter == backend.Never:
-			d.RetryAfter = backend.Never
-		case rr.RetryAfter > d.RetryAfter:
-			d.RetryAfter = rr.RetryAfter
-		}
+		d.RetryAfter = laterWait(d.RetryAfter, rr.RetryAfter)
 	}
 	if d.Allowed && l.concurrent {
 		d.leases = l.hold(st)

@@ -46,23 +46,6 @@ const (
 	hRetryAfter = "Retry-After"
 )
 
-// policyHeader precomputes RateLimit-Policy: it depends only on the rules.
-// Shadow rules are not advertised (they do not limit anybody yet), nor are
-// Hidden ones.
-func policyHeader(rules []Rule) []string {
-	var b []byte
-	for i := range rules {
-		if r := &rules[i]; !r.Shadow && !r.Hidden {
-			b = appendPolicy(b, r, r.Limit)
-		}
-	}
-	if len(b) == 0 {
-		return nil
-	}
-	// Full slice expression: a handler that appends gets its own array.
-	return []string{string(b)}[:1:1]
-}
-
 // appendPolicy appends rule r's RateLimit-Policy item at limit to b: a
 // quota per window, in the rule's unit when it is not requests, or for a
 // concurrency rule a number of concurrent requests, which has no window.
@@ -244,10 +227,24 @@ func epochCeil(t time.Time) int64 {
 }
 
 func appendSeconds(b []byte, d time.Duration) []byte {
+	return strconv.AppendInt(b, ceilSeconds(d), 10)
+}
+
+// ceilSeconds is d in whole seconds, rounded up (0 for d <= 0).
+func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
-		return append(b, '0')
+		return 0
 	}
-	return strconv.AppendInt(b, int64((d+time.Second-1)/time.Second), 10)
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// laterWait is the wait after which both a and b have passed:
+// [backend.Never] when either is.
+func laterWait(a, b time.Duration) time.Duration {
+	if a == backend.Never || b == backend.Never {
+		return backend.Never
+	}
+	return max(a, b)
 }
 
 // Problem is an RFC 9457 problem details body, as ceiling writes it for 429,
@@ -313,7 +310,7 @@ func RejectionProblem(d *Decision) *Problem {
 	if f.retryAfter == backend.Never {
 		p.Detail += "; this request costs more than the quota can ever admit"
 	} else if f.retryAfter > 0 {
-		p.RetryAfter = int64((f.retryAfter + time.Second - 1) / time.Second)
+		p.RetryAfter = ceilSeconds(f.retryAfter)
 		p.Detail += fmt.Sprintf("; retry in %d s", p.RetryAfter)
 	}
 	return p
@@ -341,12 +338,7 @@ func refusal(d *Decision) shownRefusal {
 		if !f.names(rr) {
 			continue
 		}
-		switch {
-		case rr.RetryAfter == backend.Never || f.retryAfter == backend.Never:
-			f.retryAfter = backend.Never
-		case rr.RetryAfter > f.retryAfter:
-			f.retryAfter = rr.RetryAfter
-		}
+		f.retryAfter = laterWait(f.retryAfter, rr.RetryAfter)
 	}
 	return f
 }
@@ -416,7 +408,7 @@ func writeUnavailable(w http.ResponseWriter, retry time.Duration) {
 		Title:      "Service Unavailable",
 		Status:     http.StatusServiceUnavailable,
 		Detail:     "the rate limiter cannot decide right now; retry later",
-		RetryAfter: int64((retry + time.Second - 1) / time.Second),
+		RetryAfter: ceilSeconds(retry),
 	})
 }
 

@@ -15,18 +15,13 @@ import (
 // Token: "sub" for the account, or any claim naming what a budget belongs
 // to.
 //
-// Only a token that verifies counts. keyfunc returns the verification key
-// (see [jwt.Keyfunc]), and methods lists the accepted signing algorithms
-// explicitly, so that a token cannot choose its own ("none", or HS256
-// signed with an RSA public key). A missing, malformed, wrongly signed,
-// expired or oversized ([JWTMaxSize]) token, or one without the claim,
-// yields [ErrNoKey], so a fallback rule applies and forged subjects buy no
-// fresh budget. String and number claims make keys; others yield ErrNoKey.
-//
-// The token is read from "Authorization: Bearer ..." unless [JWTFromHeader]
-// or [JWTFromCookie] says otherwise; [JWTParserOptions] adds checks, except
-// ones that would accept expired tokens. JWTClaim returns an error naming
-// the bad argument. The KeyFunc is safe for simultaneous use if keyfunc is.
+// Only a token that verifies counts: keyfunc returns the verification key
+// ([jwt.Keyfunc]) and methods lists the accepted signing algorithms, so a
+// token cannot choose its own ("none"). A token that does not verify, is
+// expired or oversized ([JWTMaxSize]), or lacks a string or number claim
+// yields [ErrNoKey]: forged subjects buy no fresh budget. The token comes
+// from "Authorization: Bearer" unless [JWTFromHeader] or [JWTFromCookie]
+// says otherwise. The KeyFunc is safe for simultaneous use if keyfunc is.
 func JWTClaim(claim string, keyfunc jwt.Keyfunc, methods []string, opts ...JWTOption) (KeyFunc, error) {
 	if claim == "" {
 		return nil, errors.New("ceiling: JWTClaim: no claim name")

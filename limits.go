@@ -11,14 +11,11 @@ import (
 )
 
 // LimitError is the error of a request whose limit for a rule could not be
-// had: the rule's [Rule.Limits] failed, or it (or an [Input]) gave a limit
-// or burst outside what the backend accepts, or the backend refused the
-// call as invalid ([backend.ErrInvalidRequest], which no fail mode
-// answers and which never counts against the backend's health). It is a fault of the server's
-// configuration for that tenant or plan, not of the client: the middleware
-// answers 500 with a problem body naming the rule (never the error's text)
-// and logs the error, and [Limiter.Decide] returns it. Nothing is decided
-// and nothing consumed.
+// had: [Rule.Limits] failed, a limit or burst was out of range, or the
+// backend refused the call as invalid ([backend.ErrInvalidRequest]). It is
+// the server's fault, not the client's: the middleware answers 500 naming
+// the rule (never the error's text) and logs it. Nothing is consumed, and
+// the backend's health is not touched.
 type LimitError struct {
 	// Rule names the rule whose limit failed.
 	Rule string
@@ -41,11 +38,9 @@ func (e *LimitError) Error() string {
 // Unwrap returns the cause.
 func (e *LimitError) Unwrap() error { return e.Err }
 
-// slidingLogBound refuses a sliding log of limit records past
-// [MaxSlidingLogLimit], whether the limit is a rule's (an error from [New])
-// or a request's ([Rule.Limits], [Input.Limit]: a [*LimitError] for that
-// request): a key costs its log's size whoever set the limit. The error
-// wraps [backend.ErrInvalidRequest], as other out-of-range limits do.
+// slidingLogBound refuses a sliding log past [MaxSlidingLogLimit], whether
+// a rule or a request sets the limit: a key costs its log's size whoever
+// set it.
 func slidingLogBound(a backend.Algorithm, limit int64) error {
 	if a != SlidingLog || limit <= MaxSlidingLogLimit {
 		return nil
@@ -55,20 +50,10 @@ func slidingLogBound(a backend.Algorithm, limit int64) error {
 		backend.ErrInvalidRequest, limit, limit, limit*40/1000, MaxSlidingLogLimit)
 }
 
-// hasLimits reports whether any rule takes its limit from the request.
-func hasLimits(rules []Rule) bool {
-	for i := range rules {
-		if rules[i].Limits != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// requestPolicy is RateLimit-Policy for the request decided in d: each
-// enforced rule with the limit that applied to the request (its own for
-// the rules that did not apply). Only limiters with a Limits function pay
-// for it; the others send the value [policyHeader] computed once.
+// requestPolicy is RateLimit-Policy with the limits that applied to d: for
+// a zero Decision the rules' own, which a plan computes once for limiters
+// without a Limits function. Shadow and Hidden rules are not advertised.
+// The value has capacity 1, so a handler that appends gets its own array.
 func requestPolicy(rules []Rule, d *Decision) []string {
 	b := appendRequestPolicy(nil, rules, d, nil)
 	if len(b) == 0 {
@@ -98,8 +83,7 @@ func appendRequestPolicy(b []byte, rules []Rule, d *Decision, only func(*Rule) b
 
 // limitFailed logs a request refused for want of a limit, once a minute per
 // rule with the number of such requests: a broken plan lookup fails every
-// request of its tenants, and each one is not news. [Limiter.Decide] logs
-// too, since an adapter answering for it has no logger of its own.
+// request of its tenants.
 func (l *Limiter) limitFailed(ctx context.Context, e *LimitError, attrs ...slog.Attr) {
 	rule, err := l.rule(e.Rule)
 	if err != nil {

@@ -62,31 +62,26 @@ type Rule struct {
 	// [Concurrency] rule's is "concurrent-requests". Lower-case letters,
 	// digits and '-'.
 	Unit string
-	// Estimate, when set, makes the cost provisional: the units to reserve
-	// when the request is decided, settled by the handler with [Settle]. Zero
-	// charges only after the work. [ErrNoKey] estimates one unit; other
-	// errors are treated like the Key's. Set Cost or Estimate, not both.
+	// Estimate, when set, is the units to reserve when the request is
+	// decided, settled by the handler with [Settle] (zero: charge only after
+	// the work; [ErrNoKey]: one unit; other errors as the Key's). Set Cost or
+	// Estimate, not both.
 	Estimate func(r *http.Request) (int64, error)
 	// Limits, when set, gives the limit and burst that apply to r (a plan
-	// read from a verified claim), called after Key; the request is still
-	// decided in one call, all or nothing. A zero value or [ErrNoKey] means
-	// the rule's own: what the lookup does not know is limited, never
-	// unlimited (to exempt a request, return ErrNoKey from Key). Any other
-	// error, or a value out of range, is the server's fault: a 500 and a
-	// log line (see [LimitError]). Requests of one key under different
-	// limits share its state. [Limiter.Decide] ignores it (callers pass
-	// [Input.Limit]); [Limiter.SetLimit] changes the rule's own.
+	// read from a verified claim), called after Key. A zero value or
+	// [ErrNoKey] means the rule's own: what the lookup does not know is
+	// limited, never unlimited. Any other error, or a value out of range, is
+	// the server's fault: a 500 and a log line ([LimitError]).
+	// [Limiter.Decide] ignores it (callers pass [Input.Limit]).
 	Limits func(r *http.Request) (limit, burst int64, err error)
 	// FailMode overrides the limiter's fail mode for this rule.
 	FailMode FailMode
 	// Shadow evaluates and reports the rule but never rejects with it, so a
-	// new limit can be rolled out safely: its would-be rejections are
-	// counted, reported by health and logged at a bounded rate.
+	// new limit can be rolled out safely.
 	Shadow bool
-	// Hidden keeps the rule's state out of every response header. Set it on
-	// a rule whose key names a third party (the phone an OTP goes to), whose
-	// activity the caller must not watch. A 429 names a hidden rule, and
-	// counts its wait in Retry-After, only when no other rule refuses too.
+	// Hidden keeps the rule's state out of every response header, for a
+	// key that names a third party (the phone an OTP goes to). A 429 names a
+	// hidden rule only when no other rule refuses too.
 	Hidden bool
 
 	plan *atomic.Pointer[plan] // the limit in force (setlimit.go); set by New
@@ -111,8 +106,6 @@ func (r *Rule) validate() error {
 		return fmt.Errorf("ceiling: rule %q: %w", r.Name, err)
 	}
 	if r.Burst != 0 && r.Algorithm != GCRA {
-		// Before RollingWindow became the zero Algorithm, a rule with a
-		// Burst and no Algorithm was GCRA: refuse rather than drop the burst.
 		return fmt.Errorf("ceiling: rule %q: Burst is GCRA's, but the algorithm is %v; set Algorithm: ceiling.GCRA", r.Name, r.Algorithm)
 	}
 	if err := slidingLogBound(r.Algorithm, r.Limit); err != nil {
@@ -128,15 +121,10 @@ func (r *Rule) validate() error {
 	if err := r.validateConcurrency(); err != nil {
 		return err
 	}
-	if capacity := r.capacity(); r.Cost > capacity {
+	if capacity := capacityOf(req); r.Cost > capacity {
 		return fmt.Errorf("ceiling: rule %q: cost %d can never fit in %d", r.Name, r.Cost, capacity)
 	}
 	return nil
-}
-
-// capacity is the most units one request can ever take under the rule.
-func (r *Rule) capacity() int64 {
-	return capacityOf(backend.Request{Algorithm: r.Algorithm, Limit: r.Limit, Burst: r.Burst})
 }
 
 // capacityOf is the most units one request can ever take under req's
@@ -169,16 +157,11 @@ type Limiter struct {
 	routes     routeWatch // a Route key mounted before routing (route.go)
 }
 
-// New validates the rules and options and returns a Limiter. Errors name the
-// rule or option at fault; use [MustNew] for literals.
-//
-// Close the limiter when done with it: until then it keeps goroutines (the
-// memory store's janitor; with a remote backend, the probe while degraded)
-// and its counts.
-//
-// New warns, once and in [Limiter.Health], about a configuration weaker than
-// it reads: an in-process backend on a platform that runs several instances,
-// without [WithInstances], and a remote backend without [WithKeySecret].
+// New validates the rules and options and returns a Limiter; errors name the
+// rule or option at fault. Close the limiter when done with it, to stop its
+// goroutines. New warns, once and in [Limiter.Health], about a configuration
+// weaker than it reads: an in-process backend on a platform that runs
+// several instances, and a remote backend without [WithKeySecret].
 func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	if len(rules) == 0 {
 		return nil, errors.New("ceiling: no rules")
@@ -215,8 +198,8 @@ func New(rules []Rule, opts ...Option) (*Limiter, error) {
 	processLogger.CompareAndSwap(nil, l.cfg.logger) // for key functions' warnings
 	spoofable.flush()
 	l.initPlans()
-	l.dynamic = hasLimits(l.rules)
 	for i := range l.rules {
+		l.dynamic = l.dynamic || l.rules[i].Limits != nil
 		l.concurrent = l.concurrent || l.rules[i].Algorithm == Concurrency
 	}
 	l.extras = l.hasExtras()

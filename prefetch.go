@@ -31,19 +31,13 @@ type Prefetched[T any] struct {
 // the handle to [WithPrefetch]; the handler reads the result with
 // [Prefetched.Get].
 //
-// The work starts once every rule's key is known (a request answered 400
-// never starts it) and before the backend answers. When the request is
-// admitted the handler gets its result. When it is not (429, or 503 when
-// failing closed), the work's context is cancelled and its result is
-// dropped: the rejection is written without it. In every case the
-// middleware cancels the work's context when the handler returns and waits
-// for fn to return before it does, so no goroutine outlives the request:
-// fn must honour ctx. A panic in fn is recovered, logged, and returned by
-// Get as an error wrapping [ErrPrefetchPanic].
-//
-// fn runs on its own goroutine, concurrently with the backend call and then
-// with the handler: it may read r's URL and headers but must not read or
-// close r.Body. The name identifies the work in errors and logs.
+// The work starts once every rule's key is known (a 400 never starts it).
+// On a rejection its context is cancelled and its result dropped. The
+// middleware cancels the context when the handler returns and waits for fn,
+// so no goroutine outlives the request: fn must honour ctx. A panic in fn
+// is recovered, logged, and returned by Get wrapping [ErrPrefetchPanic].
+// fn runs on its own goroutine: it may read r's URL and headers, never
+// r.Body. The name identifies the work in errors and logs.
 func Prefetch[T any](name string, fn func(ctx context.Context, r *http.Request) (T, error)) *Prefetched[T] {
 	return &Prefetched[T]{name: name, fn: fn}
 }

@@ -19,16 +19,11 @@ type plan struct {
 }
 
 // SetLimit replaces rule's Limit and Burst (zero: Limit, as in [Rule]) for
-// the requests decided from now on; each request in flight is decided under
-// the old limit or the new one, whole. The values are validated as [New]
-// does; on an error nothing changes.
-//
-// Stored units keep their meaning (backend/ALGORITHMS.md, "A limit that
-// changes"): raising takes effect at once; after lowering, a key over the
-// new limit admits nothing until enough units leave. [Rule.Limits] still
-// decides the requests it gives a limit. The change lasts until the next
-// SetLimit or the end of the process; it is logged, shown in
-// [Limiter.Health] and told to [Observer.ObserveLimit].
+// the requests decided from now on, each under the old plan or the new one,
+// whole; invalid values change nothing. Stored units keep their meaning
+// (backend/ALGORITHMS.md, "A limit that changes"): after lowering, a key
+// over the new limit admits nothing until enough units leave. The change is
+// logged, shown in [Limiter.Health] and told to [Observer.ObserveLimit].
 func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	r, err := l.rule(rule)
 	if err != nil {
@@ -49,7 +44,7 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 	old := l.plans[i].Load()
 	rules := append([]Rule(nil), old.rules...)
 	rules[i].Limit, rules[i].Burst = limit, burst
-	policy := policyHeader(rules)
+	policy := requestPolicy(rules, &Decision{})
 	changed := make(chan struct{})
 	for j := range l.plans {
 		p := *l.plans[j].Load()
@@ -74,7 +69,7 @@ func (l *Limiter) SetLimit(rule string, limit, burst int64) error {
 func (l *Limiter) initPlans() {
 	l.plans = make([]atomic.Pointer[plan], len(l.rules))
 	rules := append([]Rule(nil), l.rules...)
-	policy := policyHeader(rules)
+	policy := requestPolicy(rules, &Decision{})
 	changed := make(chan struct{})
 	for i := range l.rules {
 		l.plans[i].Store(&plan{limit: l.rules[i].Limit, burst: l.rules[i].Burst, policy: policy, rules: rules, changed: changed})

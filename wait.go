@@ -11,17 +11,13 @@ import (
 )
 
 // Wait decides inputs as [Limiter.Decide] does and, while they are
-// rejected, sleeps until the decision's RetryAfter plus a jitter (so that
-// waiters on one key do not return together) and decides again. It is for
-// callers that can wait their turn: queue workers, crawlers, batch jobs. A
-// wait consumes nothing, and a [Limiter.SetLimit] wakes every sleeper.
-//
-// Wait returns ctx's error once ctx is done (with the last rejected
-// Decision if it ended a sleep, a zero one before a retry), an error wrapping
-// [context.DeadlineExceeded] with the last Decision when the next retry
-// would pass ctx's deadline, an error when the inputs can never be
-// admitted, and any error of Decide at once: a backend failure is answered
-// by the fail mode, never by a loop of backend calls.
+// rejected, sleeps until RetryAfter plus a jitter and decides again: for
+// queue workers, crawlers and batch jobs. A wait consumes nothing, and a
+// [Limiter.SetLimit] wakes every sleeper. It returns ctx's error once ctx is
+// done, an error wrapping [context.DeadlineExceeded] when the next retry
+// would pass ctx's deadline (each with the last rejected Decision, if any),
+// an error when the inputs can never be admitted, and any error of Decide
+// at once (never a loop of backend calls).
 func (l *Limiter) Wait(ctx context.Context, inputs ...Input) (Decision, error) {
 	for {
 		if err := ctx.Err(); err != nil {

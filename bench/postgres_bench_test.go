@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,15 +108,86 @@ func (f *pgFixture) statements(tb testing.TB) (n int64, ms float64) {
 	return n, ms
 }
 
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// Linux).
+const clockTicks = 100
+
+// serverCPU reads, from /proc, the CPU time in µs that each process of the
+// server in pg_stat_activity (every session and the background
+// processes, the WAL writer among them) has used, and which of them are
+// background processes (their pids negated). It needs the server on this
+// machine; for a server elsewhere it returns nil.
+func (f *pgFixture) serverCPU(tb testing.TB) map[int]float64 {
+	rows, err := f.pool.Query(context.Background(), "SELECT pid, backend_type <> 'client backend' FROM pg_stat_activity")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var pids []int
+	for rows.Next() {
+		var pid int
+		var bg bool
+		if err := rows.Scan(&pid, &bg); err != nil {
+			tb.Fatal(err)
+		}
+		if bg {
+			pid = -pid
+		}
+		pids = append(pids, pid)
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	cpu := make(map[int]float64, len(pids))
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(max(pid, -pid)) + "/stat")
+		if err != nil {
+			if len(cpu) == 0 {
+				return nil // not this machine's server
+			}
+			continue // a process that ended meanwhile
+		}
+		// utime and stime are the 14th and 15th fields; the second, the
+		// command, is parenthesized and may hold spaces
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(fields[11], 64)
+		k, _ := strconv.ParseFloat(fields[12], 64)
+		cpu[pid] = (u + k) * 1e6 / clockTicks
+	}
+	return cpu
+}
+
+// cpuSince is the server CPU used from reading before to reading after, in
+// all and by the background processes: a process in both readings by its
+// difference, one that started meanwhile whole.
+func cpuSince(before, after map[int]float64) (all, bg float64) {
+	for pid, t := range after {
+		d := t - before[pid]
+		all += d
+		if pid < 0 {
+			bg += d
+		}
+	}
+	return all, bg
+}
+
 // BenchmarkPostgres is one decision of ceiling's Postgres store, one rule
 // and three rules on one request, over 10,000 keys: latency serial, and
 // throughput from 64 goroutines, beside ceiling's Redis store
-// (ceiling-store) in the same run. Every timed decision must be admitted.
+// (ceiling-store) in the same run, and the floors of a decision on
+// Postgres (pgFloors). Every timed decision must be admitted.
 // For Postgres it reports the round trips per decision (trips/op, counted
 // on the connections) and the statements the server ran per decision
 // (stmts/op: the call and those inside the function, from
 // pg_stat_statements) and the server's execution time per decision
-// (srv-µs/op, the call's total_exec_time), which sizes the database.
+// (srv-µs/op, the call's total_exec_time, a wall-clock figure that a
+// descheduled server inflates), and the CPU time every process of the
+// server used per decision (srv-cpu-µs/op, from /proc, 10 ms resolution),
+// of it the background processes' (bg-cpu-µs/op: the WAL writer flushing
+// the asynchronous commits, the checkpointer), which sizes the database.
 func BenchmarkPostgres(top *testing.B) {
 	url := postgresURL(top)
 	addr := redisAddr(top)
@@ -125,6 +198,12 @@ func BenchmarkPostgres(top *testing.B) {
 		}
 	}
 	ks := keys(redisKeys)
+	for _, fl := range pgFloors {
+		top.Run("floor="+fl.name+"/serial/postgres", func(b *testing.B) {
+			f := setup(b, top, func() *pgFixture { return newPGFixture(top, url) })
+			pgFloor(b, f, fl.sql, ks)
+		})
+	}
 	for _, n := range []int{1, 3} {
 		for _, mode := range []string{"serial", "parallel64"} {
 			top.Run(fmt.Sprintf("rules=%d/%s/redis", n, mode), func(b *testing.B) {
@@ -141,6 +220,39 @@ func BenchmarkPostgres(top *testing.B) {
 			})
 		}
 	}
+}
+
+// pgFloors are what a decision costs at least, timed on the same kind of
+// pool over the same keys: a round trip (select1), and a bare one-row
+// upsert committed asynchronously as a decision is (upsert): a lock, a
+// write and a commit with no decision around them.
+var pgFloors = []struct{ name, sql string }{
+	{"select1", "SELECT 1 WHERE $1::text IS NOT NULL"},
+	{"upsert", `WITH c AS (SELECT set_config('synchronous_commit', 'off', true))
+		INSERT INTO bench_floor AS t (key, n) SELECT $1, 1 FROM c
+		ON CONFLICT (key) DO UPDATE SET n = t.n + 1 RETURNING 1`},
+}
+
+// pgFloor times b.N runs of the floor statement sql on f, one key each,
+// serially, and reports round trips and statements per run as pgMeasure
+// does.
+func pgFloor(b *testing.B, f *pgFixture, sql string, ks []string) {
+	if _, err := f.pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_floor (key text COLLATE "C" PRIMARY KEY, n bigint NOT NULL)`); err != nil {
+		b.Fatal(err)
+	}
+	stmts0, ms0 := f.statements(b)
+	cpu0 := f.serverCPU(b)
+	trips0 := f.trips.Load()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var one int
+	for i := range b.N {
+		if err := f.pool.QueryRow(ctx, sql, ks[i%len(ks)]).Scan(&one); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	f.report(b, stmts0, ms0, cpu0, trips0)
 }
 
 // pgMeasure times b.N decisions of n huge rules on f, serially or from 64
@@ -171,6 +283,7 @@ func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
 		}
 	}
 	stmts0, ms0 := f.statements(b)
+	cpu0 := f.serverCPU(b)
 	trips0 := f.trips.Load()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -196,13 +309,28 @@ func pgMeasure(b *testing.B, f *pgFixture, n int, parallel bool, ks []string) {
 		b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "decisions/s")
 	}
 	b.StopTimer()
+	verdict(b, int(rejected.Load()), int(errs.Load()))
+	f.report(b, stmts0, ms0, cpu0, trips0)
+}
+
+// report reports the round trips, statements, decision functions' server
+// time and server CPU per operation since the readings taken before the
+// timed loop.
+func (f *pgFixture) report(b *testing.B, stmts0 int64, ms0 float64, cpu0 map[int]float64, trips0 int64) {
+	cpu1 := f.serverCPU(b)
 	trips := f.trips.Load() - trips0
 	stmts, ms := f.statements(b)
 	stmts -= stmts0
-	verdict(b, int(rejected.Load()), int(errs.Load()))
 	b.ReportMetric(float64(trips)/float64(b.N), "trips/op")
 	b.ReportMetric(float64(stmts)/float64(b.N), "stmts/op")
-	b.ReportMetric((ms-ms0)*1000/float64(b.N), "srv-µs/op")
+	if ms > ms0 { // a floor calls no decision function
+		b.ReportMetric((ms-ms0)*1000/float64(b.N), "srv-µs/op")
+	}
+	if cpu0 != nil && cpu1 != nil {
+		all, bg := cpuSince(cpu0, cpu1)
+		b.ReportMetric(all/float64(b.N), "srv-cpu-µs/op")
+		b.ReportMetric(bg/float64(b.N), "bg-cpu-µs/op")
+	}
 }
 
 // BenchmarkPostgresExact is the exactness experiment on Postgres: limit

@@ -1,25 +1,11 @@
 // Package memory is ceiling's embedded backend: rate-limit state in
 // process memory, decided exactly, all or nothing, with no I/O.
 //
-// It implements the integer arithmetic of backend/ALGORITHMS.md, as the
-// Redis backend does, and passes the same conformance suite (package
-// backendtest). What each algorithm promises:
-//
-//   - [backend.RollingWindow] (the default): never more than the limit in
-//     any rolling period, in a fixed number of bucket counts per key, each
-//     as wide as the key's limit needs.
-//   - [backend.GCRA] (token bucket): a smooth rate with a burst, in three
-//     values per key. It is a rate, not a count: "30 per minute, burst 30"
-//     admits up to 59 in the first rolling minute.
-//   - [backend.SlidingLog]: exactly "at most N in any rolling window", one
-//     entry per distinct admission instant: for small N.
-//   - [backend.SlidingWindow]: two weighted windows, close to a rolling
-//     count for even traffic, nearly twice the limit at worst.
-//   - [backend.FixedWindow]: the cheapest; twice the limit across a window
-//     boundary.
-//
-// A Store is one process's view: N instances each enforcing their own
-// limit admit up to N times it. Use the Redis backend to share a limit.
+// It implements the integer arithmetic of backend/ALGORITHMS.md for every
+// [backend.Algorithm], as the Redis backend does, and passes the same
+// conformance suite (package backendtest). A Store is one process's view:
+// N instances each enforcing their own limit admit up to N times it. Use
+// the Redis backend to share a limit.
 //
 // Memory is bounded: keys are stored as 128-bit digests under per-Store
 // random seeds (no key strings are kept; collisions cannot be aimed), keys

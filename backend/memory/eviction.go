@@ -50,30 +50,28 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 	gi, gu, ge := sh.gcra.sample(start, evictionSample, now, gcraExpiry, nil)
 	wi, wu, we := sh.windows.sample(start, evictionSample, now, windowExpiry, windowUnits)
 	li, lu, le := sh.logs.sample(start, evictionSample, now, logExpiry, logUnits)
-	ri, ru, re, rt := sh.rolls.sample(start, now)
+	r8i, r8u, r8e := sh.rolls.t8.sample(start, evictionSample, now, ringExpiry[uint8, uint32], ringUnits[uint8, uint32])
+	r16i, r16u, r16e := sh.rolls.t16.sample(start, evictionSample, now, ringExpiry[uint16, uint32], ringUnits[uint16, uint32])
+	r32i, r32u, r32e := sh.rolls.t32.sample(start, evictionSample, now, ringExpiry[uint32, int64], ringUnits[uint32, int64])
 	ci, cu, ce := sh.leases.sample(start, evictionSample, now, leaseExpiry, leaseUnits)
 	if gu > 0 {
 		gu -= now // the debt: tat - now
 	}
-	if gi >= 0 && gu > 0 && (wi >= 0 || li >= 0 || ri >= 0 || ci >= 0) {
+	if gi >= 0 && gu > 0 && (wi >= 0 || li >= 0 || r8i >= 0 || r16i >= 0 || r32i >= 0 || ci >= 0) {
 		T := (micros(r.Period) + r.Limit - 1) / r.Limit
 		gu = (gu + T - 1) / T
 	}
-	best, units, exp := 0, int64(math.MaxInt64), int64(math.MaxInt64)
-	if gi >= 0 {
-		best, units, exp = 1, gu, ge
-	}
-	if wi >= 0 && (wu < units || (wu == units && we < exp)) {
-		best, units, exp = 2, wu, we
-	}
-	if li >= 0 && (lu < units || (lu == units && le < exp)) {
-		best, units, exp = 3, lu, le
-	}
-	if ri >= 0 && (ru < units || (ru == units && re < exp)) {
-		best, units, exp = 4, ru, re
-	}
-	if ci >= 0 && (cu < units || (cu == units && ce < exp)) {
-		best, units, exp = 5, cu, ce
+	// The candidates in table order (the rolling tiers, narrowest first),
+	// ties going to the earlier table.
+	cands := [...]struct {
+		i    int
+		u, e int64
+	}{{gi, gu, ge}, {wi, wu, we}, {li, lu, le}, {r8i, r8u, r8e}, {r16i, r16u, r16e}, {r32i, r32u, r32e}, {ci, cu, ce}}
+	best, units, exp := -1, int64(math.MaxInt64), int64(math.MaxInt64)
+	for k, c := range cands {
+		if c.i >= 0 && (best < 0 || c.u < units || (c.u == units && c.e < exp)) {
+			best, units, exp = k, c.u, c.e
+		}
 	}
 	if units > 0 && now >= sh.minExp && now-sh.pressureSweep >= pressureSweepEvery {
 		sh.pressureSweep = now
@@ -82,15 +80,15 @@ func (s *Store) makeRoom(sh *shard, h keyHash, r *backend.Request, now int64) {
 		}
 	}
 	switch best {
-	case 1:
+	case 0:
 		sh.gcra.deleteAt(gi)
-	case 2:
+	case 1:
 		sh.windows.deleteAt(wi)
-	case 3:
+	case 2:
 		sh.logs.deleteAt(li)
-	case 4:
-		sh.rolls.deleteAt(rt, ri)
-	case 5:
+	case 3, 4, 5:
+		sh.rolls.deleteAt(tier8+rollTier(best-3), cands[best].i)
+	case 6:
 		sh.leases.deleteAt(ci)
 	default:
 		return

@@ -8,17 +8,11 @@ import (
 
 // The rolling window of ALGORITHMS.md (the default algorithm).
 //
-// A key's state is a ring of k+1 bucket counts and their sum. A decision
-// reads it where it is stored, less the buckets that have left since the
-// last write; an admission adds to one count after zeroing the slots of
-// the buckets begun since. Nothing is shifted or copied.
-//
-// Counts are as wide as a key needs: a key lives in the narrowest tier (8,
-// 16 or 32-bit counts) that holds its rule's limit and its units, and moves
-// only when forced charges, refunds or another limit change that. The
-// narrow tiers need a bucket width below 2^32 µs; 32-bit counts saturate at
-// ALGORITHMS.md's Nmax, and a sum at the count type's maximum means "add
-// the counts up".
+// A key's state is a ring of k+1 bucket counts and their sum, read and
+// written where it is stored: nothing is shifted or copied. Counts are as
+// wide as a key needs: a key lives in the narrowest tier (8, 16 or 32-bit
+// counts) that holds its limit and its units, which keeps bytes per key
+// low; a sum at the count type's maximum means "add the counts up".
 
 const (
 	// rollBuckets is ALGORITHMS.md's k: a unit stops counting at most
@@ -529,20 +523,4 @@ func (s *Store) putRolling(sh *shard, h keyHash, t rollTier, i int, r *backend.R
 	rt.insert(h, to, w)
 	sh.minExp = min(sh.minExp, w.expiry(&v))
 	return true
-}
-
-// sample is table.sample over every tier: the best candidate among them,
-// and its tier.
-func (rt *rollTables) sample(start uint64, now int64) (best int, units, exp int64, t rollTier) {
-	best, units, exp = rt.t8.sample(start, evictionSample, now, ringExpiry[uint8, uint32], ringUnits[uint8, uint32])
-	pick := func(tier rollTier, i int, u, e int64) {
-		if i >= 0 && (best < 0 || u < units || (u == units && e < exp)) {
-			best, units, exp, t = i, u, e, tier
-		}
-	}
-	i, u, e := rt.t16.sample(start, evictionSample, now, ringExpiry[uint16, uint32], ringUnits[uint16, uint32])
-	pick(tier16, i, u, e)
-	i, u, e = rt.t32.sample(start, evictionSample, now, ringExpiry[uint32, int64], ringUnits[uint32, int64])
-	pick(tier32, i, u, e)
-	return best, units, exp, t
 }

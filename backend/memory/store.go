@@ -105,11 +105,8 @@ func WithClock(now func() time.Time) Option {
 }
 
 // WithMaxKeys bounds the number of keys held (default [DefaultMaxKeys]),
-// per shard, so the total exceeds maxKeys by at most the shard count. A new
-// key at a full shard takes the place of a key back to full, else of the
-// sampled key holding the fewest units, so a flood of fresh keys evicts
-// its own kind. An eviction that gives quota back is counted
-// ([Store.Evictions]) and logged once per burst. It panics if maxKeys < 1.
+// per shard, so the total exceeds maxKeys by at most the shard count; the
+// package doc says which key a new one evicts. It panics if maxKeys < 1.
 func WithMaxKeys(maxKeys int) Option {
 	if maxKeys < 1 {
 		panic(fmt.Sprintf("memory: WithMaxKeys(%d): the bound must be at least 1", maxKeys))
@@ -180,10 +177,9 @@ func (s *Store) Close() error {
 // I/O, so the middleware skips its timeout and circuit breaker.
 func (s *Store) InProcess() bool { return true }
 
-// HashesKeys reports true: a Store keeps nothing of a key but a hash under
-// secret seeds, and no reference to its string once a call returns, so a
-// caller may send raw keys built in a buffer it reuses. A type embedding a
-// Store that keeps keys must override it.
+// HashesKeys reports true: a Store keeps only a seeded hash of a key and no
+// reference to its string, so a caller may send raw keys built in a buffer
+// it reuses.
 func (s *Store) HashesKeys() bool { return true }
 
 // Evictions returns how many keys holding units were evicted to respect

@@ -263,7 +263,7 @@ CREATE OR REPLACE FUNCTION ceiling_rolling(s bigint[], now bigint, lim bigint, p
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
   w bigint := (p + 15) / 16;
-  n bigint[] := array_fill(0::bigint, ARRAY[17]); -- n[1 + i] is bucket b - 16 + i
+  n bigint[] := '{0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0}'; -- n[1 + i] is bucket b - 16 + i
   last bigint := 0;
   b bigint;
   d bigint;
@@ -283,7 +283,7 @@ BEGIN
   b := greatest(now / w, last);
   d := b - last;
   IF d > 16 THEN
-    n := array_fill(0::bigint, ARRAY[17]);
+    n := '{0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0}';
   ELSIF d > 0 THEN
     n := n[1 + d : 17] || array_fill(0::bigint, ARRAY[d::int]);
   END IF;
@@ -300,7 +300,9 @@ BEGIN
       END LOOP;
     END IF;
   ELSIF c > 0 THEN
-    n[17] := least(4294967295, n[17] + c);
+    t := least(4294967295, n[17] + c);
+    total := total + t - n[17];
+    n[17] := t;
     placed := b * w;
   ELSIF c < 0 AND stamp <> 0 THEN
     d := stamp / w - b + 16; -- only the stamp's bucket, while it counts
@@ -313,12 +315,16 @@ BEGIN
       g := g - t;
     END LOOP;
   END IF;
-  total := 0;
-  h := -1;
-  FOR i IN 0 .. 16 LOOP
-    total := total + n[1 + i];
-    IF n[1 + i] > 0 THEN h := i; END IF;
-  END LOOP;
+  IF placed > 0 THEN
+    h := 16; -- units just placed in the newest slot, total kept up to date
+  ELSE
+    total := 0;
+    h := -1;
+    FOR i IN 0 .. 16 LOOP
+      total := total + n[1 + i];
+      IF n[1 + i] > 0 THEN h := i; END IF;
+    END LOOP;
+  END IF;
   remaining := lim - total;
   reset := CASE WHEN total > 0 THEN (b + h + 1) * w - now ELSE 0 END;
   nxt := 0;

@@ -50,47 +50,27 @@ DECLARE
   n int := cardinality(keys);
   res bigint[];
   rejected boolean := false;
-  -- per distinct key: its name, algorithm (NULL absent), state, expiry,
-  -- whether a row of it was stored, and what the call leaves
-  dk text[] := '{}';
-  d_alg int[] := '{}';
-  d_st bigint[] := '{}'; -- the keys' states, one after another
-  d_off int[] := '{}';
-  d_len int[] := '{}';
-  d_exp bigint[] := '{}';
-  ki int[];
-  rec record;
+  -- per distinct key, in lock order: its name, its row as read, as
+  -- anchored (what a rejected call writes) and as the call leaves it so
+  -- far (alg NULL: absent), whether a row of it was stored, and whether
+  -- the anchor or the call changed it
+  dk text[];
+  anc ceiling_state[];
+  fin ceiling_state[];
+  stored boolean[];
+  anc_w boolean[];
+  fin_w boolean[];
+  ki int[]; -- each request's key, an index into dk
+  c ceiling_state;
   ra record; -- an anchor's answer
   r record; -- a step's answer
   j int;
-  i int;
-  a int;
-  s bigint[];
-  e bigint;
-  anchored boolean;
-  changed boolean;
   force boolean;
+  o int;
   settles boolean := false; -- the call has a rate request with a once
   ent bigint; -- a once's entry: expires, negated for a ticket (schema.sql)
-  -- what the call writes: anchors (always) and states (when admitted)
-  anc_alg int[] := '{}';
-  anc_st bigint[] := '{}';
-  anc_off int[] := '{}';
-  anc_len int[] := '{}';
-  anc_exp bigint[] := '{}';
-  anc_w boolean[] := '{}';
-  fin_alg int[] := '{}';
-  fin_st bigint[] := '{}';
-  fin_off int[] := '{}';
-  fin_len int[] := '{}';
-  fin_exp bigint[] := '{}';
-  fin_w boolean[] := '{}';
   w_key text[] := '{}';
-  w_alg int[] := '{}';
-  w_st bigint[] := '{}';
-  w_off int[] := '{}';
-  w_len int[] := '{}';
-  w_exp bigint[] := '{}';
+  w ceiling_state[] := '{}';
   del text[] := '{}';
   sc text; -- set_config's answer, unused
 BEGIN
@@ -104,137 +84,116 @@ BEGIN
   res := array_fill(0::bigint, ARRAY[2 + 6 * n]);
   res[1] := now;
   IF n = 0 THEN RETURN res; END IF;
-  FOR rec IN
+  WITH l AS (
     INSERT INTO ceiling_state AS t (key, alg, st, expires)
     SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
     ON CONFLICT (key) DO UPDATE SET alg = t.alg
-    RETURNING t.key, t.alg, t.st, t.expires
-  LOOP
-    dk := dk || rec.key;
-    d_alg := d_alg || CASE WHEN rec.alg < 0 THEN NULL ELSE rec.alg END;
-    d_off := d_off || (cardinality(d_st) + 1);
-    d_len := d_len || cardinality(rec.st);
-    d_st := d_st || rec.st;
-    d_exp := d_exp || rec.expires;
-  END LOOP;
+    RETURNING t.key, t.alg, t.st, t.expires)
+  SELECT array_agg(l.key ORDER BY l.key),
+    array_agg(ROW(l.key, CASE WHEN l.alg >= 0 THEN l.alg END, l.st, l.expires)::ceiling_state ORDER BY l.key),
+    array_agg(l.alg >= 0 ORDER BY l.key), array_agg(false ORDER BY l.key)
+  INTO dk, anc, stored, anc_w FROM l;
   ki := array_fill(0, ARRAY[n]);
   FOR i IN 1 .. n LOOP
     ki[i] := array_position(dk, keys[i]);
   END LOOP;
 
-  FOR j IN 1 .. cardinality(dk) LOOP
-    a := d_alg[j];
-    s := CASE WHEN a IS NULL THEN NULL ELSE d_st[d_off[j] : d_off[j] + d_len[j] - 1] END;
-    e := d_exp[j];
-    anchored := false;
-    FOR i IN 1 .. n LOOP
-      CONTINUE WHEN ki[i] <> j OR a IS DISTINCT FROM algs[i];
-      -- most states store no time past now: skip the call for them
-      CONTINUE WHEN CASE a WHEN 4 THEN s[2] <= now WHEN 3 THEN s[1] <= now WHEN 2 THEN s[1] <= now
-        WHEN 1 THEN s[cardinality(s) - 1] <= now WHEN 0 THEN s[2] <= now / s[1] ELSE false END;
-      ra := ceiling_anchor(a, s, now, pers[i]);
-      IF ra.changed THEN
-        anchored := true;
-        IF ra.exp <= now THEN a := NULL; s := NULL; ELSE s := ra.st; e := ra.exp; END IF;
-      END IF;
-    END LOOP;
-    anc_alg := anc_alg || a;
-    anc_off := anc_off || (cardinality(anc_st) + 1);
-    anc_len := anc_len || coalesce(cardinality(s), 0);
-    anc_st := anc_st || s;
-    anc_exp := anc_exp || e;
-    anc_w := anc_w || anchored;
+  -- Anchors first, on the rows as read: keys are independent, so one pass
+  -- over the requests in call order anchors each key as a pass over its
+  -- own requests would.
+  FOR i IN 1 .. n LOOP
+    j := ki[i];
+    c := anc[j];
+    CONTINUE WHEN c.alg IS DISTINCT FROM algs[i];
+    -- most states store no time past now: skip the call for them
+    CONTINUE WHEN CASE c.alg WHEN 4 THEN c.st[2] <= now WHEN 3 THEN c.st[1] <= now WHEN 2 THEN c.st[1] <= now
+      WHEN 1 THEN c.st[cardinality(c.st) - 1] <= now WHEN 0 THEN c.st[2] <= now / c.st[1] ELSE false END;
+    ra := ceiling_anchor(c.alg, c.st, now, pers[i]);
+    IF ra.changed THEN
+      anc_w[j] := true;
+      IF ra.exp <= now THEN c.alg := NULL; c.st := NULL; ELSE c.st := ra.st; c.expires := ra.exp; END IF;
+      anc[j] := c;
+    END IF;
+  END LOOP;
+  fin := anc;
+  fin_w := anc_w;
 
-    changed := anchored;
-    FOR i IN 1 .. n LOOP
-      CONTINUE WHEN ki[i] <> j;
-      force := flags[i] & 1 = 1;
-      IF algs[i] <> 5 AND leases[i] <> 0 AND costs[i] <> 0 THEN
-        settles := true;
-        IF costs[i] < 0 OR force THEN
-          -- what the call's last earlier settlement of this once left (0: none), else the table's entry
-          SELECT CASE WHEN costs[k] < 0 THEN 0 ELSE now + 1 END INTO ent FROM generate_series(i - 1, 1, -1) k
-          WHERE keys[k] = keys[i] AND leases[k] = leases[i] AND algs[k] <> 5 AND (costs[k] < 0 OR costs[k] > 0 AND flags[k] & 1 = 1)
-          LIMIT 1;
-          IF NOT FOUND THEN
-            SELECT t.expires INTO ent FROM ceiling_settled t WHERE t.key = keys[i] AND t.once = leases[i];
-          END IF;
-          IF costs[i] < 0 AND NOT coalesce(ent < -now, false) OR costs[i] > 0 AND coalesce(ent > now, false) THEN
-            costs[i] := 0; -- no ticket for a refund, a record for a charge: a peek
-          END IF;
+  FOR i IN 1 .. n LOOP
+    j := ki[i];
+    c := fin[j];
+    force := flags[i] & 1 = 1;
+    IF algs[i] <> 5 AND leases[i] <> 0 AND costs[i] <> 0 THEN
+      settles := true;
+      IF costs[i] < 0 OR force THEN
+        -- what the call's last earlier settlement of this once left (0: none), else the table's entry
+        SELECT CASE WHEN costs[k] < 0 THEN 0 ELSE now + 1 END INTO ent FROM generate_series(i - 1, 1, -1) k
+        WHERE keys[k] = keys[i] AND leases[k] = leases[i] AND algs[k] <> 5 AND (costs[k] < 0 OR costs[k] > 0 AND flags[k] & 1 = 1)
+        LIMIT 1;
+        IF NOT FOUND THEN
+          SELECT t.expires INTO ent FROM ceiling_settled t WHERE t.key = keys[i] AND t.once = leases[i];
+        END IF;
+        IF costs[i] < 0 AND NOT coalesce(ent < -now, false) OR costs[i] > 0 AND coalesce(ent > now, false) THEN
+          costs[i] := 0; -- no ticket for a refund, a record for a charge: a peek
         END IF;
       END IF;
-      CASE algs[i]
-      WHEN 0 THEN r := ceiling_rolling(CASE WHEN a = 0 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
-      WHEN 1 THEN r := ceiling_log(CASE WHEN a = 1 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
-      WHEN 2 THEN r := ceiling_sliding(CASE WHEN a = 2 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
-      WHEN 3 THEN r := ceiling_fixed(CASE WHEN a = 3 THEN s END, now, lims[i], pers[i], costs[i], force, stamps[i]);
-      WHEN 4 THEN r := ceiling_gcra(CASE WHEN a = 4 THEN s END, now, lims[i], pers[i], bursts[i], costs[i], force, stamps[i]);
-      WHEN 5 THEN r := ceiling_leases(CASE WHEN a = 5 THEN s END, now, lims[i], pers[i], costs[i], force, leases[i]);
-      END CASE;
-      res[3 + 6 * (i - 1) : 8 + 6 * (i - 1)] := ARRAY[r.ok::int, r.remaining, r.reset, r.retry, r.nxt, r.placed];
-      IF NOT r.ok AND flags[i] & 2 = 0 THEN rejected := true; END IF;
-      IF r.ok AND costs[i] <> 0 THEN
-        changed := true;
-        IF r.exp <= now THEN a := NULL; s := NULL; ELSE a := algs[i]; s := r.st; e := r.exp; END IF;
-      END IF;
-    END LOOP;
-    fin_alg := fin_alg || a;
-    fin_off := fin_off || (cardinality(fin_st) + 1);
-    fin_len := fin_len || coalesce(cardinality(s), 0);
-    fin_st := fin_st || s;
-    fin_exp := fin_exp || e;
-    fin_w := fin_w || changed;
+    END IF;
+    CASE algs[i]
+    WHEN 0 THEN r := ceiling_rolling(CASE WHEN c.alg = 0 THEN c.st END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+    WHEN 1 THEN r := ceiling_log(CASE WHEN c.alg = 1 THEN c.st END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+    WHEN 2 THEN r := ceiling_sliding(CASE WHEN c.alg = 2 THEN c.st END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+    WHEN 3 THEN r := ceiling_fixed(CASE WHEN c.alg = 3 THEN c.st END, now, lims[i], pers[i], costs[i], force, stamps[i]);
+    WHEN 4 THEN r := ceiling_gcra(CASE WHEN c.alg = 4 THEN c.st END, now, lims[i], pers[i], bursts[i], costs[i], force, stamps[i]);
+    WHEN 5 THEN r := ceiling_leases(CASE WHEN c.alg = 5 THEN c.st END, now, lims[i], pers[i], costs[i], force, leases[i]);
+    END CASE;
+    -- ALGORITHMS.md's clamps: remaining and reset at 0, next only when
+    -- full, retry only when rejected, a stamp only for placed units
+    o := 6 * (i - 1);
+    res[3 + o : 8 + o] := ARRAY[r.ok::int, greatest(0, r.remaining), greatest(0, r.reset),
+      CASE WHEN r.ok THEN 0 ELSE r.retry END, CASE WHEN r.remaining > 0 THEN 0 ELSE r.nxt END,
+      CASE WHEN r.ok AND costs[i] > 0 THEN r.placed ELSE 0 END];
+    IF NOT r.ok AND flags[i] & 2 = 0 THEN rejected := true; END IF;
+    IF r.ok AND costs[i] <> 0 THEN
+      fin_w[j] := true;
+      IF r.exp <= now THEN c.alg := NULL; c.st := NULL; ELSE c.alg := algs[i]; c.st := r.st; c.expires := r.exp; END IF;
+      fin[j] := c;
+    END IF;
   END LOOP;
 
   IF rejected THEN
+    -- nothing placed: every admitted request answers as a peek on the
+    -- anchored state, and only the anchors are written
     res[2] := 1;
     FOR i IN 1 .. n LOOP
-      j := ki[i];
-      res[8 + 6 * (i - 1)] := 0;
-      CONTINUE WHEN res[3 + 6 * (i - 1)] = 0;
-      r := ceiling_step(CASE WHEN anc_alg[j] = algs[i] THEN anc_st[anc_off[j] : anc_off[j] + anc_len[j] - 1] END,
+      o := 6 * (i - 1);
+      res[8 + o] := 0;
+      CONTINUE WHEN res[3 + o] = 0;
+      c := anc[ki[i]];
+      r := ceiling_step(CASE WHEN c.alg = algs[i] THEN c.st END,
         algs[i], now, lims[i], pers[i], bursts[i], 0, false, leases[i], 0);
-      res[4 + 6 * (i - 1)] := r.remaining;
-      res[5 + 6 * (i - 1)] := r.reset;
-      res[7 + 6 * (i - 1)] := r.nxt;
+      res[4 + o] := greatest(0, r.remaining);
+      res[5 + o] := greatest(0, r.reset);
+      res[7 + o] := CASE WHEN r.remaining > 0 THEN 0 ELSE r.nxt END;
     END LOOP;
-    fin_alg := anc_alg; fin_st := anc_st; fin_off := anc_off; fin_len := anc_len; fin_exp := anc_exp; fin_w := anc_w;
+    fin := anc;
+    fin_w := anc_w;
   END IF;
 
-  -- ALGORITHMS.md's clamps: remaining and reset at 0, next only when full,
-  -- retry only when rejected.
-  FOR i IN 0 .. n - 1 LOOP
-    res[4 + 6 * i] := greatest(0, res[4 + 6 * i]);
-    res[5 + 6 * i] := greatest(0, res[5 + 6 * i]);
-    IF res[3 + 6 * i] = 1 THEN res[6 + 6 * i] := 0; END IF;
-    IF res[4 + 6 * i] > 0 THEN res[7 + 6 * i] := 0; END IF;
-    IF res[3 + 6 * i] = 0 OR costs[i + 1] <= 0 THEN res[8 + 6 * i] := 0; END IF;
-  END LOOP;
-
   FOR j IN 1 .. cardinality(dk) LOOP
-    IF fin_alg[j] IS NULL AND (fin_w[j] OR d_alg[j] IS NULL) THEN
+    IF fin[j].alg IS NULL AND (fin_w[j] OR NOT stored[j]) THEN
       del := del || dk[j]; -- emptied, or a row this call created for nothing
     ELSIF fin_w[j] THEN
       w_key := w_key || dk[j];
-      w_alg := w_alg || fin_alg[j];
-      w_off := w_off || (cardinality(w_st) + 1);
-      w_len := w_len || fin_len[j];
-      w_st := w_st || fin_st[fin_off[j] : fin_off[j] + fin_len[j] - 1];
-      w_exp := w_exp || fin_exp[j];
+      w := w || fin[j];
     END IF;
   END LOOP;
   IF cardinality(del) > 0 THEN
     DELETE FROM ceiling_state WHERE key = ANY (del);
   END IF;
-  IF cardinality(w_key) = 1 THEN
-    UPDATE ceiling_state SET alg = w_alg[1], st = w_st, expires = w_exp[1] WHERE key = w_key[1];
-  ELSIF cardinality(w_key) > 1 THEN
+  IF cardinality(w_key) > 0 THEN
     -- keyed by = ANY, not joined with unnest: this plan stays generic (an
     -- index scan), where the join's was planned again at every call
-    UPDATE ceiling_state t SET alg = w_alg[array_position(w_key, t.key)],
-      st = w_st[w_off[array_position(w_key, t.key)] : w_off[array_position(w_key, t.key)] + w_len[array_position(w_key, t.key)] - 1],
-      expires = w_exp[array_position(w_key, t.key)]
+    UPDATE ceiling_state t SET alg = (w[array_position(w_key, t.key)]).alg, st = (w[array_position(w_key, t.key)]).st,
+      expires = (w[array_position(w_key, t.key)]).expires
     WHERE t.key = ANY (w_key);
   END IF;
   IF settles AND NOT rejected THEN
