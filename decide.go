@@ -44,7 +44,8 @@ type Input struct {
 	// charge past the reservation) is applied at most once however often
 	// it is sent, even after the backend restarted and lost its data. It
 	// costs the admission a write, so ask for it only on inputs whose
-	// cost is settled later. Charge ignores it.
+	// cost is settled later. Charge ignores it, as does a [Concurrency]
+	// rule, whose lease names its units.
 	Reserve bool
 	// Ticket, for [Limiter.Charge], is the Ticket of the admission
 	// ([RuleResult].Ticket, from a Decide that set Reserve) whose cost
