@@ -30,7 +30,7 @@ type op struct {
 	cmd    *redis.Cmd    // nil until sent, for a lone call
 	w      *waiter
 	lone   loneCall // a call of one request (see loneCall)
-	at     int      // a lone call's answer starts at cmd's reply[at] (0: 1)
+	at     int      // a lone call's answer starts at cmd's reply[at]
 }
 
 // flight is one batch's round trip, cancelled once every caller waiting
@@ -413,12 +413,12 @@ func (s *Store) timeoutError(w *waiter, entry time.Time) error {
 }
 
 // judge says what the sockets of w's node say about w, out of budget
-// (nodeSockets.judge).
+// (nodeRecord.judge).
 func (s *Store) judge(w *waiter) judgement {
 	if w.node == nil || w.written.Load() == 0 {
 		return unjudged
 	}
-	return s.dials.sockets(w.node.addr).judge(w.written.Load(), w.budget)
+	return s.dials.node(w.node.addr).judge(w.written.Load(), w.budget)
 }
 
 // refused returns the refused dial that says w's node is down, if any: a
@@ -489,12 +489,12 @@ func (b *pipeliner) land(slot int) {
 // yield showed this process starved lately, otherwise starvedLimit of it
 // (as long as a written call waits for a starved process); on Linux, by
 // its budget when its node's sockets show it silent, never when they show
-// a reply waiting (nodeSockets.judge). A round trip without a budget is
+// a reply waiting (nodeRecord.judge). A round trip without a budget is
 // never overdue.
 func (b *pipeliner) stuck(now time.Time) bool {
 	starved := b.s.starvedLately(now)
 	replied := b.replied.Load()
-	socks := b.s.dials.sockets(b.addr)
+	socks := b.s.dials.node(b.addr)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, f := range b.flying {
@@ -713,12 +713,12 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 	heal, replied := false, false
 	for _, o := range batch {
 		err := o.cmd.Err()
+		replied = replied || err == nil
 		if err != nil {
 			s.logReply(err)
 			heal = heal || (s.cluster != nil && stale(err))
+			replied = replied || isReply(err)
 		}
-		var reply redis.Error // an error reply is Redis's answer too
-		replied = replied || err == nil || errors.As(err, &reply)
 	}
 	if replied {
 		at := time.Now().UnixNano()
@@ -733,6 +733,12 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 	if heal {
 		s.healCluster()
 	}
+}
+
+// isReply reports whether err is an error reply: Redis's answer too.
+func isReply(err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply)
 }
 
 // writeDeadline is a round trip's context without a timer of its own: the

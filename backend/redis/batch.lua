@@ -1,4 +1,3 @@
-
 -- Independent decisions of one request each, for one node (one hash slot on
 -- Cluster), in order, in one run; a lone call is a batch of one. A decision
 -- that fails (another type, a write refused under maxmemory) is an error in
@@ -7,14 +6,14 @@
 -- sliding log, 2 sliding window, 3 fixed window, 4 gcra, 5 concurrency),
 -- limit, period µs, burst; then 6 per decision: its rule (1..R), now µs or
 -- "" (TIME), cost, flags (1 force, 2 shadow, or their sum), the lease id
--- (concurrency) or a refund's stamp (0: none), once (0: none; lib.lua's onceKey). Reply:
--- {now (0 when no decision read TIME), then per decision rejected (or its
--- error), allowed, remaining, reset µs, retry µs (-1 never), next µs, stamp}.
+-- (concurrency) or a refund's stamp (0: none), once (0: none; lib.lua's onceKey). Reply, per
+-- decision: rejected (or its error), allowed, remaining, reset µs, retry µs
+-- (-1 never), next µs, stamp.
 local uses = {} -- the rules' algorithms, whose functions lib.lua defines
 for r = 0, tonumber(ARGV[2]) - 1 do uses[ARGV[3 + 4 * r]] = true end
 -- lib.lua
 local minTTL, nrules = tonum(ARGV[1]), tonum(ARGV[2])
-local time, out = 0, { 0 }
+local time, out = 0, { 0, 0, 0, 0, 0, 0, 0 } -- sized for one decision
 
 local function one(i)
   local a = 2 + nrules * 4 + (i - 1) * 6
@@ -24,7 +23,7 @@ local function one(i)
     now = tonum(now)
   elseif time == 0 then
     time = serverTime()
-    out[1], now = time, time
+    now = time
   else
     now = time
   end
@@ -60,7 +59,7 @@ local function one(i)
 end
 
 for i = 1, (#ARGV - 2 - 4 * nrules) / 6 do
-  local o = 2 + (i - 1) * 7
+  local o = 1 + (i - 1) * 7
   local ok, rejected, allowed, remaining, reset, retry, nx, placed = pcall(one, i)
   if not ok then
     if type(rejected) == 'table' then rejected = rejected.err end

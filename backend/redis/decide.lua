@@ -1,4 +1,3 @@
-
 -- One all-or-nothing decision: the requests of a Decide call (on Cluster, of
 -- one hash slot), each seeing the state the previous one on its key would
 -- write, written all or nothing.

@@ -102,26 +102,26 @@ func (s *Store) healCluster() {
 	s.cluster.ReloadState(context.Background())
 }
 
-// dialLog remembers the client's last failed dial (per node on Cluster),
-// forgotten once a dial succeeds, so that a call out of budget while
-// go-redis retries a refused dial names it, and logs it (sampled).
+// dialLog keeps, fed by the client's dial hook, a record of what each node
+// did (nodeRecord) and one of any node's, so that a call out of budget
+// while go-redis retries a refused dial names it, and logs the failed
+// dials (sampled).
 type dialLog struct {
-	last  atomic.Pointer[dialFailure] // any node's; nil after a dial succeeded
-	nodes sync.Map                    // on Cluster: address -> *dialFailure
-	logs  *atomic.Pointer[storeLog]   // the Store's
-	// all watches every connection dialed, socks those of each node
-	// (address -> *nodeSockets).
-	all   nodeSockets
-	socks sync.Map
+	all   nodeRecord                // any node's
+	nodes sync.Map                  // address -> *nodeRecord
+	logs  *atomic.Pointer[storeLog] // the Store's
 }
 
-// sockets returns the watched connections to the node at addr ("": any).
-func (d *dialLog) sockets(addr string) *nodeSockets {
+// node returns the record of the node at addr ("": any node's).
+func (d *dialLog) node(addr string) *nodeRecord {
 	if addr == "" {
 		return &d.all
 	}
-	v, _ := d.socks.LoadOrStore(addr, new(nodeSockets))
-	return v.(*nodeSockets)
+	v, ok := d.nodes.Load(addr)
+	if !ok {
+		v, _ = d.nodes.LoadOrStore(addr, new(nodeRecord))
+	}
+	return v.(*nodeRecord)
 }
 
 type dialFailure struct {
@@ -142,13 +142,7 @@ const dialRecent = time.Second
 // node replied to nothing since (repliedAt, UnixNano): the node's fault, not
 // this process's, however late this process got to the call.
 func (d *dialLog) refused(addr string, t time.Time, repliedAt int64) error {
-	f := d.last.Load()
-	if addr != "" {
-		f = nil
-		if v, ok := d.nodes.Load(addr); ok {
-			f = v.(*dialFailure)
-		}
-	}
+	f := d.node(addr).failed.Load()
 	switch {
 	case f == nil || f.at.Before(t.Add(-dialRecent)) || f.at.UnixNano() <= repliedAt:
 		return nil
@@ -160,8 +154,9 @@ func (d *dialLog) refused(addr string, t time.Time, repliedAt int64) error {
 	return f.err
 }
 
-// DialHook records failed dials, and forgets them once one succeeds, and
-// watches the connections dialed (watchConn); the other hooks pass through.
+// DialHook records failed dials, forgotten once one succeeds, and watches
+// the connections dialed (watchConn), in the nodes' records; the other
+// hooks pass through.
 func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
@@ -169,11 +164,13 @@ func (d *dialLog) DialHook(next redis.DialHook) redis.DialHook {
 		if err != nil {
 			f = &dialFailure{at: time.Now(), err: err}
 			d.logs.Load().warn(kindDial, fmt.Sprintf("failed to dial %s: %v", addr, err))
-		} else {
-			c = watchConn(c, d.sockets(addr), &d.all)
 		}
-		d.last.Store(f)
-		d.nodes.Store(addr, f)
+		n := d.node(addr)
+		d.all.failed.Store(f)
+		n.failed.Store(f)
+		if err == nil {
+			c = watchConn(c, n, &d.all)
+		}
 		return c, err
 	}
 }

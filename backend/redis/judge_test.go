@@ -35,11 +35,11 @@ func TestACallBehindARefusedDialIsUnreachable(t *testing.T) {
 		if err == nil {
 			t.Fatal("decided on a killed Redis")
 		}
-		if s.dials.last.Load() != nil {
+		if s.dials.all.failed.Load() != nil {
 			break
 		}
 	}
-	s.dials.last.Store(nil)
+	s.dials.all.failed.Store(nil)
 	first := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -47,7 +47,7 @@ func TestACallBehindARefusedDialIsUnreachable(t *testing.T) {
 		_, err := s.Decide(ctx, []backend.Request{day("first", 1)})
 		first <- err
 	}()
-	waitFor(t, "the first call's refused dial", func() bool { return s.dials.last.Load() != nil })
+	waitFor(t, "the first call's refused dial", func() bool { return s.dials.all.failed.Load() != nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, err := s.Decide(ctx, []backend.Request{day("second", 1)})
@@ -87,11 +87,11 @@ func TestARefusedDialBlamesTheNodeUntilItAnswers(t *testing.T) {
 			for _, addr := range []string{"", "10.0.0.1:6379"} { // single node, Cluster
 				var d dialLog
 				f := &dialFailure{at: call.Add(tc.at), err: tc.err}
-				d.last.Store(f)
-				d.nodes.Store(addr, f)
+				d.all.failed.Store(f)
+				d.node(addr).failed.Store(f)
 				if tc.dialed {
-					d.last.Store(nil)
-					d.nodes.Store(addr, (*dialFailure)(nil))
+					d.all.failed.Store(nil)
+					d.node(addr).failed.Store(nil)
 				}
 				got := d.refused(addr, call, call.Add(tc.replied).UnixNano())
 				if blamed := got != nil; blamed != tc.blamed {

@@ -156,13 +156,15 @@ if uses['0'] then
     redis.call('SET', s.key, v, 'PX', ttl)
   end
 
+  -- load names every field a decision sets, so that the table is sized once.
   local function load(key, raw)
-    local s = { key = key }
+    local W, last, S
     if #raw == RH + (K + 1) * RW and sub(raw, 1, 3) == 'R2 ' then
-      local W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
-      if W and last and S then s.raw, s.stored, s.W, s.last, s.rawLast, s.S, s.set = raw, true, W, last, last, S, {} end
+      W, last, S = tonum(sub(raw, 4, 18)), tonum(sub(raw, 20, 34)), tonum(sub(raw, 36, 50))
     end
-    return s
+    if not (W and last and S) then raw, W, last, S = nil, nil, nil, nil end
+    return { key = key, raw = raw, stored = raw ~= nil, W = W, last = last, rawLast = last, S = S, set = raw and {},
+      dirty = nil, exp = nil, topOnly = nil }
   end
 
   local function anchor(s, now, P)

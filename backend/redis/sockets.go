@@ -8,14 +8,17 @@ import (
 	"time"
 )
 
-// nodeSockets are the connections go-redis dialed to one node (or, as
-// dialLog.all, to any), watched so that a call out of budget can be judged
-// exactly: reply bytes waiting in the kernel are this process's delay in
-// reading them; a round trip written long enough ago with no byte back is
-// the node's silence (see judge).
-type nodeSockets struct {
-	mu    sync.Mutex
-	conns map[*watchedConn]struct{}
+// nodeRecord is what one node (or, as dialLog.all, any) did, as the dial
+// hook saw it: its last failed dial, forgotten once a dial succeeds
+// (dialLog.refused), and the connections go-redis dialed to it, watched so
+// that a call out of budget can be judged exactly: reply bytes waiting in
+// the kernel are this process's delay in reading them; a round trip
+// written long enough ago with no byte back is the node's silence (see
+// judge).
+type nodeRecord struct {
+	failed atomic.Pointer[dialFailure] // nil after a dial succeeded
+	mu     sync.Mutex
+	conns  map[*watchedConn]struct{}
 	// unread is the UnixNano of the latest read whose deadline ended it
 	// while reply bytes waited; lost is the write time of the latest
 	// round trip whose read's deadline ended it with no byte waiting.
@@ -39,7 +42,7 @@ const (
 // anywhere, is the node's silence, however loaded this process is.
 // Otherwise the call's reply is being read, or its write has not reached
 // the kernel yet: this process's delay too (unjudged with no connection).
-func (n *nodeSockets) judge(written int64, budget time.Duration) judgement {
+func (n *nodeRecord) judge(written int64, budget time.Duration) judgement {
 	if !exactSockets || n == nil {
 		return unjudged
 	}
@@ -66,7 +69,7 @@ func (n *nodeSockets) judge(written int64, budget time.Duration) judgement {
 	return behind
 }
 
-func (n *nodeSockets) add(c *watchedConn) {
+func (n *nodeRecord) add(c *watchedConn) {
 	n.mu.Lock()
 	if n.conns == nil {
 		n.conns = make(map[*watchedConn]struct{})
@@ -75,7 +78,7 @@ func (n *nodeSockets) add(c *watchedConn) {
 	n.mu.Unlock()
 }
 
-func (n *nodeSockets) remove(c *watchedConn) {
+func (n *nodeRecord) remove(c *watchedConn) {
 	n.mu.Lock()
 	delete(n.conns, c)
 	n.mu.Unlock()
@@ -87,7 +90,7 @@ func (n *nodeSockets) remove(c *watchedConn) {
 type watchedConn struct {
 	net.Conn
 	raw         syscall.RawConn // of the socket under any TLS; nil: none
-	nodes       [2]*nodeSockets // its node's and dialLog.all
+	nodes       [2]*nodeRecord  // its node's and dialLog.all
 	wrote, read atomic.Int64    // UnixNano
 }
 
@@ -101,8 +104,8 @@ func (c sysConn) SyscallConn() (syscall.RawConn, error) {
 }
 
 // watchConn wraps c, dialed to the node of node, and counts it in both.
-func watchConn(c net.Conn, node, all *nodeSockets) net.Conn {
-	w := &watchedConn{Conn: c, nodes: [2]*nodeSockets{node, all}}
+func watchConn(c net.Conn, node, all *nodeRecord) net.Conn {
+	w := &watchedConn{Conn: c, nodes: [2]*nodeRecord{node, all}}
 	inner := c
 	for range 8 { // under TLS (tls.Conn.NetConn), ciphertext waiting says as much
 		if sc, ok := inner.(syscall.Conn); ok {

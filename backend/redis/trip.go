@@ -57,7 +57,7 @@ func (t *trip) answer() {
 	for i, o := range t.ops {
 		o.cmd = t.cmd
 		if t.shared {
-			o.at = 1 + loneFields*i
+			o.at = loneFields * i
 		}
 	}
 }
