@@ -56,9 +56,11 @@ type JournalEntry struct {
 	Local  backend.Request // scaled to the share, Cost 0
 }
 
-// Add records that the local store admitted on global's key.
+// Add records that the local store admitted on global's key. A
+// reservation's Once (its ticket) is dropped: the recovery charge is a
+// charge of its own, and the entries are peeks until then.
 func (j *Journal) Add(global, local backend.Request) {
-	global.Cost, local.Cost = 0, 0
+	global.Cost, local.Cost, global.Once, local.Once = 0, 0, 0, 0
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.entries == nil {
@@ -251,8 +253,11 @@ func (lc *Local) Close() error {
 }
 
 // Scaled is req scaled to its share of the limit (the rule's, or the
-// call's own), never so small that the request's cost could not fit.
+// call's own), never so small that the request's cost could not fit, and
+// without its Once: a local store's admission is never settled (its units
+// are not the backend's), so it needs no ticket.
 func Scaled(req backend.Request, share float64) backend.Request {
+	req.Once = 0
 	req.Limit = scaled(req.Limit, share, req.Cost)
 	if req.Burst > 0 {
 		req.Burst = scaled(req.Burst, share, req.Cost)
