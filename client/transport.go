@@ -90,7 +90,7 @@ type Transport struct {
 	Pace bool
 
 	mu    sync.Mutex
-	hosts map[string]time.Time // host → until when its quota is spent
+	hosts map[string]*spent
 
 	// Tests of a server on a fake clock (Redis under WithClock, outside a
 	// synctest bubble) read and pass time through these; nil means the
@@ -112,6 +112,18 @@ const (
 	bodyGrace = time.Second
 )
 
+// spent is what Pace remembers of one host's spent quota.
+type spent struct {
+	until time.Time // when the quota is back
+	// With a policy (quota > 0), the hold releases at most left more
+	// requests from until on; once they are gone, the next ones wait one
+	// window more, for the reset after. Without one, every held request
+	// goes at until, and the server decides.
+	left   int64
+	quota  int64
+	window time.Duration
+}
+
 // RoundTrip sends req, waiting and sending it again as [Transport]
 // describes. Like every RoundTripper it does not modify req: attempts after
 // the first are clones with a body from GetBody.
@@ -122,7 +134,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	host := hostKey(req)
 	if t.Pace {
-		if err := t.hold(ctx, host); err != nil {
+		if err := t.hold(ctx, host, t.clock()); err != nil {
 			if req.Body != nil {
 				req.Body.Close()
 			}
@@ -157,6 +169,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				closeBody(next)
 				return resp, nil
 			}
+		}
+		// Under Pace the retry takes its place among the held requests:
+		// the wait ended at the quota's reset, with every request the
+		// hold was keeping.
+		if t.Pace && t.hold(ctx, host, start) != nil {
+			closeBody(next)
+			return resp, nil
 		}
 		resp, err = t.base().RoundTrip(next)
 	}
@@ -262,45 +281,68 @@ func (t *Transport) observe(host string, resp *http.Response) (wait time.Duratio
 		hold = max(wait, q.exhaustedWait)
 	case q.exhausted:
 		hold = q.exhaustedWait
-	case !q.seen:
+	case q.seen && q.fewest > 0:
+		t.remaining(host, now, q.fewest)
+		return wait, ok
+	default:
 		return wait, ok // nothing said about the quota: keep what we knew
 	}
-	t.remember(host, now, hold)
+	quota, window, _ := parsePolicy(resp.Header.Values("Ratelimit-Policy"), q.name)
+	t.remember(host, now, hold, quota, window)
 	return wait, ok
 }
 
-// remember records that host's quota is spent for d from now, or, for
-// d == 0, that it is not.
-func (t *Transport) remember(host string, now time.Time, d time.Duration) {
+// remember records that host's quota is spent for d from now, and that
+// from then on it holds quota units each window (0 when the response
+// named no policy); or, for d == 0, that it is not spent.
+func (t *Transport) remember(host string, now time.Time, d time.Duration, quota int64, window time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if d <= 0 {
 		delete(t.hosts, host)
 		return
 	}
-	until := now.Add(d)
 	if t.hosts == nil {
-		t.hosts = make(map[string]time.Time)
+		t.hosts = make(map[string]*spent)
 	}
 	if _, known := t.hosts[host]; !known && len(t.hosts) >= maxHosts {
 		t.evict(now)
 	}
-	t.hosts[host] = until
+	t.hosts[host] = &spent{until: now.Add(d), left: quota, quota: quota, window: window}
+}
+
+// remaining records a response that says host's quota has r units left. During
+// a release it lowers what the release may still send (the server counts
+// what was sent); a window after the release, the quota is whole again
+// and the host is forgotten. A hold still running is kept: the response
+// may have been decided before the one that spent the quota.
+func (t *Transport) remaining(host string, now time.Time, r int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.hosts[host]
+	switch {
+	case !ok || now.Before(s.until):
+	case s.quota == 0 || !now.Before(s.until.Add(s.window)):
+		delete(t.hosts, host)
+	default:
+		s.left = min(s.left, r)
+	}
 }
 
 // evict makes room in a full host table: it drops every hold that has
-// ended, or, when none has, the one that ends first, the least worth
-// keeping.
+// ended, with the release after it, or, when none has, the one that ends
+// first, the least worth keeping.
 func (t *Transport) evict(now time.Time) {
 	var first string
-	var firstUntil time.Time
-	for h, until := range t.hosts {
-		if !until.After(now) {
+	var firstEnd time.Time
+	for h, s := range t.hosts {
+		end := s.until.Add(s.window)
+		if !end.After(now) {
 			delete(t.hosts, h)
 			continue
 		}
-		if first == "" || until.Before(firstUntil) {
-			first, firstUntil = h, until
+		if first == "" || end.Before(firstEnd) {
+			first, firstEnd = h, end
 		}
 	}
 	if len(t.hosts) >= maxHosts {
@@ -308,24 +350,48 @@ func (t *Transport) evict(now time.Time) {
 	}
 }
 
-// hold waits until host's quota is back, when Pace remembers it spent and
-// the wait fits MaxWait and ctx's deadline.
-func (t *Transport) hold(ctx context.Context, host string) error {
+// hold waits until host's quota is back and has a unit for this request,
+// when Pace remembers it spent. The caller's goroutine does the waiting;
+// a request that finds the release spent waits for the next reset and
+// asks again. A wait that would end more than MaxWait after since, or at
+// ctx's deadline, is not started: the request goes, and the server
+// decides.
+func (t *Transport) hold(ctx context.Context, host string, since time.Time) error {
+	for {
+		now := t.clock()
+		at, wait := t.take(host, now)
+		if !wait || at.Sub(since) > t.maxWait() || passesDeadline(ctx, now, at.Sub(now)) {
+			return nil
+		}
+		if err := t.pause(ctx, at.Sub(now)); err != nil {
+			return fmt.Errorf("client: waiting for the quota of %s: %w", host, err)
+		}
+	}
+}
+
+// take lets a request to host go at now, spending one of the release's
+// units, or says until when it must wait: the hold's end, or, when the
+// release is spent, the reset a window later. A request that finds that
+// reset passed starts its release.
+func (t *Transport) take(host string, now time.Time) (at time.Time, wait bool) {
 	t.mu.Lock()
-	until, ok := t.hosts[host]
-	t.mu.Unlock()
-	if !ok {
-		return nil
+	defer t.mu.Unlock()
+	s, ok := t.hosts[host]
+	switch {
+	case !ok || s.quota == 0 && !now.Before(s.until):
+		return time.Time{}, false
+	case now.Before(s.until):
+		return s.until, true
 	}
-	now := t.clock()
-	d := until.Sub(now)
-	if d <= 0 || d > t.maxWait() || passesDeadline(ctx, now, d) {
-		return nil
+	if s.left <= 0 {
+		next := s.until.Add(s.window)
+		if now.Before(next) {
+			return next, true
+		}
+		s.until, s.left = next, s.quota
 	}
-	if err := t.pause(ctx, d); err != nil {
-		return fmt.Errorf("client: waiting for the quota of %s: %w", host, err)
-	}
-	return nil
+	s.left--
+	return time.Time{}, false
 }
 
 // replayable reports whether req may be sent again: a method whose repeat

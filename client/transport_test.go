@@ -339,16 +339,16 @@ func TestTransportWaitsOut503(t *testing.T) {
 func TestTransportPaceMemoryIsBounded(t *testing.T) {
 	var tr Transport
 	now := time.Unix(1_700_000_000, 0)
-	tr.remember("ended.test", now, time.Second)
+	tr.remember("ended.test", now, time.Second, 0, 0)
 	now = now.Add(2 * time.Second)
 	for i := range maxHosts - 1 {
-		tr.remember(fmt.Sprintf("h%d.test", i), now, time.Duration(i+10)*time.Second)
+		tr.remember(fmt.Sprintf("h%d.test", i), now, time.Duration(i+10)*time.Second, 0, 0)
 	}
-	tr.remember("new.test", now, time.Minute)
+	tr.remember("new.test", now, time.Minute, 0, 0)
 	if _, ok := tr.hosts["ended.test"]; ok || len(tr.hosts) != maxHosts {
 		t.Fatalf("%d hosts, ended.test kept %v; want %d and the ended hold dropped", len(tr.hosts), ok, maxHosts)
 	}
-	tr.remember("newer.test", now, time.Minute)
+	tr.remember("newer.test", now, time.Minute, 0, 0)
 	if _, ok := tr.hosts["h0.test"]; ok || len(tr.hosts) != maxHosts {
 		t.Errorf("%d hosts, h0.test (ends first) kept %v; want %d and it dropped", len(tr.hosts), ok, maxHosts)
 	}
@@ -357,7 +357,7 @@ func TestTransportPaceMemoryIsBounded(t *testing.T) {
 			t.Errorf("%s dropped", h)
 		}
 	}
-	tr.remember("new.test", now, 0)
+	tr.remember("new.test", now, 0, 0, 0)
 	if _, ok := tr.hosts["new.test"]; ok {
 		t.Error("a host whose quota is back is still held")
 	}
