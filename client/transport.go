@@ -26,6 +26,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -134,7 +135,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	host := hostKey(req)
 	if t.Pace {
-		if err := t.hold(ctx, host, t.clock()); err != nil {
+		if err := t.hold(ctx, host, t.clock()); err != nil && err != errHoldTooLong {
 			if req.Body != nil {
 				req.Body.Close()
 			}
@@ -172,7 +173,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// Under Pace the retry takes its place among the held requests:
 		// the wait ended at the quota's reset, with every request the
-		// hold was keeping.
+		// hold was keeping. One that cannot wait for its turn returns
+		// the refusal, as a wait too long for the retry does.
 		if t.Pace && t.hold(ctx, host, start) != nil {
 			closeBody(next)
 			return resp, nil
@@ -350,18 +352,23 @@ func (t *Transport) evict(now time.Time) {
 	}
 }
 
+// errHoldTooLong is hold's answer for a wait it did not start.
+var errHoldTooLong = errors.New("client: the quota is back too late")
+
 // hold waits until host's quota is back and has a unit for this request,
 // when Pace remembers it spent. The caller's goroutine does the waiting;
 // a request that finds the release spent waits for the next reset and
 // asks again. A wait that would end more than MaxWait after since, or at
-// ctx's deadline, is not started: the request goes, and the server
-// decides.
+// ctx's deadline, is not started (errHoldTooLong).
 func (t *Transport) hold(ctx context.Context, host string, since time.Time) error {
 	for {
 		now := t.clock()
 		at, wait := t.take(host, now)
-		if !wait || at.Sub(since) > t.maxWait() || passesDeadline(ctx, now, at.Sub(now)) {
+		switch {
+		case !wait:
 			return nil
+		case at.Sub(since) > t.maxWait() || passesDeadline(ctx, now, at.Sub(now)):
+			return errHoldTooLong
 		}
 		if err := t.pause(ctx, at.Sub(now)); err != nil {
 			return fmt.Errorf("client: waiting for the quota of %s: %w", host, err)
