@@ -313,20 +313,21 @@ func (t *Transport) remember(host string, now time.Time, d time.Duration, quota 
 	t.hosts[host] = &spent{until: now.Add(d), left: quota, quota: quota, window: window}
 }
 
-// remaining records a response that says host's quota has r units left. During
-// a release it lowers what the release may still send (the server counts
-// what was sent); a window after the release, the quota is whole again
-// and the host is forgotten. A hold still running is kept: the response
-// may have been decided before the one that spent the quota.
+// remaining records a response that says host's quota has r units left.
+// During a hold's release it lowers what the release may still send: the
+// server has counted what was sent, and may share the quota with other
+// clients. It does not end a hold still running, since it may have been
+// decided before the response that spent the quota. A host remembered
+// without a policy is forgotten once its hold has ended.
 func (t *Transport) remaining(host string, now time.Time, r int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.hosts[host]
 	switch {
 	case !ok || now.Before(s.until):
-	case s.quota == 0 || !now.Before(s.until.Add(s.window)):
+	case s.quota == 0:
 		delete(t.hosts, host)
-	default:
+	case now.Before(s.until.Add(s.window)):
 		s.left = min(s.left, r)
 	}
 }

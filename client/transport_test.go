@@ -777,6 +777,47 @@ func TestTransportPaceHoldsRetries(t *testing.T) {
 	}
 }
 
+// A response with units left that was decided before the one that spent
+// the quota, but arrives after it, does not end the hold: the next
+// request still waits for the reset instead of being refused.
+func TestTransportPaceKeepsTheHoldAgainstAnOlderAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := limited(t, 2, 10*time.Second)
+		tr := &Transport{Base: lateAnswers{srv}, Pace: true}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+			req.Header.Set("Late", "1")
+			if resp, err := tr.RoundTrip(req); err != nil {
+				t.Error(err)
+			} else {
+				resp.Body.Close()
+			}
+		})
+		synctest.Wait()                      // decided (r=1), and on its way
+		send(t, t.Context(), tr, "GET", nil) // r=0;t=10
+		wg.Wait()                            // the r=1 arrives
+		// Sent at 1ms, held until the reset at 10s.
+		want := 10*time.Second - time.Millisecond
+		if _, took := send(t, t.Context(), tr, "GET", nil); took != want {
+			t.Errorf("held %v, want %v", took, want)
+		}
+		checkSeen(t, srv, 200, 200, 200)
+	})
+}
+
+// lateAnswers is a Base that delivers the answer to a request with a Late
+// header a millisecond after the server decided it.
+type lateAnswers struct{ http.RoundTripper }
+
+func (b lateAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.RoundTripper.RoundTrip(req)
+	if req.Header.Get("Late") != "" {
+		time.Sleep(time.Millisecond)
+	}
+	return resp, err
+}
+
 // delayed is a Base whose every answer takes d.
 type delayed struct {
 	http.RoundTripper
