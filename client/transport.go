@@ -12,9 +12,10 @@
 // the caller marked so), and a body that GetBody can replay.
 //
 // With Pace set, it also remembers, per host, a response that said r=0
-// (the last unit is spent) and holds the next request to that host until
-// the quota's t has passed, so that a client doing a fixed amount of work
-// is rejected as few times as possible.
+// (the last unit is spent) and holds the next requests to that host until
+// the quota's t has passed, then lets through no more of them than the
+// quota holds, so that a client doing a fixed amount of work, from one
+// goroutine or many, is rejected as few times as possible.
 //
 // [Backoff] is the same reading of a response as a
 // github.com/hashicorp/go-retryablehttp Backoff function, for clients
@@ -81,13 +82,24 @@ type Transport struct {
 
 	// Pace holds a request to a host whose last response said that a
 	// quota has no units left (RateLimit r=0, or a 429 or 503 with a
-	// wait) until that quota's t has passed. The memory is per host, not
-	// per policy, so a spent quota on one path also holds requests for
-	// another path of the same host; and it is bounded (1024 hosts, the
-	// holds that end soonest dropped first).
-	// A hold that would pass MaxWait or the request's deadline is skipped
-	// and the request sent: the server decides. A context that ends during
-	// a hold ends the request with the context's error, unsent.
+	// wait) until that quota's t has passed. When that response's
+	// RateLimit-Policy names the spent quota's q and w, the hold then
+	// releases at most q requests, fewer when a later response's r says
+	// fewer units are left, and the rest wait for the next reset, w
+	// later (or the one a response names). Retries after a refusal take
+	// their turn with the held requests. Without a policy, every held
+	// request goes when the hold ends. Only requests in flight when the
+	// quota ran out are refused. Each request waits in its caller's
+	// goroutine.
+	//
+	// The memory is per host, not per policy, so a spent quota on one
+	// path also holds requests for another path of the same host; and it
+	// is bounded (1024 hosts, the holds that end soonest dropped first).
+	// A hold that would end more than MaxWait after it began, or past the
+	// request's deadline, is skipped and the request sent: the server
+	// decides (a retry returns the refusal instead). A context that ends
+	// during a hold ends the request with the context's error, unsent, or
+	// a retry with the refusal.
 	Pace bool
 
 	mu    sync.Mutex
