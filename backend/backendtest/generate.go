@@ -103,26 +103,35 @@ func generate(rng *rand.Rand, keys []string) []Step {
 
 // settlements is the settlements with a Once a sequence sent, each with
 // the instant it was first sent: what a caller resending lost replies
-// holds.
-type settlements []struct {
-	at time.Duration
-	r  backend.Request
+// holds. hi is the latest instant a call was sent at.
+type settlements struct {
+	hi   time.Duration
+	sent []struct {
+		at time.Duration
+		r  backend.Request
+	}
 }
 
 // next returns r, drawn for a call at at, named by a fresh Once one time in
 // three when it is a settlement, or, one time in six, an earlier
 // settlement sent again unchanged, within a Period of its first sending as
-// a caller repeats one (ALGORITHMS.md: Once).
+// a caller repeats one (ALGORITHMS.md: Once). A settlement is not sent
+// again at an instant before its record lapses once the clock has been at
+// or past that lapse: a backend may drop a lapsed record whenever it sees
+// it lapsed (Postgres at the key's next settlement, the memory store at a
+// sweep), so whether a clock stepped back finds it again is the backend's.
 func (p *settlements) next(rng *rand.Rand, r backend.Request, at time.Duration) backend.Request {
-	if len(*p) > 0 && rng.IntN(6) == 0 {
-		s := (*p)[len(*p)-1-rng.IntN(min(len(*p), 4))]
-		if at-s.at < s.r.Period {
+	p.hi = max(p.hi, at)
+	if len(p.sent) > 0 && rng.IntN(6) == 0 {
+		s := p.sent[len(p.sent)-1-rng.IntN(min(len(p.sent), 4))]
+		lapse := s.at + backend.OnceKept(s.r.Period)
+		if at-s.at < s.r.Period && (at >= lapse || p.hi < lapse) {
 			return s.r
 		}
 	}
 	if r.Algorithm != backend.Concurrency && (r.Cost < 0 || r.Force && r.Cost > 0) && rng.IntN(3) == 0 {
 		r.Once = 1 + rng.Int64N(1<<40)
-		*p = append(*p, struct {
+		p.sent = append(p.sent, struct {
 			at time.Duration
 			r  backend.Request
 		}{at, r})
