@@ -258,3 +258,62 @@ func TestSettlementsRaceAdmissionsMatchReplay_Attack(t *testing.T) {
 		}
 	}
 }
+
+// TestHotKeyReadsTheClockUnderItsLock_Regression: 8 goroutines hammer one
+// fixed-window key of 3 per 2 ms on the server's clock, by calls of one
+// request and of two (the hot key and a key of their own). A call read
+// the clock before it queued for the key's row lock: behind calls that
+// had since opened the next window it decided at an older instant, as on
+// a clock stepped back, anchored the next window's count into the old
+// window, and the call after it found the new window empty. Half the
+// windows admitted more than 3 (up to 11). No window may admit more than
+// its limit, counted by the admissions' stamps (their instants).
+func TestHotKeyReadsTheClockUnderItsLock_Regression(t *testing.T) {
+	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 8 })
+	const P, L = 2000, 3 // µs, units
+	for _, several := range []bool{false, true} {
+		s := New(pool, WithPrefix(fmt.Sprintf("hot%v", several)), WithJanitor(0, 0))
+		hot := backend.Request{Key: "hot", Algorithm: backend.FixedWindow, Limit: L, Period: P * time.Microsecond, Cost: 1}
+		var mu sync.Mutex
+		per := map[int64]int{} // window start → admissions
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 8 {
+			wg.Go(func() {
+				reqs := []backend.Request{hot}
+				if several {
+					own := hot
+					own.Key, own.Limit = fmt.Sprintf("own%d", g), 1_000_000_000
+					reqs = append(reqs, own)
+				}
+				for range 400 {
+					res, err := s.Decide(context.Background(), reqs)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if res[0].Allowed {
+						mu.Lock()
+						per[res[0].Stamp-res[0].Stamp%P]++
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		over, most := 0, 0
+		for _, n := range per {
+			if n > L {
+				over++
+			}
+			most = max(most, n)
+		}
+		if over > 0 {
+			t.Errorf("several requests a call %v: %d of %d windows of %v admitted more than %d (up to %d)", several, over, len(per), P*time.Microsecond, L, most)
+		}
+	}
+}
