@@ -196,26 +196,6 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 	return nil
 }
 
-// releaseUnknown queues the release, by lease, of every slot st's failed
-// call may have taken (its reply lost or late), for when the backend
-// answers again. A slot FailLocal then takes gets a fresh lease, which that
-// release cannot touch.
-func (l *Limiter) releaseUnknown(st *state, err error) {
-	if unsent(err) {
-		return
-	}
-	var taken []backend.Request
-	for i := range st.reqs {
-		if q := &st.reqs[i]; q.Algorithm == Concurrency && q.Cost > 0 {
-			taken = append(taken, *q)
-			q.Lease = newLease()
-		}
-	}
-	if len(taken) > 0 {
-		l.resendLater(taken, err, "concurrency release after a lost reply")
-	}
-}
-
 // neverFits finds the requests of st whose cost their limit can never hold:
 // rejections no wait cures, decided before any backend call, so that a
 // client's cost never reaches the backend as an invalid request, moves the

@@ -104,7 +104,7 @@ func TestSettlementResentPastItsRecordMixedPeriods_Regression(t *testing.T) {
 	proxy.Cut()
 	time.Sleep(2500 * time.Millisecond) // real time: Redis's own TTLs; the burst rule's record lapses
 	proxy.Heal()
-	if !eventually(func() bool { return l.fo.resend.Pending() == 0 }) {
+	if !eventually(func() bool { return l.pendingWrites() == 0 }) {
 		t.Fatal("the settlement is still pending a resend after 10 s")
 	}
 	res, err := l.Peek(t.Context(), "burst", "acme")
@@ -188,7 +188,7 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 	inst.Restart(t)
 	take("C, after the restart", true)
 	proxy.Heal()
-	if !eventually(func() bool { return l1.fo.resend.Pending() == 0 }) {
+	if !eventually(func() bool { return l1.pendingWrites() == 0 }) {
 		t.Fatal("the refund is still pending after 10 s")
 	}
 	take("D, after A's refund was resent", false)
