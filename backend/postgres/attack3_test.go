@@ -317,3 +317,30 @@ func TestHotKeyReadsTheClockUnderItsLock_Regression(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentCallsNeverDeadlock_Attack: the racing calls of
+// TestConcurrentMatchesReplay (one to three requests on four keys, in any
+// order, keys repeated, some calls rejected and undone) match the replay
+// without the server aborting any as a deadlock: an abort is retried once
+// and would pass unseen, so the Stores' retry counters must stay at zero.
+func TestConcurrentCallsNeverDeadlock_Attack(t *testing.T) {
+	pool := migrated(t)
+	d := differential(pool)
+	var mu sync.Mutex
+	var stores []*Store
+	inner := d.New
+	d.New = func(t testing.TB, now func() time.Time) backendtest.Target {
+		tg := inner(t, now)
+		mu.Lock()
+		stores = append(stores, tg.Backend.(*Store))
+		mu.Unlock()
+		return tg
+	}
+	d.Seed = 41
+	d.Concurrent(t, 8, 6, 60)
+	for i, s := range stores {
+		if n := s.retries.Load(); n != 0 {
+			t.Fatalf("round %d: %d calls were aborted (deadlock or serialization failure) and sent again", i, n)
+		}
+	}
+}
