@@ -21,8 +21,10 @@ import (
 // ([backend.Result.Cached]), a decision made by a fail mode, a client that
 // went away or a call this process never got to send
 // ([backend.ErrNotSent]) do not. Timeouts open it only once a probe with a
-// budget of its own fails too: a process too busy to read a reply looks
-// like a backend that sent none, and until then a FailOpen rule is shed.
+// budget of its own fails too, or answers later than the timeout and the
+// backend blames itself for the canary sent again at the timeout: a
+// process too busy to read a reply looks like a backend that sent none,
+// and until then a FailOpen rule is shed.
 //
 // The zero value means the defaults: 5 failures, 500ms, 1s. A probe costs
 // one small decision per interval per instance, so there is little reason

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"weak"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/failover"
 )
 
 // Concurrency is the rule kind that limits requests in flight instead of a
@@ -52,9 +52,8 @@ func (r *Rule) validateConcurrency() error {
 	return nil
 }
 
-// newLease draws a lease id: 52 random bits, so that the leases of every
-// instance sharing a key never collide in practice.
-func newLease() int64 { return rand.Int64N(backend.MaxLease) + 1 }
+// newLease draws a lease id (failover.NewLease).
+var newLease = failover.NewLease
 
 // concurrencyHint caps a concurrency rule's waits (see Concurrency).
 func concurrencyHint(res *backend.Result) {

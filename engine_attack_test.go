@@ -15,6 +15,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/citest"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,6 +56,10 @@ func TestClusterFrozenMasterDecisionsWaitAboutTheTimeout_Attack(t *testing.T) {
 // it and a key on another master; it returns how many of the frozen
 // master's decisions were shed and failed open, and how long each took.
 func frozenMaster(t *testing.T) (shed, failedOpen int, took []time.Duration) {
+	// A frozen server's wall-clock timing: on a machine that others load
+	// too, this process's own delays shed requests (by design) past the
+	// bounds that the callers assert.
+	citest.Only(t)
 	cl := redistest.Cluster(t)
 	ctx := context.Background()
 	for _, n := range cl.Nodes {
@@ -138,6 +143,14 @@ func frozenMaster(t *testing.T) (shed, failedOpen int, took []time.Duration) {
 // not pile up): a Redis that answers everything, slowly.
 func slowProxy(t *testing.T, target string, delay time.Duration) string {
 	t.Helper()
+	var d atomic.Int64
+	d.Store(int64(delay))
+	return slowProxyOf(t, target, &d)
+}
+
+// slowProxyOf is slowProxy with a delay that may change while it runs.
+func slowProxyOf(t *testing.T, target string, delay *atomic.Int64) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +195,7 @@ func slowProxy(t *testing.T, target string, delay time.Duration) string {
 				defer wg.Done()
 				defer c.Close()
 				for k := range ch {
-					time.Sleep(time.Until(k.at.Add(delay)))
+					time.Sleep(time.Until(k.at.Add(time.Duration(delay.Load()))))
 					if _, err := c.Write(k.b); err != nil {
 						return
 					}
@@ -196,28 +209,34 @@ func slowProxy(t *testing.T, target string, delay time.Duration) string {
 
 // A Redis that answers every command, but 250 ms late (past the limiter's
 // 100 ms timeout, within the confirming probe's 1 s budget), on an idle
-// process, is the backend's fault: its FailOpen rules must not be shed
-// with 503 for as long as it stays slow while /healthz says healthy.
-// Whether they are depends on timing: when the confirming probe answers
-// (250 ms < 1 s) it clears the run, the next timeout is unconfirmed again,
-// and the limiter sheds indefinitely (measured under -race: 10 shed, 0
-// failed open, 14 decided late, health healthy, 0 transitions in 5 s;
-// without -race most runs degrade within 1.2-1.8 s, some flap).
+// process, is the backend's fault: the probe that the first timeout
+// starts answers, but later than the timeout, and the canary sent again at
+// the timeout finds the node silent, so the timeouts are confirmed and the
+// limiter degrades within the bound docs/failure.md gives (the probe's
+// budget twice, its canary's write may wait for a new connection's
+// handshake, plus the timeout for each of the two canaries, the first
+// timeout and Failures more), FailOpen admits (counted), and once Redis is
+// fast again the prober recovers with no traffic. Before, the probe's
+// answer cleared every run of timeouts: FailOpen rules were shed with 503
+// for as long as Redis stayed slow, Health healthy, no transition.
 func TestSlowRedisIsNotShedForever_Attack(t *testing.T) {
-	t.Skip("defect: a Redis slower than the timeout but within the confirming probe's budget (1 s) is judged this process's fault whenever the probe answers: FailOpen rules shed with 503 indefinitely, Health healthy, no transition")
 	inst := redistest.Server(t)
-	addr := slowProxy(t, inst.Addr, 250*time.Millisecond)
+	var delay atomic.Int64
+	delay.Store(int64(250 * time.Millisecond))
+	addr := slowProxyOf(t, inst.Addr, &delay)
 	logs := &syncBuffer{}
 	var events atomic.Int64
+	const timeout = 100 * time.Millisecond // the default
 	l := MustNew([]Rule{{Name: "chat", Limit: 1_000_000, Period: time.Minute}},
-		WithBackend(storeAt(t, addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen),
+		WithBackend(storeAt(t, addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen), WithTimeout(timeout),
 		WithLogger(slog.New(slog.NewTextHandler(logs, nil))), onDegraded(func(DegradedEvent) { events.Add(1) }))
 	defer l.Close()
 	ctx := context.Background()
 	start := time.Now()
 	var shed, failedOpen, decided int
 	degradedAt := time.Duration(-1)
-	for i := 0; time.Since(start) < 5*time.Second; i++ {
+	// Bounded: 4 s of traffic, one request at a time.
+	for i := 0; time.Since(start) < 4*time.Second; i++ {
 		d, err := l.Decide(ctx, Input{Rule: "chat", Key: "user-" + itoa(i%10)})
 		var ue *UnavailableError
 		switch {
@@ -235,11 +254,28 @@ func TestSlowRedisIsNotShedForever_Attack(t *testing.T) {
 		}
 	}
 	h := l.Health()
-	t.Logf("5 s of a Redis 250 ms slow: %d shed, %d failed open, %d decided; health %q shed %d transitions %d; degraded after %v",
-		shed, failedOpen, decided, h.Status, h.Shed, events.Load(), degradedAt)
-	t.Logf("log:\n%s", logs.String())
-	if degradedAt < 0 && failedOpen == 0 {
-		t.Errorf("a Redis 250 ms slow for 5 s: %d requests shed with 503, none reached FailOpen, health %q: an outage that never becomes a fail mode", shed, h.Status)
+	t.Logf("4 s of a Redis 250 ms slow: %d shed, %d failed open, %d decided; health %q reason %q, shed %d, transitions %d; degraded after %v",
+		shed, failedOpen, decided, h.Status, h.Reason, h.Shed, events.Load(), degradedAt)
+	bound := 2*confirmBudget + (3+defaultBreakerFailures)*timeout
+	if degradedAt < 0 || degradedAt > bound || failedOpen == 0 || h.Status != "degraded" {
+		t.Errorf("a Redis 250 ms slow for 4 s: degraded after %v (-1: never), %d shed, %d failed open, health %q; want degraded within %v, then failing open",
+			degradedAt, shed, failedOpen, h.Status, bound)
+	}
+
+	delay.Store(0)
+	fast := time.Now()
+	for l.Health().Status != "healthy" && time.Since(fast) < 5*time.Second {
+		time.Sleep(10 * time.Millisecond) // real: the prober runs on its own timers
+	}
+	recovered := time.Since(fast)
+	d, err := l.Decide(ctx, Input{Rule: "chat", Key: "user-0"})
+	t.Logf("Redis fast again: healthy after %v, idle; transitions %d", recovered, events.Load())
+	if l.Health().Status != "healthy" || events.Load() != 2 || err != nil || d.Results[0].Fallback != inherit {
+		t.Errorf("Redis fast again, idle: %q after %v, %d transitions, then %v (fallback %v); want healthy within a probe interval, 2 transitions, decided by Redis",
+			l.Health().Status, recovered, events.Load(), err, d.Results[0].Fallback)
+	}
+	if t.Failed() {
+		t.Logf("log:\n%s", logs.String())
 	}
 }
 
@@ -259,7 +295,7 @@ func TestRedisBusyInAScriptReachesTheFailModeAndRecovers_Attack(t *testing.T) {
 	logs := &syncBuffer{}
 	var events atomic.Int64
 	l := MustNew([]Rule{{Name: "chat", Limit: 1_000_000, Period: time.Minute}},
-		WithBackend(storeAt(t, inst.Addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen),
+		WithBackend(storeAt(t, inst.Addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen), WithTimeout(loadedTimeout),
 		WithLogger(slog.New(slog.NewTextHandler(logs, nil))), onDegraded(func(DegradedEvent) { events.Add(1) }))
 	defer l.Close()
 	if _, err := l.Decide(ctx, Input{Rule: "chat", Key: "u"}); err != nil {
@@ -341,7 +377,7 @@ func TestUnconfirmedTimeoutShedIsObservedAsShed_Attack(t *testing.T) {
 	inst := redistest.Server(t)
 	obs := &requestErrs{}
 	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 1000, Period: time.Minute}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithObserver(obs),
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithObserver(obs), WithTimeout(loadedTimeout),
 		WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	h := l.Handler(okHandler)

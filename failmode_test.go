@@ -636,6 +636,82 @@ func TestTimeoutsOpenTheBreakerOnlyOnceAProbeConfirmsThem(t *testing.T) {
 	}
 }
 
+// slowProbes is a remote backend whose decisions all time out and whose
+// probes answer after delay, within the confirming probe's budget but
+// past the timeout: a Redis too slow for the timeout. A call that runs out
+// of budget fails as the Redis store judges it by its sockets: silent (a
+// plain timeout, the backend's fault), or with a reply waiting unread
+// ([backend.ErrUnread], this process's) when unread is set.
+type slowProbes struct {
+	delay  time.Duration
+	unread bool
+}
+
+func (s *slowProbes) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
+	if isProbe(reqs) {
+		select {
+		case <-time.After(s.delay):
+			return []backend.Result{{Allowed: true, Limit: reqs[0].Limit, Remaining: reqs[0].Limit - 1}}, nil
+		case <-ctx.Done():
+		}
+	} else {
+		<-ctx.Done()
+	}
+	if s.unread {
+		return nil, fmt.Errorf("%w: %w", backend.ErrUnread, ctx.Err())
+	}
+	return nil, ctx.Err()
+}
+
+func (s *slowProbes) Reset(context.Context, ...string) error { return nil }
+
+// A probe that the backend answers, but later than the timeout, confirms
+// that the backend is too slow for the timeout, unless the backend judges
+// the delay this process's: the canary goes again at the timeout, and a
+// backend that stays silent through it opens the breaker (every fail mode
+// applies) within the probe's answer plus the timeout, while one whose
+// reply waits to be read gives no verdict, and FailOpen stays shed.
+func TestSlowProbeConfirmsTimeoutsUnlessTheReplyWaitsUnread(t *testing.T) {
+	for _, unread := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unread=%v", unread), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var transitions int
+				l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 100, Period: time.Minute, FailMode: FailOpen}},
+					WithBackend(&slowProbes{delay: 250 * time.Millisecond, unread: unread}), WithTimeout(100*time.Millisecond),
+					WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)),
+					onDegraded(func(DegradedEvent) { transitions++ }))
+				defer l.Close()
+				h := l.Handler(okHandler)
+				var codes []int
+				for range 3 {
+					codes = append(codes, get(t, h).Code)
+				}
+				if want := []int{503, 503, 503}; !sameInts(codes, want) {
+					t.Errorf("FailOpen on unconfirmed timeouts: %v, want %v (shed)", codes, want)
+				}
+				time.Sleep(confirmBudget) // virtual: both canaries have gone
+				synctest.Wait()
+				hl := l.Health()
+				if unread {
+					if hl.Status != "healthy" || transitions != 0 {
+						t.Errorf("the slow probe's reply waits unread: %q with %d transitions, want healthy and none", hl.Status, transitions)
+					}
+					if got := get(t, h).Code; got != 503 {
+						t.Errorf("the next timeout: %d, want 503 (shed again)", got)
+					}
+					return
+				}
+				if hl.Status != "degraded" || transitions != 1 {
+					t.Fatalf("a probe answered 250ms late, its canary again silent past the timeout: %q with %d transitions, want degraded, once", hl.Status, transitions)
+				}
+				if got := get(t, h).Code; got != 200 {
+					t.Errorf("with the breaker open: %d, want 200 (failing open)", got)
+				}
+			})
+		})
+	}
+}
+
 // slowThenBack is a remote backend whose decisions time out while slow is
 // set and whose probes always answer; it records the forced charges it
 // applies.

@@ -194,7 +194,7 @@ type RuleHealth struct {
 // reports what requests and the background probe saw, and the probe runs
 // while degraded, so the report recovers without traffic.
 func (l *Limiter) Health() Health {
-	if h := l.fo.final.Load(); h != nil {
+	if h := l.reports().final.Load(); h != nil {
 		return h.clone()
 	}
 	h := Health{
@@ -218,6 +218,13 @@ func (l *Limiter) Health() Health {
 	return h
 }
 
+// reported is the limiter's last report, with Status "closed", once Close
+// began, and what the observer reads (observer.go; nil without one).
+type reported struct {
+	final    atomic.Pointer[Health]
+	observed *observedHealth
+}
+
 // closeHealth keeps the limiter's last report, with Status "closed", and
 // cuts the observer's health function from the limiter, so that an
 // exporter, which keeps that function for ever, no longer holds the
@@ -226,8 +233,8 @@ func (l *Limiter) Health() Health {
 func (l *Limiter) closeHealth() {
 	h := l.Health()
 	h.Status = "closed"
-	l.fo.final.Store(&h)
-	if o := l.fo.observed; o != nil {
+	l.reports().final.Store(&h)
+	if o := l.reports().observed; o != nil {
 		o.final.Store(&h)
 		o.l.Store(nil)
 	}
@@ -275,9 +282,9 @@ var ErrNotEnforcing = errors.New("ceiling: the backend does not enforce limits")
 // rejects, by asking three times for a random canary key limited to 1 per
 // day per algorithm the rules use (a backend that admits all three fails
 // with [ErrNotEnforcing]); canaries are reset afterwards. A call that misses
-// the limiter's timeout is asked again with up to twenty timeouts (at most
-// 2s), since a process busy at start-up is not a backend failure; ctx
-// bounds the whole check.
+// the limiter's timeout is asked again with the budget of the probe that
+// confirms a timeout (1s, or the timeout if longer), since a process busy
+// at start-up is not a backend failure; ctx bounds the whole check.
 //
 // A backend that cannot decide makes the limiter degraded at once, and the
 // error names the root cause and wraps its kind ([KindOf]). A
@@ -320,10 +327,14 @@ func (l *Limiter) Check(ctx context.Context) error {
 					req.Key += "+"
 				}
 				var late error
-				if res, late = l.checkDecide(ctx, req, l.lateCauseWait()); late == nil {
+				if res, late = l.checkDecide(ctx, req, max(l.cfg.timeout, confirmBudget)); late == nil {
 					err = nil
 				} else if KindOf(late) != kindTimeout {
-					err = fmt.Errorf("%w (%w)", late, err)
+					// The late call's failure is the backend's answer
+					// and names the kind; the first call's is only
+					// context: a reply this process was too busy to
+					// read says nothing once the backend refused one.
+					err = fmt.Errorf("%w (%v)", late, err)
 				}
 			}
 			if err != nil {
@@ -346,10 +357,6 @@ func (l *Limiter) Check(ctx context.Context) error {
 	}
 	return nil
 }
-
-// lateCauseWait bounds how long Check asks again after a timeout: twenty
-// timeouts, at most 2s.
-func (l *Limiter) lateCauseWait() time.Duration { return min(2*time.Second, 20*l.cfg.timeout) }
 
 // checkFailed makes the limiter degraded by err, unless this process was
 // too busy to hear the backend, and returns Check's error.

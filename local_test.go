@@ -3,6 +3,8 @@ package ceiling
 import (
 	"context"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -102,5 +104,37 @@ func TestFailLocalCarriesTheCountAcrossTheOutage(t *testing.T) {
 	}
 	if got := decide(10); got != 1 {
 		t.Errorf("after the hand-over: %d admitted, want 1 (10 - 9, on the backend alone)", got)
+	}
+}
+
+// FailLocal's scratch space is pooled across requests: a request that
+// applies more FailLocal rules than the one before it is decided locally
+// like any other, never out of the pooled space's bounds.
+func TestFailLocalDecidesARequestWiderThanTheOneBefore(t *testing.T) {
+	be := &outageStore{counting: newCounting()}
+	be.remote = true
+	be.setDown(true)
+	only := func(path string) KeyFunc {
+		return func(r *http.Request) (string, error) {
+			if path != "" && r.URL.Path != path {
+				return "", ErrNoKey
+			}
+			return "k", nil
+		}
+	}
+	l := MustNew([]Rule{
+		{Name: "a", Key: only(""), Limit: 10, Period: time.Hour},
+		{Name: "b", Key: only("/wide"), Limit: 10, Period: time.Hour},
+		{Name: "c", Key: only("/wide"), Limit: 10, Period: time.Hour},
+	}, WithBackend(be), WithLogger(slog.New(slog.DiscardHandler)), WithBreaker(BreakerConfig{Failures: 100}))
+	defer l.Close()
+	h := l.Handler(okHandler)
+	for _, path := range []string{"/", "/wide", "/", "/wide"} {
+		if got := serve(t, h, httptest.NewRequest("GET", path, nil)).Code; got != 200 {
+			t.Errorf("%s with the backend down: %d, want 200 (decided locally)", path, got)
+		}
+	}
+	if got := l.Health().Rules[1].FailLocalAdmissions; got != 2 {
+		t.Errorf("rule b: %d local admissions, want 2", got)
 	}
 }

@@ -100,9 +100,10 @@ func (l *Limiter) observeConfig() {
 	if l.remote {
 		timeout = l.cfg.timeout
 	}
-	l.fo.observed = &observedHealth{}
-	l.fo.observed.l.Store(l)
-	o.ObserveConfig(rules, timeout, l.fo.observed.read)
+	oh := &observedHealth{}
+	oh.l.Store(l)
+	l.reports().observed = oh
+	o.ObserveConfig(rules, timeout, oh.read)
 }
 
 // observedHealth is the observer's way to the limiter's [Health]: an

@@ -48,7 +48,7 @@ func TestSettlementsUnderLostRepliesAppliedOnceRedis(t *testing.T) {
 				}
 				used += actual + 1
 			}
-			if !eventually(func() bool { return l.fo.resend.Pending() == 0 }) {
+			if !eventually(func() bool { return l.pendingWrites() == 0 }) {
 				t.Fatal("settlements still pending after 10 s")
 			}
 			p, err := l.Peek(ctx, "tokens", "acme")

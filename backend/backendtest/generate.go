@@ -109,10 +109,12 @@ type settlements []struct {
 	r  backend.Request
 }
 
-// next returns r, drawn for a call at at, named by a fresh Once one time in
-// three when it is a settlement, or, one time in six, an earlier
-// settlement sent again unchanged, within a Period of its first sending as
-// a caller repeats one (ALGORITHMS.md: Once).
+// next returns r, drawn for a call at at: a reservation (an admission
+// of a rate algorithm) or a settlement named by a fresh Once one time in
+// three, a refund one time in two named by the Once of a recent
+// reservation (its ticket), or, one time in six, an earlier reservation
+// or settlement sent again unchanged, within a Period of its first
+// sending as a caller repeats one (ALGORITHMS.md: Once).
 func (p *settlements) next(rng *rand.Rand, r backend.Request, at time.Duration) backend.Request {
 	if len(*p) > 0 && rng.IntN(6) == 0 {
 		s := (*p)[len(*p)-1-rng.IntN(min(len(*p), 4))]
@@ -120,7 +122,17 @@ func (p *settlements) next(rng *rand.Rand, r backend.Request, at time.Duration) 
 			return s.r
 		}
 	}
-	if r.Algorithm != backend.Concurrency && (r.Cost < 0 || r.Force && r.Cost > 0) && rng.IntN(3) == 0 {
+	if r.Algorithm == backend.Concurrency || r.Cost == 0 {
+		return r
+	}
+	if r.Cost < 0 && len(*p) > 0 && rng.IntN(2) == 0 {
+		s := (*p)[len(*p)-1-rng.IntN(min(len(*p), 4))]
+		if s.r.Key == r.Key && s.r.Cost > 0 && !s.r.Force {
+			r.Once = s.r.Once
+			return r
+		}
+	}
+	if rng.IntN(3) == 0 {
 		r.Once = 1 + rng.Int64N(1<<40)
 		*p = append(*p, struct {
 			at time.Duration

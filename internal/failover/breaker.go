@@ -1,10 +1,11 @@
-// Package failover is ceiling's failure engine: every backend call and
-// the judgement of its outcome (Caller), the circuit breaker that stands
-// between the limiter and a backend that does I/O (Breaker), the probes
-// that confirm a timeout and close the breaker (Prober), FailLocal's store
-// and its bound across an outage's edges (Local), and the resends of
-// writes whose call failed (Resends), all stopped by one Group. ceiling's
-// engine.go wires it to the rules and their fail modes.
+// Package failover is ceiling's failure engine. An Engine decides a
+// request's backend call and, when the backend cannot, its fail modes
+// (Decide), and reports the breaker's transitions; beneath it are every
+// backend call and the judgement of its outcome (Caller), the circuit
+// breaker (Breaker), the probes that confirm a timeout and close the
+// breaker, FailLocal's store and its bound across an outage's edges
+// (Local), and the resends of writes whose call failed (Resends), all
+// stopped by one Group. ceiling's engine.go hands it the rules.
 package failover
 
 import (
@@ -32,6 +33,9 @@ type Transition struct {
 	At       time.Time     // when it happened
 	Failures int           // consecutive failures that opened it
 	Duration time.Duration // on closing, how long it was open
+	// Unenforced is, on closing, how many rule admissions the fail modes
+	// made while it was open (Engine.Transition fills it in).
+	Unenforced int64
 }
 
 // Breaker states. Healthy is closed; open is degraded.

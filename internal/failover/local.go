@@ -16,40 +16,17 @@ import (
 )
 
 // FailLocal's store, and how its bound holds across the edges of an
-// outage.
-//
-// Inside an outage each instance admits its share of each limit, so n
-// instances admit at most n × share × limit per window. At the edges the
-// local stores and the backend each know only their own half: a window
-// that spans the start could hold the backend's full limit and then every
-// instance's share again, and one that spans the end the shares and then
-// the backend's full limit again. Three things close the gap:
-//
-//   - the start: every answer of the backend says how much of the key's
-//     limit is in use and until when (Seen). When an outage begins, the
-//     local store decides a key with the same fraction of its share
-//     already spent, so instances that saw a key at its limit admit
-//     nothing more locally until the backend said it would have room
-//     again, and n instances that saw it half spent admit half a limit
-//     between them;
-//   - the end: every key the local store admitted is journaled (Journal),
-//     and the probe that finds the backend answering charges it, forced
-//     and in one round trip per few hundred keys, with what the local
-//     store still counts in the key's open window, before the breaker
-//     closes (Local.Charge); ceiling moves the concurrency slots the local
-//     store holds to the backend then too, each by its lease;
-//   - the instances do not find the backend back at the same moment (each
-//     probes on its own schedule, up to MaxCoolDown apart), and until the
-//     last has charged it the backend knows only part of what was
-//     admitted. So for a hand-over of MaxCoolDown plus the timeout after
-//     its recovery, an instance decides FailLocal rules both locally, at
-//     its share, and on the backend (Local.HandOver): each instance stays
-//     within its share across the edge, and by the time any of them
-//     decides on the backend alone, every instance has charged it.
-//
-// Both err on the side of the limit: the seeds and the charges are counted
-// from the moment they are applied, so a key can be held a little longer
-// than strictly needed, never admitted more.
+// outage (docs/failure.md, "FailLocal across the edges of an outage").
+// Inside an outage each instance admits its share of each limit; at the
+// edges three things keep a window within the bound: at the start, the
+// local store decides a key from what the backend last said of it (Seen);
+// at the end, the probe that finds the backend answering charges it with
+// what the local store admitted (Journal, Local.Charge) before the breaker
+// closes; and for a hand-over of MaxCoolDown plus the timeout after the
+// recovery, FailLocal rules are decided both locally and on the backend
+// (Local.HandOver), since instances find the backend back at different
+// moments. Each errs towards the limit: a key can be held a little longer
+// than needed, never admitted more.
 
 // MaxJournal bounds a Journal: it holds only an outage's keys.
 const MaxJournal = 1 << 18
@@ -79,9 +56,11 @@ type JournalEntry struct {
 	Local  backend.Request // scaled to the share, Cost 0
 }
 
-// Add records that the local store admitted on global's key.
+// Add records that the local store admitted on global's key. A
+// reservation's Once (its ticket) is dropped: the recovery charge is a
+// charge of its own, and the entries are peeks until then.
 func (j *Journal) Add(global, local backend.Request) {
-	global.Cost, local.Cost = 0, 0
+	global.Cost, local.Cost, global.Once, local.Once = 0, 0, 0, 0
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.entries == nil {
@@ -274,8 +253,11 @@ func (lc *Local) Close() error {
 }
 
 // Scaled is req scaled to its share of the limit (the rule's, or the
-// call's own), never so small that the request's cost could not fit.
+// call's own), never so small that the request's cost could not fit, and
+// without its Once: a local store's admission is never settled (its units
+// are not the backend's), so it needs no ticket.
 func Scaled(req backend.Request, share float64) backend.Request {
+	req.Once = 0
 	req.Limit = scaled(req.Limit, share, req.Cost)
 	if req.Burst > 0 {
 		req.Burst = scaled(req.Burst, share, req.Cost)

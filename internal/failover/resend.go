@@ -71,12 +71,10 @@ type Resends struct {
 	Group *Group
 	// Send is one bounded call of reqs (skipped while the breaker is
 	// open); Ready reports whether the backend is called at all (the
-	// breaker is closed); Unsent reports an error of a call that surely
-	// never reached the backend; Keep copies a key out of a reused arena;
+	// breaker is closed); Keep copies a key out of a reused arena;
 	// Dropped logs n requests of a write given up for good, with the total.
 	Send    func(reqs []backend.Request) error
 	Ready   func() bool
-	Unsent  func(error) bool
 	Keep    func(string) string
 	Dropped func(n int, what, why string, total int64)
 	// Timeout bounds one backend call: a settlement's resends end early
@@ -144,7 +142,7 @@ func Resendable(reqs []backend.Request, err error, unsent func(error) bool) []ba
 // again, and starts the resend loop. It reports how many requests were
 // dropped instead.
 func (r *Resends) Later(reqs []backend.Request, err error, what string) int {
-	again := Resendable(reqs, err, r.Unsent)
+	again := Resendable(reqs, err, Unsent)
 	lost := settlements(reqs) - settlements(again)
 	r.drop(lost, what, "its outcome is unknown, and applying it twice would be wrong")
 	reqs = again
@@ -307,7 +305,7 @@ func (r *Resends) round() bool {
 			if err == nil {
 				continue
 			}
-			again := Resendable(it.reqs, err, r.Unsent)
+			again := Resendable(it.reqs, err, Unsent)
 			r.drop(len(it.reqs)-len(again), it.what, "its outcome is unknown, and applying it twice would be wrong")
 			if len(again) > 0 {
 				it.reqs = again

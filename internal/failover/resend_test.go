@@ -24,7 +24,6 @@ func TestResendOfASettlementEndsWithinOnceHold(t *testing.T) {
 			Group:   g,
 			Send:    func(reqs []backend.Request) error { sent.Add(int64(len(reqs))); return errors.New("down") },
 			Ready:   func() bool { return true },
-			Unsent:  func(error) bool { return false },
 			Keep:    func(k string) string { return k },
 			Dropped: func(n int, _, _ string, _ int64) { dropped.Add(int64(n)) },
 			Timeout: timeout,
