@@ -642,6 +642,7 @@ func (s *Store) pipelinerFor(ctx context.Context, key string) (*pipeliner, error
 	if b, ok := s.nodes.Load(addr); ok {
 		return b.(*pipeliner), nil
 	}
+	s.dials.hook(node) // a node client made before New
 	b, _ := s.nodes.LoadOrStore(addr, newPipeliner(s, addr))
 	return b.(*pipeliner), nil
 }
