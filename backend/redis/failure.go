@@ -190,6 +190,8 @@ func (d *dialLog) watch(client redis.UniversalClient) {
 		return
 	}
 	client.AddHook(d)
+	// A client used before New holds connections the hook never saw.
+	d.all.unwatched.Store(client.PoolStats().TotalConns > 0)
 }
 
 // hook installs d on a Cluster node's client once. OnNewNode misses the
@@ -200,5 +202,8 @@ func (d *dialLog) watch(client redis.UniversalClient) {
 func (d *dialLog) hook(n *redis.Client) {
 	if _, done := d.hooked.LoadOrStore(n, struct{}{}); !done {
 		n.AddHook(d)
+		if n.PoolStats().TotalConns > 0 {
+			d.node(n.Options().Addr).unwatched.Store(true)
+		}
 	}
 }
