@@ -604,10 +604,17 @@ func (b *pipeliner) take(batch []*op) []*op {
 	for n < len(b.queue) && (len(batch) < maxBatch || b.queue[n].w == batch[len(batch)-1].w) {
 		o := b.queue[n]
 		n++
+		// Claimed before gone is read, as giveUp sets gone before its
+		// caller reads unclaimed (taken): either take sees the caller gone
+		// or the caller sees its op taken, never a sent op told ErrNotSent.
+		o.w.unclaimed.Add(-1)
+		if duringTake != nil {
+			duringTake(o.w)
+		}
 		if o.w.gone.Load() && !o.w.detached {
+			o.w.unclaimed.Add(1)
 			continue
 		}
-		o.w.unclaimed.Add(-1)
 		batch = append(batch, o)
 	}
 	rest := copy(b.queue, b.queue[n:])
@@ -635,6 +642,7 @@ func (s *Store) pipelinerFor(ctx context.Context, key string) (*pipeliner, error
 	if b, ok := s.nodes.Load(addr); ok {
 		return b.(*pipeliner), nil
 	}
+	s.dials.hook(node) // a node client made before New
 	b, _ := s.nodes.LoadOrStore(addr, newPipeliner(s, addr))
 	return b.(*pipeliner), nil
 }
@@ -775,3 +783,7 @@ func doneUnlessPast(ctx context.Context, now time.Time) <-chan struct{} {
 // cancelled round trip answering first) and before a batch is written (a
 // process too busy to run the sender).
 var afterGiveUp, beforeWrite func()
+
+// duringTake, set by tests, runs between take's claim of an op of w and
+// its reading whether w's caller gave up: a caller giving up then.
+var duringTake func(w *waiter)

@@ -107,9 +107,10 @@ func (s *Store) healCluster() {
 // while go-redis retries a refused dial names it, and logs the failed
 // dials (sampled).
 type dialLog struct {
-	all   nodeRecord                // any node's
-	nodes sync.Map                  // address -> *nodeRecord
-	logs  *atomic.Pointer[storeLog] // the Store's
+	all    nodeRecord                // any node's
+	nodes  sync.Map                  // address -> *nodeRecord
+	logs   *atomic.Pointer[storeLog] // the Store's
+	hooked sync.Map                  // on Cluster: the node clients hooked (*redis.Client -> struct{})
 }
 
 // node returns the record of the node at addr ("": any node's).
@@ -181,11 +182,28 @@ func (d *dialLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// watch installs d on client (on Cluster, on every node client).
+// watch installs d on client (on Cluster, on every node client the client
+// makes from now on; see hook for those it made before).
 func (d *dialLog) watch(client redis.UniversalClient) {
 	if cc, ok := client.(*redis.ClusterClient); ok {
-		cc.OnNewNode(func(n *redis.Client) { n.AddHook(d) })
+		cc.OnNewNode(d.hook)
 		return
 	}
 	client.AddHook(d)
+	// A client used before New holds connections the hook never saw.
+	d.all.unwatched.Store(client.PoolStats().TotalConns > 0)
+}
+
+// hook installs d on a Cluster node's client once. OnNewNode misses the
+// node clients a Cluster client made before New (a startup ping makes
+// them all, replicas included), so pipelinerFor hooks a master's client
+// too: without it, a dead node's refused dials and its silent sockets go
+// unseen, and its calls are blamed on this process (ErrUnread).
+func (d *dialLog) hook(n *redis.Client) {
+	if _, done := d.hooked.LoadOrStore(n, struct{}{}); !done {
+		n.AddHook(d)
+		if n.PoolStats().TotalConns > 0 {
+			d.node(n.Options().Addr).unwatched.Store(true)
+		}
+	}
 }

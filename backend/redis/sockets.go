@@ -23,6 +23,9 @@ type nodeRecord struct {
 	// while reply bytes waited; lost is the write time of the latest
 	// round trip whose read's deadline ended it with no byte waiting.
 	unread, lost atomic.Int64
+	// unwatched: the client held connections to the node before the hook
+	// was installed (a client used before New), which conns lacks.
+	unwatched atomic.Bool
 }
 
 // judgement is what the sockets say about a call out of budget.
@@ -41,7 +44,9 @@ const (
 // least half a budget ago, that got no byte back while none waits
 // anywhere, is the node's silence, however loaded this process is.
 // Otherwise the call's reply is being read, or its write has not reached
-// the kernel yet: this process's delay too (unjudged with no connection).
+// the kernel yet: this process's delay too (unjudged with no connection,
+// or, when the client held connections before the hook, with no watched
+// write since the call's).
 func (n *nodeRecord) judge(written int64, budget time.Duration) judgement {
 	if !exactSockets || n == nil {
 		return unjudged
@@ -50,7 +55,7 @@ func (n *nodeRecord) judge(written int64, budget time.Duration) judgement {
 		return behind
 	}
 	now := time.Now().UnixNano()
-	quiet := n.lost.Load() >= written
+	quiet, seen := n.lost.Load() >= written, false
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for c := range n.conns {
@@ -58,6 +63,7 @@ func (n *nodeRecord) judge(written int64, budget time.Duration) judgement {
 			return behind
 		}
 		wr := c.wrote.Load()
+		seen = seen || wr >= written
 		quiet = quiet || (wr >= written && c.read.Load() < wr && now-wr >= int64(budget/2))
 	}
 	switch {
@@ -65,6 +71,8 @@ func (n *nodeRecord) judge(written int64, budget time.Duration) judgement {
 		return silent
 	case len(n.conns) == 0:
 		return unjudged // no connection watched: no signal
+	case n.unwatched.Load() && !seen:
+		return unjudged // no watched write since: maybe on a connection dialed before New
 	}
 	return behind
 }
