@@ -29,7 +29,9 @@ func (s *starvedMemory) Decide(ctx context.Context, reqs []backend.Request) ([]b
 	return s.m.Decide(context.Background(), reqs)
 }
 
-func (s *starvedMemory) Reset(ctx context.Context, keys ...string) error { return s.m.Reset(ctx, keys...) }
+func (s *starvedMemory) Reset(ctx context.Context, keys ...string) error {
+	return s.m.Reset(ctx, keys...)
+}
 
 // One timeout of this process's own (a CPU spike; the probe it starts is
 // answered at once) on a healthy Redis: issue 30 says only the backend's
