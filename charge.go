@@ -88,21 +88,26 @@ var ErrNotReserved = errors.New("no reservation to settle")
 // stamps) gets no refund: the reservation stands at its estimate, which
 // may admit fewer requests than the limit, never more.
 //
+// To a remote backend a reservation goes named by a [backend.Request.Once],
+// and the backend writes a ticket for it with the admission, kept twice
+// the rule's Period. Its settlement carries the same Once: a refund is
+// applied only while the ticket stands, and consumes it, leaving nothing
+// behind, so that a key's tickets are bounded by its reservations that
+// hold units, never by how often it refunds; one that finds no ticket
+// (applied already, or lost with the reservation's units in a restart of
+// the backend) gives back nothing. A charge past the reservation consumes
+// the ticket and leaves a record, kept H = twice the rule's Period, at
+// most a minute ([backend.OnceKept], [backend.OnceHold]).
+//
 // A settlement whose backend call fails is logged, and sent again in the
 // background once the backend answers, for up to min(Period, H - 2×timeout)
-// after its call failed, H being twice the rule's Period, at most a minute
-// ([backend.OnceKept], [backend.OnceHold]), and the timeout the limiter's
-// (none at all when that leaves nothing: a later resend could outlive its
-// record): named by a [backend.Request.Once], it takes effect
-// once however often it is sent, even when a reply was lost after the
-// backend applied it. The backend keeps each settlement's record that long
-// and no longer, so that a key's records stay bounded by its settlements
-// of the last minute: a refund gives its units back, so the limit does
-// not bound how many a key makes. The resend is a retry over a slow
-// moment, not the ride-out of an outage: one given up (still failing
-// then, or pending when the limiter closes) is logged and counted in
-// [Health].DroppedWrites; a dropped refund leaves its reservation at its
-// estimate.
+// after its call failed, the timeout being the limiter's (none at all when
+// that leaves nothing: a later resend could outlive its record): it takes
+// effect once however often it is sent, even when a reply was lost after
+// the backend applied it. The resend is a retry over a slow moment, not
+// the ride-out of an outage: one given up (still failing then, or pending
+// when the limiter closes) is logged and counted in [Health].DroppedWrites;
+// a dropped refund leaves its reservation at its estimate.
 func Settle(r *http.Request, rule string, actual int64) error {
 	if actual < 0 {
 		return fmt.Errorf("ceiling: rule %q: settle: negative cost %d", rule, actual)
@@ -200,9 +205,9 @@ func (l *Limiter) admit(r *http.Request, st *state) *http.Request {
 // request's concurrency slots, in one backend call. A refund carries the
 // reservation's stamp ([backend.Request.Stamp]), so that it gives back only
 // units the reservation took, never another request's. To a backend that
-// can lose a reply, each settlement goes named by a fresh
-// [backend.Request.Once], so that one whose reply was lost can be sent again
-// and still take effect once. The request's context may be done (the
+// can lose a reply, each settlement goes named by its reservation's
+// [backend.Request.Once] (its ticket), so that one whose reply was lost can
+// be sent again and still take effect once. The request's context may be done (the
 // client left) but the work was done: the call keeps its values and, like
 // every backend call, ignores the cancellation.
 func (x *extras) settle(ctx context.Context) {
@@ -238,9 +243,9 @@ func (x *extras) settle(ctx context.Context) {
 			}
 			q.Stamp = rv.stamp
 		}
-		if l.remote {
-			q.Once = newOnce()
-		}
+		// The reservation's Once (see add): a refund applies only while
+		// its ticket stands, and consumes it; a charge leaves a record.
+		q.Once = rv.req.Once
 		reqs = append(reqs, q)
 		names = append(names, rv.rule.Name)
 	}
@@ -334,19 +339,30 @@ func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 // Burst in an input applies as there); a zero Cost is an error. A refund
 // of units an admission reserved passes that admission's Stamp
 // ([Input].Stamp), so that it gives back those units and not another
-// caller's.
+// caller's, and its Ticket ([Input].Ticket, from a Decide whose input set
+// Reserve), so that it is applied at most once.
+//
+// What a refund does depends on its ticket. With one, it gives back units
+// only while the ticket stands, and consumes it; one that finds it gone
+// (already applied, older than twice the Period, or lost in a restart of
+// the backend with the admission's units) gives back nothing, since
+// nothing of the admission is left to give. Without one (Ticket 0) it is
+// applied as sent, on every delivery: a failure after it may have been
+// applied is never sent again (the error says so), since a second
+// delivery would give back another caller's units.
 //
 // A [Concurrency] rule cannot be charged: its units are slots held by
 // lease, taken by a decision and given back by [Decision.Release], and a
 // charge would take a slot nothing could give back.
 //
 // Like every backend call, Charge is bounded by the limiter's timeout and
-// ignores ctx's cancellation. To a remote backend its requests go named by
-// a [backend.Request.Once], as a settlement's do, and a failed call is
-// handled as [Settle]'s: the limiter sends it again in the background
-// (while the backend is degraded, once it answers), and it takes effect
-// once, even when a reply was lost after the backend applied it. What an
-// error means:
+// ignores ctx's cancellation. To a remote backend its positive charges and
+// ticketed refunds go named by a [backend.Request.Once] (the ticket's, or
+// a fresh one), as a settlement's do, and a failed call is handled as
+// [Settle]'s: the limiter sends them again in the background (while the
+// backend is degraded, once it answers), and they take effect once, even
+// when a reply was lost after the backend applied them. What an error
+// means:
 //   - one wrapping [ErrResent]: the charge may have been applied, and the
 //     limiter sends it again within the bounds [Settle] gives (given up,
 //     it is counted in [Health].DroppedWrites). Do not repeat it: a
@@ -356,8 +372,9 @@ func (l *Limiter) Reset(ctx context.Context, rule, keyValue string) error {
 //     many pending, or its Period too short beside the timeout); repeating
 //     it is safe.
 //   - any other error from the backend call: it may have been applied and
-//     is not sent again (its rule's Period is too short beside the
-//     timeout to resend it safely); repeating it may apply it twice.
+//     is not sent again (a refund without a ticket, or a rule whose
+//     Period is too short beside the timeout to resend it safely);
+//     repeating it may apply it twice.
 //   - an invalid input (an undeclared rule, a zero cost): nothing was sent.
 func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 	if len(inputs) == 0 {
@@ -378,7 +395,7 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 		if in.Cost == 0 || in.Cost > backend.MaxLimit || in.Cost < -backend.MaxLimit {
 			return fmt.Errorf("ceiling: rule %q: charge: cost %d outside ±1..%d", rule.Name, in.Cost, backend.MaxLimit)
 		}
-		if err := l.add(st, rule, in.Key, in.Cost, in.Limit, in.Burst); err != nil {
+		if err := l.add(st, rule, in.Key, in.Cost, in.Limit, in.Burst, false); err != nil {
 			return err
 		}
 		q := st.reqs[len(st.reqs)-1]
@@ -386,12 +403,15 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 		if in.Cost < 0 {
 			q.Stamp = in.Stamp
 		}
-		reqs = append(reqs, q)
-	}
-	if l.remote {
-		for i := range reqs {
-			reqs[i].Once = newOnce()
+		if l.remote {
+			switch {
+			case in.Ticket != 0:
+				q.Once = in.Ticket
+			case in.Cost > 0:
+				q.Once = newOnce()
+			}
 		}
+		reqs = append(reqs, q)
 	}
 	err := l.callOutside(ctx, op{reqs: reqs, out: make([]backend.Result, len(reqs))})
 	if err == nil {

@@ -14,7 +14,8 @@ import (
 )
 
 // concurrencyBackends are the stores a concurrency rule is tested on: the
-// default memory store (nil) and a real Redis.
+// default memory store (nil) and a real Redis, decided with loadedTimeout:
+// these tests are about leases, not about the timeout.
 var concurrencyBackends = []struct {
 	name    string
 	backend func(t *testing.T) backend.Backend
@@ -33,7 +34,7 @@ func TestConcurrencyLimitPerRequest_LeaseRegression(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			var opts []Option
 			if b := be.backend(t); b != nil {
-				opts = append(opts, WithBackend(b))
+				opts = append(opts, WithBackend(b), WithTimeout(loadedTimeout))
 			}
 			l := MustNew([]Rule{{Name: "streams", Key: headerKey("X-Shop"), Limit: 5, Period: time.Minute, Algorithm: Concurrency,
 				Limits: func(r *http.Request) (int64, int64, error) {
@@ -116,7 +117,7 @@ func TestChargeRefusedOnConcurrency(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			var opts []Option
 			if b := be.backend(t); b != nil {
-				opts = append(opts, WithBackend(b))
+				opts = append(opts, WithBackend(b), WithTimeout(loadedTimeout))
 			}
 			l := MustNew([]Rule{{Name: "streams", Limit: 3, Period: time.Minute, Algorithm: Concurrency}}, opts...)
 			defer l.Close()

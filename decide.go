@@ -38,6 +38,25 @@ type Input struct {
 	// gives back the newest units; pass zero for an admission a fail mode
 	// decided (its Fallback is set). Decide and positive charges ignore it.
 	Stamp int64
+	// Reserve, for [Limiter.Decide], asks the backend to write a ticket
+	// with the admission, named by its [RuleResult].Ticket, so that a
+	// later [Limiter.Charge] of what the work really cost (a refund, or a
+	// charge past the reservation) is applied at most once however often
+	// it is sent, even after the backend restarted and lost its data. It
+	// costs the admission a write, so ask for it only on inputs whose
+	// cost is settled later. Charge ignores it, as does a [Concurrency]
+	// rule, whose lease names its units.
+	Reserve bool
+	// Ticket, for [Limiter.Charge], is the Ticket of the admission
+	// ([RuleResult].Ticket, from a Decide that set Reserve) whose cost
+	// this charge settles. A refund with it gives back units only while
+	// the ticket stands, and consumes it: the limiter can send it again
+	// after a failure, and it takes effect once. A ticket lasts twice
+	// the rule's Period, and a backend that lost its data lost it with
+	// the admission's units, so a refund that finds none gives back
+	// nothing and returns no error: there is nothing of the admission's
+	// left to give back. Decide ignores it.
+	Ticket int64
 }
 
 // errEmptyKey is wrapped by the error of a decision whose key value is
@@ -73,6 +92,11 @@ func (l *Limiter) Decide(ctx context.Context, inputs ...Input) (Decision, error)
 	if len(st.decision.Results) > 0 {
 		d.Results = slices.Clone(st.decision.Results)
 	}
+	for i := range d.Results {
+		if rr := &d.Results[i]; rr.Ticket != 0 && (!d.Allowed || !rr.Allowed || rr.Fallback != inherit || rr.Stamp == 0) {
+			rr.Ticket = 0 // nothing reserved on the backend: no ticket was written
+		}
+	}
 	st.decision.leases = nil // d holds them now, not the pooled state
 	return d, nil
 }
@@ -104,7 +128,7 @@ func (l *Limiter) decideInputs(ctx context.Context, st *state, inputs []Input) e
 		case cost == 0:
 			cost = rule.Cost
 		}
-		if err := l.add(st, rule, in.Key, cost, in.Limit, in.Burst); err != nil {
+		if err := l.add(st, rule, in.Key, cost, in.Limit, in.Burst, in.Reserve); err != nil {
 			if le, ok := err.(*LimitError); ok {
 				l.limitFailed(ctx, le)
 			}
@@ -143,8 +167,14 @@ func (st *state) reset() {
 const maxPooledKeys = 4 << 10
 
 // add appends rule's request for key value v, costing cost units, to st.
-// A positive limit or burst replaces the rule's for this decision.
-func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64) error {
+// A positive limit or burst replaces the rule's for this decision. With
+// ticket, a reservation (a positive cost of a rate rule) to a remote
+// backend is named by a fresh [backend.Request.Once], which its settlement
+// carries: the backend writes a ticket with the admission, and a refund
+// applies only while it stands (see settle). A Store in process, which
+// cannot lose a reply, needs none; nor does a call without a ticket pay
+// anything for it.
+func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64, ticket bool) error {
 	if v == "" {
 		l.emptyKey(rule)
 		return fmt.Errorf("ceiling: rule %q: %w", rule.Name, errEmptyKey)
@@ -187,9 +217,12 @@ func (l *Limiter) add(st *state, rule *Rule, v string, cost, limit, burst int64)
 	r.Key = l.storedKey(st, rule.Name, v)
 	r.Algorithm, r.Limit, r.Period, r.Burst, r.Cost = req.Algorithm, req.Limit, req.Period, req.Burst, req.Cost
 	r.Force, r.Lease, r.Stamp, r.Once, r.Shadow = req.Force, req.Lease, 0, 0, req.Shadow
+	if ticket && l.remote && cost > 0 && rule.Algorithm != Concurrency {
+		r.Once = newOnce()
+	}
 	st.decision.Results = grow(st.decision.Results)
 	rr := &st.decision.Results[len(st.decision.Results)-1]
-	rr.Rule, rr.Fallback, rr.limit = rule, inherit, req.Limit
+	rr.Rule, rr.Fallback, rr.limit, rr.Ticket = rule, inherit, req.Limit, r.Once
 	res := &rr.Result
 	res.Allowed, res.Unread, res.Cached = false, false, false
 	res.Limit, res.Remaining, res.ResetAfter, res.RetryAfter, res.NextAfter, res.Stamp = 0, 0, 0, 0, 0, 0
@@ -229,7 +262,7 @@ func (l *Limiter) neverFits(st *state, results []backend.Result) (decided, unfit
 	}
 	for i := range st.reqs {
 		if st.unfit[i] {
-			st.reqs[i].Cost = 0 // a peek: the state, for the shadow report
+			st.reqs[i].Cost, st.reqs[i].Once = 0, 0 // a peek: the state, for the shadow report
 		}
 	}
 	return false, true

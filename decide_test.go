@@ -369,7 +369,7 @@ func TestAddOverwritesEveryField(t *testing.T) {
 	scribble(t, reflect.ValueOf(&st.reqs[0]).Elem())
 	scribble(t, reflect.ValueOf(&st.decision.Results[0]).Elem())
 	st.reset()
-	if err := l.add(st, &l.rules[0], "192.0.2.1", 3, 0, 0); err != nil {
+	if err := l.add(st, &l.rules[0], "192.0.2.1", 3, 0, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	want := backend.Request{Key: "ip\x00192.0.2.1", Algorithm: RollingWindow, Limit: 10, Period: time.Second, Cost: 3, Shadow: true}

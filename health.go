@@ -343,7 +343,11 @@ func (l *Limiter) Check(ctx context.Context) error {
 				if late == nil {
 					err = nil
 				} else if KindOf(late) != kindTimeout {
-					err = fmt.Errorf("%w (%w)", late, err)
+					// The late call's failure is the backend's answer
+					// and names the kind; the first call's is only
+					// context: a reply this process was too busy to
+					// read says nothing once the backend refused one.
+					err = fmt.Errorf("%w (%v)", late, err)
 				}
 			}
 			if err != nil {

@@ -3,6 +3,8 @@ package ceiling
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"strings"
@@ -151,6 +153,14 @@ func (s *slowStart) Decide(ctx context.Context, reqs []backend.Request) ([]backe
 	return res, err
 }
 
+// DecideInto shadows the memory store's, which the limiter would call
+// instead of Decide.
+func (s *slowStart) DecideInto(ctx context.Context, reqs []backend.Request, out []backend.Result) error {
+	res, err := s.Decide(ctx, reqs)
+	copy(out, res)
+	return err
+}
+
 func (s *slowStart) InProcess() bool { return false }
 
 // A start-up check whose first call misses the timeout, though the backend
@@ -166,7 +176,44 @@ func TestCheckAsksAgainWhenTheFirstCallIsLate(t *testing.T) {
 	if err := l.Check(context.Background()); err != nil {
 		t.Fatalf("Check: %v, want nil: the backend answered the second call", err)
 	}
+	if be.calls < 2 {
+		t.Fatalf("the backend was called %d times, want the late call and the one asked again", be.calls)
+	}
 	if h := l.Health(); h.Status != "healthy" || h.DegradedTotal != 0 {
 		t.Errorf("health after the check %+v, want healthy with no degradation", h)
+	}
+}
+
+// busyThenAuth is a backend whose first reply this process was too busy
+// to read, and which then refuses authentication, as a Redis with a
+// password the program lacks does on a loaded machine.
+type busyThenAuth struct{ calls int }
+
+func (s *busyThenAuth) Decide(context.Context, []backend.Request) ([]backend.Result, error) {
+	if s.calls++; s.calls == 1 {
+		return nil, fmt.Errorf("%w: no reply read in time", backend.ErrUnread)
+	}
+	return nil, fmt.Errorf("%w: WRONGPASS", backend.ErrAuth)
+}
+
+func (s *busyThenAuth) Reset(context.Context, ...string) error { return nil }
+
+// A start-up check whose first call this process was too busy to read,
+// and whose second the backend refuses (a wrong password), is the
+// misconfiguration: its kind is auth, the limiter is degraded, and a
+// program refuses to start. Before, the first call's overload was
+// wrapped too and named the kind, so the misconfigured program started,
+// degraded (docs/redisstart on a loaded machine).
+func TestCheckNamesAMisconfigurationAfterALateFirstCall(t *testing.T) {
+	be := &busyThenAuth{}
+	l := MustNew([]Rule{{Name: "ip", Limit: 10, Period: time.Minute}}, WithBackend(be),
+		WithLogger(slog.New(slog.DiscardHandler)))
+	defer l.Close()
+	err := l.Check(context.Background())
+	if !errors.Is(err, backend.ErrAuth) || KindOf(err) != kindAuth {
+		t.Errorf("Check: %v, kind %q; want an error wrapping backend.ErrAuth, kind auth", err, KindOf(err))
+	}
+	if h := l.Health(); h.Status != "degraded" || h.Reason != kindAuth {
+		t.Errorf("health after the check: %q, reason %q; want degraded, auth", h.Status, h.Reason)
 	}
 }

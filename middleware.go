@@ -326,6 +326,12 @@ type RuleResult struct {
 	// Fallback is the fail mode that decided the rule because the backend
 	// could not ([FailOpen] or [FailLocal]); zero when the backend decided.
 	Fallback FailMode
+	// Ticket names the ticket the backend wrote with this admission, when
+	// its [Input] set Reserve: pass it as [Input].Ticket to the
+	// [Limiter.Charge] that settles it. Zero when none was written (the
+	// decision was rejected or decided by a fail mode, or the backend is
+	// in process, which cannot lose a reply and needs none).
+	Ticket int64
 
 	limit int64 // the limit that applied to the request (a FailLocal Result.Limit is a share of it)
 }
@@ -401,7 +407,7 @@ func (l *Limiter) decide(r *http.Request, st *state) error {
 				if rule.Estimate != nil {
 					st.x.est[len(st.x.est)-1].planned = limit == 0 && burst == 0
 				}
-				err = l.add(st, rule, v, cost, limit, burst)
+				err = l.add(st, rule, v, cost, limit, burst, rule.Estimate != nil)
 			}
 		}
 		if err != nil {

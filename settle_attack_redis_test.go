@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,16 +20,15 @@ import (
 
 // A key's stored state is meant to stay small and bounded whatever the
 // traffic (DESIGN.md: "small bounded state per key"), but every settlement
-// to a remote backend leaves a record beside its key, whether or not its
+// to a remote backend left a record beside its key, whether or not its
 // reply was ever lost. A refund gives its units back, so the rule does not
 // bound how many settlements one key makes: a client whose requests each
 // reserve and then settle 0 (a handler that settles what it used, nothing,
 // on a bad input or a client gone) is admitted without end. Kept twice the
 // Period, one shop of limit 3 per day left one Redis key per request for
-// 48 hours. Records are now kept backend.OnceKept of the Period, at most
-// a minute, so a key holds at most its settlements of the last minute:
-// here one shop makes 200 requests, all admitted, and no record lives
-// longer than a minute.
+// 48 hours. A reservation now writes a ticket, which its refund consumes,
+// leaving nothing: here one shop makes 200 requests, all admitted, and no
+// entry of a settlement is left.
 func TestSettlementRecordsBoundedPerKey_Regression(t *testing.T) {
 	l, _, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 3, Period: 24 * time.Hour,
 		Estimate: func(*http.Request) (int64, error) { return 3, nil }}})
@@ -53,19 +53,17 @@ func TestSettlementRecordsBoundedPerKey_Regression(t *testing.T) {
 		t.Fatal(err)
 	}
 	records := 0
-	var ttl time.Duration // the longest a record still lives
 	for _, k := range keys {
 		if strings.Contains(k, "#o") {
 			records++
-			ttl = max(ttl, direct.PTTL(t.Context(), k).Val())
 		}
 	}
-	t.Logf("%d of %d admitted; %d keys in Redis, %d of them settlement records (the longest TTL %v)", admitted, n, len(keys), records, ttl)
+	t.Logf("%d of %d admitted; %d keys in Redis, %d of them tickets or records", admitted, n, len(keys), records)
 	if admitted != n {
 		t.Fatalf("%d of %d admitted; each settled 0 and should have left the budget whole", admitted, n)
 	}
-	if records == 0 || ttl <= 0 || ttl > backend.OnceHold {
-		t.Errorf("one key of a daily rule holds %d settlement records, the longest living %v: want each kept at most %v, so that the key's records are its settlements of the last minute", records, ttl, backend.OnceHold)
+	if records != 0 {
+		t.Errorf("one key of a daily rule holds %d tickets or records after %d reservations refunded in full: want none", records, n)
 	}
 }
 
@@ -117,18 +115,20 @@ func TestSettlementResentPastItsRecordMixedPeriods_Regression(t *testing.T) {
 	}
 }
 
-// A refund resent after Redis restarted empty finds no record of its first
-// delivery, and gives back units taken since the restart at its stamp:
+// A refund resent after Redis restarted empty found no record of its first
+// delivery, and gave back units taken since the restart at its stamp:
 // another request's quota, past the documented cost of a restart ("each
-// restart lets each key admit up to one more Limit"). Instance 1 reserves
+// restart lets each key admit up to one more Limit"). A refund now applies
+// only beside its reservation's ticket, written with the admission, which
+// dies in the restart with the units it stands for. Instance 1 reserves
 // the whole budget, 10 of 10 per hour (FixedWindow), and settles 0: Redis
 // applies the refund, the reply is lost and instance 1 is cut off from
 // Redis. Instance 2 then takes 10; Redis restarts empty; instance 2 takes
 // 10 more (the restart's one more Limit). Instance 1 comes back and resends
-// its refund, which gives back those 10; instance 2 takes 10 again: 30 in
-// one window of a limit of 10.
+// its refund, which gave back those 10; instance 2 took 10 again: 30 in
+// one window of a limit of 10. Now the resent refund finds no ticket and
+// gives back nothing.
 func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
-	t.Skip("defect: a refund resent after Redis restarted empty gives back units taken since the restart (Once records die with the data)")
 	inst := redistest.Server(t)
 	proxy := redistest.NewProxy(t, inst.Addr)
 	prefix := redistest.KeyPrefix(t)
@@ -148,7 +148,12 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 	ctx := t.Context()
 	window := time.Now().Truncate(time.Hour)
 
+	var reserved atomic.Bool
 	h := l1.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if keys, _ := direct.Keys(ctx, prefix+"*#o*").Result(); len(keys) != 1 {
+			t.Errorf("the reservation left %d tickets, want 1", len(keys))
+		}
+		reserved.Store(true)
 		if err := Settle(r, "tokens", 0); err != nil {
 			t.Errorf("Settle: %v", err)
 		}
@@ -162,10 +167,13 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 		h.ServeHTTP(w, r)
 		done <- w.Code
 	}()
-	applied := eventually(func() bool {
+	tickets := func() int {
 		keys, _ := direct.Keys(ctx, prefix+"*#o*").Result()
-		return len(keys) == 1
-	})
+		return len(keys)
+	}
+	// The handler runs beside the reservation's ticket; the refund,
+	// applied, consumes it.
+	applied := eventually(func() bool { return reserved.Load() && tickets() == 0 })
 	proxy.Partition() // instance 1 loses the reply, and Redis
 	if code := <-done; !applied || code != http.StatusOK {
 		t.Fatalf("status %d, refund applied %v; want 200, applied", code, applied)
@@ -197,16 +205,17 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 	}
 }
 
-// The records of finding TestSettlementRecordsBoundedPerKey_Regression are a
-// flood any client can make: requests that reserve and settle 0 fill Redis
-// with records that live twice the Period, one key of the attacker's, until
-// Redis, full (noeviction, as the README asks), refuses every write and
-// every other caller's decision goes to the fail mode. Here Redis has 512
-// KiB of room; the attacker's requests, each admitted, fill it within a
-// bounded loop, and then another shop's request is decided by FailLocal.
+// The records of finding TestSettlementRecordsBoundedPerKey_Regression were
+// a flood any client can make: requests that reserve and settle 0 filled
+// Redis with records (living twice the Period, then at most a minute), one
+// key of the attacker's, until Redis, full (noeviction, as the README
+// asks), refused every write and every other caller's decision went to
+// the fail mode. Here Redis has 512 KiB of room, which the attacker's
+// requests, each admitted, filled within this bounded loop; then another
+// shop's request was decided by FailLocal. A refund now consumes its
+// reservation's ticket and leaves nothing, so the loop ends with Redis
+// holding the attacker's one state and the victim is decided by Redis.
 func TestSettlementRecordsFillRedis_Attack(t *testing.T) {
-	t.Skip("defect, narrowed: records now live at most backend.OnceHold (a minute), so a key holds its settlements of the last minute, not of 2×Period; " +
-		"this flood (~2,800 settle-0 requests/s from one key) still fills 512 KiB in under a second: bounding a key's records by a constant needs a Once the backend can order, or acks")
 	l, _, direct := proxiedLimiter(t, []Rule{{Name: "tokens", Key: headerKey("X-Shop"), Limit: 3, Period: 24 * time.Hour,
 		Estimate: func(*http.Request) (int64, error) { return 3, nil }}})
 	ctx := t.Context()
@@ -262,20 +271,21 @@ func TestSettlementRecordsFillRedis_Attack(t *testing.T) {
 // retry to the caller. The retry was applied a second time and gave back
 // another caller's units: A reserves 5 and B takes 5 of 10, A's Charge
 // refund of 5 loses its reply, A retries it, and 10 were left with B's 5
-// still in use. Charge now names its refund by a Once and resends it; its
+// still in use. A Decide input now asks for a ticket (Reserve), and the
+// Charge refund that passes it (Ticket) is named by it and resent; its
 // error says so (ErrResent), and the caller repeats only what the doc says
 // was not applied.
 func TestChargeRefundRetriedAfterLostReplyBuysNoQuota_Attack(t *testing.T) {
 	l, proxy, _ := proxiedLimiter(t, []Rule{{Name: "tokens", Limit: 10, Period: time.Hour, Algorithm: FixedWindow}})
 	ctx := t.Context()
-	a, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5})
-	if err != nil || !a.Allowed {
-		t.Fatalf("A reserves 5: %+v, %v", a, err)
+	a, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5, Reserve: true})
+	if err != nil || !a.Allowed || a.Results[0].Ticket == 0 {
+		t.Fatalf("A reserves 5 with a ticket: %+v, %v", a, err)
 	}
-	if b, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5}); err != nil || !b.Allowed {
-		t.Fatalf("B takes 5: %+v, %v", b, err)
+	if b, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5}); err != nil || !b.Allowed || b.Results[0].Ticket != 0 {
+		t.Fatalf("B takes 5, asking no ticket: %+v, %v", b, err)
 	}
-	refund := Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: a.Results[0].Stamp}
+	refund := Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: a.Results[0].Stamp, Ticket: a.Results[0].Ticket}
 	proxy.DropReply("evalsha")
 	resent := false
 	for try := 0; try < 3; try++ { // retried while the doc says it was not applied
@@ -297,5 +307,49 @@ func TestChargeRefundRetriedAfterLostReplyBuysNoQuota_Attack(t *testing.T) {
 	}
 	if p, err := l.Peek(ctx, "tokens", "acme"); err != nil || p.Remaining != 5 {
 		t.Errorf("after A's refund: %+v, %v; want 5 left (B's 5 still count)", p, err)
+	}
+}
+
+// A Charge refund without a ticket is applied as sent: it cannot be told
+// from a second delivery, so one whose reply was lost is not sent again,
+// and its error says it may have been applied (not ErrResent, nor
+// ErrDegraded or ErrNotSent, which would invite a repeat). A refund with
+// a ticket that a restart lost, or that an earlier delivery consumed,
+// gives back nothing: A reserves 5 with a ticket and B takes 5; A's
+// refund, applied, frees A's 5, and sent again gives back none of B's.
+func TestChargeRefundWithoutTicketIsNotResent(t *testing.T) {
+	l, proxy, _ := proxiedLimiter(t, []Rule{{Name: "tokens", Limit: 10, Period: time.Hour, Algorithm: FixedWindow}})
+	ctx := t.Context()
+	a, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5})
+	if err != nil || !a.Allowed || a.Results[0].Ticket != 0 {
+		t.Fatalf("A reserves 5 without a ticket: %+v, %v", a, err)
+	}
+	proxy.DropReply("evalsha")
+	err = l.Charge(ctx, Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: a.Results[0].Stamp})
+	if err == nil || errors.Is(err, ErrResent) || errors.Is(err, ErrDegraded) || errors.Is(err, backend.ErrNotSent) || proxy.Dropped() != 1 {
+		t.Fatalf("a ticketless refund whose reply was lost: %v (%d replies lost); want an error saying it may have been applied", err, proxy.Dropped())
+	}
+	if n := l.pendingWrites(); n != 0 {
+		t.Errorf("%d writes pending: a ticketless refund must not be sent again", n)
+	}
+	if p, err := l.Peek(ctx, "tokens", "acme"); err != nil || p.Remaining != 10 {
+		t.Errorf("after the refund Redis applied: %+v, %v; want 10 left", p, err)
+	}
+
+	c, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5, Reserve: true})
+	if err != nil || !c.Allowed || c.Results[0].Ticket == 0 {
+		t.Fatalf("C reserves 5 with a ticket: %+v, %v", c, err)
+	}
+	if d, err := l.Decide(ctx, Input{Rule: "tokens", Key: "acme", Cost: 5}); err != nil || !d.Allowed {
+		t.Fatalf("D takes 5: %+v, %v", d, err)
+	}
+	refund := Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: c.Results[0].Stamp, Ticket: c.Results[0].Ticket}
+	for i := range 2 {
+		if err := l.Charge(ctx, refund); err != nil {
+			t.Fatalf("C's refund (%d): %v", i+1, err)
+		}
+	}
+	if p, err := l.Peek(ctx, "tokens", "acme"); err != nil || p.Remaining != 5 {
+		t.Errorf("after C's refund sent twice: %+v, %v; want 5 left (D's 5 still count)", p, err)
 	}
 }

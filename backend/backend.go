@@ -143,28 +143,47 @@ type Request struct {
 	// does, so that it is exact in a double-precision Lua number.
 	Stamp int64
 	// Once, when not zero, names a settlement (a refund, or a Forced
-	// charge, of a rate algorithm) so that it takes effect at most once
-	// however often it is delivered: the backend records Once with the key
-	// atomically with applying the request, and a later request on the
-	// same key with the same Once is not applied again. It then answers
-	// Allowed, with the key's state as a peek would report it (Stamp 0):
-	// "already applied". The record is kept for [OnceKept] of Period
-	// (twice Period, at most [OnceHold]) after the first delivery applied
-	// it, and no longer: a key's records are bounded by its settlements of
-	// the last minute, not of its Period, which refunds leave unbounded. A
-	// request of a call that is rejected applies nothing and records
-	// nothing.
+	// charge, of a rate algorithm) and the reservation it settles (the
+	// admission, Cost > 0 and not Forced, that took the units), so that
+	// the settlement takes effect at most once however often it is
+	// delivered, even across a restart that lost the backend's data:
+	//   - A reservation with Once o that places units (admitted, in a
+	//     call that is admitted) writes a ticket for o on its key,
+	//     atomically with its admission, kept [TicketKept] of Period: as
+	//     long as its units can count.
+	//   - A refund with Once o is applied only while o's ticket stands on
+	//     its key, and consumes it in the same write, leaving nothing.
+	//     With no ticket (already applied, expired, or lost with the
+	//     backend's data, which lost the reservation's units too) it is
+	//     answered as a peek: nothing comes back. A refund of units
+	//     reserved without a Once goes without one.
+	//   - A Forced charge with Once o consumes o's ticket, if any, and
+	//     leaves a record of o kept [OnceKept] of Period (twice Period,
+	//     at most [OnceHold]) after it was applied; while that record
+	//     stands, another delivery is answered as a peek. It is applied
+	//     without a ticket too: a charge is owed whether or not the
+	//     reservation's units still count.
+	//
+	// A key's tickets are thus bounded by its reservations that hold
+	// units, and its records by its forced charges, each of which adds
+	// units that count: never by how often a key refunds. A request
+	// answered as a peek is Allowed, with the key's state as a peek
+	// would report it (Stamp 0). Within one call, a request sees the
+	// tickets and records its call's earlier requests left; a call that
+	// is rejected writes and consumes none.
 	//
 	// It makes a settlement safe to send again after any error, including
 	// one sent and not answered ([ErrUnread], a lost connection, a
-	// timeout): the caller repeats it unchanged, with the same Once, while
-	// its record surely holds: up to OnceKept(Period) after the first
-	// delivery was sent, less the time a repeat takes to be applied. A stamped refund sent twice without
+	// timeout): the caller repeats it unchanged, with the same Once. A
+	// refund is applied once whenever it arrives while the ticket stands;
+	// a forced charge only while its record surely holds: up to
+	// OnceKept(Period) after the first delivery was sent, less the time a
+	// repeat takes to be applied. A stamped refund sent twice without
 	// Once gives back other requests' units (see Stamp). Pick Once at
-	// random from a large space, unique per settlement across every
-	// process that shares the backend. A Once on any other request (an
-	// admission, a peek, a [Concurrency] request, which a lease id already
-	// names) is an invalid request.
+	// random from a large space, unique per reservation across every
+	// process that shares the backend. A Once on any other request (a
+	// peek, a [Concurrency] request, which a lease id already names) is
+	// an invalid request.
 	Once int64
 	// Shadow evaluates the request and reports whether it fits, but its
 	// rejection never blocks the other requests of the call: a shadow rule
@@ -320,8 +339,8 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: key %q: lease %d outside 1..%d", ErrInvalidRequest, r.Key, r.Lease, int64(MaxLease))
 	case r.Cost > MaxLimit || r.Cost < -MaxLimit:
 		return fmt.Errorf("%w: key %q: cost %d outside ±%d", ErrInvalidRequest, r.Key, r.Cost, MaxLimit)
-	case r.Once != 0 && (r.Algorithm == Concurrency || r.Cost == 0 || r.Cost > 0 && !r.Force):
-		return fmt.Errorf("%w: key %q: once %d on a request that is not a settlement (a refund or a forced charge)", ErrInvalidRequest, r.Key, r.Once)
+	case r.Once != 0 && (r.Algorithm == Concurrency || r.Cost == 0):
+		return fmt.Errorf("%w: key %q: once %d on a request that is neither a reservation nor a settlement (a peek or a lease)", ErrInvalidRequest, r.Key, r.Once)
 	case r.Stamp > maxStamp || r.Stamp < -maxStamp:
 		return fmt.Errorf("%w: key %q: stamp %d outside ±%d", ErrInvalidRequest, r.Key, r.Stamp, maxStamp)
 	case r.Algorithm == GCRA && r.Burst > r.Limit && gcraTolerance(r) > maxTolerance:
@@ -363,13 +382,17 @@ const (
 	MaxPeriod = 90 * 24 * time.Hour
 )
 
-// OnceHold bounds how long a backend keeps the record of a settlement's
+// OnceHold bounds how long a backend keeps the record of a forced charge's
 // [Request.Once]: a resend of a settlement is a retry over a slow moment,
-// not the ride-out of an outage, and a longer record would let one key's
-// refunded settlements (each gives its units back, so the limit does not
-// bound them) fill the backend.
+// not the ride-out of an outage.
 const OnceHold = time.Minute
 
-// OnceKept is how long a backend keeps the record of a settlement of a
+// OnceKept is how long a backend keeps the record of a forced charge of a
 // rule of period: twice the period, at most [OnceHold].
 func OnceKept(period time.Duration) time.Duration { return min(2*period, OnceHold) }
+
+// TicketKept is how long a backend keeps the ticket of a reservation of a
+// rule of period ([Request.Once]): twice the period, as long as a refund of
+// its units can give anything back (a sliding window's previous window
+// counts until two periods after it began).
+func TicketKept(period time.Duration) time.Duration { return 2 * period }

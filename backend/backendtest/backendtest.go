@@ -81,6 +81,8 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("SameSettlementTwiceRefundsOnce", s.testSettleOnce)
 	t.Run("SameChargeTwiceChargesOnce", s.testChargeOnce)
 	t.Run("OnceRecordHeldForOnceHold", s.testOnceHold)
+	t.Run("RefundWithoutTicketGivesNothing", s.testRefundWithoutTicket)
+	t.Run("TicketsBoundedByReservations", s.testTicketsBounded)
 	t.Run("RollingWindowEmptiedInOneCall", s.testRollingEmptiedInOneCall)
 	t.Run("ClockBehind", s.testClockBehind)
 	t.Run("GCRAAtTheHorizon", s.testGCRAAtTheHorizon)

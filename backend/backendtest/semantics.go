@@ -300,20 +300,19 @@ func (s *suite) testInvalid(t *testing.T) {
 		return r
 	}
 	cases := map[string]backend.Request{
-		"empty key":            bad(func(r *backend.Request) { r.Key = "" }),
-		"zero limit":           bad(func(r *backend.Request) { r.Limit = 0 }),
-		"negative limit":       bad(func(r *backend.Request) { r.Limit = -1 }),
-		"limit too large":      bad(func(r *backend.Request) { r.Limit = backend.MaxLimit + 1 }),
-		"zero period":          bad(func(r *backend.Request) { r.Period = 0 }),
-		"period under 1ms":     bad(func(r *backend.Request) { r.Period = time.Millisecond - time.Microsecond }),
-		"period too long":      bad(func(r *backend.Request) { r.Period = backend.MaxPeriod + time.Second }),
-		"negative burst":       bad(func(r *backend.Request) { r.Burst = -1 }),
-		"burst too large":      bad(func(r *backend.Request) { r.Burst = backend.MaxLimit + 1 }),
-		"unknown algorithm":    bad(func(r *backend.Request) { r.Algorithm = 99 }),
-		"stamp past 2^53":      bad(func(r *backend.Request) { r.Cost, r.Stamp = -1, 1<<53 }),
-		"stamp below -2^53":    bad(func(r *backend.Request) { r.Cost, r.Stamp = -1, -(1 << 53) }),
-		"once on an admission": bad(func(r *backend.Request) { r.Once = 1 }),
-		"once on a peek":       bad(func(r *backend.Request) { r.Cost, r.Once = 0, 1 }),
+		"empty key":         bad(func(r *backend.Request) { r.Key = "" }),
+		"zero limit":        bad(func(r *backend.Request) { r.Limit = 0 }),
+		"negative limit":    bad(func(r *backend.Request) { r.Limit = -1 }),
+		"limit too large":   bad(func(r *backend.Request) { r.Limit = backend.MaxLimit + 1 }),
+		"zero period":       bad(func(r *backend.Request) { r.Period = 0 }),
+		"period under 1ms":  bad(func(r *backend.Request) { r.Period = time.Millisecond - time.Microsecond }),
+		"period too long":   bad(func(r *backend.Request) { r.Period = backend.MaxPeriod + time.Second }),
+		"negative burst":    bad(func(r *backend.Request) { r.Burst = -1 }),
+		"burst too large":   bad(func(r *backend.Request) { r.Burst = backend.MaxLimit + 1 }),
+		"unknown algorithm": bad(func(r *backend.Request) { r.Algorithm = 99 }),
+		"stamp past 2^53":   bad(func(r *backend.Request) { r.Cost, r.Stamp = -1, 1<<53 }),
+		"stamp below -2^53": bad(func(r *backend.Request) { r.Cost, r.Stamp = -1, -(1 << 53) }),
+		"once on a peek":    bad(func(r *backend.Request) { r.Cost, r.Once = 0, 1 }),
 		"once on a lease": bad(func(r *backend.Request) {
 			r.Algorithm, r.Cost, r.Force, r.Lease, r.Once = backend.Concurrency, -1, true, 1, 1
 		}),

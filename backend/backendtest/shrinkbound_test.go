@@ -38,10 +38,10 @@ func (p planted) Decide(ctx context.Context, reqs []backend.Request) ([]backend.
 }
 
 // plantedDifferential is the differential test of p; its first sequence
-// (seed 5) finds the forgetful Reset.
+// (seed 9) finds the forgetful Reset.
 func plantedDifferential(p planted) Differential {
 	return Differential{
-		Seed: 5,
+		Seed: 9,
 		New: func(t testing.TB, now func() time.Time) Target {
 			p := p
 			p.Store = memory.New(memory.WithClock(now), memory.WithSweepInterval(0))

@@ -14,10 +14,15 @@
 -- for a rejected call, only the anchors (a DELETE for the keys it
 -- empties, only when there are any).
 --
--- A request's lease is a Concurrency request's lease id, or a settlement's
--- once (0: none): a settlement ceiling_settled records on its key is
--- decided as a peek, and an admitted call records the others, for twice
--- their period, at most a minute (60000000 µs: backend.OnceKept).
+-- A request's lease is a Concurrency request's lease id, or a rate
+-- request's once (0: none; ALGORITHMS.md, Once), whose entry is a row of
+-- ceiling_settled: a refund is applied only while its reservation's ticket
+-- stands, a forced charge only while no record does (each seeing what the
+-- call's earlier settlements left), and an admitted call then deletes the
+-- tickets its refunds consumed, records its forced charges, for twice
+-- their period, at most a minute (60000000 µs: backend.OnceKept), and
+-- writes the tickets of its admitted reservations, for twice their period
+-- (backend.TicketKept).
 --
 -- Reply: {now, rejected (0/1), then per request: allowed (0/1),
 -- remaining, reset µs, retry µs (-1 never), next µs, stamp}.
@@ -41,7 +46,13 @@ CREATE OR REPLACE FUNCTION ceiling_decide(p_now bigint, keys text[], algs int[],
   bursts bigint[], costs bigint[], flags int[], leases bigint[], stamps bigint[])
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  now bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  -- the server's clock is read once the keys are locked, not before the
+  -- call waits for them: a call that read it and then queued behind others
+  -- on a hot key decided at an instant older than the states they wrote,
+  -- as on a clock stepped back, and a fixed window's anchor carried the new
+  -- window's count back into the old one: the new window admitted its
+  -- limit again
+  now bigint;
   n int := cardinality(keys);
   res bigint[];
   rejected boolean := false;
@@ -62,7 +73,8 @@ DECLARE
   j int;
   force boolean;
   o int;
-  settles boolean := false; -- the call applies a settlement with a once
+  settles boolean := false; -- the call has a rate request with a once
+  ent bigint; -- a once's entry: expires, negated for a ticket (schema.sql)
   w_key text[] := '{}';
   w ceiling_state[] := '{}';
   del text[] := '{}';
@@ -73,11 +85,10 @@ BEGIN
   END IF;
   sc := set_config('synchronous_commit', 'off', true);
   IF n = 1 THEN
-    RETURN ceiling_decide_one(now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
+    RETURN ceiling_decide_one(p_now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
   END IF;
   res := array_fill(0::bigint, ARRAY[2 + 6 * n]);
-  res[1] := now;
-  IF n = 0 THEN RETURN res; END IF;
+  IF n = 0 THEN res[1] := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint); RETURN res; END IF;
   WITH l AS (
     INSERT INTO ceiling_state AS t (key, alg, st, expires)
     SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
@@ -87,6 +98,8 @@ BEGIN
     array_agg(ROW(l.key, CASE WHEN l.alg >= 0 THEN l.alg END, l.st, l.expires)::ceiling_state ORDER BY l.key),
     array_agg(l.alg >= 0 ORDER BY l.key), array_agg(false ORDER BY l.key)
   INTO dk, anc, stored, anc_w FROM l;
+  now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  res[1] := now;
   ki := array_fill(0, ARRAY[n]);
   FOR i IN 1 .. n LOOP
     ki[i] := array_position(dk, keys[i]);
@@ -115,16 +128,22 @@ BEGIN
   FOR i IN 1 .. n LOOP
     j := ki[i];
     c := fin[j];
-      IF algs[i] <> 5 AND leases[i] <> 0 AND costs[i] <> 0 THEN
-        IF EXISTS (SELECT FROM ceiling_settled t WHERE t.key = keys[i] AND t.once = leases[i] AND t.expires > now)
-          OR EXISTS (SELECT FROM generate_series(1, i - 1) k
-            WHERE keys[k] = keys[i] AND leases[k] = leases[i] AND algs[k] <> 5 AND costs[k] <> 0) THEN
-          costs[i] := 0; -- applied before: a peek
-        ELSE
-          settles := true;
+    force := flags[i] & 1 = 1;
+    IF algs[i] <> 5 AND leases[i] <> 0 AND costs[i] <> 0 THEN
+      settles := true;
+      IF costs[i] < 0 OR force THEN
+        -- what the call's last earlier settlement of this once left (0: none), else the table's entry
+        SELECT CASE WHEN costs[k] < 0 THEN 0 ELSE now + 1 END INTO ent FROM generate_series(i - 1, 1, -1) k
+        WHERE keys[k] = keys[i] AND leases[k] = leases[i] AND algs[k] <> 5 AND (costs[k] < 0 OR costs[k] > 0 AND flags[k] & 1 = 1)
+        LIMIT 1;
+        IF NOT FOUND THEN
+          SELECT t.expires INTO ent FROM ceiling_settled t WHERE t.key = keys[i] AND t.once = leases[i];
+        END IF;
+        IF costs[i] < 0 AND NOT coalesce(ent < -now, false) OR costs[i] > 0 AND coalesce(ent > now, false) THEN
+          costs[i] := 0; -- no ticket for a refund, a record for a charge: a peek
         END IF;
       END IF;
-    force := flags[i] & 1 = 1;
+    END IF;
     CASE algs[i]
     WHEN 0 THEN r := ceiling_rolling(CASE WHEN c.alg = 0 THEN c.st END, now, lims[i], pers[i], costs[i], force, stamps[i]);
     WHEN 1 THEN r := ceiling_log(CASE WHEN c.alg = 1 THEN c.st END, now, lims[i], pers[i], costs[i], force, stamps[i]);
@@ -185,11 +204,18 @@ BEGIN
     WHERE t.key = ANY (w_key);
   END IF;
   IF settles AND NOT rejected THEN
-    DELETE FROM ceiling_settled t WHERE t.key = ANY (keys) AND t.expires <= now;
+    DELETE FROM ceiling_settled t WHERE t.key = ANY (keys) AND t.expires BETWEEN -now AND now; -- lapsed
+    DELETE FROM ceiling_settled t USING unnest(keys, algs, costs, leases) AS u(k, a, c, o)
+    WHERE t.key = u.k AND t.once = u.o AND u.a <> 5 AND u.o <> 0 AND u.c < 0; -- tickets consumed
     INSERT INTO ceiling_settled (key, once, expires)
-    SELECT u.k, u.o, now + least(2 * u.p, 60000000) FROM unnest(keys, algs, costs, leases, pers) AS u(k, a, c, o, p)
-    WHERE u.a <> 5 AND u.o <> 0 AND u.c <> 0
-    ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires;
+    SELECT DISTINCT ON (u.k, u.o) u.k, u.o, now + least(2 * u.p, 60000000)
+    FROM unnest(keys, algs, costs, leases, pers, flags) AS u(k, a, c, o, p, f)
+    WHERE u.a <> 5 AND u.o <> 0 AND u.c > 0 AND u.f & 1 = 1
+    ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires; -- records
+    INSERT INTO ceiling_settled (key, once, expires)
+    SELECT DISTINCT ON (keys[g.x], leases[g.x]) keys[g.x], leases[g.x], -(now + 2 * pers[g.x]) FROM generate_series(1, n) AS g(x)
+    WHERE algs[g.x] <> 5 AND leases[g.x] <> 0 AND costs[g.x] > 0 AND flags[g.x] & 1 = 0 AND res[3 + 6 * (g.x - 1)] = 1
+    ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires; -- tickets
   END IF;
   RETURN res;
 END $$;
@@ -209,6 +235,7 @@ CREATE OR REPLACE FUNCTION ceiling_decide_one(now bigint, p_key text, p_alg int,
   burst bigint, c bigint, flag int, lease bigint, stamp bigint)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 DECLARE
+  p_now bigint := now; -- NULL: the server's clock, read once the key is locked (see ceiling_decide)
   r_alg int;
   r_st bigint[];
   r_exp bigint;
@@ -221,7 +248,9 @@ DECLARE
   anchored boolean;
   current boolean;
   force boolean := flag & 1 = 1;
-  settles boolean := p_alg <> 5 AND lease <> 0 AND c <> 0; -- a settlement named by a once
+  settles boolean := p_alg <> 5 AND lease <> 0 AND c <> 0; -- a rate request with a once
+  reserve boolean := c > 0 AND flag & 1 = 0; -- a reservation: its ticket written if admitted
+  ent bigint; -- the once's entry: expires, negated for a ticket (schema.sql)
   remaining bigint;
   nxt bigint;
   n int;
@@ -231,7 +260,6 @@ BEGIN
     PERFORM ceiling_refuse_isolation();
   END IF;
   sc := set_config('synchronous_commit', 'off', true);
-  now := coalesce(now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   FOR pass IN 1 .. 2 LOOP
     IF pass = 1 THEN
       SELECT t.alg, t.st, t.expires INTO r_alg, r_st, r_exp FROM ceiling_state t WHERE t.key = p_key FOR UPDATE;
@@ -242,6 +270,7 @@ BEGIN
       RETURNING t.alg, t.st, t.expires INTO r_alg, r_st, r_exp;
       have := true;
     END IF;
+    now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     a := CASE WHEN r_alg = p_alg THEN p_alg END; -- another algorithm's state: absent
     s := r_st;
     anchored := false;
@@ -256,9 +285,11 @@ BEGIN
       END IF;
     END IF;
     IF a IS NULL THEN s := NULL; END IF;
-    IF settles THEN -- checked under the row's lock, again on the second pass
-      PERFORM FROM ceiling_settled t WHERE t.key = p_key AND t.once = lease AND t.expires > now;
-      IF FOUND THEN c := 0; settles := false; END IF; -- applied before: a peek
+    IF settles AND NOT reserve THEN -- checked under the row's lock, again on the second pass
+      SELECT t.expires INTO ent FROM ceiling_settled t WHERE t.key = p_key AND t.once = lease;
+      IF c < 0 AND NOT coalesce(ent < -now, false) OR c > 0 AND coalesce(ent > now, false) THEN
+        c := 0; settles := false; -- no ticket for a refund, a record for a charge: a peek
+      END IF;
     END IF;
     CASE p_alg
     WHEN 0 THEN r := ceiling_rolling(s, now, lim, p, c, force, stamp);
@@ -288,9 +319,14 @@ BEGIN
     EXIT WHEN n = 1;
   END LOOP;
   IF settles AND r.ok THEN
-    DELETE FROM ceiling_settled t WHERE t.key = p_key AND t.expires <= now;
-    INSERT INTO ceiling_settled (key, once, expires) VALUES (p_key, lease, now + least(2 * p, 60000000))
-    ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires;
+    DELETE FROM ceiling_settled t WHERE t.key = p_key AND t.expires BETWEEN -now AND now; -- lapsed
+    IF c < 0 THEN
+      DELETE FROM ceiling_settled t WHERE t.key = p_key AND t.once = lease; -- the ticket, consumed
+    ELSE
+      INSERT INTO ceiling_settled (key, once, expires)
+      VALUES (p_key, lease, CASE WHEN reserve THEN -(now + 2 * p) ELSE now + least(2 * p, 60000000) END)
+      ON CONFLICT (key, once) DO UPDATE SET expires = excluded.expires;
+    END IF;
   END IF;
   remaining := greatest(0, r.remaining);
   nxt := CASE WHEN remaining > 0 THEN 0 ELSE r.nxt END;
@@ -335,7 +371,7 @@ END $$;
 -- success while the key kept its count. Each returns how many rows it
 -- deleted. ceiling_sweep deletes at most p_batch rows whose state was back
 -- to full at p_now (NULL: the server's clock), skipping rows a decision
--- holds, and at most p_batch settlement records expired by then; it
+-- holds, and at most p_batch tickets and records expired by then; it
 -- returns how many states it deleted.
 CREATE OR REPLACE FUNCTION ceiling_reset(p_keys text[]) RETURNS bigint
 LANGUAGE sql VOLATILE SET search_path FROM CURRENT AS $$
@@ -346,7 +382,8 @@ CREATE OR REPLACE FUNCTION ceiling_sweep(p_now bigint, p_batch bigint) RETURNS b
 LANGUAGE sql VOLATILE SET search_path FROM CURRENT AS $$
   WITH settled AS (DELETE FROM ceiling_settled WHERE (key, once) IN (
     SELECT key, once FROM ceiling_settled
-    WHERE expires <= coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+    WHERE expires BETWEEN -coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
+      AND coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
     ORDER BY expires LIMIT p_batch FOR UPDATE SKIP LOCKED)),
   d AS (DELETE FROM ceiling_state WHERE key IN (
     SELECT key FROM ceiling_state

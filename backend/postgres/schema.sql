@@ -11,11 +11,13 @@ CREATE TABLE IF NOT EXISTS ceiling_state (
   expires bigint NOT NULL
 ) WITH (fillfactor = 70);
 CREATE INDEX IF NOT EXISTS ceiling_state_expires ON ceiling_state (expires);
--- ceiling_settled records the settlements applied to a key by their once
--- (backend.Request.Once) until expires (µs, the decisions' clock; twice the
--- rule's period, at most a minute: backend.OnceKept): a second
--- delivery of one is decided as a peek. The decision that records one on a
--- key deletes the key's expired records, the janitor those of idle keys.
+-- ceiling_settled holds the entry of a once (backend.Request.Once) on a
+-- key: a forced charge's record until expires (µs, the decisions' clock;
+-- twice the rule's period, at most a minute: backend.OnceKept), or a
+-- reservation's ticket until -expires (twice the period:
+-- backend.TicketKept), which a refund consumes. An entry has lapsed once
+-- expires is between -now and now. The decision that writes one on a key
+-- deletes the key's lapsed entries, the janitor those of idle keys.
 CREATE TABLE IF NOT EXISTS ceiling_settled (
   key text COLLATE "C" NOT NULL,
   once bigint NOT NULL,

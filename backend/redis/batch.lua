@@ -6,7 +6,7 @@
 -- sliding log, 2 sliding window, 3 fixed window, 4 gcra, 5 concurrency),
 -- limit, period µs, burst; then 6 per decision: its rule (1..R), now µs or
 -- "" (TIME), cost, flags (1 force, 2 shadow, or their sum), the lease id
--- (concurrency) or a refund's stamp (0: none), once (0: none). Reply, per
+-- (concurrency) or a refund's stamp (0: none), once (0: none; lib.lua's onceKey). Reply, per
 -- decision: rejected (or its error), allowed, remaining, reset µs, retry µs
 -- (-1 never), next µs, stamp.
 local uses = {} -- the rules' algorithms, whose functions lib.lua defines
@@ -35,17 +35,26 @@ local function one(i)
     if alg ~= '1' then raw = redis.call('GET', KEYS[i]) or '' end
     s = op.load(KEYS[i], raw, now, minTTL)
   end
-  local m, c = onceKey(KEYS[i], ARGV[a + 6]), tonum(ARGV[a + 3])
-  if m and (tonum(redis.call('GET', m)) or 0) > now then c, m = 0, nil end -- applied: a peek
+  local m, c, force = onceKey(KEYS[i], ARGV[a + 6]), tonum(ARGV[a + 3]), flags == '1' or flags == '3'
+  local leave -- what m becomes: 't' a ticket, 'r' a record, 'd' nothing
+  if m and c > 0 and not force then
+    leave = 't'
+  elseif m then
+    local e = onceRead(m, now)
+    if (c < 0 and e ~= 't') or (force and e == 'r') then c, m = 0, nil else leave = c < 0 and 'd' or 'r' end -- a peek
+  end
   local ok, remaining, reset, retry, nx, placed = op.decide(s, now, tonum(ARGV[r + 2]), P,
-    tonum(ARGV[r + 4]), c, flags == '1' or flags == '3', alg == '5' and ARGV[a + 5] or tonum(ARGV[a + 5]))
+    tonum(ARGV[r + 4]), c, force, alg == '5' and ARGV[a + 5] or tonum(ARGV[a + 5]))
   local rejected = 0
   if ok == 0 and flags ~= '2' and flags ~= '3' then
     rejected = 1 -- a shadow request blocks nothing
   elseif s.dirty then
     store(s, alg, now, minTTL)
   end
-  if m and rejected == 0 then onceSet(m, now, P, minTTL) end
+  if m and rejected == 0 then
+    if leave == 'r' then onceSet(m, now, P, minTTL) elseif leave == 'd' then redis.call('DEL', m)
+    elseif ok == 1 then ticketSet(m, now, P, minTTL) end
+  end
   return rejected, ok, remaining, max(0, reset), retry, nx, placed
 end
 

@@ -97,9 +97,12 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // refunded with its admission's stamp, so only those units come back (an
 // acquisition releases its lease, a renewal stays), and an undone refund is
 // charged again. GCRA gives back only what is still outstanding. It runs on
-// its own deadline even when ctx is done. A settlement with a Once goes
-// with its key: put back, its record goes too; on a key another client
-// wrote, it stays applied and recorded, so that a repeat is a no-op.
+// its own deadline even when ctx is done. A request with a Once goes with
+// its key: put back, the ticket or record it wrote goes too, and the
+// ticket a refund consumed comes back, so that a resend of the settlement
+// applies. On a key another client wrote, an undone reservation is
+// refunded with its Once, consuming its ticket, and a settlement stays
+// applied, so that a repeat is a no-op.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var ukeys [][]string
 	var uargs [][]any
@@ -151,8 +154,8 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 				continue // put back, untouched, or never consumed (a shadow request that did not fit)
 			case r.Algorithm == backend.Concurrency && r.Cost > 0 && !replies[g].added[j]:
 				continue // a renewal
-			case r.Once != 0:
-				continue // applied, and recorded: the call then took it, and a repeat is a no-op
+			case r.Once != 0 && (r.Cost < 0 || r.Force):
+				continue // a settlement applied: a repeat finds its ticket gone or its record
 			}
 			r.Stamp = res.Stamp
 			if r.Cost < 0 {
@@ -170,13 +173,19 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 	}
 }
 
-// appliedOnces lists, space-separated, the Once of every settlement in reqs
-// (stored under keys) on key that the call applied (added): the records the
-// undo of key deletes with it.
+// appliedOnces lists, space-separated, the Once of every request in reqs
+// (stored under keys) on key that the call applied (added): as "once" the
+// tickets and records it wrote, which the undo of key deletes with it, and
+// as "once:P" (P the Period in µs) the tickets its refunds consumed, which
+// the undo writes again.
 func appliedOnces(reqs []backend.Request, keys []string, added []bool, key string) string {
 	var b strings.Builder
 	for j, r := range reqs {
-		if r.Once != 0 && added[j] && keys[j] == key {
+		switch {
+		case r.Once == 0 || !added[j] || keys[j] != key:
+		case r.Cost < 0:
+			fmt.Fprintf(&b, "%d:%d ", r.Once, r.Period.Microseconds())
+		default:
 			fmt.Fprintf(&b, "%d ", r.Once)
 		}
 	}

@@ -16,8 +16,10 @@
 -- any changed (else 0), and the same leases as left.
 -- ARGV[3] = "u" puts such keys back where they still hold what the call
 -- left (never another client's write): ARGV[5i-1..] is key i's action, value
--- left, value before, PTTL and the onces the call applied to it, whose
--- records go with it. Reply: per key, 1 when put back, else 0.
+-- left, value before, PTTL and the onces the call applied to it: the
+-- tickets and records it wrote go with it ("id"), the tickets its refunds
+-- consumed come back ("id:P", P the period µs). Reply: per key, 1 when put
+-- back, else 0.
 local uses = {}; local nk = ARGV[3] == 'u' and #KEYS or (#ARGV - 3) / 9 -- the requests' algorithms (lib.lua), the requests
 if ARGV[3] ~= 'u' then for i = 0, nk - 1 do uses[ARGV[4 + 9 * i]] = true end end
 -- lib.lua
@@ -75,7 +77,15 @@ if ARGV[3] == 'u' then
         out[i] = 1
       end
     end
-    if out[i] == 1 then for id in string.gmatch(ARGV[a + 4], '%S+') do redis.call('DEL', onceKey(key, id)) end end
+    if out[i] == 1 then -- "id": a ticket or record the call wrote; "id:P": a ticket its refund consumed
+      for id, P in string.gmatch(ARGV[a + 4], '(-?%d+):?(%d*)') do
+        if P == '' then
+          redis.call('DEL', onceKey(key, id))
+        else
+          ticketSet(onceKey(key, id), ARGV[1] == '' and serverTime() or tonum(ARGV[1]), tonum(P), tonum(ARGV[2]))
+        end
+      end
+    end
   end
   return out
 end
@@ -136,13 +146,23 @@ if withPeeks then -- before any request changes a state
     if alg ~= '5' then before[i], ttls[i] = raws[i] or '', redis.call('PTTL', KEYS[i]) end
   end
 end
-local rejected, marks = false, {} -- marks: the once records the call writes, and their periods
+-- marks: the once entries the call's settlements leave ({e = 'r' a record or 'd' none, P}); tickets: its
+-- reservations' tickets, and their periods, written when it ends (lib.lua's onceKey)
+local rejected, marks, tickets = false, {}, {}
 for i = 1, nk do
   local a = 4 + (i - 1) * 9
-  local m, c = onceKey(KEYS[i], ARGV[a + 8]), tonum(ARGV[a + 4])
-  if m and (marks[m] or (tonum(redis.call('GET', m)) or 0) > now) then c, m = 0, nil end -- applied: a peek
+  local m, c, P = onceKey(KEYS[i], ARGV[a + 8]), tonum(ARGV[a + 4]), tonum(ARGV[a + 2])
+  local reserve = m and c > 0 and ARGV[a + 5] ~= '1'
+  if m and not reserve then
+    local e = marks[m] and marks[m].e or onceRead(m, now)
+    if (c < 0 and e ~= 't') or (ARGV[a + 5] == '1' and e == 'r') then c, m = 0, nil end -- a peek
+  end
   local ok, remaining, reset, retry, nx, placed = run(i, state(i, ARGV[a]), c)
-  if m then marks[m], placed = tonum(ARGV[a + 2]), max(placed, 1) end
+  if reserve then
+    if ok == 1 then tickets[m] = P end
+  elseif m then
+    marks[m], placed = { e = c < 0 and 'd' or 'r', P = P }, max(placed, 1)
+  end
   if ok == 0 and ARGV[a + 6] ~= '1' then rejected = true end
   local o = 2 + (i - 1) * per
   out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] = ok, remaining, max(0, reset), retry, nx, placed
@@ -193,6 +213,7 @@ for _, key in ipairs(order) do
     if withPeeks then written[key] = v and { 1, v } or { 2, '' } end -- a lease: any
   end
 end
-for m, P in pairs(marks) do onceSet(m, now, P, minTTL) end
+for m, v in pairs(marks) do if v.e == 'r' then onceSet(m, now, v.P, minTTL) else redis.call('DEL', m) end end
+for m, P in pairs(tickets) do ticketSet(m, now, P, minTTL) end
 undo(written)
 return out

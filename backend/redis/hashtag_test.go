@@ -209,9 +209,9 @@ func TestChatRequestTouchesAtMostTwoNodes(t *testing.T) {
 				shopRuns = append(shopRuns, r)
 			}
 		}
-		if len(shopRuns) != 2 || len(ipRuns) != 1 || len(shopRuns[0].keys) != 4 || len(shopRuns[1].keys) != 3 || len(ipRuns[0].keys) != 1 ||
-			!strings.Contains(shopRuns[1].keys[2], "#o") {
-			t.Fatalf("%s: scripts %v, want the shop's 4 keys, the address's 1, then the shop's tokens and answers and a settlement's record", shop, runs)
+		if len(shopRuns) != 2 || len(ipRuns) != 1 || len(shopRuns[0].keys) != 5 || len(shopRuns[1].keys) != 3 || len(ipRuns[0].keys) != 1 ||
+			!strings.Contains(shopRuns[0].keys[4], "#o") || shopRuns[1].keys[2] != shopRuns[0].keys[4] {
+			t.Fatalf("%s: scripts %v, want the shop's 4 keys and its token reservation's ticket, the address's 1, then the shop's tokens and answers and that ticket", shop, runs)
 		}
 		if tagOf(shopRuns[0].keys[0]) != tagOf(shopRuns[1].keys[0]) || shopRuns[0].node != shopRuns[1].node {
 			t.Errorf("%s: the settlement went to %v, the decision to %v", shop, shopRuns[1], shopRuns[0])
@@ -241,10 +241,11 @@ func TestChatRequestTouchesAtMostTwoNodes(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// Per shop: the two logs, the token window (the answers' leases are
-	// gone once released) and the record of its settlement
-	// (backend.Request.Once), in the shop's slot; per address: its log.
-	if got, want := len(stored), 12*4+12; got != want {
+	// Per shop: the two logs and the token window (the answers' leases are
+	// gone once released, and the ticket of its token reservation,
+	// backend.Request.Once, once its refund consumed it), in the shop's
+	// slot; per address: its log.
+	if got, want := len(stored), 12*3+12; got != want {
 		t.Errorf("%d stored keys, want %d: %v", got, want, stored)
 	}
 	for _, k := range stored {

@@ -519,10 +519,17 @@ local function companion(key, x)
   return '{' .. key .. '}#' .. (x or 'n')
 end
 
--- onceKey is settlement id's record on key (backend.Request.Once; '0': none), in its slot, holding until when; KEYS declares it
--- after the requests' keys (store.go's onceKeyOf). onceSet writes it, for min(2P, 1 min) from now (backend.OnceKept).
+-- onceKey is the entry of once id on key (backend.Request.Once; '0': none), in its slot; KEYS declares it after the
+-- requests' keys (store.go's onceKeyOf). It holds the µs until which it stands: a forced charge's record (onceSet, for
+-- min(2P, 1 min) from now: backend.OnceKept), or, negated, a reservation's ticket (ticketSet, for 2P: backend.TicketKept).
+-- onceRead is 't' for a ticket that stands at now, 'r' for a record, nil for neither.
 local function onceKey(key, id) if id ~= '0' then return companion(key, 'o' .. id) end end
 local function onceSet(m, now, P, t) local h = math.min(2 * P, 6e7); redis.call('SET', m, now + h, 'PX', max(cdiv(h, 1000), t)) end
+local function ticketSet(m, now, P, t) redis.call('SET', m, -(now + 2 * P), 'PX', max(cdiv(2 * P, 1000), t)) end
+local function onceRead(m, now)
+  local v = tonum(redis.call('GET', m)) or 0
+  if v < 0 and -v > now then return 't' elseif v > now then return 'r' end
+end
 
 if uses['5'] then
   -- leaseTouch records lease id as stored (expiring at e with n units, or

@@ -11,10 +11,10 @@ import (
 )
 
 // A settlement applied on a Cluster master, replicated, and resent after
-// the master crashed and its replica took over finds its record on the
-// new master (the record and the state replicate in one script's
-// effects): the repeat is a peek, and another request's units stay
-// counted. An attack that held.
+// the master crashed and its replica took over finds its ticket consumed
+// on the new master too (the ticket and the state replicate in one
+// script's effects): the repeat is a peek, and another request's units
+// stay counted. An attack that held.
 func TestSettlementResentAfterFailoverAppliedOnce(t *testing.T) {
 	c := redistest.ClusterWithReplicas(t)
 	client := c.Client(t)
@@ -24,7 +24,9 @@ func TestSettlementResentAfterFailoverAppliedOnce(t *testing.T) {
 	req := func(cost int64) backend.Request {
 		return backend.Request{Key: tag + ":a", Algorithm: backend.RollingWindow, Limit: 10, Period: time.Hour, Cost: cost}
 	}
-	a, err := s.Decide(ctx, []backend.Request{req(5)})
+	reserve := req(5)
+	reserve.Once = 77 // its ticket
+	a, err := s.Decide(ctx, []backend.Request{reserve})
 	if err != nil || !a[0].Allowed || a[0].Stamp == 0 {
 		t.Fatalf("A reserves 5: %+v, %v", a, err)
 	}

@@ -273,8 +273,8 @@ func (s *Store) keys(reqs []backend.Request) []string {
 // slot.
 func companionOf(key string) string { return companionName(key, "n") }
 
-// onceKeyOf is lib.lua's onceKey: the record of settlement once on key, in
-// the key's slot.
+// onceKeyOf is lib.lua's onceKey: the entry of once on key (a
+// reservation's ticket or a forced charge's record), in the key's slot.
 func onceKeyOf(key string, once int64) string {
 	return companionName(key, "o"+strconv.FormatInt(once, 10))
 }
@@ -289,11 +289,11 @@ func companionName(key, x string) string {
 	return "{" + key + "}#" + x
 }
 
-// withOnceKeys is keys, the keys of reqs, followed by the record of each
-// settlement's Once: a script declares every key it reads, so that a
-// Cluster slot half-moved by a reshard answers TRYAGAIN (some keys here,
-// some there) or ASK, never runs the script beside a state whose record
-// is on the other node, where a resent settlement would be applied again.
+// withOnceKeys is keys, the keys of reqs, followed by the entry of each
+// request's Once: a script declares every key it reads, so that a Cluster
+// slot half-moved by a reshard answers TRYAGAIN (some keys here, some
+// there) or ASK, never runs the script beside a state whose entry is on
+// the other node, where a resent settlement would be misjudged.
 func withOnceKeys(keys []string, reqs []backend.Request) []string {
 	out := keys
 	for i, r := range reqs {

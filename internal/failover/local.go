@@ -61,10 +61,11 @@ type JournalEntry struct {
 }
 
 // Add records that the local store admitted global.Cost units on global's
-// key.
+// key. A reservation's Once (its ticket) is dropped: the recovery charge
+// is a charge of its own, and the entries are peeks until then.
 func (j *Journal) Add(global, local backend.Request) {
 	units := global.Cost
-	global.Cost, local.Cost = 0, 0
+	global.Cost, local.Cost, global.Once, local.Once = 0, 0, 0, 0
 	j.add(JournalEntry{Global: global, Local: local, Units: units})
 }
 
@@ -263,8 +264,11 @@ func (lc *Local) Close() error {
 }
 
 // Scaled is req scaled to its share of the limit (the rule's, or the
-// call's own), never so small that the request's cost could not fit.
+// call's own), never so small that the request's cost could not fit, and
+// without its Once: a local store's admission is never settled (its units
+// are not the backend's), so it needs no ticket.
 func Scaled(req backend.Request, share float64) backend.Request {
+	req.Once = 0
 	req.Limit = scaled(req.Limit, share, req.Cost)
 	if req.Burst > 0 {
 		req.Burst = scaled(req.Burst, share, req.Cost)

@@ -73,7 +73,7 @@ func (s State) clone() *State {
 // Model is the reference store. The zero value is not usable: call [New].
 type Model struct {
 	keys    map[string]*State
-	settled map[settled]int64            // the records of applied settlements, until (µs)
+	settled map[settled]onceMark         // reservations' tickets and forced charges' records
 	deny    *denyCache                   // nil: no deny cache
 	split   func([]backend.Request) bool // nil: no call is split
 }
@@ -97,7 +97,7 @@ func WithSplit(split func([]backend.Request) bool) Option {
 
 // New returns an empty model.
 func New(opts ...Option) *Model {
-	m := &Model{keys: map[string]*State{}, settled: map[settled]int64{}}
+	m := &Model{keys: map[string]*State{}, settled: map[settled]onceMark{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -140,7 +140,7 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 		}
 	}
 	sent := reqs // what the deny cache learns from: it cannot tell a repeat
-	reqs = m.repeats(now, reqs)
+	reqs, marks := m.repeats(now, reqs)
 	for _, r := range reqs {
 		if s, ok := m.keys[r.Key]; ok && s.Algorithm == r.Algorithm {
 			switch a := anchor(s, r, now); {
@@ -165,9 +165,16 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 		}
 	}
 	if !rejected {
-		for _, r := range reqs {
-			if r.Once != 0 {
-				m.settled[settled{r.Key, r.Once}] = now + backend.OnceKept(r.Period).Microseconds()
+		for i, r := range reqs {
+			if r.Once != 0 && r.Cost > 0 && !r.Force && res[i].Allowed {
+				marks[settled{r.Key, r.Once}] = onceMark{now + backend.TicketKept(r.Period).Microseconds(), true}
+			}
+		}
+		for k, e := range marks {
+			if e.until == 0 {
+				delete(m.settled, k)
+			} else {
+				m.settled[k] = e
 			}
 		}
 	}
@@ -177,31 +184,53 @@ func (m *Model) Decide(now int64, reqs []backend.Request) ([]backend.Result, err
 	return res, nil
 }
 
-// settled is a settlement's record: its key and Once.
+// settled names a reservation's ticket or a forced charge's record: its
+// key and Once.
 type settled struct {
 	key  string
 	once int64
 }
 
-// repeats returns reqs with every settlement already applied turned into
-// a peek: one whose record lives at now, or that an earlier request of the
-// call names (ALGORITHMS.md, Once). reqs itself when there is none.
-func (m *Model) repeats(now int64, reqs []backend.Request) []backend.Request {
+// onceMark is a ticket (a reservation's, until a refund consumes it) or a
+// record (an applied forced charge's), live while now < until.
+type onceMark struct {
+	until  int64
+	ticket bool
+}
+
+// repeats returns reqs with every settlement that must not be applied
+// turned into a peek (ALGORITHMS.md, Once): a refund whose ticket does
+// not stand, a forced charge whose record does, each seeing the marks the
+// call's earlier settlements left. It returns too the marks the call's
+// settlements leave (until 0: consumed), which a call that is admitted
+// writes. reqs itself when nothing is turned.
+func (m *Model) repeats(now int64, reqs []backend.Request) ([]backend.Request, map[settled]onceMark) {
 	out := reqs
+	marks := map[settled]onceMark{}
 	for i, r := range reqs {
-		if r.Once == 0 {
+		if r.Once == 0 || r.Cost > 0 && !r.Force {
 			continue
 		}
 		k := settled{r.Key, r.Once}
-		earlier := slices.ContainsFunc(reqs[:i], func(q backend.Request) bool { return q.Once == r.Once && q.Key == r.Key })
-		if until, ok := m.settled[k]; (ok && until > now) || earlier {
+		e, ok := marks[k]
+		if !ok {
+			e = m.settled[k]
+		}
+		live := e.until > now
+		if r.Cost < 0 && (!live || !e.ticket) || r.Force && live && !e.ticket {
 			if &out[0] == &reqs[0] {
 				out = slices.Clone(reqs)
 			}
 			out[i].Cost, out[i].Force, out[i].Stamp, out[i].Once = 0, false, 0, 0
+			continue
+		}
+		if r.Cost < 0 {
+			marks[k] = onceMark{}
+		} else {
+			marks[k] = onceMark{now + backend.OnceKept(r.Period).Microseconds(), false}
 		}
 	}
-	return out
+	return out, marks
 }
 
 // anchor returns s as r reads it at now when the clock is behind s (s
