@@ -10,20 +10,21 @@ import (
 // resend's reply is lost too, is applied once: the caller is told
 // ErrResent (not to repeat it), the limiter resends it until an answer
 // comes, and the Once record answers the second and third deliveries as
-// peeks. Two rules in one call, a charge and a refund, each counted once.
+// peeks. Two rules in one call, a charge and a ticketed refund, each
+// counted once.
 func TestChargeLostRepliesAppliedOnce_Attack(t *testing.T) {
 	l, proxy, _ := proxiedLimiter(t, []Rule{
 		{Name: "tokens", Limit: 10, Period: time.Hour, Algorithm: FixedWindow},
 		{Name: "calls", Limit: 10, Period: time.Hour, Algorithm: FixedWindow},
 	})
 	ctx := t.Context()
-	d, err := l.Decide(ctx, Input{Rule: "calls", Key: "acme", Cost: 4})
+	d, err := l.Decide(ctx, Input{Rule: "calls", Key: "acme", Cost: 4, Reserve: true})
 	if err != nil || !d.Allowed {
 		t.Fatalf("calls: %+v, %v", d, err)
 	}
 	proxy.DropReply("evalsha")
 	proxy.DropReply("evalsha")
-	err = l.Charge(ctx, Input{Rule: "tokens", Key: "acme", Cost: 3}, Input{Rule: "calls", Key: "acme", Cost: -4, Stamp: d.Results[0].Stamp})
+	err = l.Charge(ctx, Input{Rule: "tokens", Key: "acme", Cost: 3}, Input{Rule: "calls", Key: "acme", Cost: -4, Stamp: d.Results[0].Stamp, Ticket: d.Results[0].Ticket})
 	if !errors.Is(err, ErrResent) {
 		t.Fatalf("a charge whose reply was lost: %v; want an error wrapping ErrResent", err)
 	}
