@@ -420,6 +420,11 @@ func (l *Limiter) Charge(ctx context.Context, inputs ...Input) error {
 	if !l.remote {
 		return fmt.Errorf("ceiling: charge: %w", err)
 	}
+	if unsent(err) && !l.resendsAll(reqs) {
+		// Never applied: send none of it again rather than part, so that
+		// the caller may repeat it all, as the error says.
+		return fmt.Errorf("ceiling: charge: not applied, and not sent again: %w", err)
+	}
 	lost := l.resendLater(reqs, err, "charge")
 	switch {
 	case lost == 0:

@@ -351,6 +351,17 @@ func (l *Limiter) trip(err error) {
 	}
 }
 
+// resendsAll reports whether every one of reqs could still be sent again
+// after a failed call (a Period long enough beside the timeout).
+func (l *Limiter) resendsAll(reqs []backend.Request) bool {
+	for _, q := range reqs {
+		if l.fo.eng.Resends.Window(q) <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // resendLater queues what of reqs (whose call failed with err) may be sent
 // again (failover.Resends). It reports how many requests were dropped
 // instead.

@@ -321,13 +321,26 @@ func (l *Limiter) Check(ctx context.Context) error {
 				// timeout. Ask again with a longer budget, on a fresh
 				// canary at the first attempt (the late call may have
 				// been applied), so that only the backend's failure
-				// fails the check and the error names its cause.
+				// fails the check and the error names its cause. An
+				// answer later than the timeout is asked once more at
+				// the timeout, as the probe that confirms timeouts does:
+				// a backend slower than the timeout cannot decide in time,
+				// and the backend's judgement of that call decides.
 				if attempt == 0 {
 					keys = append(keys, req.Key)
 					req.Key += "+"
 				}
+				start := time.Now()
 				var late error
-				if res, late = l.checkDecide(ctx, req, max(l.cfg.timeout, confirmBudget)); late == nil {
+				res, late = l.checkDecide(ctx, req, max(l.cfg.timeout, confirmBudget))
+				if late == nil && time.Since(start) > l.cfg.timeout {
+					if attempt == 0 { // a fresh canary again: the late one was applied
+						keys = append(keys, req.Key)
+						req.Key += "+"
+					}
+					res, late = l.checkDecide(ctx, req, 0)
+				}
+				if late == nil {
 					err = nil
 				} else if KindOf(late) != kindTimeout {
 					// The late call's failure is the backend's answer

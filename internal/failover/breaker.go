@@ -59,6 +59,7 @@ type Breaker struct {
 	confirming  atomic.Bool  // a probe started by a timeout runs
 	confirmed   atomic.Bool  // it failed, and no probe answered since
 	confirmedAt atomic.Int64 // Unix ns of that verdict (see Success)
+	lastTimeout atomic.Int64 // Unix ns of the latest timeout (see lapse)
 
 	state atomic.Uint32
 	fails atomic.Int64 // consecutive failures while closed
@@ -128,6 +129,7 @@ func (b *Breaker) Failure(err error) bool {
 		return false
 	}
 	if b.isTimeout(err) {
+		b.lapse()
 		confirmed := b.confirmed.Load()
 		if (!confirmed || b.stale()) && b.confirming.CompareAndSwap(false, true) {
 			b.suspect() // a stale verdict stands until this one's
@@ -141,6 +143,21 @@ func (b *Breaker) Failure(err error) bool {
 	}
 	b.Open(err, int(n))
 	return false
+}
+
+// lapse records a timeout, first dropping a stale verdict that no timeout
+// came to uphold for MaxCoolDown: the verdict stands while timeouts keep
+// coming (a frozen master of a Cluster), but one from a moment long past,
+// with nothing since, says nothing about the backend now, and a CPU flood
+// on a healthy backend must not fail open on it. The verdict is dropped
+// before the timeout is recorded, so a simultaneous timeout that sees this
+// one's time also sees the verdict gone.
+func (b *Breaker) lapse() {
+	now := b.now().UnixNano()
+	if b.confirmed.Load() && b.stale() && now-b.lastTimeout.Load() > int64(b.cfg.MaxCoolDown) {
+		b.confirmed.Store(false)
+	}
+	b.lastTimeout.Store(now)
 }
 
 // NoVerdict ends the probe that Failure started without a verdict (this

@@ -54,22 +54,33 @@ func (j *Journal) Len() int64 { return j.n.Load() }
 type JournalEntry struct {
 	Global backend.Request // as the backend sees it, Cost 0
 	Local  backend.Request // scaled to the share, Cost 0
+	// Units is how many units the local store admitted on the key since
+	// the journal last gave it to a charge: the local store's count also
+	// holds units an earlier charge sent, which must not be sent twice.
+	Units int64
 }
 
-// Add records that the local store admitted on global's key. A
-// reservation's Once (its ticket) is dropped: the recovery charge is a
-// charge of its own, and the entries are peeks until then.
+// Add records that the local store admitted global.Cost units on global's
+// key. A reservation's Once (its ticket) is dropped: the recovery charge
+// is a charge of its own, and the entries are peeks until then.
 func (j *Journal) Add(global, local backend.Request) {
+	units := global.Cost
 	global.Cost, local.Cost, global.Once, local.Once = 0, 0, 0, 0
+	j.add(JournalEntry{Global: global, Local: local, Units: units})
+}
+
+func (j *Journal) add(e JournalEntry) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.entries == nil {
 		j.entries = make(map[string]JournalEntry)
 	}
-	if _, ok := j.entries[global.Key]; !ok && len(j.entries) >= MaxJournal {
+	old, ok := j.entries[e.Global.Key]
+	if !ok && len(j.entries) >= MaxJournal {
 		return // the local store cannot hold more keys either
 	}
-	j.entries[global.Key] = JournalEntry{Global: global, Local: local}
+	e.Units += old.Units
+	j.entries[e.Global.Key] = e
 	j.n.Store(int64(len(j.entries)))
 }
 
@@ -90,7 +101,7 @@ func (j *Journal) Take() []JournalEntry {
 // Restore puts back entries a failed charge did not apply.
 func (j *Journal) Restore(entries []JournalEntry) {
 	for _, e := range entries {
-		j.Add(e.Global, e.Local)
+		j.add(e)
 	}
 }
 
@@ -343,7 +354,9 @@ const ChargeBatch = 256
 // Charge charges the backend (send, a bounded call) with what the local
 // store still counts for every key it admitted while degraded, forced, in
 // batches of ChargeBatch, and reports how many keys and units it charged.
-// On error the journal keeps what was not charged.
+// A key is charged at most the units admitted on it since its last charge
+// (JournalEntry.Units): the local store still counts those an earlier
+// charge sent. On error the journal keeps what was not charged.
 func (lc *Local) Charge(ctx context.Context, send func([]backend.Request) error) (int, int64, error) {
 	entries := lc.Journal.Take()
 	if len(entries) == 0 {
@@ -363,7 +376,7 @@ func (lc *Local) Charge(ctx context.Context, send func([]backend.Request) error)
 	var from []int // entry of each charge
 	var units int64
 	for i, e := range entries {
-		used := Capacity(e.Local) - res[i].Remaining
+		used := min(Capacity(e.Local)-res[i].Remaining, e.Units)
 		if used <= 0 {
 			continue
 		}

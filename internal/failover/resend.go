@@ -162,10 +162,7 @@ func (r *Resends) Later(reqs []backend.Request, err error, what string) int {
 	late := 0
 	for _, q := range reqs {
 		q.Key = r.Keep(q.Key) // the caller's arena is reused
-		window := q.Period
-		if q.Once != 0 {
-			window = min(window, backend.OnceKept(q.Period)-2*r.Timeout)
-		}
+		window := r.Window(q)
 		if window <= 0 {
 			late++
 			continue
@@ -205,6 +202,15 @@ func (r *Resends) Later(reqs []backend.Request, err error, what string) int {
 	}
 	r.Poke()
 	return lost
+}
+
+// Window is how long after its call failed q may still be sent again (see
+// Later): none when it is not positive.
+func (r *Resends) Window(q backend.Request) time.Duration {
+	if q.Once != 0 {
+		return min(q.Period, backend.OnceKept(q.Period)-2*r.Timeout)
+	}
+	return q.Period
 }
 
 // settlements counts the refunds and charges of rate rules in reqs.
