@@ -12,9 +12,10 @@
 // the caller marked so), and a body that GetBody can replay.
 //
 // With Pace set, it also remembers, per host, a response that said r=0
-// (the last unit is spent) and holds the next request to that host until
-// the quota's t has passed, so that a client doing a fixed amount of work
-// is rejected as few times as possible.
+// (the last unit is spent) and holds the next requests to that host until
+// the quota's t has passed, then lets through no more of them than the
+// quota holds, so that a client doing a fixed amount of work, from one
+// goroutine or many, is rejected as few times as possible.
 //
 // [Backoff] is the same reading of a response as a
 // github.com/hashicorp/go-retryablehttp Backoff function, for clients
@@ -26,6 +27,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,17 +82,28 @@ type Transport struct {
 
 	// Pace holds a request to a host whose last response said that a
 	// quota has no units left (RateLimit r=0, or a 429 or 503 with a
-	// wait) until that quota's t has passed. The memory is per host, not
-	// per policy, so a spent quota on one path also holds requests for
-	// another path of the same host; and it is bounded (1024 hosts, the
-	// holds that end soonest dropped first).
-	// A hold that would pass MaxWait or the request's deadline is skipped
-	// and the request sent: the server decides. A context that ends during
-	// a hold ends the request with the context's error, unsent.
+	// wait) until that quota's t has passed. When that response's
+	// RateLimit-Policy names the spent quota's q and w, the hold then
+	// releases at most q requests, fewer when a later response's r says
+	// fewer units are left, and the rest wait for the next reset, w
+	// later (or the one a response names). Retries after a refusal take
+	// their turn with the held requests. Without a policy, every held
+	// request goes when the hold ends. Only requests in flight when the
+	// quota ran out are refused. Each request waits in its caller's
+	// goroutine.
+	//
+	// The memory is per host, not per policy, so a spent quota on one
+	// path also holds requests for another path of the same host; and it
+	// is bounded (1024 hosts, the holds that end soonest dropped first).
+	// A hold that would end more than MaxWait after it began, or past the
+	// request's deadline, is skipped and the request sent: the server
+	// decides (a retry returns the refusal instead). A context that ends
+	// during a hold ends the request with the context's error, unsent, or
+	// a retry with the refusal.
 	Pace bool
 
 	mu    sync.Mutex
-	hosts map[string]time.Time // host → until when its quota is spent
+	hosts map[string]*spent
 
 	// Tests of a server on a fake clock (Redis under WithClock, outside a
 	// synctest bubble) read and pass time through these; nil means the
@@ -112,6 +125,18 @@ const (
 	bodyGrace = time.Second
 )
 
+// spent is what Pace remembers of one host's spent quota.
+type spent struct {
+	until time.Time // when the quota is back
+	// With a policy (quota > 0), the hold releases at most left more
+	// requests from until on; once they are gone, the next ones wait one
+	// window more, for the reset after. Without one, every held request
+	// goes at until, and the server decides.
+	left   int64
+	quota  int64
+	window time.Duration
+}
+
 // RoundTrip sends req, waiting and sending it again as [Transport]
 // describes. Like every RoundTripper it does not modify req: attempts after
 // the first are clones with a body from GetBody.
@@ -122,7 +147,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	host := hostKey(req)
 	if t.Pace {
-		if err := t.hold(ctx, host); err != nil {
+		if err := t.hold(ctx, host, t.clock()); err != nil && err != errHoldTooLong {
 			if req.Body != nil {
 				req.Body.Close()
 			}
@@ -157,6 +182,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				closeBody(next)
 				return resp, nil
 			}
+		}
+		// Under Pace the retry takes its place among the held requests:
+		// the wait ended at the quota's reset, with every request the
+		// hold was keeping. One that cannot wait for its turn returns
+		// the refusal, as a wait too long for the retry does.
+		if t.Pace && t.hold(ctx, host, start) != nil {
+			closeBody(next)
+			return resp, nil
 		}
 		resp, err = t.base().RoundTrip(next)
 	}
@@ -262,45 +295,69 @@ func (t *Transport) observe(host string, resp *http.Response) (wait time.Duratio
 		hold = max(wait, q.exhaustedWait)
 	case q.exhausted:
 		hold = q.exhaustedWait
-	case !q.seen:
+	case q.seen && q.fewest > 0:
+		t.remaining(host, now, q.fewest)
+		return wait, ok
+	default:
 		return wait, ok // nothing said about the quota: keep what we knew
 	}
-	t.remember(host, now, hold)
+	quota, window, _ := parsePolicy(resp.Header.Values("Ratelimit-Policy"), q.name)
+	t.remember(host, now, hold, quota, window)
 	return wait, ok
 }
 
-// remember records that host's quota is spent for d from now, or, for
-// d == 0, that it is not.
-func (t *Transport) remember(host string, now time.Time, d time.Duration) {
+// remember records that host's quota is spent for d from now, and that
+// from then on it holds quota units each window (0 when the response
+// named no policy); or, for d == 0, that it is not spent.
+func (t *Transport) remember(host string, now time.Time, d time.Duration, quota int64, window time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if d <= 0 {
 		delete(t.hosts, host)
 		return
 	}
-	until := now.Add(d)
 	if t.hosts == nil {
-		t.hosts = make(map[string]time.Time)
+		t.hosts = make(map[string]*spent)
 	}
 	if _, known := t.hosts[host]; !known && len(t.hosts) >= maxHosts {
 		t.evict(now)
 	}
-	t.hosts[host] = until
+	t.hosts[host] = &spent{until: now.Add(d), left: quota, quota: quota, window: window}
+}
+
+// remaining records a response that says host's quota has r units left.
+// During a hold's release it lowers what the release may still send: the
+// server has counted what was sent, and may share the quota with other
+// clients. It does not end a hold still running, since it may have been
+// decided before the response that spent the quota. A host remembered
+// without a policy is forgotten once its hold has ended.
+func (t *Transport) remaining(host string, now time.Time, r int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.hosts[host]
+	switch {
+	case !ok || now.Before(s.until):
+	case s.quota == 0:
+		delete(t.hosts, host)
+	case now.Before(s.until.Add(s.window)):
+		s.left = min(s.left, r)
+	}
 }
 
 // evict makes room in a full host table: it drops every hold that has
-// ended, or, when none has, the one that ends first, the least worth
-// keeping.
+// ended, with the release after it, or, when none has, the one that ends
+// first, the least worth keeping.
 func (t *Transport) evict(now time.Time) {
 	var first string
-	var firstUntil time.Time
-	for h, until := range t.hosts {
-		if !until.After(now) {
+	var firstEnd time.Time
+	for h, s := range t.hosts {
+		end := s.until.Add(s.window)
+		if !end.After(now) {
 			delete(t.hosts, h)
 			continue
 		}
-		if first == "" || until.Before(firstUntil) {
-			first, firstUntil = h, until
+		if first == "" || end.Before(firstEnd) {
+			first, firstEnd = h, end
 		}
 	}
 	if len(t.hosts) >= maxHosts {
@@ -308,24 +365,53 @@ func (t *Transport) evict(now time.Time) {
 	}
 }
 
-// hold waits until host's quota is back, when Pace remembers it spent and
-// the wait fits MaxWait and ctx's deadline.
-func (t *Transport) hold(ctx context.Context, host string) error {
+// errHoldTooLong is hold's answer for a wait it did not start.
+var errHoldTooLong = errors.New("client: the quota is back too late")
+
+// hold waits until host's quota is back and has a unit for this request,
+// when Pace remembers it spent. The caller's goroutine does the waiting;
+// a request that finds the release spent waits for the next reset and
+// asks again. A wait that would end more than MaxWait after since, or at
+// ctx's deadline, is not started (errHoldTooLong).
+func (t *Transport) hold(ctx context.Context, host string, since time.Time) error {
+	for {
+		now := t.clock()
+		at, wait := t.take(host, now)
+		switch {
+		case !wait:
+			return nil
+		case at.Sub(since) > t.maxWait() || passesDeadline(ctx, now, at.Sub(now)):
+			return errHoldTooLong
+		}
+		if err := t.pause(ctx, at.Sub(now)); err != nil {
+			return fmt.Errorf("client: waiting for the quota of %s: %w", host, err)
+		}
+	}
+}
+
+// take lets a request to host go at now, spending one of the release's
+// units, or says until when it must wait: the hold's end, or, when the
+// release is spent, the reset a window later. A request that finds that
+// reset passed starts its release.
+func (t *Transport) take(host string, now time.Time) (at time.Time, wait bool) {
 	t.mu.Lock()
-	until, ok := t.hosts[host]
-	t.mu.Unlock()
-	if !ok {
-		return nil
+	defer t.mu.Unlock()
+	s, ok := t.hosts[host]
+	switch {
+	case !ok || s.quota == 0 && !now.Before(s.until):
+		return time.Time{}, false
+	case now.Before(s.until):
+		return s.until, true
 	}
-	now := t.clock()
-	d := until.Sub(now)
-	if d <= 0 || d > t.maxWait() || passesDeadline(ctx, now, d) {
-		return nil
+	if s.left <= 0 {
+		next := s.until.Add(s.window)
+		if now.Before(next) {
+			return next, true
+		}
+		s.until, s.left = next, s.quota
 	}
-	if err := t.pause(ctx, d); err != nil {
-		return fmt.Errorf("client: waiting for the quota of %s: %w", host, err)
-	}
-	return nil
+	s.left--
+	return time.Time{}, false
 }
 
 // replayable reports whether req may be sent again: a method whose repeat

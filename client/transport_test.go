@@ -339,16 +339,16 @@ func TestTransportWaitsOut503(t *testing.T) {
 func TestTransportPaceMemoryIsBounded(t *testing.T) {
 	var tr Transport
 	now := time.Unix(1_700_000_000, 0)
-	tr.remember("ended.test", now, time.Second)
+	tr.remember("ended.test", now, time.Second, 0, 0)
 	now = now.Add(2 * time.Second)
 	for i := range maxHosts - 1 {
-		tr.remember(fmt.Sprintf("h%d.test", i), now, time.Duration(i+10)*time.Second)
+		tr.remember(fmt.Sprintf("h%d.test", i), now, time.Duration(i+10)*time.Second, 0, 0)
 	}
-	tr.remember("new.test", now, time.Minute)
+	tr.remember("new.test", now, time.Minute, 0, 0)
 	if _, ok := tr.hosts["ended.test"]; ok || len(tr.hosts) != maxHosts {
 		t.Fatalf("%d hosts, ended.test kept %v; want %d and the ended hold dropped", len(tr.hosts), ok, maxHosts)
 	}
-	tr.remember("newer.test", now, time.Minute)
+	tr.remember("newer.test", now, time.Minute, 0, 0)
 	if _, ok := tr.hosts["h0.test"]; ok || len(tr.hosts) != maxHosts {
 		t.Errorf("%d hosts, h0.test (ends first) kept %v; want %d and it dropped", len(tr.hosts), ok, maxHosts)
 	}
@@ -357,7 +357,7 @@ func TestTransportPaceMemoryIsBounded(t *testing.T) {
 			t.Errorf("%s dropped", h)
 		}
 	}
-	tr.remember("new.test", now, 0)
+	tr.remember("new.test", now, 0, 0, 0)
 	if _, ok := tr.hosts["new.test"]; ok {
 		t.Error("a host whose quota is back is still held")
 	}
@@ -658,4 +658,173 @@ func TestTransportPaceHoldEndsWithTheContext(t *testing.T) {
 		}
 		checkSeen(t, srv, 200)
 	})
+}
+
+// A request that finds the release after a hold spent waits for the next
+// reset only while that stays within MaxWait of its first wait: held past
+// it, it is sent, and the server decides.
+func TestTransportPaceHoldsNoLongerThanMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &server{h: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("RateLimit-Policy", `"api";q=1;w=10`)
+			w.Header().Set("RateLimit", `"api";r=0;t=10`)
+		})}
+		tr := &Transport{Base: srv, Pace: true, MaxWait: 15 * time.Second}
+		send(t, t.Context(), tr, "GET", nil)
+		var took [2]time.Duration
+		var wg sync.WaitGroup
+		for i := range took {
+			wg.Go(func() { _, took[i] = send(t, t.Context(), tr, "GET", nil) })
+		}
+		wg.Wait()
+		slices.Sort(took[:])
+		// The first goes at the reset with the quota's one unit; the
+		// second would wait for the next reset, 20s after it was held.
+		if took != [2]time.Duration{10 * time.Second, 10 * time.Second} {
+			t.Errorf("held %v, want both sent at 10s (the second at MaxWait's bound, not the reset at 20s)", took)
+		}
+	})
+}
+
+// After a hold, a response that reports fewer units than the policy's q
+// (another client shares the quota) bounds what the hold still releases:
+// of two requests sent then, one goes and one waits for the next reset,
+// and the server refuses neither.
+func TestTransportPaceReleasesNoMoreThanTheResponseReports(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := limited(t, 5, 10*time.Second)
+		tr := &Transport{Base: srv, Pace: true}
+		for range 5 {
+			send(t, t.Context(), tr, "GET", nil)
+		}
+		time.Sleep(10 * time.Second)
+		for range 3 { // the other client
+			send(t, t.Context(), &Transport{Base: srv}, "GET", nil)
+		}
+		if _, took := send(t, t.Context(), tr, "GET", nil); took != 0 {
+			t.Fatalf("held %v at the reset", took) // this response says r=1
+		}
+		// Each answer takes a millisecond, so that both requests have
+		// left the hold before either is answered.
+		tr.Base = delayed{srv, time.Millisecond}
+		var took [2]time.Duration
+		var wg sync.WaitGroup
+		for i := range took {
+			wg.Go(func() { _, took[i] = send(t, t.Context(), tr, "GET", nil) })
+		}
+		wg.Wait()
+		slices.Sort(took[:])
+		if took[0] != time.Millisecond || took[1] < 10*time.Second {
+			t.Errorf("held %v, want one sent at once and one at the next reset", took)
+		}
+		if n := srv.rejected(); n != 0 {
+			t.Errorf("%d refusals: %v", n, srv.seen())
+		}
+	})
+}
+
+// Under Pace a retry after a refusal's wait takes its place among the
+// held requests: of two refused on a quota of 1 per 10 s, one is sent
+// again at the reset and the other's turn is the next one. When that turn
+// is past its deadline, or its context ends while it waits, its caller
+// gets the refusal, and the server is not asked again.
+func TestTransportPaceHoldsRetries(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ctx  func(context.Context) (context.Context, context.CancelFunc)
+	}{
+		{"deadline", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 15*time.Second)
+		}},
+		{"cancelled", func(ctx context.Context) (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(15*time.Second, cancel)
+			return ctx, cancel
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := limited(t, 1, 10*time.Second)
+				// A millisecond per answer: the three are all in flight
+				// when the quota runs out.
+				tr := &Transport{Base: delayed{srv, time.Millisecond}, Pace: true}
+				ctx, cancel := c.ctx(t.Context())
+				defer cancel()
+				var codes [3]int
+				var wg sync.WaitGroup
+				for i := range codes {
+					wg.Go(func() {
+						req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+						resp, err := tr.RoundTrip(req)
+						if err != nil {
+							t.Errorf("RoundTrip: %v", err)
+							return
+						}
+						resp.Body.Close()
+						codes[i] = resp.StatusCode
+					})
+				}
+				wg.Wait()
+				slices.Sort(codes[:])
+				if codes != [3]int{200, 200, 429} {
+					t.Errorf("callers got %v, want two 200s and the 429 of the one that could not wait", codes)
+				}
+				if n := srv.rejected(); n != 2 {
+					t.Errorf("the server answered %v, want the first window's two refusals only", srv.seen())
+				}
+			})
+		})
+	}
+}
+
+// A response with units left that was decided before the one that spent
+// the quota, but arrives after it, does not end the hold: the next
+// request still waits for the reset instead of being refused.
+func TestTransportPaceKeepsTheHoldAgainstAnOlderAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := limited(t, 2, 10*time.Second)
+		tr := &Transport{Base: lateAnswers{srv}, Pace: true}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+			req.Header.Set("Late", "1")
+			if resp, err := tr.RoundTrip(req); err != nil {
+				t.Error(err)
+			} else {
+				resp.Body.Close()
+			}
+		})
+		synctest.Wait()                      // decided (r=1), and on its way
+		send(t, t.Context(), tr, "GET", nil) // r=0;t=10
+		wg.Wait()                            // the r=1 arrives
+		// Sent at 1ms, held until the reset at 10s.
+		want := 10*time.Second - time.Millisecond
+		if _, took := send(t, t.Context(), tr, "GET", nil); took != want {
+			t.Errorf("held %v, want %v", took, want)
+		}
+		checkSeen(t, srv, 200, 200, 200)
+	})
+}
+
+// lateAnswers is a Base that delivers the answer to a request with a Late
+// header a millisecond after the server decided it.
+type lateAnswers struct{ http.RoundTripper }
+
+func (b lateAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.RoundTripper.RoundTrip(req)
+	if req.Header.Get("Late") != "" {
+		time.Sleep(time.Millisecond)
+	}
+	return resp, err
+}
+
+// delayed is a Base whose every answer takes d.
+type delayed struct {
+	http.RoundTripper
+	d time.Duration
+}
+
+func (b delayed) RoundTrip(req *http.Request) (*http.Response, error) {
+	time.Sleep(b.d)
+	return b.RoundTripper.RoundTrip(req)
 }

@@ -80,6 +80,8 @@ func parseDigits(s string) (int64, bool) {
 type quotas struct {
 	exhausted     bool          // some member has r=0 and a t
 	exhaustedWait time.Duration // the largest t of those
+	name          string        // the member with that t, as sent
+	fewest        int64         // the smallest r of any member; -1 when none has one
 	seen          bool          // some member parsed, with or without r and t
 }
 
@@ -90,23 +92,44 @@ type quotas struct {
 // bad member from a proxy does not hide the others. The scan is linear in
 // the field's length.
 func parseRateLimit(lines []string) quotas {
-	var q quotas
+	q := quotas{fewest: -1}
 	for _, line := range lines {
 		for line != "" {
 			var member string
 			member, line = nextMember(line)
-			r, t, ok := parseMember(member)
+			name, p, ok := parseMember(member)
 			if !ok {
 				continue
 			}
 			q.seen = true
-			if r == 0 && t >= 0 {
+			if p.r >= 0 && (q.fewest < 0 || p.r < q.fewest) {
+				q.fewest = p.r
+			}
+			if p.r == 0 && p.t >= 0 && (!q.exhausted || seconds(p.t) > q.exhaustedWait) {
 				q.exhausted = true
-				q.exhaustedWait = max(q.exhaustedWait, seconds(t))
+				q.exhaustedWait = seconds(p.t)
+				q.name = name
 			}
 		}
 	}
 	return q
+}
+
+// parsePolicy reads the q and w of the RateLimit-Policy member called name
+// (`"policy";q=QUOTA;w=SECONDS`): how many units the quota holds after
+// each reset, and how far apart its resets are. ok is false when no such
+// member parses with a q and a w above 0.
+func parsePolicy(lines []string, name string) (quota int64, window time.Duration, ok bool) {
+	for _, line := range lines {
+		for line != "" {
+			var member string
+			member, line = nextMember(line)
+			if n, p, good := parseMember(member); good && n == name && p.q > 0 && p.w > 0 {
+				return p.q, seconds(p.w), true
+			}
+		}
+	}
+	return 0, 0, false
 }
 
 // nextMember splits s at its first comma outside a quoted string.
@@ -134,60 +157,70 @@ func indexUnquoted(s string, sep byte) int {
 	return -1
 }
 
-// parseMember reads one member's r and t parameters; each is -1 when
-// absent. ok is false when the member is empty, its item is not a string
-// or token, a string is unterminated, or r or t is present but is not a
-// non-negative integer.
-func parseMember(m string) (r, t int64, ok bool) {
+// params are a member's integer parameters, each -1 when absent: r and t
+// in RateLimit, q and w in RateLimit-Policy.
+type params struct{ r, t, q, w int64 }
+
+// parseMember reads one member's item (its name, as sent) and its r, t, q
+// and w parameters. ok is false when the member is empty, its item is not
+// a string or token, a string is unterminated, or one of those parameters
+// is present but is not a non-negative integer.
+func parseMember(m string) (name string, p params, ok bool) {
 	m = strings.TrimSpace(m)
 	if m == "" {
-		return 0, 0, false
+		return "", p, false
 	}
-	var params string
+	var rest string
 	if m[0] == '"' {
 		end := closingQuote(m)
 		if end < 0 {
-			return 0, 0, false
+			return "", p, false
 		}
-		params = m[end+1:]
+		name, rest = m[:end+1], m[end+1:]
 	} else {
 		i := strings.IndexByte(m, ';')
 		if i < 0 {
 			i = len(m)
 		}
-		if !isToken(strings.TrimSpace(m[:i])) {
-			return 0, 0, false
+		name, rest = strings.TrimSpace(m[:i]), m[i:]
+		if !isToken(name) {
+			return "", p, false
 		}
-		params = m[i:]
 	}
-	r, t = -1, -1
-	for rest := strings.TrimSpace(params); rest != ""; {
+	p = params{r: -1, t: -1, q: -1, w: -1}
+	for rest = strings.TrimSpace(rest); rest != ""; {
 		if rest[0] != ';' {
-			return 0, 0, false
+			return "", p, false
 		}
 		// Slicing, never concatenating: the scan stays linear however
 		// many parameters a member has.
-		p := rest[1:]
-		if i := indexUnquoted(p, ';'); i >= 0 {
-			p, rest = p[:i], p[i:]
+		param := rest[1:]
+		if i := indexUnquoted(param, ';'); i >= 0 {
+			param, rest = param[:i], param[i:]
 		} else {
 			rest = ""
 		}
-		key, val, hasVal := strings.Cut(strings.TrimSpace(p), "=")
-		if key != "r" && key != "t" {
-			continue // pk, a future parameter: not ours to judge
+		key, val, hasVal := strings.Cut(strings.TrimSpace(param), "=")
+		var dst *int64
+		switch key {
+		case "r":
+			dst = &p.r
+		case "t":
+			dst = &p.t
+		case "q":
+			dst = &p.q
+		case "w":
+			dst = &p.w
+		default:
+			continue // pk, qu, a future parameter: not ours to judge
 		}
 		n, good := parseDigits(val)
 		if !hasVal || !good {
-			return 0, 0, false
+			return "", p, false
 		}
-		if key == "r" {
-			r = n
-		} else {
-			t = n
-		}
+		*dst = n
 	}
-	return r, t, true
+	return name, p, true
 }
 
 // closingQuote is the index of the quote that ends the string starting

@@ -683,6 +683,9 @@ func goRequests(reqs []backend.Request, indent string) string {
 		if r.Stamp != 0 {
 			fmt.Fprintf(&b, ", Stamp: %d", r.Stamp)
 		}
+		if r.Once != 0 {
+			fmt.Fprintf(&b, ", Once: %d", r.Once)
+		}
 		if r.Force {
 			b.WriteString(", Force: true")
 		}

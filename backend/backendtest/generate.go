@@ -103,10 +103,13 @@ func generate(rng *rand.Rand, keys []string) []Step {
 
 // settlements is the settlements with a Once a sequence sent, each with
 // the instant it was first sent: what a caller resending lost replies
-// holds.
-type settlements []struct {
-	at time.Duration
-	r  backend.Request
+// holds. hi is the latest instant a call was sent at.
+type settlements struct {
+	hi   time.Duration
+	sent []struct {
+		at time.Duration
+		r  backend.Request
+	}
 }
 
 // next returns r, drawn for a call at at: a reservation (an admission
@@ -114,32 +117,55 @@ type settlements []struct {
 // three, a refund one time in two named by the Once of a recent
 // reservation (its ticket), or, one time in six, an earlier reservation
 // or settlement sent again unchanged, within a Period of its first
-// sending as a caller repeats one (ALGORITHMS.md: Once).
+// sending as a caller repeats one (ALGORITHMS.md: Once). One is not sent
+// again at an instant before its ticket or record lapses once the clock
+// has been at or past that lapse: a backend may drop a lapsed one whenever
+// it sees it lapsed (Postgres at the key's next settlement, the memory
+// store at a sweep), so whether a clock stepped back finds it again is the
+// backend's.
 func (p *settlements) next(rng *rand.Rand, r backend.Request, at time.Duration) backend.Request {
-	if len(*p) > 0 && rng.IntN(6) == 0 {
-		s := (*p)[len(*p)-1-rng.IntN(min(len(*p), 4))]
-		if at-s.at < s.r.Period {
+	p.hi = max(p.hi, at)
+	if len(p.sent) > 0 && rng.IntN(6) == 0 {
+		s := p.sent[len(p.sent)-1-rng.IntN(min(len(p.sent), 4))]
+		if at-s.at < s.r.Period && p.unlapsed(s.r, s.at, at) {
 			return s.r
 		}
 	}
 	if r.Algorithm == backend.Concurrency || r.Cost == 0 {
 		return r
 	}
-	if r.Cost < 0 && len(*p) > 0 && rng.IntN(2) == 0 {
-		s := (*p)[len(*p)-1-rng.IntN(min(len(*p), 4))]
-		if s.r.Key == r.Key && s.r.Cost > 0 && !s.r.Force {
+	if r.Cost < 0 && len(p.sent) > 0 && rng.IntN(2) == 0 {
+		s := p.sent[len(p.sent)-1-rng.IntN(min(len(p.sent), 4))]
+		if s.r.Key == r.Key && s.r.Cost > 0 && !s.r.Force && p.unlapsed(s.r, s.at, at) {
 			r.Once = s.r.Once
 			return r
 		}
 	}
 	if rng.IntN(3) == 0 {
 		r.Once = 1 + rng.Int64N(1<<40)
-		*p = append(*p, struct {
+		p.sent = append(p.sent, struct {
 			at time.Duration
 			r  backend.Request
 		}{at, r})
 	}
 	return r
+}
+
+// unlapsed reports whether a call at at may name first's Once again (a
+// repeat, or a refund of first's reservation): not before the lapse of
+// first's ticket (a reservation's) or record once the clock was past it.
+func (p *settlements) unlapsed(first backend.Request, sent, at time.Duration) bool {
+	lapse := sent + keptFor(first)
+	return at >= lapse || p.hi < lapse
+}
+
+// keptFor is how long a backend keeps what first, a request with a Once,
+// leaves: a reservation's ticket, or a settlement's record.
+func keptFor(first backend.Request) time.Duration {
+	if first.Cost > 0 && !first.Force {
+		return backend.TicketKept(first.Period)
+	}
+	return backend.OnceKept(first.Period)
 }
 
 // decideModel decides call on m, reporting false if the model panicked. An

@@ -2,7 +2,9 @@ package backendtest
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/backend/internal/model"
@@ -66,4 +68,55 @@ func TestGeneratedStampsWereReturned(t *testing.T) {
 		t.Errorf("500 sequences hold %d stamped refunds and %d steps back of the clock, want at least 500 and 100", stamped, backs)
 	}
 	t.Logf("500 sequences: %d stamped refunds, %d steps back", stamped, backs)
+}
+
+// TestGeneratedOnceNotRevived_Regression: seed 717 sent a settlement's Once
+// again at 3.8 s after it was first sent at 1426 s and the clock had been at
+// 5195 s, well past its record's lapse. The model still held the record (it
+// never drops one) and answered a peek; Postgres had dropped it at the key's
+// next settlement, as it may, and applied it again. Whether a clock stepped
+// back finds a lapsed record again is the backend's, so no sequence may ask:
+// a repeat comes before the clock reaches its record's lapse, or after.
+func TestGeneratedOnceNotRevived_Regression(t *testing.T) {
+	keys := Differential{}.keys()
+	repeats := 0
+	for seed := range uint64(1500) {
+		seq := generate(rand.New(rand.NewPCG(seed, 0x5eed)), keys)
+		first := map[int64]time.Duration{} // Once → when first sent
+		kept := map[int64]time.Duration{}  // Once → how long its ticket or record lasts
+		var hi time.Duration
+		for i, st := range seq {
+			if st.Reset == nil {
+				hi = max(hi, st.At) // a Reset leaves records alone
+			}
+			for _, r := range st.Decide {
+				if r.Once == 0 {
+					continue
+				}
+				at, ok := first[r.Once]
+				if !ok {
+					first[r.Once], kept[r.Once] = st.At, keptFor(r)
+					continue
+				}
+				repeats++
+				lapse := at + kept[r.Once]
+				if st.At < lapse && hi >= lapse {
+					t.Fatalf("seed %d, step %d at %v: Once %d (first sent at %v) sent again before its ticket's or record's lapse at %v, after the clock was at %v",
+						seed, i, st.At, r.Once, at, lapse, hi)
+				}
+			}
+		}
+	}
+	if repeats < 100 {
+		t.Fatalf("only %d settlements were sent again: the test proves little", repeats)
+	}
+}
+
+// TestGoRequestsPrintsOnce_Regression: a pasted regression case lost its
+// requests' Once, so seed 717's shrunk case passed on its own.
+func TestGoRequestsPrintsOnce_Regression(t *testing.T) {
+	r := backend.Request{Key: "c", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: -1, Once: 42}
+	if got := goRequests([]backend.Request{r}, ""); !strings.Contains(got, "Once: 42") {
+		t.Fatalf("goRequests printed %s, without the Once", got)
+	}
 }

@@ -38,7 +38,6 @@ type pending struct {
 // evaluate all requests on the state as it is, and write only when none is
 // rejected (shadow requests excepted: see backend.Request.Shadow).
 func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pend []pending) {
-	now := s.now()
 	var idBuf [smallCall]uint32
 	ids := idBuf[:0]
 	for i := range reqs {
@@ -57,6 +56,7 @@ func (s *Store) decideMany(reqs []backend.Request, results []backend.Result, pen
 	for _, id := range ids {
 		s.shards[id].mu.Lock()
 	}
+	now := s.now() // under the locks: see decideOne
 
 	rejected := false
 	var undo []leaseUndo // the Concurrency states' changes, in place

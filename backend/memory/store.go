@@ -302,10 +302,14 @@ func (s *Store) Reset(_ context.Context, keys ...string) error {
 // The rolling window reads and writes its state where it is stored; the
 // other algorithms go through many.go's load, step and store.
 func (s *Store) decideOne(r *backend.Request, out *backend.Result) {
-	now := s.now()
 	h := s.hash(r.Key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
+	// The clock is read under the lock: a call that read it and then waited
+	// for the lock behind calls that had since opened the next window
+	// decided at an older instant, as on a clock stepped back, and a fixed
+	// window's anchor carried the new window's count into the old one.
+	now := s.now()
 	if r.Algorithm == backend.RollingWindow {
 		s.decideRolling(sh, h, r, now, out)
 	} else {

@@ -46,7 +46,13 @@ CREATE OR REPLACE FUNCTION ceiling_decide(p_now bigint, keys text[], algs int[],
   bursts bigint[], costs bigint[], flags int[], leases bigint[], stamps bigint[])
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  now bigint := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  -- the server's clock is read once the keys are locked, not before the
+  -- call waits for them: a call that read it and then queued behind others
+  -- on a hot key decided at an instant older than the states they wrote,
+  -- as on a clock stepped back, and a fixed window's anchor carried the new
+  -- window's count back into the old one: the new window admitted its
+  -- limit again
+  now bigint;
   n int := cardinality(keys);
   res bigint[];
   rejected boolean := false;
@@ -79,11 +85,10 @@ BEGIN
   END IF;
   sc := set_config('synchronous_commit', 'off', true);
   IF n = 1 THEN
-    RETURN ceiling_decide_one(now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
+    RETURN ceiling_decide_one(p_now, keys[1], algs[1], lims[1], pers[1], bursts[1], costs[1], flags[1], leases[1], stamps[1]);
   END IF;
   res := array_fill(0::bigint, ARRAY[2 + 6 * n]);
-  res[1] := now;
-  IF n = 0 THEN RETURN res; END IF;
+  IF n = 0 THEN res[1] := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint); RETURN res; END IF;
   WITH l AS (
     INSERT INTO ceiling_state AS t (key, alg, st, expires)
     SELECT k, -1, '{}', 0 FROM (SELECT DISTINCT unnest(keys) AS k) u ORDER BY k COLLATE "C"
@@ -93,6 +98,8 @@ BEGIN
     array_agg(ROW(l.key, CASE WHEN l.alg >= 0 THEN l.alg END, l.st, l.expires)::ceiling_state ORDER BY l.key),
     array_agg(l.alg >= 0 ORDER BY l.key), array_agg(false ORDER BY l.key)
   INTO dk, anc, stored, anc_w FROM l;
+  now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  res[1] := now;
   ki := array_fill(0, ARRAY[n]);
   FOR i IN 1 .. n LOOP
     ki[i] := array_position(dk, keys[i]);
@@ -228,6 +235,7 @@ CREATE OR REPLACE FUNCTION ceiling_decide_one(now bigint, p_key text, p_alg int,
   burst bigint, c bigint, flag int, lease bigint, stamp bigint)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 DECLARE
+  p_now bigint := now; -- NULL: the server's clock, read once the key is locked (see ceiling_decide)
   r_alg int;
   r_st bigint[];
   r_exp bigint;
@@ -252,7 +260,6 @@ BEGIN
     PERFORM ceiling_refuse_isolation();
   END IF;
   sc := set_config('synchronous_commit', 'off', true);
-  now := coalesce(now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   FOR pass IN 1 .. 2 LOOP
     IF pass = 1 THEN
       SELECT t.alg, t.st, t.expires INTO r_alg, r_st, r_exp FROM ceiling_state t WHERE t.key = p_key FOR UPDATE;
@@ -263,6 +270,7 @@ BEGIN
       RETURNING t.alg, t.st, t.expires INTO r_alg, r_st, r_exp;
       have := true;
     END IF;
+    now := coalesce(p_now, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     a := CASE WHEN r_alg = p_alg THEN p_alg END; -- another algorithm's state: absent
     s := r_st;
     anchored := false;
