@@ -689,9 +689,6 @@ func goRequests(reqs []backend.Request, indent string) string {
 		if r.Force {
 			b.WriteString(", Force: true")
 		}
-		if r.Once != 0 {
-			fmt.Fprintf(&b, ", Once: %d", r.Once)
-		}
 		if r.Shadow {
 			b.WriteString(", Shadow: true")
 		}
