@@ -90,6 +90,9 @@ func TestEveryKeyExpires(t *testing.T) {
 				t.Fatal(err)
 			}
 			alg := algorithmOf(t, k, prefix)
+			if ttl == -2 && alg == backend.FixedWindow && start.UnixNano()/int64(period) != time.Now().UnixNano()/int64(period) {
+				continue // its window ended between the scan and PTTL, and the key with it
+			}
 			if ttl <= 0 || ttl > bound[alg] {
 				t.Errorf("%s: TTL %v, want in (0, %v]", k, ttl, bound[alg])
 			}
