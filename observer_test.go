@@ -352,7 +352,8 @@ func TestHealthReasonIsTheKindOnly(t *testing.T) {
 		if string(h.Reason) != tc.want || strings.Contains(w.Body.String(), "7B-u1Ox") || strings.Contains(w.Body.String(), "10.0.0.7") {
 			t.Errorf("%v: health body %s, want reason %q and nothing of the error", tc.err, w.Body, tc.want)
 		}
-		if got := logs.count(slog.LevelError, "7B-u1Ox"); strings.Contains(tc.err.Error(), "7B-u1Ox") && got != 1 {
+		// The line follows the state it reports: wait for it, as for the state.
+		if strings.Contains(tc.err.Error(), "7B-u1Ox") && !eventually(func() bool { return logs.count(slog.LevelError, "7B-u1Ox") == 1 }) {
 			t.Errorf("%v: the degraded log line does not carry the whole error", tc.err)
 		}
 		l.Close()
