@@ -114,9 +114,6 @@ func (h *nodeHook) record(cmd redis.Cmder) {
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprint(args[3+i])
-		if k, ok := args[3+i].(*string); ok { // a lone call's key (batchArgs)
-			keys[i] = *k
-		}
 	}
 	h.log.mu.Lock()
 	h.log.runs = append(h.log.runs, script{node: h.node, keys: keys, eval: cmd.Name() == "eval"})

@@ -93,9 +93,8 @@ func (s *Store) run(ctx context.Context, reqs []backend.Request) (reply, error) 
 // loneCall is a call of one request, decided by batchScript with the lone
 // calls sent beside it (its command is built only when sent alone).
 type loneCall struct {
-	req    backend.Request
-	now    int64 // µs, under WithClock; -1: the server's TIME
-	period int64 // req.Period in µs, which batchArgs sends by pointer
+	req backend.Request
+	now int64 // µs, under WithClock; -1: the server's TIME
 }
 
 // runLone decides req, a call of one request, into res.
@@ -123,10 +122,7 @@ const loneFields = 7
 
 // batchArgs appends batchScript's KEYS and ARGV for ops, lone calls all
 // (see batch.lua): the rules they use, each once, then per call its rule,
-// clock, cost, flags, lease (Concurrency) or stamp, and once. A key, a
-// limit, a period, a cost and a stamp go by pointer into their op (go-redis writes
-// a *string or *int64 as its value): boxing a pointer does not allocate,
-// and an op outlives its command, unchanged, until its reply is read.
+// clock, cost, flags, lease (Concurrency) or stamp, and once.
 func (s *Store) batchArgs(a []any, ops []*op) []any {
 	var rules [4]*backend.Request // the first ops of distinct rules, in order
 	distinct := rules[:0]
@@ -140,7 +136,6 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 		return len(distinct)
 	}
 	for _, o := range ops {
-		o.lone.period = o.lone.req.Period.Microseconds()
 		index(&o.lone.req)
 	}
 	minTTL := 0
@@ -155,7 +150,7 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 	}
 	a = append(a, n)
 	for _, o := range ops {
-		a = append(a, &o.key)
+		a = append(a, o.key)
 	}
 	for _, o := range ops {
 		if o.lone.req.Once != 0 {
@@ -163,12 +158,8 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 		}
 	}
 	a = append(a, minTTL, len(distinct))
-	next := 0
-	for _, o := range ops { // the first op of each distinct rule, in order
-		if r := &o.lone.req; next < len(distinct) && r == distinct[next] {
-			a = append(a, int(r.Algorithm), &r.Limit, &o.lone.period, &r.Burst)
-			next++
-		}
+	for _, r := range distinct {
+		a = append(a, int(r.Algorithm), r.Limit, r.Period.Microseconds(), r.Burst)
 	}
 	for _, o := range ops {
 		var now any = ""
@@ -176,11 +167,11 @@ func (s *Store) batchArgs(a []any, ops []*op) []any {
 			now = o.lone.now
 		}
 		r := &o.lone.req
-		x := &r.Stamp
+		x := r.Stamp
 		if r.Algorithm == backend.Concurrency {
-			x = &r.Lease
+			x = r.Lease
 		}
-		a = append(a, index(r), now, &r.Cost, flag(r.Force)+2*flag(r.Shadow), x, &r.Once)
+		a = append(a, index(r), now, r.Cost, flag(r.Force)+2*flag(r.Shadow), x, r.Once)
 	}
 	return a
 }
