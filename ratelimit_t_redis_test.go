@@ -37,7 +37,8 @@ func TestRateLimitTIsDraft11OnRedis(t *testing.T) {
 					ceilingredis.WithClock(clock.Now), ceilingredis.WithDenyCache(size))
 				counts := &callCounter{}
 				h := checkDraft11(t, alg, clock, WithBackend(store), WithObserver(cacheCounter{counts}),
-					WithLogger(slog.New(slog.DiscardHandler))) // no key secret: the warning is not this test's business
+					WithLogger(slog.New(slog.DiscardHandler)), // no key secret: the warning is not this test's business
+					WithTimeout(loadedTimeout))                // the fields, not the timeout, are this test's business
 				if counts.calls != 3 || counts.cached != 0 {
 					t.Fatalf("%d backend calls and %d cached answers for the first three requests, want Redis's 3", counts.calls, counts.cached)
 				}

@@ -12,9 +12,9 @@ import (
 
 // TestALoneDecisionAllocates pins what a lone decision, sent by its caller
 // through DecideInto, allocates on the client: its key, the EVALSHA's
-// arguments and command, and what go-redis reads and checks. Its key,
-// limit, period, cost and stamp are sent by pointer (batchArgs), and a
-// success pays nothing for the error replies it did not get.
+// arguments and command, and what go-redis reads and checks; a success
+// pays nothing for the error replies it did not get. Arguments go by
+// value, not by pointer: go-redis' hooks and tracing print them.
 func TestALoneDecisionAllocates(t *testing.T) {
 	srv := redistest.Shared(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -28,7 +28,7 @@ func TestALoneDecisionAllocates(t *testing.T) {
 		}
 	}
 	decide()
-	if got, most := testing.AllocsPerRun(200, decide), 12.0; got > most {
+	if got, most := testing.AllocsPerRun(200, decide), 15.0; got > most {
 		t.Errorf("a lone decision allocates %v times, want at most %v", got, most)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/citest"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,6 +21,7 @@ import (
 // watched connections, all idle, for a reply being read ("its reply waits
 // to be read") when the call was on the unwatched one.
 func TestAFrozenRedisPingedBeforeNew_Regression(t *testing.T) {
+	citest.Only(t) // a 100 ms judgement: on a loaded machine this process can be the late one
 	for _, before := range []bool{false, true} {
 		name := "new first"
 		if before {
