@@ -31,6 +31,9 @@ func TestResetBesideDecisionsNeverDeadlocks_Attack(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a database collating as most do (ICU), not as pgtest's C locale
+	if _, err := c.Exec(context.Background(), "DROP DATABASE IF EXISTS reseticu"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := c.Exec(context.Background(), "CREATE DATABASE reseticu TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'"); err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +87,75 @@ func TestResetBesideDecisionsNeverDeadlocks_Attack(t *testing.T) {
 	}
 	if got := dec.retries.Load(); got != 0 {
 		t.Fatalf("%d decisions were sent again after the server aborted them", got)
+	}
+}
+
+// TestResetLocksInTheDecisionsOrder_Regression: a decision holds the key
+// that sorts first and then asks for the second. A Reset of both, whose
+// plan reads the rows in the other order (a scan of the heap, where the
+// second was written first), must wait on the first without holding the
+// second, or the server aborts one of the two as a deadlock.
+func TestResetLocksInTheDecisionsOrder_Regression(t *testing.T) {
+	url := pgtest.Shared(t).Database(t)
+	heap := func(c *pgxpool.Config) {
+		for _, p := range []string{"enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan"} {
+			c.ConnConfig.RuntimeParams[p] = "off"
+		}
+	}
+	a, b := pgtest.Pool(t, url), pgtest.Pool(t, url, heap)
+	if err := Migrate(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, res := New(a, WithJanitor(0, 0)), New(b, WithJanitor(0, 0))
+	keys := []string{"order:x", "order:y"}
+	full := func(k string) string { return s.prefix + storedKey(k) }
+	slices.SortFunc(keys, func(x, y string) int { return cmp.Compare(full(y), full(x)) })
+	for _, k := range keys { // the key that sorts last is written first
+		if _, err := s.Decide(ctx, []backend.Request{{Key: k, Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, second := full(keys[1]), full(keys[0])
+	tx, err := a.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	lock := func(key string) error {
+		_, err := tx.Exec(ctx, "SELECT 1 FROM ceiling_state WHERE key = $1 FOR UPDATE", key)
+		return err
+	}
+	if err := lock(first); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- res.Reset(ctx, keys...) }()
+	for waiting, end := false, time.Now().Add(10*time.Second); !waiting; {
+		if time.Now().After(end) {
+			t.Fatal("the Reset never waited on a lock")
+		}
+		if err := a.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ceiling_reset%'").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the Reset did not wait for the held key: %v", err)
+		default:
+		}
+	}
+	if err := lock(second); err != nil {
+		t.Fatalf("the decision's second key: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := a.QueryRow(ctx, "SELECT count(*) FROM ceiling_state WHERE key = ANY ($1)", []string{first, second}).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d rows left after the Reset (%v)", left, err)
 	}
 }
 

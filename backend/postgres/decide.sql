@@ -372,10 +372,16 @@ END $$;
 -- deleted. ceiling_sweep deletes at most p_batch rows whose state was back
 -- to full at p_now (NULL: the server's clock), skipping rows a decision
 -- holds, and at most p_batch tickets and records expired by then; it
--- returns how many states it deleted.
+-- returns how many states it deleted. ceiling_reset locks its rows in the
+-- order a decision does (by key, in the C collation) before it deletes
+-- them: a delete walks rows in whatever order its plan reads them, and a
+-- decision holding one of the keys would wait on the reset as the reset
+-- waits on it.
 CREATE OR REPLACE FUNCTION ceiling_reset(p_keys text[]) RETURNS bigint
 LANGUAGE sql VOLATILE SET search_path FROM CURRENT AS $$
-  WITH d AS (DELETE FROM ceiling_state WHERE key = ANY (p_keys) RETURNING 1) SELECT count(*) FROM d
+  WITH l AS (SELECT key FROM ceiling_state WHERE key = ANY (p_keys) ORDER BY key COLLATE "C" FOR UPDATE),
+  d AS (DELETE FROM ceiling_state t USING l WHERE t.key = l.key RETURNING 1)
+  SELECT count(*) FROM d
 $$;
 
 CREATE OR REPLACE FUNCTION ceiling_sweep(p_now bigint, p_batch bigint) RETURNS bigint
