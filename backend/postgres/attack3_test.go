@@ -135,7 +135,7 @@ func TestResetLocksInTheDecisionsOrder_Regression(t *testing.T) {
 		if time.Now().After(end) {
 			t.Fatal("the Reset never waited on a lock")
 		}
-		if err := a.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ceiling_reset%'").Scan(&waiting); err != nil {
+		if err := a.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%ceiling_reset%'").Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		select {
