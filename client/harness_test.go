@@ -29,6 +29,8 @@ type server struct {
 	mu     sync.Mutex
 	codes  []int
 	bodies []string
+	// onRefusal, when set, is called as each 429 or 503 is answered.
+	onRefusal func()
 }
 
 func (s *server) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -47,6 +49,9 @@ func (s *server) RoundTrip(req *http.Request) (*http.Response, error) {
 	s.codes = append(s.codes, rec.Code)
 	s.bodies = append(s.bodies, string(body))
 	s.mu.Unlock()
+	if s.onRefusal != nil && (rec.Code == http.StatusTooManyRequests || rec.Code == http.StatusServiceUnavailable) {
+		s.onRefusal()
+	}
 	resp := rec.Result()
 	resp.Request = req
 	return resp, nil
