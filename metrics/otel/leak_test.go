@@ -45,7 +45,7 @@ func TestExportsHoldNoKeyAddressOrSecret(t *testing.T) {
 		{Name: "otp:to", Key: ceiling.Query("to"), Limit: 1, Period: time.Hour, FailMode: ceiling.FailClosed},
 		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
 	}, ceiling.WithBackend(redisbackend.New(client, redisbackend.WithPrefix(prefix))),
-		ceiling.WithKeySecret(secret), ceiling.WithObserver(obs), ceiling.WithTimeout(100*time.Millisecond), quiet)
+		ceiling.WithKeySecret(secret), ceiling.WithObserver(obs), ceiling.WithTimeout(2*time.Second), quiet)
 	t.Cleanup(func() { l.Close() })
 	h, spans := traced(t, l.Handler(ok))
 

@@ -44,7 +44,7 @@ func TestFailClosedRefusalsAreCounted(t *testing.T) {
 	l := ceiling.MustNew([]ceiling.Rule{
 		{Name: "otp:ip", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute, FailMode: ceiling.FailOpen},
 		{Name: "otp:to", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute, FailMode: ceiling.FailClosed},
-	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), ceiling.WithTimeout(100*time.Millisecond), quiet)
+	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), ceiling.WithTimeout(2*time.Second), quiet)
 	t.Cleanup(func() { l.Close() })
 	h := l.Handler(ok)
 	if got := code(h); got != 200 {

@@ -36,7 +36,7 @@ func TestExpositionHoldsNoKeyAddressOrSecret(t *testing.T) {
 		{Name: "otp:to", Key: ceiling.Query("to"), Limit: 1, Period: time.Hour, FailMode: ceiling.FailClosed},
 		{Name: "new", Key: ceiling.RemoteAddr, Limit: 1, Period: time.Minute, Shadow: true},
 	}, ceiling.WithBackend(redisbackend.New(client, redisbackend.WithPrefix(prefix))),
-		ceiling.WithKeySecret(secret), ceiling.WithObserver(obs), ceiling.WithTimeout(100*time.Millisecond),
+		ceiling.WithKeySecret(secret), ceiling.WithObserver(obs), ceiling.WithTimeout(2*time.Second),
 		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	t.Cleanup(func() { l.Close() })
 

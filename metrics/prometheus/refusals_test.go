@@ -59,7 +59,7 @@ func TestFailClosedRefusalsAreCounted(t *testing.T) {
 	l := ceiling.MustNew([]ceiling.Rule{
 		{Name: "otp:ip", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute, FailMode: ceiling.FailOpen},
 		{Name: "otp:to", Key: ceiling.RemoteAddr, Limit: 100, Period: time.Minute, FailMode: ceiling.FailClosed},
-	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), ceiling.WithTimeout(100*time.Millisecond),
+	}, ceiling.WithBackend(store), ceiling.WithObserver(obs), ceiling.WithTimeout(2*time.Second),
 		ceiling.WithLogger(slog.New(slog.DiscardHandler)))
 	t.Cleanup(func() { l.Close() })
 	h := l.Handler(ok)
