@@ -259,7 +259,9 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		}
 		break
 	}
-	if pe := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pe) {
+	// A call cancelled at its deadline may come back as the server's
+	// 57014 (pgx sends a cancel request): that is no answer either.
+	if pe := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pe) && pe.Code != "57014" {
 		s.answered.Store(time.Now().UnixNano())
 	} else {
 		s.unanswered.Store(time.Now().UnixNano())
