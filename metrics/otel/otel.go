@@ -333,8 +333,7 @@ func (o *Observer) ObserveDecision(rule string, outcome ceiling.Outcome) {
 // address or key.
 func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 	ctx := context.Background()
-	o.duration.Record(ctx, latency.Seconds(), o.record...)
-	if err != nil {
+	if err != nil { // first, as in the Prometheus observer
 		kind := ceiling.KindOf(err)
 		opts, ok := o.kinds[kind]
 		if !ok {
@@ -342,6 +341,7 @@ func (o *Observer) ObserveBackend(latency time.Duration, err error) {
 		}
 		o.errors.Add(ctx, 1, opts...)
 	}
+	o.duration.Record(ctx, latency.Seconds(), o.record...)
 }
 
 // ObserveCached counts a decision the deny cache answered.

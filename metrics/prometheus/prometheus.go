@@ -214,12 +214,13 @@ func (o *Observer) ObserveRequest(_ context.Context, _ *ceiling.Decision, err er
 // error's kind ([ceiling.KindOf]): a refused connection, a timeout, a
 // refused password, a read-only replica, a full server or another error
 // call for different fixes, and the kind, unlike the error's text, names
-// no address or key.
+// no address or key. The error is counted first, so that a scrape that
+// sees the call in the histogram sees its error too.
 func (o *Observer) ObserveBackend(latency time.Duration, err error) {
-	o.duration.Observe(latency.Seconds())
 	if err != nil {
 		o.errors.WithLabelValues(string(ceiling.KindOf(err))).Inc()
 	}
+	o.duration.Observe(latency.Seconds())
 }
 
 // ObserveCached counts a decision the deny cache answered.

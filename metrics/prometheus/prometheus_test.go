@@ -460,3 +460,46 @@ func waitCalls(t *testing.T, obs *ceilingprom.Observer, n uint64) {
 		time.Sleep(5 * time.Millisecond) // the probe's budget runs on real time
 	}
 }
+
+// A scrape that sees a failed call in the duration histogram sees its
+// error too: the error is counted first. A reader racing a writer of
+// failed calls never finds more calls than errors.
+func TestAFailedCallIsNeverSeenBeforeItsError(t *testing.T) {
+	obs := ceilingprom.New(ceilingprom.Options{})
+	refused := fmt.Errorf("%w: connection refused", backend.ErrUnreachable)
+	const calls = 20000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range calls {
+			obs.ObserveBackend(time.Millisecond, refused)
+		}
+	}()
+	for seen := uint64(0); seen < calls; {
+		seen = histogramCount(t, obs)
+		if errs := errorsTotal(t, obs); errs < seen {
+			t.Fatalf("%d calls in the histogram, %v errors counted", seen, errs)
+		}
+	}
+	<-done
+}
+
+// errorsTotal is ceiling_rate_limiting_backend_errors_total over its kinds.
+func errorsTotal(t *testing.T, obs *ceilingprom.Observer) uint64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(obs)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "ceiling_rate_limiting_backend_errors_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return uint64(n)
+}
