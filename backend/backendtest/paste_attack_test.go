@@ -12,7 +12,7 @@ import (
 // shrank was printed, and offered as a test to paste, without the
 // requests' Once. Pasted, the case had no tickets and passed: the Postgres
 // and Cluster disagreements of TestGCRARefundAfterClockStepBack_Regression
-// and TestClusterUndoDeletesStandingTicket_Regression were unreproducible
+// and TestClusterUndoKeepsStandingTicket_Regression were unreproducible
 // from their report. Every request field the backends read must be
 // printed.
 func TestPastedCaseKeepsOnce_Regression(t *testing.T) {

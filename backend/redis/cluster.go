@@ -98,11 +98,13 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // acquisition releases its lease, a renewal stays), and an undone refund is
 // charged again. GCRA gives back only what is still outstanding. It runs on
 // its own deadline even when ctx is done. A request with a Once goes with
-// its key: put back, the ticket or record it wrote goes too, and the
-// ticket a refund consumed comes back, so that a resend of the settlement
-// applies. On a key another client wrote, an undone reservation is
-// refunded with its Once, consuming its ticket, and a settlement stays
-// applied, so that a repeat is a no-op.
+// its key: put back, its once entry is put back as it was (a ticket the
+// call wrote or consumed, a record it wrote), so that a resend of the
+// settlement applies and a ticket that stood before the call still
+// stands. On a key another client wrote, an undone reservation is
+// refunded with its Once, consuming the ticket it wrote but not one that
+// stood before it, and a settlement stays applied, so that a repeat is a
+// no-op.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var ukeys [][]string
 	var uargs [][]any
@@ -126,7 +128,7 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			}
 			entry[j] = len(k)
 			k = append(k, keys[g][j])
-			a = append(a, u.action, u.value, u.old, u.ttl, appliedOnces(sub[g], keys[g], replies[g].added, keys[g][j]))
+			a = append(a, u.action, u.value, u.old, u.ttl, appliedOnces(sub[g], keys[g], replies[g], keys[g][j]))
 		}
 		if len(k) > 0 {
 			ukeys, uargs, ugroups, entries = append(ukeys, k), append(uargs, a), append(ugroups, g), append(entries, entry)
@@ -161,6 +163,9 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			if r.Cost < 0 {
 				r.Stamp = 0
 			}
+			if strings.HasPrefix(replies[g].undo[j].once, "-") {
+				r.Once = 0 // a resent reservation: its ticket stood before the call, and stands
+			}
 			r.Cost, r.Force = -r.Cost, true
 			k, rs = append(k, keys[g][j]), append(rs, r)
 		}
@@ -173,20 +178,15 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 	}
 }
 
-// appliedOnces lists, space-separated, the Once of every request in reqs
-// (stored under keys) on key that the call applied (added): as "once" the
-// tickets and records it wrote, which the undo of key deletes with it, and
-// as "once:P" (P the Period in µs) the tickets its refunds consumed, which
-// the undo writes again.
-func appliedOnces(reqs []backend.Request, keys []string, added []bool, key string) string {
+// appliedOnces lists, space-separated as "once=value,PTTL" (or "once="
+// when absent), the once entries as they were before the call of every
+// request in reqs (stored under keys) on key that the call applied, which
+// the undo of key puts back with it.
+func appliedOnces(reqs []backend.Request, keys []string, rep reply, key string) string {
 	var b strings.Builder
 	for j, r := range reqs {
-		switch {
-		case r.Once == 0 || !added[j] || keys[j] != key:
-		case r.Cost < 0:
-			fmt.Fprintf(&b, "%d:%d ", r.Once, r.Period.Microseconds())
-		default:
-			fmt.Fprintf(&b, "%d ", r.Once)
+		if r.Once != 0 && rep.added[j] && keys[j] == key {
+			fmt.Fprintf(&b, "%d=%s ", r.Once, rep.undo[j].once)
 		}
 	}
 	return b.String()
@@ -215,7 +215,7 @@ func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]
 }
 
 // undoFields is how many values per request decideScript adds with peeks.
-const undoFields = 4
+const undoFields = 5
 
 // keyUndo is a key (or lease) as a cross-slot script found and left it.
 type keyUndo struct {
@@ -223,6 +223,7 @@ type keyUndo struct {
 	ttl    any    // its PTTL before, ms ("" for leases)
 	action int64  // 0 untouched, 1 set, 2 deleted, 3 leases changed
 	value  string // the value left
+	once   string // its once entry before, "value,PTTL" ("" when absent)
 }
 
 // decodeUndo reads the undo fields of a decide script's reply.
@@ -233,14 +234,15 @@ func decodeUndo(arr []any) ([]keyUndo, error) {
 		old, ok1 := f[0].(string)
 		action, ok3 := f[2].(int64)
 		value, ok4 := f[3].(string)
+		once, ok5 := f[4].(string)
 		_, ok2 := f[1].(int64)
 		if s, ok := f[1].(string); ok && action != 1 && action != 2 {
 			ok2, f[1] = true, s // ""  for leases
 		}
-		if !ok1 || !ok2 || !ok3 || !ok4 {
-			return nil, fmt.Errorf("%w: undo fields of request %d are %T, %T, %T, %T", errReply, i, f[0], f[1], f[2], f[3])
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+			return nil, fmt.Errorf("%w: undo fields of request %d are %T, %T, %T, %T, %T", errReply, i, f[0], f[1], f[2], f[3], f[4])
 		}
-		out[i] = keyUndo{old: old, ttl: f[1], action: action, value: value}
+		out[i] = keyUndo{old: old, ttl: f[1], action: action, value: value, once: once}
 	}
 	return out, nil
 }

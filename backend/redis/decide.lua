@@ -13,13 +13,13 @@
 -- its value and PTTL before, 0 (nothing), 1 (set) or 2 (deleted), and the
 -- value left; for a Concurrency key, "off at;" and the changed leases as
 -- they were ("id score n", or "id" when absent, ","-separated), '', 3 when
--- any changed (else 0), and the same leases as left.
+-- any changed (else 0), and the same leases as left; then the request's
+-- once entry as it was, "value,PTTL" ('' when absent or no once).
 -- ARGV[3] = "u" puts such keys back where they still hold what the call
 -- left (never another client's write): ARGV[5i-1..] is key i's action, value
--- left, value before, PTTL and the onces the call applied to it: the
--- tickets and records it wrote go with it ("id"), the tickets its refunds
--- consumed come back ("id:P", P the period µs). Reply: per key, 1 when put
--- back, else 0.
+-- left, value before, PTTL and the once entries the call applied to it as
+-- they were ("id=value,PTTL" or "id=" when absent, space-separated), which
+-- go back with it. Reply: per key, 1 when put back, else 0.
 local uses = {}; local nk = ARGV[3] == 'u' and #KEYS or (#ARGV - 3) / 9 -- the requests' algorithms (lib.lua), the requests
 if ARGV[3] ~= 'u' then for i = 0, nk - 1 do uses[ARGV[4 + 9 * i]] = true end end
 -- lib.lua
@@ -77,12 +77,12 @@ if ARGV[3] == 'u' then
         out[i] = 1
       end
     end
-    if out[i] == 1 then -- "id": a ticket or record the call wrote; "id:P": a ticket its refund consumed
-      for id, P in string.gmatch(ARGV[a + 4], '(-?%d+):?(%d*)') do
-        if P == '' then
+    if out[i] == 1 then -- its once entries as they were
+      for id, v, t in string.gmatch(ARGV[a + 4], '(-?%d+)=(-?%d*),?(%d*)') do
+        if v == '' or tonum(t) == nil or tonum(t) <= 0 then
           redis.call('DEL', onceKey(key, id))
         else
-          ticketSet(onceKey(key, id), ARGV[1] == '' and serverTime() or tonum(ARGV[1]), tonum(P), tonum(ARGV[2]))
+          redis.call('SET', onceKey(key, id), v, 'PX', t)
         end
       end
     end
@@ -148,7 +148,16 @@ if withPeeks then -- before any request changes a state
 end
 -- marks: the once entries the call's settlements leave ({e = 'r' a record or 'd' none, P}); tickets: its
 -- reservations' tickets, and their periods, written when it ends (lib.lua's onceKey)
-local rejected, marks, tickets = false, {}, {}
+local rejected, marks, tickets, onces = false, {}, {}, {}
+if withPeeks then -- the once entries as they were, for an undo
+  for i = 1, nk do
+    local m = onceKey(KEYS[i], ARGV[4 + (i - 1) * 9 + 8])
+    if m and onces[m] == nil then
+      local v = redis.call('GET', m)
+      onces[m] = v and (v .. ',' .. redis.call('PTTL', m)) or ''
+    end
+  end
+end
 for i = 1, nk do
   local a = 4 + (i - 1) * 9
   local m, c, P = onceKey(KEYS[i], ARGV[a + 8]), tonum(ARGV[a + 4]), tonum(ARGV[a + 2])
@@ -186,6 +195,7 @@ local function undo(written)
       local w = written[KEYS[i]] or { 0, '' }
       out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4] = before[i], ttls[i], w[1], w[2]
     end
+    out[#out + 1] = onces[onceKey(KEYS[i], ARGV[a + 8])] or ''
   end
 end
 

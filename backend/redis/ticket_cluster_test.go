@@ -72,3 +72,34 @@ func TestClusterUndoneRefundGetsItsTicketBack(t *testing.T) {
 		t.Errorf("after the resent refund: %d tickets (%v), want none", n, err)
 	}
 }
+
+// TestClusterInvertedResendKeepsTheStandingTicket: a reservation resent
+// with its Once in a cross-slot call that is rejected elsewhere, on a key
+// another client wrote meanwhile, is undone by a refund of the resend's
+// units. That refund must not consume the ticket, which stood before the
+// call: the first reservation's own refund would then give nothing back.
+func TestClusterInvertedResendKeepsTheStandingTicket(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	clock := newFakeClock()
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
+	ctx := context.Background()
+	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 1, Once: 44}
+	first := decide(t, s, reserve)[0]
+	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
+	keys := [][]string{{s.prefix + reserve.Key}, {s.prefix + other.Key}}
+	sub := [][]backend.Request{{reserve}, {other}}
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
+	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed {
+		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
+	}
+	one := reserve
+	one.Once = 0
+	decide(t, s, one) // another client meanwhile: the key cannot be put back
+	replies[1].rejected = true
+	s.refund(ctx, keys, sub, replies, errs)
+	refund := reserve
+	refund.Cost, refund.Stamp = -1, first.Stamp
+	if res := decide(t, s, refund)[0]; res.Remaining != 9 {
+		t.Errorf("the first reservation's refund after the undo: %+v, want 9 remaining (only the other client's unit taken)", res)
+	}
+}

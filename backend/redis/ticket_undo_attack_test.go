@@ -8,20 +8,17 @@ import (
 	"github.com/ceiling-go/ceiling/backend/backendtest"
 )
 
-// TestClusterUndoDeletesStandingTicket_Regression: found by the random
+// TestClusterUndoKeepsStandingTicket_Regression: found by the random
 // differential on Cluster (seed 1170035301977548839), shrunk. A reserves
 // 1 on {y}c with ticket X. A call spanning two slots sends the same
 // reservation again (X) beside a request on {x}a that never fits: the call
-// is rejected, and the undo of {y}c deletes "the tickets it wrote", X
-// among them, though X stood before the call. A's refund with X then
-// finds no ticket and gives back nothing; the model (a rejected call
-// writes and consumes nothing, ALGORITHMS.md) and single-node Redis apply
-// it. ceiling never sends one Once in two reservations, so the limiter is
-// not exposed; a direct caller resending a reservation is. The second
-// case (cluster+deny, seed 2454369171443101095) shows the refund giving
-// nothing back: Remaining 0 where the model has 1.
-func TestClusterUndoDeletesStandingTicket_Regression(t *testing.T) {
-	t.Skip("defect: the Cluster undo of a rejected multi-slot call deletes a ticket that stood before the call, when the call re-sent that reservation")
+// is rejected, and the undo of {y}c must put X back as it stood before the
+// call. It used to delete "the tickets it wrote", X among them, so A's
+// refund with X found no ticket and gave back nothing, where the model (a
+// rejected call writes and consumes nothing, ALGORITHMS.md) and
+// single-node Redis apply it. The second case (cluster+deny, seed
+// 2454369171443101095) is the same on a fixed window.
+func TestClusterUndoKeepsStandingTicket_Regression(t *testing.T) {
 	clusterDifferential(t).Replay(t, []backendtest.Step{
 		{At: 4024879342468 * time.Microsecond, Decide: []backend.Request{
 			{Key: "{y}c", Algorithm: backend.SlidingWindow, Limit: 1, Period: 1 * time.Millisecond, Cost: 1, Once: 278218198340},
