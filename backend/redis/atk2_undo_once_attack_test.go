@@ -1,0 +1,121 @@
+package redis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+)
+
+// TestClusterInvertedRefundAndResendOfOneOnce_Attack: one cross-slot call
+// resends a refund of reservation X and a reservation with the same Once X
+// on one key, beside a slot that rejects. Another client charges the key
+// between the group script and the undo, so the key is inverted instead of
+// put back. The refund stays applied (a settlement's repeat must then be a
+// no-op), but the reservation's inverse is sent without its Once because
+// the once entry it read before the call was a ticket ("-..."): the ticket
+// the call's reservation wrote stands after the undo. The client, told the
+// call was rejected, resends its refund, which finds that ticket and gives
+// X's units back a second time. The model (a rejected call writes and
+// consumes nothing) and the documented inverse (the refund stays applied,
+// its repeat a no-op) both leave 5 of 10 units: the first reservation's 3
+// given back once, the other client's 5 charged.
+func TestClusterInvertedRefundAndResendOfOneOnce_Attack(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	clock := newFakeClock()
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
+	ctx := context.Background()
+	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 44}
+	first := decide(t, s, reserve)[0]
+	if !first.Allowed {
+		t.Fatalf("the first reservation: %+v", first)
+	}
+	refund := reserve
+	refund.Cost, refund.Stamp = -3, first.Stamp
+	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
+	keys := [][]string{{s.prefix + refund.Key, s.prefix + reserve.Key}, {s.prefix + other.Key}}
+	sub := [][]backend.Request{{refund, reserve}, {other}}
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
+	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed || !replies[0].results[1].Allowed {
+		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
+	}
+	five := reserve
+	five.Cost, five.Once = 5, 0
+	decide(t, s, five) // another client meanwhile: the key cannot be put back
+	replies[1].rejected = true
+	s.refund(ctx, keys, sub, replies, errs)
+	ticket, _ := client.Get(ctx, onceKeyOf(s.prefix+"{a}r", 44)).Result()
+	res := decide(t, s, refund)[0] // the resend of the refund the caller saw rejected
+	peek := reserve
+	peek.Cost, peek.Once = 0, 0
+	if got := decide(t, s, peek)[0]; got.Remaining != 5 {
+		t.Errorf("after the undo and the refund's resend (%+v; ticket after the undo %q): %d remaining, want 5 (X's 3 given back once, the other client's 5 charged)", res, ticket, got.Remaining)
+	}
+}
+
+// TestClusterInvertedTwinReservations_Attack: two reservations with one
+// Once on one key in a cross-slot call that another slot rejects, the key
+// written by another client before the undo. Each is inverted by a refund
+// with the Once; the first consumes the ticket, so the second finds none
+// and gives nothing back: the rejected call keeps 3 units charged. A
+// rejected call consumes nothing (ALGORITHMS.md), so only the other
+// client's 1 unit is taken.
+func TestClusterInvertedTwinReservations_Attack(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	clock := newFakeClock()
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
+	ctx := context.Background()
+	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 46}
+	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
+	keys := [][]string{{s.prefix + reserve.Key, s.prefix + reserve.Key}, {s.prefix + other.Key}}
+	sub := [][]backend.Request{{reserve, reserve}, {other}}
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
+	if errs[0] != nil || errs[1] != nil || !replies[0].results[1].Allowed {
+		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
+	}
+	one := reserve
+	one.Cost, one.Once = 1, 0
+	decide(t, s, one)
+	replies[1].rejected = true
+	s.refund(ctx, keys, sub, replies, errs)
+	peek := reserve
+	peek.Cost, peek.Once = 0, 0
+	if got := decide(t, s, peek)[0]; got.Remaining != 9 {
+		t.Errorf("after the undo: %d remaining, want 9 (only the other client's unit taken)", got.Remaining)
+	}
+}
+
+// TestClusterInvertedRefundAfterResendOfOneOnce_Attack is
+// TestClusterInvertedRefundAndResendOfOneOnce_Attack with the reservation
+// first: the call's refund still sees the ticket that stood and consumes
+// it, and the reservation's ticket is written when the call ends.
+func TestClusterInvertedRefundAfterResendOfOneOnce_Attack(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	clock := newFakeClock()
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
+	ctx := context.Background()
+	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 47}
+	first := decide(t, s, reserve)[0]
+	refund := reserve
+	refund.Cost, refund.Stamp = -3, first.Stamp
+	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
+	keys := [][]string{{s.prefix + reserve.Key, s.prefix + refund.Key}, {s.prefix + other.Key}}
+	sub := [][]backend.Request{{reserve, refund}, {other}}
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
+	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed || !replies[0].results[1].Allowed {
+		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
+	}
+	five := reserve
+	five.Cost, five.Once = 5, 0
+	decide(t, s, five)
+	replies[1].rejected = true
+	s.refund(ctx, keys, sub, replies, errs)
+	res := decide(t, s, refund)[0]
+	peek := reserve
+	peek.Cost, peek.Once = 0, 0
+	if got := decide(t, s, peek)[0]; got.Remaining != 5 {
+		t.Errorf("after the undo and the refund's resend (%+v): %d remaining, want 5", res, got.Remaining)
+	}
+}
