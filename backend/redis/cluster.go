@@ -103,8 +103,11 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // settlement applies and a ticket that stood before the call still
 // stands. On a key another client wrote, an undone reservation is
 // refunded with its Once, consuming the ticket it wrote but not one that
-// stood before it, and a settlement stays applied, so that a repeat is a
-// no-op.
+// stood before it (unless a settlement of the call consumed that one), and
+// a settlement stays applied, so that a repeat is a no-op. Of several
+// reservations of one Once on one key only the last inverse carries it:
+// the call wrote one ticket, which the first would consume, leaving the
+// others' units taken.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var ukeys [][]string
 	var uargs [][]any
@@ -148,9 +151,30 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 		}
 		var k []string
 		var rs []backend.Request
+		// settled: the (key, once) of the group's settlements that stay
+		// applied, whose ticket the call consumed; last: the last
+		// reservation of the group that names each (key, once), whose
+		// inverse alone may consume a ticket (the call writes one per pair).
+		type pair struct {
+			key  string
+			once int64
+		}
+		settled, last := map[pair]bool{}, map[pair]int{}
+		for j, r := range sub[g] {
+			if r.Once == 0 {
+				continue
+			}
+			p := pair{keys[g][j], r.Once}
+			if r.Cost > 0 && !r.Force {
+				last[p] = j
+			} else if replies[g].added[j] {
+				settled[p] = true
+			}
+		}
 		for j, r := range sub[g] {
 			res := replies[g].results[j]
 			at := entries[i][j]
+			p := pair{keys[g][j], r.Once}
 			switch {
 			case at < 0 || restored[i][at] == 1 || r.Cost == 0 || !res.Allowed:
 				continue // put back, untouched, or never consumed (a shadow request that did not fit)
@@ -163,8 +187,11 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			if r.Cost < 0 {
 				r.Stamp = 0
 			}
-			if strings.HasPrefix(replies[g].undo[j].once, "-") {
+			if strings.HasPrefix(replies[g].undo[j].once, "-") && !settled[p] {
 				r.Once = 0 // a resent reservation: its ticket stood before the call, and stands
+			}
+			if r.Once != 0 && last[p] != j {
+				r.Once = 0 // a twin: the last inverse of the pair consumes the one ticket
 			}
 			r.Cost, r.Force = -r.Cost, true
 			k, rs = append(k, keys[g][j]), append(rs, r)
