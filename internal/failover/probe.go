@@ -115,7 +115,7 @@ func (e *Engine) answered(reqs []backend.Request, out []backend.Result) {
 	}
 	if e.UsesLocal && len(reqs) > 0 {
 		e.Local.Seen.Learn(reqs, out, e.Now())
-		if e.Local.Journal.Len() > 0 && e.Breaker.Closed() {
+		if (e.Local.Journal.Len() > 0 || e.Local.Slots.Load()) && e.Breaker.Closed() {
 			e.chargeSoon()
 		}
 	}
@@ -133,7 +133,14 @@ func (e *Engine) probe() error {
 	if err := e.chargeJournal(); err != nil {
 		return err
 	}
-	return e.Retake(context.Background())
+	slots := e.Local.Slots.Swap(false)
+	if err := e.Retake(context.Background()); err != nil {
+		if slots {
+			e.Local.Slots.Store(true)
+		}
+		return err
+	}
+	return nil
 }
 
 // handOver starts the hand-over after a recovery, if some rule fails
@@ -228,9 +235,11 @@ func (e *Engine) confirm() error {
 		// hold FailLocal rules to the instance's share.
 		if late {
 			e.handOver()
+		} else if e.UsesLocal {
+			e.chargeBy.Store(e.Now().Add(e.Local.HandOver).UnixNano())
 		}
-		if e.Local.Journal.Len() > 0 {
-			e.chargeSoon()
+		if e.Local.Journal.Len() > 0 || e.Local.Slots.Load() {
+			e.chargeSoon() // and take again the slots FailLocal holds locally
 		}
 	}
 	return err
@@ -246,7 +255,15 @@ func (e *Engine) chargeSoon() {
 	}
 	if !e.group.Go(func() {
 		defer e.charging.Store(false)
-		_ = e.chargeJournal() // on error the journal keeps it for the next answer
+		// On error the journal keeps it for the next answer. The slots
+		// FailLocal took locally are taken again on the backend, as by a
+		// probe that ends an outage: slots are not journaled, and without
+		// a hand-over nothing else counts them.
+		if e.chargeJournal() == nil && e.Retake != nil && e.Local.Slots.Swap(false) {
+			if e.Retake(context.Background()) != nil {
+				e.Local.Slots.Store(true) // for the next answer
+			}
+		}
 	}) {
 		e.charging.Store(false)
 	}
