@@ -97,9 +97,8 @@ type Engine struct {
 
 	group    *Group
 	canary   backend.Request
-	probing  atomic.Bool  // the probe loop runs
-	charging atomic.Bool  // chargeSoon runs
-	chargeBy atomic.Int64 // Unix ns: until then an uncharged journal holds FailLocal rules to the share
+	probing  atomic.Bool // the probe loop runs
+	charging atomic.Bool // chargeSoon runs
 
 	shed      atomic.Int64 // requests refused because this process could not send their call
 	atDegrade atomic.Int64 // unenforced admissions when the breaker last opened
@@ -270,14 +269,9 @@ func (e *Engine) unconfirmed(cause error) bool {
 // uncharged reports whether the breaker is closed while the backend is
 // not yet charged with what FailLocal admitted on timeouts no probe
 // confirmed: until it is, those rules are decided as in a hand-over, so
-// that the backend's count and the local store's are not both spent. It
-// lasts at most a hand-over's length after the probe that answered in
-// time (chargeBy): a charge that cannot land (a key the backend refuses
-// fails every charge) must not hold every FailLocal rule to the share of
-// a healthy backend for good.
+// that the backend's count and the local store's are not both spent.
 func (e *Engine) uncharged() bool {
-	return (e.Local.Journal.Len() > 0 || e.Local.Slots.Load() || e.charging.Load()) && e.Breaker.Closed() &&
-		e.Now().UnixNano() < e.chargeBy.Load()
+	return (e.Local.Journal.Len() > 0 || e.charging.Load()) && e.Breaker.Closed()
 }
 
 // handover decides the FailLocal rules of reqs on the local store first,

@@ -200,10 +200,6 @@ type Local struct {
 
 	Seen    Seen
 	Journal Journal
-	// Slots: the local store took a concurrency slot that no probe or
-	// charge has taken again on the backend since (the journal holds no
-	// slots).
-	Slots atomic.Bool
 
 	until atomic.Int64 // Unix ns: the hand-over lasts until then
 	mu    sync.Mutex
@@ -347,8 +343,6 @@ func (lc *Local) Decide(ctx context.Context, now time.Time, reqs []backend.Reque
 		if !blocked && out[j].Allowed && reqs[j].Cost > 0 && reqs[j].Algorithm != backend.Concurrency {
 			g := globals[idx[j]]
 			lc.Journal.Add(g, Scaled(g, lc.Share))
-		} else if !blocked && out[j].Allowed && reqs[j].Cost > 0 && !lc.Slots.Load() {
-			lc.Slots.Store(true)
 		}
 	}
 	return nil

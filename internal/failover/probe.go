@@ -115,7 +115,7 @@ func (e *Engine) answered(reqs []backend.Request, out []backend.Result) {
 	}
 	if e.UsesLocal && len(reqs) > 0 {
 		e.Local.Seen.Learn(reqs, out, e.Now())
-		if (e.Local.Journal.Len() > 0 || e.Local.Slots.Load()) && e.Breaker.Closed() {
+		if e.Local.Journal.Len() > 0 && e.Breaker.Closed() {
 			e.chargeSoon()
 		}
 	}
@@ -133,14 +133,7 @@ func (e *Engine) probe() error {
 	if err := e.chargeJournal(); err != nil {
 		return err
 	}
-	slots := e.Local.Slots.Swap(false)
-	if err := e.Retake(context.Background()); err != nil {
-		if slots {
-			e.Local.Slots.Store(true)
-		}
-		return err
-	}
-	return nil
+	return e.Retake(context.Background())
 }
 
 // handOver starts the hand-over after a recovery, if some rule fails
@@ -235,11 +228,9 @@ func (e *Engine) confirm() error {
 		// hold FailLocal rules to the instance's share.
 		if late {
 			e.handOver()
-		} else if e.UsesLocal {
-			e.chargeBy.Store(e.Now().Add(e.Local.HandOver).UnixNano())
 		}
-		if e.Local.Journal.Len() > 0 || e.Local.Slots.Load() {
-			e.chargeSoon() // and take again the slots FailLocal holds locally
+		if e.Local.Journal.Len() > 0 {
+			e.chargeSoon()
 		}
 	}
 	return err
@@ -255,15 +246,7 @@ func (e *Engine) chargeSoon() {
 	}
 	if !e.group.Go(func() {
 		defer e.charging.Store(false)
-		// On error the journal keeps it for the next answer. The slots
-		// FailLocal took locally are taken again on the backend, as by a
-		// probe that ends an outage: slots are not journaled, and without
-		// a hand-over nothing else counts them.
-		if e.chargeJournal() == nil && e.Retake != nil && e.Local.Slots.Swap(false) {
-			if e.Retake(context.Background()) != nil {
-				e.Local.Slots.Store(true) // for the next answer
-			}
-		}
+		_ = e.chargeJournal() // on error the journal keeps it for the next answer
 	}) {
 		e.charging.Store(false)
 	}
