@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -745,76 +743,11 @@ func (s *slowThenBack) Decide(ctx context.Context, reqs []backend.Request) ([]ba
 
 func (s *slowThenBack) Reset(context.Context, ...string) error { return nil }
 
-// heldCharge is a remote backend whose decisions time out while slow is
-// set, whose probes always answer, and whose forced charges wait for
-// release (a charge in flight).
-type heldCharge struct {
-	slow    atomic.Bool
-	release chan struct{}
-}
-
-func (s *heldCharge) Decide(ctx context.Context, reqs []backend.Request) ([]backend.Result, error) {
-	switch {
-	case isProbe(reqs):
-	case slices.ContainsFunc(reqs, func(q backend.Request) bool { return q.Force }):
-		select {
-		case <-s.release:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	case s.slow.Load():
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	out := make([]backend.Result, len(reqs))
-	for i, r := range reqs {
-		out[i] = backend.Result{Allowed: true, Limit: r.Limit, Remaining: r.Limit - 1}
-	}
-	return out, nil
-}
-
-func (s *heldCharge) Reset(context.Context, ...string) error { return nil }
-
-// Until the backend is charged with what FailLocal admitted on
-// unconfirmed timeouts, a FailLocal rule is decided at the instance's
-// share as well as on the backend, which does not count those units yet:
-// the two counts are not both spent. Once the charge lands, the backend
-// alone decides.
-func TestFailLocalHoldsToTheShareUntilItsChargeLands(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		be := &heldCharge{release: make(chan struct{})}
-		be.slow.Store(true)
-		l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 10, Period: time.Minute, FailMode: FailLocal}},
-			WithBackend(be), WithInstances(2), WithTimeout(100*time.Millisecond), WithLogger(slog.New(slog.DiscardHandler)))
-		defer l.Close()
-		h := l.Handler(okHandler)
-		codes := func(n int) []int {
-			var got []int
-			for range n {
-				got = append(got, get(t, h).Code)
-			}
-			return got
-		}
-		if got, want := codes(2), []int{200, 200}; !sameInts(got, want) {
-			t.Fatalf("FailLocal on unconfirmed timeouts: %v, want %v", got, want)
-		}
-		be.slow.Store(false)
-		synctest.Wait() // the probe answered; its charge waits
-		if got, want := codes(5), []int{200, 200, 200, 429, 429}; !sameInts(got, want) {
-			t.Errorf("while the charge is in flight: %v, want %v (3 more of the share of 5)", got, want)
-		}
-		close(be.release)
-		synctest.Wait()
-		if got, want := codes(5), []int{200, 200, 200, 200, 200}; !sameInts(got, want) {
-			t.Errorf("once charged: %v, want %v (the backend alone decides)", got, want)
-		}
-	})
-}
-
 // What FailLocal admitted on timeouts that no probe confirmed reaches the
-// backend once it answers. A probe answered in time starts no hand-over:
-// the backend answered everyone, so the timeouts were this process's.
-func TestUnconfirmedTimeoutsChargeWhatFailLocalAdmitted(t *testing.T) {
+// backend once it answers, and an answered probe starts the hand-over, as
+// a recovery does: the other instances may have seen the same timeouts
+// confirmed and decided locally meanwhile.
+func TestUnconfirmedTimeoutsHandOverAndChargeWhatFailLocalAdmitted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &slowThenBack{slow: true}
 		l := MustNew([]Rule{{Name: "otp", Key: RemoteAddr, Limit: 10, Period: time.Minute, FailMode: FailLocal}},
@@ -826,8 +759,8 @@ func TestUnconfirmedTimeoutsChargeWhatFailLocalAdmitted(t *testing.T) {
 			t.Fatalf("FailLocal on unconfirmed timeouts: %v, want %v", got, want)
 		}
 		synctest.Wait() // the probe the first timeout started has answered
-		if l.inHandOver() || l.Health().Status != "healthy" {
-			t.Errorf("after a probe answered in time: hand-over %v, %q; want none, healthy", l.inHandOver(), l.Health().Status)
+		if !l.inHandOver() || l.Health().Status != "healthy" {
+			t.Errorf("after an answered probe: hand-over %v, %q; want the hand-over, healthy", l.inHandOver(), l.Health().Status)
 		}
 		be.mu.Lock()
 		be.slow = false

@@ -149,7 +149,7 @@ func (e *Engine) locals(reqs []backend.Request, r Rules) *scratch {
 // ([backend.ErrInvalidRequest]: no fail mode applies), or a *Refused.
 func (e *Engine) Decide(ctx context.Context, reqs []backend.Request, out []backend.Result, r Rules) error {
 	decided, err := false, error(nil)
-	if e.UsesLocal && (e.Local.HandingOver(e.Now()) || e.uncharged()) {
+	if e.UsesLocal && e.Local.HandingOver(e.Now()) {
 		decided, err = e.handover(ctx, reqs, out, r)
 	}
 	if !decided {
@@ -264,14 +264,6 @@ var ErrUnconfirmed = fmt.Errorf("%w (a timeout no probe has confirmed yet)", bac
 func (e *Engine) unconfirmed(cause error) bool {
 	b := e.Breaker
 	return b != nil && b.Closed() && e.IsTimeout(cause) && b.Unconfirmed()
-}
-
-// uncharged reports whether the breaker is closed while the backend is
-// not yet charged with what FailLocal admitted on timeouts no probe
-// confirmed: until it is, those rules are decided as in a hand-over, so
-// that the backend's count and the local store's are not both spent.
-func (e *Engine) uncharged() bool {
-	return (e.Local.Journal.Len() > 0 || e.charging.Load()) && e.Breaker.Closed()
 }
 
 // handover decides the FailLocal rules of reqs on the local store first,

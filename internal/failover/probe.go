@@ -214,21 +214,14 @@ func (e *Engine) confirm() error {
 	timeout := e.Caller.Timeout
 	start := time.Now()
 	err := e.Canary(max(timeout, ConfirmBudget))
-	late := err == nil && time.Since(start) > timeout
-	if late {
+	if err == nil && time.Since(start) > timeout {
 		err = e.Canary(timeout)
 	}
 	if err == nil {
-		// Charge what FailLocal admitted meanwhile (until it lands the
-		// engine decides FailLocal rules at the share too, see uncharged).
-		// A late answer is the edge of what may have been an outage that
-		// other instances saw confirmed: hand over as after a recovery. A
-		// prompt one says the backend answered everyone and the timeouts
-		// were this process's, so a CPU spike on a healthy backend does not
-		// hold FailLocal rules to the instance's share.
-		if late {
-			e.handOver()
-		}
+		// The edge of what may have been an outage that other instances
+		// saw confirmed: hand over as after a recovery, and charge what
+		// FailLocal admitted meanwhile.
+		e.handOver()
 		if e.Local.Journal.Len() > 0 {
 			e.chargeSoon()
 		}
