@@ -119,3 +119,43 @@ func TestClusterInvertedRefundAfterResendOfOneOnce_Attack(t *testing.T) {
 		t.Errorf("after the undo and the refund's resend (%+v): %d remaining, want 5", res, got.Remaining)
 	}
 }
+
+// TestClusterInvertedResendOverARecordKeepsTheRecord_Attack: reservation
+// X is settled by a forced charge with X, whose record stands. The
+// reservation is resent in a cross-slot call that another slot rejects,
+// the key written by another client before the undo. The resend replaced
+// the record with a ticket (ALGORITHMS.md: a reservation replaces any
+// entry), and its inverse, a refund with X, consumes that ticket: the
+// record is gone, though a rejected call consumes nothing. The forced
+// charge's resend is then applied a second time (its record should make
+// it a peek): 2 units charged twice.
+func TestClusterInvertedResendOverARecordKeepsTheRecord_Attack(t *testing.T) {
+	client := redistest.SharedCluster(t).Client(t)
+	clock := newFakeClock()
+	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
+	ctx := context.Background()
+	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 48}
+	decide(t, s, reserve)
+	charge := reserve
+	charge.Cost, charge.Force = 2, true
+	decide(t, s, charge) // its record stands
+	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
+	keys := [][]string{{s.prefix + reserve.Key}, {s.prefix + other.Key}}
+	sub := [][]backend.Request{{reserve}, {other}}
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
+	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed {
+		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
+	}
+	one := reserve
+	one.Cost, one.Once = 1, 0
+	decide(t, s, one)
+	replies[1].rejected = true
+	s.refund(ctx, keys, sub, replies, errs)
+	record, _ := client.Get(ctx, onceKeyOf(s.prefix+reserve.Key, reserve.Once)).Result()
+	res := decide(t, s, charge)[0] // the forced charge's resend
+	peek := reserve
+	peek.Cost, peek.Once = 0, 0
+	if got := decide(t, s, peek)[0]; got.Remaining != 4 {
+		t.Errorf("after the undo (record %q) and the forced charge's resend (%+v): %d remaining, want 4 (3 + 2 + the other client's 1)", record, res, got.Remaining)
+	}
+}
