@@ -14,13 +14,12 @@ import (
 // of 2 that fails local, on one instance. One acquisition times out on a
 // starved process (the call is not applied) and FailLocal takes its slot
 // on the local store, held. The probe the timeout started is answered in
-// time. Slots are not journaled, so nothing is left to charge (uncharged
-// is false), no hand-over starts since d882271, and the probe of the
-// closed breaker retakes nothing: Redis alone decides, knows none of the
-// local slot, and admits 2 more. Three slots are held at once under a
-// limit of 2 on one instance; the hand-over that the prompt probe used to
-// start decides on the local store too, which still counts the slot, and
-// refuses the third.
+// time. Slots are not journaled, and the probe of the closed breaker
+// retakes nothing, so only the hand-over that the answer starts keeps
+// the slot counted: it decides on the local store too, which still holds
+// the slot, and refuses the third. A change that skipped that hand-over
+// (d882271, reverted) let Redis alone decide, knowing none of the local
+// slot: three slots held at once under a limit of 2.
 func TestPromptProbeForgetsTheSlotsFailLocalTook_Attack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &starvedMemory{m: memory.New(memory.WithSweepInterval(0))}

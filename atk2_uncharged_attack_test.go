@@ -48,11 +48,12 @@ func (w *wrongTypeKey) Reset(ctx context.Context, keys ...string) error {
 // it. FailLocal admits that client locally and journals the key, and the
 // charge of the journal, one call, fails on it every time and keeps the
 // journal (the rule's period is a day, so the local store still counts
-// the unit). Since d882271 a journal that is not empty decides every
-// FailLocal request at the share too (uncharged), with no end: an hour
-// later another client, with all 30 of its limit left on Redis, is
-// refused after its share of 10. docs/failure.md: a healthy backend must
-// not hold FailLocal rules to the share.
+// the unit). A change that held every FailLocal request to the share
+// while the journal was not empty (d882271, reverted) held it with no
+// end: an hour later another client, with all 30 of its limit left on
+// Redis, was refused after its share of 10. docs/failure.md: a healthy
+// backend must not hold FailLocal rules to the share for longer than a
+// hand-over.
 func TestAChargeThatNeverLandsHoldsEveryFailLocalRuleToTheShare_Attack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		be := &wrongTypeKey{m: memory.New(memory.WithSweepInterval(0))}
