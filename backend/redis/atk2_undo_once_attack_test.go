@@ -34,18 +34,9 @@ func TestClusterInvertedRefundAndResendOfOneOnce_Attack(t *testing.T) {
 	}
 	refund := reserve
 	refund.Cost, refund.Stamp = -3, first.Stamp
-	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
-	keys := [][]string{{s.prefix + refund.Key, s.prefix + reserve.Key}, {s.prefix + other.Key}}
-	sub := [][]backend.Request{{refund, reserve}, {other}}
-	replies, errs := s.runGroups(ctx, keys, sub, true, false)
-	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed || !replies[0].results[1].Allowed {
-		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
-	}
 	five := reserve
 	five.Cost, five.Once = 5, 0
-	decide(t, s, five) // another client meanwhile: the key cannot be put back
-	replies[1].rejected = true
-	s.refund(ctx, keys, sub, replies, errs)
+	undoneAfterAnotherWrite(t, s, []backend.Request{refund, reserve}, five) // another client meanwhile: the key cannot be put back
 	ticket, _ := client.Get(ctx, onceKeyOf(s.prefix+"{a}r", 44)).Result()
 	res := decide(t, s, refund)[0] // the resend of the refund the caller saw rejected
 	peek := reserve
@@ -66,20 +57,10 @@ func TestClusterInvertedTwinReservations_Attack(t *testing.T) {
 	client := redistest.SharedCluster(t).Client(t)
 	clock := newFakeClock()
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
-	ctx := context.Background()
 	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 46}
-	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
-	keys := [][]string{{s.prefix + reserve.Key, s.prefix + reserve.Key}, {s.prefix + other.Key}}
-	sub := [][]backend.Request{{reserve, reserve}, {other}}
-	replies, errs := s.runGroups(ctx, keys, sub, true, false)
-	if errs[0] != nil || errs[1] != nil || !replies[0].results[1].Allowed {
-		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
-	}
 	one := reserve
 	one.Cost, one.Once = 1, 0
-	decide(t, s, one)
-	replies[1].rejected = true
-	s.refund(ctx, keys, sub, replies, errs)
+	undoneAfterAnotherWrite(t, s, []backend.Request{reserve, reserve}, one)
 	peek := reserve
 	peek.Cost, peek.Once = 0, 0
 	if got := decide(t, s, peek)[0]; got.Remaining != 9 {
@@ -95,23 +76,13 @@ func TestClusterInvertedRefundAfterResendOfOneOnce_Attack(t *testing.T) {
 	client := redistest.SharedCluster(t).Client(t)
 	clock := newFakeClock()
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
-	ctx := context.Background()
 	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 47}
 	first := decide(t, s, reserve)[0]
 	refund := reserve
 	refund.Cost, refund.Stamp = -3, first.Stamp
-	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
-	keys := [][]string{{s.prefix + reserve.Key, s.prefix + refund.Key}, {s.prefix + other.Key}}
-	sub := [][]backend.Request{{reserve, refund}, {other}}
-	replies, errs := s.runGroups(ctx, keys, sub, true, false)
-	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed || !replies[0].results[1].Allowed {
-		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
-	}
 	five := reserve
 	five.Cost, five.Once = 5, 0
-	decide(t, s, five)
-	replies[1].rejected = true
-	s.refund(ctx, keys, sub, replies, errs)
+	undoneAfterAnotherWrite(t, s, []backend.Request{reserve, refund}, five)
 	res := decide(t, s, refund)[0]
 	peek := reserve
 	peek.Cost, peek.Once = 0, 0
@@ -140,18 +111,9 @@ func TestClusterInvertedResendOverARecordKeepsTheRecord_Attack(t *testing.T) {
 	charge := reserve
 	charge.Cost, charge.Force = 2, true
 	decide(t, s, charge) // its record stands
-	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
-	keys := [][]string{{s.prefix + reserve.Key}, {s.prefix + other.Key}}
-	sub := [][]backend.Request{{reserve}, {other}}
-	replies, errs := s.runGroups(ctx, keys, sub, true, false)
-	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed {
-		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
-	}
 	one := reserve
 	one.Cost, one.Once = 1, 0
-	decide(t, s, one)
-	replies[1].rejected = true
-	s.refund(ctx, keys, sub, replies, errs)
+	undoneAfterAnotherWrite(t, s, []backend.Request{reserve}, one)
 	record, _ := client.Get(ctx, onceKeyOf(s.prefix+reserve.Key, reserve.Once)).Result()
 	res := decide(t, s, charge)[0] // the forced charge's resend
 	peek := reserve

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -82,24 +83,37 @@ func TestClusterInvertedResendKeepsTheStandingTicket(t *testing.T) {
 	client := redistest.SharedCluster(t).Client(t)
 	clock := newFakeClock()
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
-	ctx := context.Background()
 	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 1, Once: 44}
 	first := decide(t, s, reserve)[0]
-	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
-	keys := [][]string{{s.prefix + reserve.Key}, {s.prefix + other.Key}}
-	sub := [][]backend.Request{{reserve}, {other}}
-	replies, errs := s.runGroups(ctx, keys, sub, true, false)
-	if errs[0] != nil || errs[1] != nil || !replies[0].results[0].Allowed {
-		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
-	}
 	one := reserve
 	one.Once = 0
-	decide(t, s, one) // another client meanwhile: the key cannot be put back
-	replies[1].rejected = true
-	s.refund(ctx, keys, sub, replies, errs)
+	undoneAfterAnotherWrite(t, s, []backend.Request{reserve}, one) // another client meanwhile: the key cannot be put back
 	refund := reserve
 	refund.Cost, refund.Stamp = -1, first.Stamp
 	if res := decide(t, s, refund)[0]; res.Remaining != 9 {
 		t.Errorf("the first reservation's refund after the undo: %+v, want 9 remaining (only the other client's unit taken)", res)
 	}
+}
+
+// undoneAfterAnotherWrite runs reqs on their slot beside a request on
+// another, as one cross-slot call, has another client decide meanwhile
+// (so that reqs' key cannot be put back byte for byte, only inverted),
+// and undoes the call as if the other slot had rejected it.
+func undoneAfterAnotherWrite(t *testing.T, s *Store, reqs []backend.Request, meanwhile backend.Request) {
+	t.Helper()
+	ctx := context.Background()
+	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
+	own := make([]string, len(reqs))
+	for i, r := range reqs {
+		own[i] = s.prefix + r.Key
+	}
+	keys := [][]string{own, {s.prefix + other.Key}}
+	sub := [][]backend.Request{reqs, {other}}
+	replies, errs := s.runGroups(ctx, keys, sub, true, false)
+	if errs[0] != nil || errs[1] != nil || slices.ContainsFunc(replies[0].results, func(r backend.Result) bool { return !r.Allowed }) {
+		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
+	}
+	decide(t, s, meanwhile)
+	replies[1].rejected = true
+	s.refund(ctx, keys, sub, replies, errs)
 }
