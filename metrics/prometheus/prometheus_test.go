@@ -350,19 +350,11 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 
 func histogramCount(t *testing.T, obs *ceilingprom.Observer) uint64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(obs)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := series(t, obs, "ceiling_rate_limiting_backend_duration_seconds")
+	if len(m) == 0 {
+		t.Fatal("no ceiling_rate_limiting_backend_duration_seconds")
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == "ceiling_rate_limiting_backend_duration_seconds" {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-		}
-	}
-	t.Fatal("no ceiling_rate_limiting_backend_duration_seconds")
-	return 0
+	return m[0].GetHistogram().GetSampleCount()
 }
 
 func equal(a, b []int) bool {
@@ -487,19 +479,9 @@ func TestAFailedCallIsNeverSeenBeforeItsError(t *testing.T) {
 // errorsTotal is ceiling_rate_limiting_backend_errors_total over its kinds.
 func errorsTotal(t *testing.T, obs *ceilingprom.Observer) uint64 {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(obs)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == "ceiling_rate_limiting_backend_errors_total" {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
+	for _, m := range series(t, obs, "ceiling_rate_limiting_backend_errors_total") {
+		n += m.GetCounter().GetValue()
 	}
 	return uint64(n)
 }

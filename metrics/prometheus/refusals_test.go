@@ -14,6 +14,7 @@ import (
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	ceilingprom "github.com/ceiling-go/ceiling/metrics/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // TestMain stops the Redis servers the tests started and reports the
@@ -24,28 +25,35 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 // leaving out the series still at zero.
 func requests(t *testing.T, obs *ceilingprom.Observer) map[string]float64 {
 	t.Helper()
+	out := map[string]float64{}
+	for _, m := range series(t, obs, "ceiling_rate_limiting_requests_total") {
+		l := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		if v := m.GetCounter().GetValue(); v != 0 {
+			out[l["ceiling_rate_limiting_rule"]+" "+l["ceiling_rate_limiting_result"]] = v
+		}
+	}
+	return out
+}
+
+// series gathers obs on a pedantic registry and returns the series of the
+// family name (none when it has none).
+func series(t *testing.T, obs *ceilingprom.Observer, name string) []*dto.Metric {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(obs)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "ceiling_rate_limiting_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			if v := m.GetCounter().GetValue(); v != 0 {
-				out[l["ceiling_rate_limiting_rule"]+" "+l["ceiling_rate_limiting_result"]] = v
-			}
+		if mf.GetName() == name {
+			return mf.GetMetric()
 		}
 	}
-	return out
+	return nil
 }
 
 // A request that a rule failing closed refused with 503 while a real
