@@ -259,9 +259,10 @@ func (s *Store) DecideInto(ctx context.Context, reqs []backend.Request, results 
 		}
 		break
 	}
-	// A call cancelled at its deadline may come back as the server's
-	// 57014 (pgx sends a cancel request): that is no answer either.
-	if pe := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pe) && pe.Code != "57014" {
+	// A server's error is an answer, unless it is the one classify counts
+	// a timeout: a call cancelled at its deadline may come back as 57014
+	// (pgx sends a cancel request), which is no answer either.
+	if pe := (*pgconn.PgError)(nil); err == nil || errors.As(err, &pe) && !errors.Is(classify(pe), context.DeadlineExceeded) {
 		s.answered.Store(time.Now().UnixNano())
 	} else {
 		s.unanswered.Store(time.Now().UnixNano())
