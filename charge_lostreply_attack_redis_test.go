@@ -22,8 +22,8 @@ func TestChargeLostRepliesAppliedOnce_Attack(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("calls: %+v, %v", d, err)
 	}
-	proxy.DropReply("evalsha")
-	proxy.DropReply("evalsha")
+	proxy.DropReply("fcall")
+	proxy.DropReply("fcall")
 	err = l.Charge(ctx, Input{Rule: "tokens", Key: "acme", Cost: 3}, Input{Rule: "calls", Key: "acme", Cost: -4, Stamp: d.Results[0].Stamp, Ticket: d.Results[0].Ticket})
 	if !errors.Is(err, ErrResent) {
 		t.Fatalf("a charge whose reply was lost: %v; want an error wrapping ErrResent", err)

@@ -49,7 +49,7 @@ func TestNoCachedRejectionForAWrittenDecisionAfterAFailedDial(t *testing.T) {
 				return rr.Code, rr.Header().Get("Retry-After")
 			}
 			serve("192.0.2.1") // warm: the script is loaded
-			lose := proxy.LoseReplyLate("evalsha")
+			lose := proxy.LoseReplyLate("fcall")
 			defer lose()
 			got := make(chan int, 1)
 			go func() { code, _ := serve("198.51.100.7"); got <- code }()

@@ -41,7 +41,7 @@ func TestLostReplyDoesNotHoldASlot_Regression(t *testing.T) {
 				t.Fatalf("warm-up: %v, %v", warm.Allowed, err)
 			}
 			warm.Release()
-			proxy.DropReply("evalsha")
+			proxy.DropReply("fcall")
 			d, err := l.Decide(ctx, Input{Rule: "streams", Key: "acme"})
 			if proxy.Dropped() != 1 {
 				t.Fatalf("the proxy dropped %d replies, want 1 (err %v)", proxy.Dropped(), err)

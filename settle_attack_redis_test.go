@@ -89,7 +89,7 @@ func TestSettlementResentPastItsRecordMixedPeriods_Regression(t *testing.T) {
 				t.Errorf("Settle %s: %v", rule, err)
 			}
 		}
-		proxy.DropReply("evalsha") // the settlement's reply, after Redis applied it
+		proxy.DropReply("fcall") // the settlement's reply, after Redis applied it
 	}))
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest("POST", "/", nil)
@@ -157,7 +157,7 @@ func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 		if err := Settle(r, "tokens", 0); err != nil {
 			t.Errorf("Settle: %v", err)
 		}
-		proxy.LoseReplyLate("evalsha") // the settlement's reply
+		proxy.LoseReplyLate("fcall") // the settlement's reply
 	}))
 	done := make(chan int)
 	go func() {
@@ -286,7 +286,7 @@ func TestChargeRefundRetriedAfterLostReplyBuysNoQuota_Attack(t *testing.T) {
 		t.Fatalf("B takes 5, asking no ticket: %+v, %v", b, err)
 	}
 	refund := Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: a.Results[0].Stamp, Ticket: a.Results[0].Ticket}
-	proxy.DropReply("evalsha")
+	proxy.DropReply("fcall")
 	resent := false
 	for try := 0; try < 3; try++ { // retried while the doc says it was not applied
 		err = l.Charge(ctx, refund)
@@ -324,7 +324,7 @@ func TestChargeRefundWithoutTicketIsNotResent(t *testing.T) {
 	if err != nil || !a.Allowed || a.Results[0].Ticket != 0 {
 		t.Fatalf("A reserves 5 without a ticket: %+v, %v", a, err)
 	}
-	proxy.DropReply("evalsha")
+	proxy.DropReply("fcall")
 	err = l.Charge(ctx, Input{Rule: "tokens", Key: "acme", Cost: -5, Stamp: a.Results[0].Stamp})
 	if err == nil || errors.Is(err, ErrResent) || errors.Is(err, ErrDegraded) || errors.Is(err, backend.ErrNotSent) || proxy.Dropped() != 1 {
 		t.Fatalf("a ticketless refund whose reply was lost: %v (%d replies lost); want an error saying it may have been applied", err, proxy.Dropped())

@@ -27,7 +27,7 @@ func TestFailedRefundIsResentAndAppliedOnceRedis(t *testing.T) {
 		arm, heal func(*redistest.Proxy)
 		lost      int // replies the proxy drops
 	}{
-		{"reply_lost", func(p *redistest.Proxy) { p.DropReply("evalsha") }, func(*redistest.Proxy) {}, 1},
+		{"reply_lost", func(p *redistest.Proxy) { p.DropReply("fcall") }, func(*redistest.Proxy) {}, 1},
 		{"refused", func(p *redistest.Proxy) { p.Partition(); p.Cut() }, func(p *redistest.Proxy) { p.Heal() }, 0},
 	} {
 		for _, alg := range []backend.Algorithm{RollingWindow, GCRA} {

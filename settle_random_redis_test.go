@@ -35,7 +35,7 @@ func TestSettlementsUnderLostRepliesAppliedOnceRedis(t *testing.T) {
 						t.Errorf("Settle: %v", err)
 					}
 					if lose {
-						proxy.DropReply("evalsha")
+						proxy.DropReply("fcall")
 					}
 				}))
 				w := httptest.NewRecorder()

@@ -46,7 +46,7 @@ func TestLostReplyIsNotAppliedTwice(t *testing.T) {
 	decide(t, s, day("warm", 1)) // loads the script, so the next EVALSHA runs it
 
 	t.Run("decision", func(t *testing.T) {
-		proxy.DropReply("evalsha")
+		proxy.DropReply("fcall")
 		if _, err := s.Decide(ctx, []backend.Request{day("d", 1)}); err == nil {
 			t.Error("Decide answered although its reply was lost")
 		} else if !errors.Is(err, backend.ErrUnreachable) {
@@ -58,7 +58,7 @@ func TestLostReplyIsNotAppliedTwice(t *testing.T) {
 	})
 	t.Run("refund", func(t *testing.T) {
 		decide(t, s, day("r", 10))
-		proxy.DropReply("evalsha")
+		proxy.DropReply("fcall")
 		if _, err := s.Decide(ctx, []backend.Request{day("r", -4)}); err == nil {
 			t.Error("refund answered although its reply was lost")
 		}

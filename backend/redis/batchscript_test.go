@@ -94,7 +94,7 @@ func TestLoneDecisionsShareOneScript(t *testing.T) {
 	if got := trips.get(); got[len(got)-1] != 1 {
 		t.Errorf("scripts per round trip = %v, want the queued decisions in one", got)
 	}
-	if got, want := count.names, []string{"evalsha", "evalsha"}; !slices.Equal(got, want) {
+	if got, want := count.names, []string{"fcall", "fcall"}; !slices.Equal(got, want) {
 		t.Errorf("commands sent = %v, want %v (the held decision's, then one for the queued)", got, want)
 	}
 	for i, res := range results {
@@ -206,10 +206,10 @@ func TestBatchedDecisionsNameTheirKind(t *testing.T) {
 	}
 }
 
-// TestScriptCacheFlushedUnderASharedScript empties the script cache while
-// lone decisions wait to share a script: the shared script answers
-// NOSCRIPT, and the store sends it again as one EVAL, each decision
-// decided once.
+// TestScriptCacheFlushedUnderASharedScript empties the script cache and
+// the library while lone decisions wait to share a script: the shared
+// script's FCALL finds no function, and the store sends it again as one
+// EVAL, each decision decided once, then loads the library.
 func TestScriptCacheFlushedUnderASharedScript(t *testing.T) {
 	srv := redistest.Shared(t)
 	proxy := redistest.NewProxy(t, srv.Addr)
@@ -222,13 +222,13 @@ func TestScriptCacheFlushedUnderASharedScript(t *testing.T) {
 	decide(t, s, day("warm", 1))
 	calls := loneRequests(10)
 	release := queueBehindHeldLane(t, s, proxy, trips, calls)
-	if err := srv.Client(t).ScriptFlush(ctx).Err(); err != nil {
+	if err := flushScripts(ctx, srv.Client(t)); err != nil {
 		t.Fatal(err)
 	}
 	count.reset()
 	results, errs := release()
-	if got, want := count.names, []string{"evalsha", "eval"}; !slices.Equal(got, want) {
-		t.Errorf("commands after the flush %v, want %v: the shared script, then its EVAL", got, want)
+	if got, want := count.names, []string{"fcall", "eval", "function"}; !slices.Equal(got, want) {
+		t.Errorf("commands after the flush %v, want %v: the shared script, its EVAL, the library's load", got, want)
 	}
 	for i := range calls {
 		if errs[i] != nil || !results[i][0].Allowed || results[i][0].Remaining != calls[i][0].Limit-1 {
@@ -262,7 +262,7 @@ func TestSharedScriptsKeepToASlot(t *testing.T) {
 	x2 := func() *op { return mk(cluster, "{x}2", backend.GCRA) }
 	y1 := func() *op { return mk(cluster, "{y}1", backend.SlidingLog) }
 	multi := func() *op {
-		o := scriptOp(ctx, decideScript, []string{"{x}3", "{x}4"}, nil)
+		o := cluster.scriptOp(ctx, decideScript, []string{"{x}3", "{x}4"}, nil)
 		return &o
 	}
 	for _, c := range []struct {

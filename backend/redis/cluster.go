@@ -225,7 +225,7 @@ func (s *Store) restore(ctx context.Context, keys [][]string, args [][]any) [][]
 	w, ops := newWaiter(ctx, len(keys))
 	for g := range keys {
 		head := s.args(nil, false)[:2] // the clock and minimum TTL
-		ops[g] = scriptOp(ctx, decideScript, keys[g], append(append(head, "u"), args[g]...))
+		ops[g] = s.scriptOp(ctx, decideScript, keys[g], append(append(head, "u"), args[g]...))
 	}
 	err := s.call(ctx, w, ops, true)
 	out := make([][]int64, len(keys))

@@ -20,9 +20,10 @@
 -- left, value before, PTTL and the once entries the call applied to it as
 -- they were ("id=value,PTTL" or "id=" when absent, space-separated), which
 -- go back with it. Reply: per key, 1 when put back, else 0.
-local uses = {}; local nk = ARGV[3] == 'u' and #KEYS or (#ARGV - 3) / 9 -- the requests' algorithms (lib.lua), the requests
-if ARGV[3] ~= 'u' then for i = 0, nk - 1 do uses[ARGV[4 + 9 * i]] = true end end
+local uses = {} -- the requests' algorithms, whose functions lib.lua defines
+if ARGV[3] ~= 'u' then for i = 0, (#ARGV - 3) / 9 - 1 do uses[ARGV[4 + 9 * i]] = true end end
 -- lib.lua
+local nk = ARGV[3] == 'u' and #KEYS or (#ARGV - 3) / 9 -- the requests
 -- leaseList is "off at;" of the companion and the leases named in list
 -- ("id ..." entries) as key holds them now, in the same form.
 local function leaseList(key, list)

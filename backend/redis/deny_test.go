@@ -33,12 +33,12 @@ func TestDenyCacheAbsorbsAFlood(t *testing.T) {
 			}
 			scripts := 0
 			for _, name := range count.names {
-				if name == "evalsha" || name == "eval" {
+				if name == "fcall" || name == "evalsha" || name == "eval" {
 					scripts++
 				}
 			}
-			// Four decisions reach Redis, one more EVAL if the script was
-			// not cached yet; connection set-up commands are not decisions.
+			// Four decisions reach Redis, one more EVAL if the library was
+			// not loaded yet; connection set-up commands are not decisions.
 			if scripts > 5 {
 				t.Errorf("10,004 decisions ran %d scripts (%v), want at most 5", scripts, count.names)
 			}
@@ -184,7 +184,7 @@ func TestDenyCacheNeverAnswersASentDecision(t *testing.T) {
 	one := backend.Request{Key: "k", Algorithm: backend.FixedWindow, Limit: 1, Period: 24 * time.Hour, Cost: 1}
 	decide(t, s, backend.Request{Key: "warm", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1})
 
-	lose := proxy.LoseReplyLate("evalsha")
+	lose := proxy.LoseReplyLate("fcall")
 	defer lose()
 	sent := make(chan error, 1)
 	go func() {

@@ -50,7 +50,7 @@ func TestDenyCacheDoubtsAWrittenDecisionWhateverElseFailed(t *testing.T) {
 			one := backend.Request{Key: "k", Algorithm: backend.FixedWindow, Limit: 1, Period: 24 * time.Hour, Cost: 1}
 			decide(t, s, backend.Request{Key: "warm", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1})
 
-			lose := proxy.LoseReplyLate("evalsha")
+			lose := proxy.LoseReplyLate("fcall")
 			defer lose()
 			sent := make(chan error, 1)
 			ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)

@@ -3,8 +3,9 @@
 // Redis Cluster), so that every instance of a service shares one exact
 // limit.
 //
-// Each decision is one Lua script run with EVALSHA (reloaded after SCRIPT
-// FLUSH, a restart or a failover): it reads every rule's state, takes the
+// Each decision is one run of a Lua function (FCALL; the library is loaded
+// where a node has none, and a server without functions gets EVALSHA): it
+// reads every rule's state, takes the
 // time from the server's TIME, decides with the arithmetic of
 // backend/ALGORITHMS.md (lib.lua, each algorithm once) and writes all or
 // nothing, with each key's expiry. On Cluster a request's keys are grouped

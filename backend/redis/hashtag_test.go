@@ -24,13 +24,14 @@ import (
 type script struct {
 	node string
 	keys []string
-	eval bool // an EVAL: the Store sends one only for an EVALSHA answered NOSCRIPT
+	eval bool // an EVAL: the Store sends one only for an FCALL or EVALSHA the node could not run
 }
 
 // scriptLog records every script a Cluster client's nodes were sent
-// (EVALSHA or EVAL) and tells how many ran: the Store sends an EVAL only
-// after an EVALSHA of the same keys was answered NOSCRIPT (a node that had
-// not seen the script), and that pair is one run.
+// (FCALL, EVALSHA or EVAL) and tells how many ran: the Store sends an EVAL
+// only after an FCALL or EVALSHA of the same keys that the node could not
+// run (it had not seen the library or the script), and that pair is one
+// run.
 type scriptLog struct {
 	mu   sync.Mutex
 	runs []script
@@ -69,7 +70,7 @@ func (l *scriptLog) take() []script {
 		if r.eval {
 			at := slices.IndexFunc(runs, func(e script) bool { return e.node == r.node && slices.Equal(e.keys, r.keys) })
 			if at < 0 {
-				panic(fmt.Sprintf("an EVAL of %v on %s without an EVALSHA before it", r.keys, r.node))
+				panic(fmt.Sprintf("an EVAL of %v on %s without an FCALL or EVALSHA before it", r.keys, r.node))
 			}
 			runs = slices.Delete(runs, at, at+1)
 		}
@@ -104,7 +105,7 @@ func (h *nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 func (h *nodeHook) record(cmd redis.Cmder) {
 	args := cmd.Args()
-	if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 {
+	if name := cmd.Name(); (name != "fcall" && name != "evalsha" && name != "eval") || len(args) < 3 {
 		return
 	}
 	n, err := strconv.Atoi(fmt.Sprint(args[2]))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,4 +215,16 @@ func decide(t *testing.T, s *Store, reqs ...backend.Request) []backend.Result {
 		t.Fatalf("Decide returned %d results for %d requests", len(res), len(reqs))
 	}
 	return res
+}
+
+// flushScripts empties a node's script cache and its function libraries,
+// as a restart without persistence does (miniredis has no functions).
+func flushScripts(ctx context.Context, node redis.Cmdable) error {
+	if err := node.ScriptFlush(ctx).Err(); err != nil {
+		return err
+	}
+	if err := node.FunctionFlush(ctx).Err(); err != nil && !strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		return err
+	}
+	return nil
 }

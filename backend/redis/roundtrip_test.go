@@ -21,6 +21,9 @@ func threeRules(user string) []backend.Request {
 	}
 }
 
+// TestThreeRulesTakeOneRoundTrip decides three rules with one command, on
+// redis-server with the function library, and on miniredis, which has no
+// functions, with EVALSHA.
 func TestThreeRulesTakeOneRoundTrip(t *testing.T) {
 	for _, tg := range targets[:2] { // miniredis and redis-server: one node
 		t.Run(tg.name, func(t *testing.T) {
@@ -31,17 +34,24 @@ func TestThreeRulesTakeOneRoundTrip(t *testing.T) {
 			if err := client.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
+			// A server without the library costs one more round trip, and
+			// the load; one without functions makes the Store send EVALSHA.
+			first, then := "fcall,eval,function", "fcall"
+			if tg.name == "miniredis" {
+				first, then = "fcall,eval", "evalsha"
+			} else if err := client.FunctionFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
 			count.reset()
 			decide(t, s, threeRules("a")...)
-			// An empty script cache costs one more: EVALSHA, then EVAL.
-			if got, want := strings.Join(count.names, ","), "evalsha,eval"; got != want {
-				t.Fatalf("first decision sent %s, want %s", got, want)
+			if got := strings.Join(count.names, ","); got != first {
+				t.Fatalf("first decision sent %s, want %s", got, first)
 			}
 			for i := range 3 {
 				count.reset()
 				decide(t, s, threeRules("a")...)
-				if got, want := strings.Join(count.names, ","), "evalsha"; got != want {
-					t.Fatalf("decision %d sent %s, want %s: one round trip", i+2, got, want)
+				if got := strings.Join(count.names, ","); got != then {
+					t.Fatalf("decision %d sent %s, want %s: one round trip", i+2, got, then)
 				}
 			}
 		})
@@ -88,9 +98,10 @@ func TestClusterTakesOneScriptPerSlot(t *testing.T) {
 	}
 }
 
-// TestScriptCacheRecovery empties the script cache, as SCRIPT FLUSH, a
-// restart or a failover to a replica that never saw the script do, and
-// decides on: EVALSHA's NOSCRIPT is answered by EVAL, transparently.
+// TestScriptCacheRecovery empties the script cache and the function
+// libraries, as a restart without persistence does, and decides on: the
+// FCALL (or, without functions, EVALSHA) a node cannot run is answered by
+// EVAL, transparently.
 func TestScriptCacheRecovery(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, client redis.UniversalClient, prefix string) {
 		s := New(client, WithPrefix(prefix), WithDenyCache(0))
@@ -100,10 +111,10 @@ func TestScriptCacheRecovery(t *testing.T) {
 			var err error
 			if cc, ok := client.(*redis.ClusterClient); ok {
 				err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-					return n.ScriptFlush(ctx).Err()
+					return flushScripts(ctx, n)
 				})
 			} else {
-				err = client.ScriptFlush(ctx).Err()
+				err = flushScripts(ctx, client)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -113,7 +124,7 @@ func TestScriptCacheRecovery(t *testing.T) {
 			flush()
 			res, err := s.Decide(ctx, threeRules("u"))
 			if err != nil {
-				t.Fatalf("round %d after SCRIPT FLUSH: %v", round, err)
+				t.Fatalf("round %d after the flush: %v", round, err)
 			}
 			if got, want := res[0].Remaining, int64(30-1-round); got != want {
 				t.Fatalf("round %d: remaining %d, want %d", round, got, want)
@@ -141,9 +152,10 @@ func TestScriptCacheRecoveryAfterRestart(t *testing.T) {
 }
 
 // TestClusterNodeRestart restarts every master of a cluster under a Store:
-// connections drop and script caches are empty, and once the cluster is ok
-// again the next cross-slot decision succeeds (EVALSHA's NOSCRIPT answered
-// by EVAL inside the pipeline, dropped connections redialled by go-redis).
+// connections drop and nodes lose their library, and once the cluster is
+// ok again the next cross-slot decision succeeds (the FCALL a node cannot
+// run answered by EVAL, dropped connections redialled by go-redis), and
+// the one after it finds the library loaded again.
 func TestClusterNodeRestart(t *testing.T) {
 	cl := redistest.Cluster(t)
 	client := cl.Client(t)
@@ -160,7 +172,14 @@ func TestClusterNodeRestart(t *testing.T) {
 		t.Fatalf("Decide after every master restarted: %v", err)
 	}
 	if !containsName(count.names, "eval") {
-		t.Errorf("commands %v: no EVAL, so the empty script caches were not exercised", count.names)
+		t.Errorf("commands %v: no EVAL, so the lost libraries were not exercised", count.names)
+	}
+	count.reset()
+	if _, err := s.Decide(context.Background(), []backend.Request{reqs[0]}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(count.names, ","); got != "fcall" {
+		t.Errorf("a lone decision after the recovery sent %s, want fcall: the library loaded again", got)
 	}
 	// Nothing was persisted: every rule starts over.
 	for i, want := range []int64{29, 999, 99} {
@@ -201,8 +220,9 @@ func TestSentinelFailover(t *testing.T) {
 	if got, want := res[0].Remaining, int64(28); got != want {
 		t.Errorf("remaining after failover = %d, want %d (the replicated state)", got, want)
 	}
-	if !containsName(count.names, "eval") {
-		t.Errorf("commands %v: no EVAL, so the replica's empty script cache was not exercised", count.names)
+	// The library reached the replica with the state: no EVAL.
+	if !containsName(count.names, "fcall") || containsName(count.names, "eval") {
+		t.Errorf("commands %v after failover, want FCALL alone: the promoted replica had the library", count.names)
 	}
 }
 

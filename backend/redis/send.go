@@ -8,11 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// scriptOp is one EVALSHA of script on keys with args, bound for the node
-// of its first key.
-func scriptOp(ctx context.Context, script *redis.Script, keys []string, args []any) op {
+// scriptOp is one run of script on keys with args, bound for the node of
+// its first key.
+func (s *Store) scriptOp(ctx context.Context, script *redis.Script, keys []string, args []any) op {
 	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, "evalsha", script.Hash(), len(keys))
+	a = append(s.command(a, script), len(keys))
 	for _, k := range keys {
 		a = append(a, k)
 	}
@@ -26,7 +26,7 @@ func scriptOp(ctx context.Context, script *redis.Script, keys []string, args []a
 func (s *Store) runGroups(ctx context.Context, keys [][]string, reqs [][]backend.Request, withPeeks, detached bool) ([]reply, []error) {
 	w, ops := newWaiter(ctx, len(reqs))
 	for g := range reqs {
-		ops[g] = scriptOp(ctx, decideScript, withOnceKeys(keys[g], reqs[g]), s.args(reqs[g], withPeeks))
+		ops[g] = s.scriptOp(ctx, decideScript, withOnceKeys(keys[g], reqs[g]), s.args(reqs[g], withPeeks))
 	}
 	err := s.call(ctx, w, ops, detached)
 	replies := make([]reply, len(reqs))

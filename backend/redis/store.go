@@ -53,6 +53,9 @@ type Store struct {
 	inline    bool
 	slowYield atomic.Int64 // UnixNano of the last yield that showed this process starved
 	replied   atomic.Int64 // UnixNano of Redis's last reply (not a timeout): it runs
+	// scriptsOnly: a server refused functions, so the Store sends EVALSHA
+	// (see library); loading: a caller is loading the library.
+	scriptsOnly, loading atomic.Bool
 	// logs is where the Store logs what it sees (nil: nowhere yet);
 	// ownLogs, that WithLogger chose it (see UseDefaultLogger).
 	logs    atomic.Pointer[storeLog]

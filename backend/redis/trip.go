@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -42,14 +44,11 @@ func (s *Store) trips(ctx context.Context, ops []*op, trips []trip) []trip {
 	return trips
 }
 
-// batchCmd is batchScript's EVALSHA deciding ops, lone calls all.
+// batchCmd is batchScript's command deciding ops, lone calls all.
 func (s *Store) batchCmd(ctx context.Context, ops []*op) *redis.Cmd {
 	a := make([]any, 0, 5+6*len(ops)+4*min(len(ops), 4))
-	return redis.NewCmd(ctx, s.batchArgs(append(a, "evalsha", batchSha), ops)...)
+	return redis.NewCmd(ctx, s.batchArgs(s.command(a, batchScript), ops)...)
 }
-
-// batchSha is batchScript's hash, boxed once rather than per command.
-var batchSha any = batchScript.Hash()
 
 // answer gives each op of t its command, and where its answer starts in
 // a shared command's reply.
@@ -79,18 +78,81 @@ func (s *Store) send(ctx context.Context, ops []*op) {
 	}
 }
 
-// load re-sends with EVAL, in one round trip, those of trips[at] a node
-// answered NOSCRIPT.
+// load re-sends, in one round trip, those of trips[at] a node could not
+// run, each as an EVAL of its script's source (which the node then caches
+// as a script). A node without the library gets it loaded after that; a
+// server that refuses FCALL itself makes the Store send EVALSHA instead.
 func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	var again []trip
+	lost := "" // the key of a call whose node has no library
 	for _, i := range at {
-		if t := &trips[i]; t.script != nil && isNoScript(t.cmd.Err()) {
-			t.cmd = redis.NewCmd(ctx, evalArgs(t.script, t.cmd)...)
-			again = append(again, *t)
+		t := &trips[i]
+		err := t.cmd.Err()
+		if t.script == nil || err == nil {
+			continue
 		}
+		switch {
+		case isNoScript(err):
+		case redis.HasErrorPrefix(err, "Function not found"):
+			lost = t.ops[0].key
+		case refusesFunctions(err):
+			s.refuseFunctions(err)
+		default:
+			continue
+		}
+		t.cmd = redis.NewCmd(ctx, evalArgs(t.script, t.cmd)...)
+		again = append(again, *t)
 	}
 	if len(again) > 0 {
 		s.roundTrip(ctx, again)
+	}
+	if lost != "" {
+		s.loadLibrary(ctx, lost)
+	}
+}
+
+// loadLibrary loads the function library into the node of key, which had
+// none (a restart, FUNCTION FLUSH, a node new to the Cluster), unless
+// another caller is loading it. A node that refuses it makes the Store send
+// EVALSHA; one that fails otherwise leaves the load to the next caller that
+// finds the library missing.
+func (s *Store) loadLibrary(ctx context.Context, key string) {
+	if !s.loading.CompareAndSwap(false, true) {
+		return
+	}
+	defer s.loading.Store(false)
+	var node redis.Cmdable = s.client
+	if s.cluster != nil {
+		n, err := s.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return
+		}
+		node = n
+	}
+	if err := node.FunctionLoadReplace(ctx, library).Err(); refusesFunctions(err) {
+		s.refuseFunctions(err)
+	}
+}
+
+// refusesFunctions reports an error that says a server will not run the
+// library: it does not know FCALL or FUNCTION (before Redis 7, or a
+// compatible server without them), the user may not call them, or it
+// could not register the library.
+func refusesFunctions(err error) bool {
+	if err == nil || !isReply(err) {
+		return false
+	}
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "registering functions") ||
+		(strings.HasPrefix(msg, "noperm") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function")))
+}
+
+// refuseFunctions makes the Store send EVALSHA from now on, and says so
+// once.
+func (s *Store) refuseFunctions(err error) {
+	if l := s.logs.Load(); s.scriptsOnly.CompareAndSwap(false, true) && l != nil {
+		l.logger.LogAttrs(context.Background(), slog.LevelWarn, "ceiling/backend/redis: Redis refused functions; sending EVALSHA, which costs Redis more CPU per decision",
+			slog.String("err", err.Error()))
 	}
 }
 
@@ -159,8 +221,8 @@ func (s *Store) roundTrip(ctx context.Context, trips []trip) {
 	pipe.Exec(ctx) // errors are read per command
 }
 
-// evalArgs are cmd's arguments, an EVALSHA of script, as an EVAL of its
-// source, which also loads it into the node's script cache.
+// evalArgs are cmd's arguments, an FCALL or EVALSHA of script, as an EVAL
+// of its source, which also loads it into the node's script cache.
 func evalArgs(script *redis.Script, cmd *redis.Cmd) []any {
 	args := append([]any(nil), cmd.Args()...)
 	args[0], args[1] = "eval", source(script)

@@ -172,7 +172,7 @@ func (p *Proxy) closePair(pc *proxyConn) {
 }
 
 // DropReply arms the proxy to lose one reply: the next data the client
-// sends that contains match (compared case-insensitively, e.g. "evalsha")
+// sends that contains match (compared case-insensitively, e.g. "fcall")
 // reaches the server, which runs it, but the server's answer never reaches
 // the client: the proxy closes that connection instead, as a network
 // failure between the two would. Each call arms one more drop.

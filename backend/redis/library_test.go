@@ -1,0 +1,114 @@
+package redis
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestServersWithoutFunctionsGetEVALSHA decides on servers that will not
+// run the library: one without the FCALL command (as before Redis 7, or a
+// compatible server without functions), and one whose user may call
+// scripts but not functions. The first decision is answered by EVAL, and
+// every later one is one EVALSHA; the Store says so once, at Warn.
+func TestServersWithoutFunctionsGetEVALSHA(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		client func(t *testing.T) *redis.Client
+	}{
+		{"no FCALL", func(t *testing.T) *redis.Client {
+			return defaultClient(t, redistest.ServerWith(t, `rename-command FCALL ""`).Addr)
+		}},
+		{"no FUNCTION", func(t *testing.T) *redis.Client {
+			return defaultClient(t, redistest.ServerWith(t, `rename-command FUNCTION ""`).Addr)
+		}},
+		{"user without functions", func(t *testing.T) *redis.Client {
+			srv := redistest.Server(t)
+			admin := srv.Client(t)
+			if err := admin.Do(context.Background(), "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "-fcall", "-function").Err(); err != nil {
+				t.Fatal(err)
+			}
+			c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw"})
+			t.Cleanup(func() { c.Close() })
+			return c
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client := c.client(t)
+			count := countCommands(client)
+			logs := &records{}
+			s := New(client, WithLogger(slog.New(logs)), WithDenyCache(0))
+			for i := range 4 {
+				count.reset()
+				res := decide(t, s, day("k", 1))
+				if got, want := res[0].Remaining, backend.MaxLimit-1-int64(i); !res[0].Allowed || got != want {
+					t.Fatalf("decision %d: %+v, want allowed with %d remaining", i+1, res[0], want)
+				}
+				sent := strings.Join(count.names, ",") // the first: after the connection's handshake
+				switch {
+				case i == 0 && !(strings.HasPrefix(sent, "fcall,") && strings.Contains(sent, ",eval")):
+					t.Errorf("first decision sent %s, want fcall, then eval", sent)
+				case i > 0 && sent != "evalsha":
+					t.Errorf("decision %d sent %s, want evalsha alone", i+1, sent)
+				}
+			}
+			if lines := storeLines(logs, "refused functions"); len(lines) != 1 {
+				t.Errorf("%d lines saying functions were refused, want 1: %v", len(lines), logs.get())
+			}
+		})
+	}
+}
+
+// TestLibraryIsLoadedOnceUnderConcurrentCallers empties a server's library
+// and script cache under 50 concurrent callers: each decision is applied
+// once (by EVAL, or by the function once it is back), the library is
+// loaded again, and the next decision is one FCALL.
+func TestLibraryIsLoadedOnceUnderConcurrentCallers(t *testing.T) {
+	srv := redistest.Server(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	count := countCommands(client)
+	s := New(client, WithDenyCache(0))
+	decide(t, s, day("k", 1))
+	if err := flushScripts(context.Background(), srv.Client(t)); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for range n {
+		go func() {
+			<-start
+			_, err := s.Decide(context.Background(), []backend.Request{day("k", 1)})
+			errs <- err
+		}()
+	}
+	close(start)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := stored(t, s, "k"), int64(n+1); got != want {
+		t.Errorf("units stored = %d, want %d: each decision once", got, want)
+	}
+	loads := 0
+	for _, name := range count.names {
+		if name == "function" {
+			loads++
+		}
+	}
+	if loads == 0 {
+		t.Errorf("no FUNCTION LOAD after %d callers found no library", n)
+	}
+	count.reset()
+	decide(t, s, day("k", 1))
+	if got := strings.Join(count.names, ","); got != "fcall" {
+		t.Errorf("the next decision sent %s, want fcall: the library is back", got)
+	}
+}
