@@ -112,3 +112,27 @@ func TestLibraryIsLoadedOnceUnderConcurrentCallers(t *testing.T) {
 		t.Errorf("the next decision sent %s, want fcall: the library is back", got)
 	}
 }
+
+// TestOnlyARefusedCallIsSentAgain: the errors that re-send a call as EVAL
+// are those of a call Redis did not run. An error a script raised after it
+// wrote (which names no refused command) is the call's answer.
+func TestOnlyARefusedCallIsSentAgain(t *testing.T) {
+	for _, c := range []struct {
+		err     string
+		refused bool
+	}{
+		{"ERR unknown command 'fcall', with args beginning with: 'ceiling_x_batch' '1'", true},
+		{"ERR unknown command `FUNCTION`, with args beginning with: `LOAD`", true},
+		{"NOPERM User limiter has no permissions to run the 'fcall' command", true},
+		{"ERR Error registering functions: user_function:2: attempt to index nil", true},
+		{"ERR user_script:12: Unknown Redis command called from script script: ceiling_x_batch", false},
+		{"ERR user_function:12: Unknown Redis command called from script", false},
+		{"NOPERM this user has no permissions to access one of the keys used as arguments", false},
+		{"ERR unknown command 'time', with args beginning with:", false},
+		{"OOM command not allowed when used memory > 'maxmemory'.", false},
+	} {
+		if got := refusesFunctions(redisError(c.err)); got != c.refused {
+			t.Errorf("refusesFunctions(%q) = %v, want %v", c.err, got, c.refused)
+		}
+	}
+}

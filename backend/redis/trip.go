@@ -137,14 +137,17 @@ func (s *Store) loadLibrary(ctx context.Context, key string) {
 // refusesFunctions reports an error that says a server will not run the
 // library: it does not know FCALL or FUNCTION (before Redis 7, or a
 // compatible server without them), the user may not call them, or it
-// could not register the library.
+// could not register the library. Each names the command it refused, so
+// that no error of a function that ran (and must not run again) is taken
+// for one.
 func refusesFunctions(err error) bool {
 	if err == nil || !isReply(err) {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "unknown command") || strings.Contains(msg, "registering functions") ||
-		(strings.HasPrefix(msg, "noperm") && (strings.Contains(msg, "fcall") || strings.Contains(msg, "function")))
+	named := strings.Contains(msg, "fcall") || strings.Contains(msg, "function")
+	return strings.Contains(msg, "registering functions") ||
+		(named && (strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm")))
 }
 
 // refuseFunctions makes the Store send EVALSHA from now on, and says so
