@@ -77,7 +77,8 @@ func (d *denyCache) answer(reqs []backend.Request, res []backend.Result, now tim
 }
 
 // learn records a decision's rejections, and forgets the keys it may have
-// made roomier: a refund's, a key written under another rule. now is when
+// made roomier: a refund's, a key written under another rule, a key
+// answered at a clock behind the entry's (a peek included). now is when
 // the call was sent, before the backend read its clock, so a rejection is
 // never remembered past the instant the backend would admit again. A
 // rejection after an earlier request of the call wrote the key says
@@ -89,6 +90,11 @@ func (d *denyCache) learn(reqs []backend.Request, res []backend.Result, rejected
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, r := range reqs {
+		if e, found := d.entries[r.Key]; found && now.Before(e.seen) {
+			// The backend anchored the key's state at this earlier clock,
+			// whatever the request: the entry's instants are of the other.
+			delete(d.entries, r.Key)
+		}
 		switch {
 		case rejected:
 			// a concurrency slot can come back at any moment: never remembered

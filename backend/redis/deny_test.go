@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
+	"github.com/ceiling-go/ceiling/backend/backendtest"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -217,4 +218,27 @@ func TestDenyCacheNeverAnswersASentDecision(t *testing.T) {
 	if !s.DecideCached([]backend.Request{one}, out) || out[0].Allowed {
 		t.Errorf("once the doubt is over, the cache does not answer the spent key: %v %+v", out[0].Cached, out[0])
 	}
+}
+
+// TestDenyCacheForgetsAKeyAnsweredAtAnEarlierClock_Regression: a peek at a
+// clock 2.2 hours behind a remembered rejection anchors the key's state at
+// that clock, which brings the rejection's end 2.2 hours nearer; the cache
+// forgets it rather than answering the next request with the old end
+// (seed 10570530580855651193 of the cluster+deny differential, shrunk).
+func TestDenyCacheForgetsAKeyAnsweredAtAnEarlierClock_Regression(t *testing.T) {
+	const period = 7775999999999 * time.Microsecond
+	clusterDenyDifferential(t).Replay(t, []backendtest.Step{
+		{At: 7637916000001 * time.Microsecond, Decide: []backend.Request{
+			{Key: "{x}b", Algorithm: backend.SlidingLog, Limit: 1, Period: period, Cost: 1, Once: 515172056250},
+		}},
+		{At: 7637917500002 * time.Microsecond, Decide: []backend.Request{
+			{Key: "{x}b", Algorithm: backend.SlidingLog, Limit: 5, Period: period, Cost: 5, Once: 515172056250},
+		}},
+		{At: 7629991787870 * time.Microsecond, Decide: []backend.Request{
+			{Key: "{x}b", Algorithm: backend.SlidingLog, Limit: 1, Period: period, Cost: 0},
+		}},
+		{At: 10837076933561 * time.Microsecond, Decide: []backend.Request{
+			{Key: "{x}b", Algorithm: backend.SlidingLog, Limit: 5, Period: period, Cost: 5, Once: 443668623247},
+		}},
+	})
 }

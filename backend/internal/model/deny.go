@@ -57,12 +57,17 @@ func (d *denyCache) answer(now int64, reqs []backend.Request) ([]backend.Result,
 
 // learn remembers the rejections of a call the backend answered, and
 // forgets the keys a call refunded or wrote under another rule than their
-// denial's. A rejection is remembered only when the request saw its key's
-// stored state: an earlier request of the call on the same key that would
-// have written makes the rejection one of a state the rejected call never
+// denial's, and those it answered at a clock behind their denial's (the
+// backend anchored their state, whatever the request: a peek too). A
+// rejection is remembered only when the request saw its key's stored
+// state: an earlier request of the call on the same key that would have
+// written makes the rejection one of a state the rejected call never
 // wrote.
 func (d *denyCache) learn(now int64, reqs []backend.Request, res []backend.Result, rejected bool) {
 	for i, r := range reqs {
+		if e, ok := d.entries[r.Key]; ok && now < e.seen {
+			delete(d.entries, r.Key)
+		}
 		switch {
 		case rejected:
 			// ALGORITHMS.md: a concurrency rejection is never remembered (a
