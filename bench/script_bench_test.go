@@ -117,11 +117,10 @@ func BenchmarkScriptServerTime(b *testing.B) {
 				return err
 			}
 		}},
-		// The scripts alone, sent as redis_rate's is (EVALSHA from this
-		// loop), with the arguments the Store sends for one request: the
-		// comparison of script with script. Through the Store (above and
-		// below) the server time per call also moves with the client's
-		// scheduling on a busy machine.
+		// ceiling's scripts through the Store (FCALL, or EVALSHA on a
+		// server without functions), one request each: the comparison of
+		// script with script. The server time per call also moves with
+		// the client's scheduling on a busy machine.
 		{"ceiling-gcra", ceilingOne(backend.GCRA)},
 		{"ceiling-rolling", ceilingOne(backend.RollingWindow)},
 		{"ceiling-rolling-moved12", rollingMoved(12)},
