@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/internal/redistest"
@@ -134,5 +135,37 @@ func TestOnlyARefusedCallIsSentAgain(t *testing.T) {
 		if got := refusesFunctions(redisError(c.err)); got != c.refused {
 			t.Errorf("refusesFunctions(%q) = %v, want %v", c.err, got, c.refused)
 		}
+	}
+}
+
+// TestALostLibraryLoadHoldsUpItsCallForASecondAtMost: the reply of the
+// FUNCTION LOAD that follows a call's EVAL is lost, the connection left
+// open. The call, which has no deadline of its own, returns its decision
+// within the load's bound, applied once; the failed load is logged; and the
+// next decision finds the library Redis did load.
+func TestALostLibraryLoadHoldsUpItsCallForASecondAtMost(t *testing.T) {
+	srv := redistest.Server(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	count := countCommands(client)
+	logs := &records{}
+	s := New(client, WithLogger(slog.New(logs)), WithDenyCache(0))
+	proxy.LoseReplyLate("register_function") // only the library's source holds it
+	start := time.Now()
+	res := decide(t, s, day("k", 1))
+	if took := time.Since(start); took > loadTimeout+time.Second {
+		t.Errorf("the decision took %v, want at most the load's bound (%v) and a round trip", took, loadTimeout)
+	}
+	if !res[0].Allowed || stored(t, s, "k") != 1 {
+		t.Errorf("decision %+v, %d units stored: want admitted, applied once", res[0], stored(t, s, "k"))
+	}
+	if lines := storeLines(logs, "loading the function library"); len(lines) != 1 {
+		t.Errorf("%d lines about the failed load, want 1: %v", len(lines), logs.get())
+	}
+	count.reset()
+	decide(t, s, day("k", 1))
+	if got := strings.Join(count.names, ","); got != "fcall" {
+		t.Errorf("the next decision sent %s, want fcall: Redis ran the load whose reply was lost", got)
 	}
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -114,13 +115,15 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 // loadLibrary loads the function library into the node of key, which had
 // none (a restart, FUNCTION FLUSH, a node new to the Cluster), unless
 // another caller is loading it. A node that refuses it makes the Store send
-// EVALSHA; one that fails otherwise leaves the load to the next caller that
-// finds the library missing.
+// EVALSHA; a failure of another kind is logged, sampled, and leaves the
+// load to the next caller that finds the library missing.
 func (s *Store) loadLibrary(ctx context.Context, key string) {
 	if !s.loading.CompareAndSwap(false, true) {
 		return
 	}
 	defer s.loading.Store(false)
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
 	var node redis.Cmdable = s.client
 	if s.cluster != nil {
 		n, err := s.cluster.MasterForKey(ctx, key)
@@ -129,10 +132,18 @@ func (s *Store) loadLibrary(ctx context.Context, key string) {
 		}
 		node = n
 	}
-	if err := node.FunctionLoadReplace(ctx, library).Err(); refusesFunctions(err) {
+	switch err := node.FunctionLoadReplace(ctx, library).Err(); {
+	case refusesFunctions(err):
 		s.refuseFunctions(err)
+	case err != nil:
+		s.logReply(fmt.Errorf("loading the function library: %w", err))
 	}
 }
+
+// loadTimeout bounds a library load, within the call's own bound: a load
+// whose reply is lost holds up the call that found the library missing no
+// longer than that.
+const loadTimeout = time.Second
 
 // refusesFunctions reports an error that says a server will not run the
 // library: it does not know FCALL or FUNCTION (before Redis 7, or a
