@@ -2,7 +2,9 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +169,28 @@ func TestALostLibraryLoadHoldsUpItsCallForASecondAtMost(t *testing.T) {
 	decide(t, s, day("k", 1))
 	if got := strings.Join(count.names, ","); got != "fcall" {
 		t.Errorf("the next decision sent %s, want fcall: Redis ran the load whose reply was lost", got)
+	}
+}
+
+// TestAReadOnlyReplicaIsNotSentTheLibrary: a replica that lacks the
+// library refuses the EVAL that follows with READONLY; the Store loads
+// nothing there (go-redis would resend a refused load until the call's
+// deadline), so the call fails at once with the replica's own error.
+func TestAReadOnlyReplicaIsNotSentTheLibrary(t *testing.T) {
+	client := defaultClient(t, replicaServer(t).Addr)
+	count := countCommands(client)
+	s := New(client, WithDenyCache(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+	if !errors.Is(err, backend.ErrReadOnly) {
+		t.Fatalf("err = %v, want ErrReadOnly", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("the refusal took %v, want it at once", took)
+	}
+	if slices.Contains(count.names, "function") {
+		t.Errorf("commands %v: a FUNCTION LOAD sent to a replica", count.names)
 	}
 }

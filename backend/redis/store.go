@@ -54,8 +54,10 @@ type Store struct {
 	slowYield atomic.Int64 // UnixNano of the last yield that showed this process starved
 	replied   atomic.Int64 // UnixNano of Redis's last reply (not a timeout): it runs
 	// scriptsOnly: a server refused functions, so the Store sends EVALSHA
-	// (see library); loading: a caller is loading the library.
-	scriptsOnly, loading atomic.Bool
+	// (see library); loading: node address -> struct{}, a caller is
+	// loading the library there.
+	scriptsOnly atomic.Bool
+	loading     sync.Map
 	// logs is where the Store logs what it sees (nil: nowhere yet);
 	// ownLogs, that WithLogger chose it (see UseDefaultLogger).
 	logs    atomic.Pointer[storeLog]

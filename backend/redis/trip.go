@@ -81,11 +81,12 @@ func (s *Store) send(ctx context.Context, ops []*op) {
 
 // load re-sends, in one round trip, those of trips[at] a node could not
 // run, each as an EVAL of its script's source (which the node then caches
-// as a script). A node without the library gets it loaded after that; a
-// server that refuses FCALL itself makes the Store send EVALSHA instead.
+// as a script). A node without the library, whose EVAL it then ran, gets
+// the library loaded; a server that refuses FCALL itself makes the Store
+// send EVALSHA instead.
 func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	var again []trip
-	lost := "" // the key of a call whose node has no library
+	var lost *trip // a call whose node has no library
 	for _, i := range at {
 		t := &trips[i]
 		err := t.cmd.Err()
@@ -95,7 +96,7 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 		switch {
 		case isNoScript(err):
 		case redis.HasErrorPrefix(err, "Function not found"):
-			lost = t.ops[0].key
+			lost = t
 		case refusesFunctions(err):
 			s.refuseFunctions(err)
 		default:
@@ -107,32 +108,39 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	if len(again) > 0 {
 		s.roundTrip(ctx, again)
 	}
-	if lost != "" {
-		s.loadLibrary(ctx, lost)
+	if lost != nil && lost.cmd.Err() == nil {
+		s.loadLibrary(ctx, lost.ops[0].key)
 	}
 }
 
 // loadLibrary loads the function library into the node of key, which had
-// none (a restart, FUNCTION FLUSH, a node new to the Cluster), unless
-// another caller is loading it. A node that refuses it makes the Store send
-// EVALSHA; a failure of another kind is logged, sampled, and leaves the
-// load to the next caller that finds the library missing.
+// none (a restart, FUNCTION FLUSH, a node new to the Cluster) and ran an
+// EVAL just now, unless another caller is loading it there. go-redis does not
+// send it twice (it would again on READONLY, and past the call's bound). A
+// node that refuses it makes the Store send EVALSHA; a failure of another
+// kind is logged, sampled, and leaves the load to the next caller that
+// finds the library missing.
 func (s *Store) loadLibrary(ctx context.Context, key string) {
-	if !s.loading.CompareAndSwap(false, true) {
-		return
-	}
-	defer s.loading.Store(false)
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	var node redis.Cmdable = s.client
+	var node interface {
+		Process(context.Context, redis.Cmder) error
+	} = s.client
+	addr := "" // the one node's, without Cluster
 	if s.cluster != nil {
 		n, err := s.cluster.MasterForKey(ctx, key)
 		if err != nil {
 			return
 		}
-		node = n
+		node, addr = n, n.Options().Addr
 	}
-	switch err := node.FunctionLoadReplace(ctx, library).Err(); {
+	if _, busy := s.loading.LoadOrStore(addr, struct{}{}); busy {
+		return
+	}
+	defer s.loading.Delete(addr)
+	cmd := redis.NewCmd(ctx, "function", "load", "replace", library)
+	_ = node.Process(ctx, noRetry{cmd})
+	switch err := cmd.Err(); {
 	case refusesFunctions(err):
 		s.refuseFunctions(err)
 	case err != nil:
