@@ -43,21 +43,20 @@ func source(script *redis.Script) string {
 // (Redis 7), which defines lib.lua's functions once, on its first call,
 // rather than on every run as a script does: a decision costs Redis less
 // CPU. The library is named after its source, so that instances of
-// several versions share a Redis. A Store calls the functions (FCALL), loads the
-// library where a node answers that it has none, and sends EVALSHA from
-// the first refusal on (a server without functions, or a user not allowed
-// them): see load.
+// several versions share a Redis. A Store calls the functions (FCALL),
+// loads the library where a node answers that it has none, and sends
+// EVALSHA from the first refusal on (a server without functions, or a
+// user not allowed them): see load.
 var (
-	libraryName               = "ceiling_" + redis.NewScript(batchSrc + decideSrc).Hash()[:16]
+	libraryName, library      = libraryOf(batchSource, decideSource)
 	batchFunc, decideFunc any = libraryName + "_batch", libraryName + "_decide"
-	library                   = libraryOf(batchSource, decideSource)
 )
 
-// libraryOf is the function library of the batch and decide scripts:
-// lib.lua with every algorithm, then each script's part after it, as a
-// function. Redis 7.0 gives a library's code the standard Lua libraries
-// only when a function runs, so it is built then.
-func libraryOf(batch, decide string) string {
+// libraryOf is the function library of the batch and decide scripts, and
+// its name: lib.lua with every algorithm, then each script's part after
+// it, as a function. Redis 7.0 gives a library's code the standard Lua
+// libraries only when a function runs, so it is built then.
+func libraryOf(batch, decide string) (name, source string) {
 	body := func(src string) string {
 		_, b, ok := strings.Cut(src, "\n-- lib.lua\n")
 		if !ok {
@@ -65,16 +64,17 @@ func libraryOf(batch, decide string) string {
 		}
 		return b
 	}
-	return "#!lua name=" + libraryName + "\n" +
-		"local function build()\n" +
+	code := "local function build()\n" +
 		"local uses = { ['0'] = true, ['1'] = true, ['2'] = true, ['3'] = true, ['4'] = true, ['5'] = true }\n" +
 		libSource +
 		"return function(KEYS, ARGV)\n" + body(batch) + "\nend, function(KEYS, ARGV)\n" + body(decide) + "\nend\nend\n" +
 		"local batch, decide\n" +
-		"redis.register_function('" + libraryName + "_batch', function(KEYS, ARGV)\n" +
+		"redis.register_function(NAME .. '_batch', function(KEYS, ARGV)\n" +
 		"  if not batch then batch, decide = build() end\n  return batch(KEYS, ARGV)\nend)\n" +
-		"redis.register_function('" + libraryName + "_decide', function(KEYS, ARGV)\n" +
+		"redis.register_function(NAME .. '_decide', function(KEYS, ARGV)\n" +
 		"  if not batch then batch, decide = build() end\n  return decide(KEYS, ARGV)\nend)\n"
+	name = "ceiling_" + redis.NewScript(code).Hash()[:16]
+	return name, "#!lua name=" + name + "\nlocal NAME = '" + name + "'\n" + code
 }
 
 // command is the start of script's command: FCALL of its function, or,

@@ -115,8 +115,8 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 
 // loadLibrary loads the function library into the node of key, which had
 // none (a restart, FUNCTION FLUSH, a node new to the Cluster) and ran an
-// EVAL just now, unless another caller is loading it there. go-redis does not
-// send it twice (it would again on READONLY, and past the call's bound). A
+// EVAL just now, unless another caller is loading it there. It is sent
+// once: go-redis would resend it on READONLY, past the call's bound. A
 // node that refuses it makes the Store send EVALSHA; a failure of another
 // kind is logged, sampled, and leaves the load to the next caller that
 // finds the library missing.
