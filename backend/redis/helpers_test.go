@@ -228,3 +228,27 @@ func flushScripts(ctx context.Context, node redis.Cmdable) error {
 	}
 	return nil
 }
+
+// scriptNames is names without a connection's handshake (HELLO, CLIENT
+// SETINFO), which a redialled connection sends before its command: the
+// calls of scripts and functions, and FUNCTION LOAD.
+func scriptNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		switch n {
+		case "fcall", "eval", "evalsha", "function":
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// waitForLibrary waits until node holds the function library: a Store
+// loads it once the call that found it missing is answered.
+func waitForLibrary(t *testing.T, node redis.Cmdable) {
+	t.Helper()
+	waitFor(t, "the library loaded", func() bool {
+		libs, err := node.FunctionList(context.Background(), redis.FunctionListQuery{LibraryNamePattern: libraryName}).Result()
+		return err == nil && len(libs) == 1
+	})
+}

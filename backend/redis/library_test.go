@@ -3,7 +3,9 @@ package redis
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -49,6 +51,9 @@ func TestServersWithoutFunctionsGetEVALSHA(t *testing.T) {
 			for i := range 4 {
 				count.reset()
 				res := decide(t, s, day("k", 1))
+				if i == 0 { // a refused load comes once the call is answered
+					waitFor(t, "the refusal", func() bool { return len(storeLines(logs, "refused functions")) > 0 })
+				}
 				if got, want := res[0].Remaining, backend.MaxLimit-1-int64(i); !res[0].Allowed || got != want {
 					t.Fatalf("decision %d: %+v, want allowed with %d remaining", i+1, res[0], want)
 				}
@@ -100,6 +105,7 @@ func TestLibraryIsLoadedOnceUnderConcurrentCallers(t *testing.T) {
 	if got, want := stored(t, s, "k"), int64(n+1); got != want {
 		t.Errorf("units stored = %d, want %d: each decision once", got, want)
 	}
+	waitForLibrary(t, srv.Client(t))
 	loads := 0
 	for _, name := range count.names {
 		if name == "function" {
@@ -192,5 +198,210 @@ func TestAReadOnlyReplicaIsNotSentTheLibrary(t *testing.T) {
 	}
 	if slices.Contains(count.names, "function") {
 		t.Errorf("commands %v: a FUNCTION LOAD sent to a replica", count.names)
+	}
+}
+
+// TestAFullRedisStillAnswersWhatWritesNothing: Redis refuses a function
+// whole when it is out of memory (maxmemory, noeviction), where a script
+// runs until its first write. On a full Redis a peek, a request over its
+// limit, a peek of two keys and the release of a lease (which frees
+// memory) are answered through the functions as through EVALSHA.
+func TestAFullRedisStillAnswersWhatWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	lease := func(id, cost int64) backend.Request {
+		return backend.Request{Key: "c", Algorithm: backend.Concurrency, Limit: 10, Period: time.Hour, Cost: cost, Lease: id}
+	}
+	tight := backend.Request{Key: "t", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Hour, Cost: 1}
+	for _, scripts := range []bool{false, true} {
+		t.Run(map[bool]string{false: "FCALL", true: "EVALSHA"}[scripts], func(t *testing.T) {
+			srv := redistest.Server(t)
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1})
+			t.Cleanup(func() { client.Close() })
+			s := New(client, WithDenyCache(0))
+			if scripts {
+				s.scriptsUntil.Store(math.MaxInt64)
+			}
+			decide(t, s, lease(1, 1))
+			decide(t, s, tight) // the window is full now
+			decide(t, s, day("k", 1))
+			srv.Fill(t)
+			for _, c := range []struct {
+				what string
+				reqs []backend.Request
+			}{
+				{"peek", []backend.Request{day("k", 0)}},
+				{"rejection", []backend.Request{tight}},
+				{"release of a lease", []backend.Request{lease(1, -1)}},
+				{"peek of two keys", []backend.Request{day("k", 0), day("k2", 0)}},
+			} {
+				if _, err := s.Decide(ctx, c.reqs); err != nil {
+					t.Errorf("%s on a full Redis: %v; want it answered (it writes nothing, or frees memory)", c.what, err)
+				}
+			}
+		})
+	}
+}
+
+// TestTooFewReplicasStillAnswerAPeek: the same with min-replicas-to-write
+// unmet (NOREPLICAS), which Redis also checks before a function runs.
+func TestTooFewReplicasStillAnswerAPeek(t *testing.T) {
+	c := redistest.Server(t).Client(t)
+	ctx := context.Background()
+	s := New(c, WithDenyCache(0))
+	decide(t, s, day("k", 1))
+	if err := c.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Decide(ctx, []backend.Request{day("k", 0)}); err != nil {
+		t.Errorf("a peek with too few replicas: %v; want it answered (it writes nothing)", err)
+	}
+}
+
+// TestAnAnsweredDecisionIsNotHeldByTheLibraryLoad: after a FUNCTION FLUSH
+// a decision's EVAL runs and answers, and the FUNCTION LOAD that follows is
+// slow to answer. The decision has its answer by its deadline: the load
+// comes after the calls are answered.
+func TestAnAnsweredDecisionIsNotHeldByTheLibraryLoad(t *testing.T) {
+	srv := redistest.Server(t)
+	proxy := redistest.NewProxy(t, srv.Addr)
+	s := New(defaultClient(t, proxy.Addr), WithDenyCache(0))
+	decide(t, s, day("warm", 1)) // the library is loaded
+	if err := srv.Client(t).FunctionFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lose := proxy.LoseReplyLate("register_function") // the FUNCTION LOAD runs; its reply is late
+	defer lose()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+	lose()
+	if err != nil || !res[0].Allowed {
+		t.Errorf("a decision answered by EVAL, then a slow load: %v, %+v; want its answer", err, res)
+	}
+	if got := stored(t, s, "k"); got != 1 {
+		t.Errorf("stored %d, want 1 (applied once)", got)
+	}
+}
+
+// TestAUserWithoutEVALIsDecidedAfterALostLibrary: a user allowed FCALL and
+// FUNCTION but not EVAL or EVALSHA (an ACL that bans ad-hoc scripts). On a
+// Redis without the library, and again after a FUNCTION FLUSH, the Store
+// loads the library and calls the function again in the same decision,
+// rather than failing it with the EVAL's NOPERM.
+func TestAUserWithoutEVALIsDecidedAfterALostLibrary(t *testing.T) {
+	ctx := context.Background()
+	srv := redistest.Server(t)
+	admin := srv.Client(t)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "limiter", "on", ">pw", "~*", "+@all", "-eval", "-evalsha", "-script").Err(); err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw"})
+	t.Cleanup(func() { client.Close() })
+	s := New(client, WithDenyCache(0))
+	decide(t, s, day("k", 1)) // a Redis that never had the library
+	if err := admin.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	decide(t, s, day("k", 1))
+	if got := stored(t, s, "k"); got != 2 {
+		t.Errorf("stored %d, want 2: each decision once", got)
+	}
+}
+
+// TestFunctionsAreCalledAgainAfterARefusal: a user allowed FCALL but not
+// FUNCTION, whose library another instance loads, and a user whose FCALL
+// is revoked for a moment. A refusal sends EVALSHA for scriptsFor; once it
+// has passed and functions work again, a decision is one FCALL again.
+func TestFunctionsAreCalledAgainAfterARefusal(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name    string
+		acl     []any
+		disturb func(admin *redis.Client) error
+	}{
+		{"fcall but not function", []any{"+@all", "-function"}, func(admin *redis.Client) error {
+			return admin.FunctionFlush(ctx).Err()
+		}},
+		{"fcall revoked", []any{"+@all"}, func(admin *redis.Client) error {
+			return admin.Do(ctx, "ACL", "SETUSER", "limiter", "-fcall").Err()
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := redistest.Server(t)
+			admin := srv.Client(t)
+			if err := admin.Do(ctx, append([]any{"ACL", "SETUSER", "limiter", "on", ">pw", "~*"}, c.acl...)...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			loader := New(admin, WithDenyCache(0))
+			decide(t, loader, day("warm", 1))
+			waitForLibrary(t, admin)
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "limiter", Password: "pw"})
+			t.Cleanup(func() { client.Close() })
+			count := countCommands(client)
+			s := New(client, WithDenyCache(0))
+			decide(t, s, day("k", 1))
+			if err := c.disturb(admin); err != nil {
+				t.Fatal(err)
+			}
+			decide(t, s, day("k", 1)) // refused: EVAL, then EVALSHA for a while
+			waitFor(t, "the refusal", func() bool { return s.scriptsUntil.Load() != 0 })
+			count.reset()
+			decide(t, s, day("k", 1))
+			if got := strings.Join(scriptNames(count.names), ","); got != "evalsha" {
+				t.Errorf("a decision right after the refusal sent %s, want evalsha", got)
+			}
+			// Functions work again, and scriptsFor has passed.
+			if err := admin.Do(ctx, "ACL", "SETUSER", "limiter", "+fcall").Err(); err != nil {
+				t.Fatal(err)
+			}
+			decide(t, loader, day("warm", 1))
+			waitForLibrary(t, admin)
+			s.scriptsUntil.Store(time.Now().Add(-time.Second).UnixNano())
+			for i := range 2 {
+				count.reset()
+				decide(t, s, day("k", 1))
+				if got := strings.Join(scriptNames(count.names), ","); got != "fcall" {
+					t.Errorf("decision %d once functions work again sent %s, want fcall", i+1, got)
+				}
+			}
+			if got := stored(t, s, "k"); got != 5 {
+				t.Errorf("stored %d, want 5: each decision once", got)
+			}
+		})
+	}
+}
+
+// TestACallOverEveryMasterLoadsEachOfThem: every master lost its library,
+// and one call spans keys on each: each answers with its EVAL, and every
+// master gets the library back.
+func TestACallOverEveryMasterLoadsEachOfThem(t *testing.T) {
+	client := redistest.Cluster(t).Client(t)
+	ctx := context.Background()
+	s := New(client, WithPrefix("p"), WithDenyCache(0))
+	masters := map[string]string{} // address -> a key there
+	for i := 0; len(masters) < 3 && i < 1000; i++ {
+		k := fmt.Sprintf("k%d", i)
+		m, err := client.MasterForKey(ctx, s.prefix+k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := masters[m.Options().Addr]; !ok {
+			masters[m.Options().Addr] = k
+		}
+	}
+	var reqs []backend.Request
+	for _, k := range masters {
+		reqs = append(reqs, day(k, 1))
+	}
+	decide(t, s, reqs...)
+	if err := client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.FunctionFlush(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	decide(t, s, reqs...)
+	if err := client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		waitForLibrary(t, n)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -45,7 +45,7 @@ func source(script *redis.Script) string {
 // CPU. The library is named after its source, so that instances of
 // several versions share a Redis. A Store calls the functions (FCALL),
 // loads the library where a node answers that it has none, and sends
-// EVALSHA from the first refusal on (a server without functions, or a
+// EVALSHA for a while after a refusal (a server without functions, or a
 // user not allowed them): see load.
 var (
 	libraryName, library      = libraryOf(batchSource, decideSource)
@@ -78,13 +78,17 @@ func libraryOf(batch, decide string) (name, source string) {
 }
 
 // command is the start of script's command: FCALL of its function, or,
-// once a server refused functions, EVALSHA of its hash.
+// for a while after a server refused functions, EVALSHA of its hash.
 func (s *Store) command(a []any, script *redis.Script) []any {
 	batch := script == batchScript
+	scripts := false
+	if u := s.scriptsUntil.Load(); u != 0 {
+		scripts = time.Now().UnixNano() < u
+	}
 	switch {
-	case !s.scriptsOnly.Load() && batch:
+	case !scripts && batch:
 		return append(a, "fcall", batchFunc)
-	case !s.scriptsOnly.Load():
+	case !scripts:
 		return append(a, "fcall", decideFunc)
 	case batch:
 		return append(a, "evalsha", batchSha)

@@ -53,11 +53,11 @@ type Store struct {
 	inline    bool
 	slowYield atomic.Int64 // UnixNano of the last yield that showed this process starved
 	replied   atomic.Int64 // UnixNano of Redis's last reply (not a timeout): it runs
-	// scriptsOnly: a server refused functions, so the Store sends EVALSHA
-	// (see library); loading: node address -> struct{}, a caller is
-	// loading the library there.
-	scriptsOnly atomic.Bool
-	loading     sync.Map
+	// scriptsUntil: UnixNano until which the Store sends EVALSHA, a server
+	// having refused functions (see library); loading: node address ->
+	// struct{}, a caller is loading the library there.
+	scriptsUntil atomic.Int64
+	loading      sync.Map
 	// logs is where the Store logs what it sees (nil: nowhere yet);
 	// ownLogs, that WithLogger chose it (see UseDefaultLogger).
 	logs    atomic.Pointer[storeLog]

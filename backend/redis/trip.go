@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,9 +63,11 @@ func (t *trip) answer() {
 	}
 }
 
-// send sends ops in one round trip, then re-sends with EVAL the scripts a
-// node did not have cached, and on Cluster those answered TRYAGAIN.
-func (s *Store) send(ctx context.Context, ops []*op) {
+// send sends ops in one round trip, then re-sends with EVAL the calls a
+// node could not run, and on Cluster those answered TRYAGAIN. It reports
+// whether a node lacked the library and ran a call's EVAL, for the caller
+// to load the library once the calls are answered.
+func (s *Store) send(ctx context.Context, ops []*op) (lost bool) {
 	var buf [1]trip // a lone call's, without an allocation
 	trips := s.trips(ctx, ops, buf[:0])
 	s.roundTrip(ctx, trips)
@@ -72,21 +75,24 @@ func (s *Store) send(ctx context.Context, ops []*op) {
 	for i := range all {
 		all[i] = i
 	}
-	s.load(ctx, trips, all)
-	s.tryAgain(ctx, trips)
+	lost = s.load(ctx, trips, all)
+	lost = s.tryAgain(ctx, trips) || lost
 	for i := range trips {
 		trips[i].answer()
 	}
+	return lost
 }
 
 // load re-sends, in one round trip, those of trips[at] a node could not
 // run, each as an EVAL of its script's source (which the node then caches
-// as a script). A node without the library, whose EVAL it then ran, gets
-// the library loaded; a server that refuses FCALL itself makes the Store
-// send EVALSHA instead.
-func (s *Store) load(ctx context.Context, trips []trip, at []int) {
-	var again []trip
-	var lost *trip // a call whose node has no library
+// as a script): a script it does not have, a function it does not have or
+// refuses, or a function refused whole for want of memory or replicas,
+// where a script runs until its first write. A node that lacks the library
+// and may not run EVAL either gets the library at once, and the function
+// again. load reports whether a node lacks the library and ran a call's
+// EVAL, for the caller to load the library once the calls are answered.
+func (s *Store) load(ctx context.Context, trips []trip, at []int) (lost bool) {
+	var again, missing []int // indices into trips, whose pointers would move them to the heap
 	for _, i := range at {
 		t := &trips[i]
 		err := t.cmd.Err()
@@ -96,46 +102,81 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 		switch {
 		case isNoScript(err):
 		case redis.HasErrorPrefix(err, "Function not found"):
-			lost = t
+			missing = append(missing, i)
+		case redis.HasErrorPrefix(err, "OOM") || redis.HasErrorPrefix(err, "NOREPLICAS"):
+			if t.cmd.Name() != "fcall" {
+				continue // a script's answer: it ran up to a write
+			}
 		case refusesFunctions(err):
 			s.refuseFunctions(err)
 		default:
 			continue
 		}
-		t.cmd = redis.NewCmd(ctx, evalArgs(t.script, t.cmd)...)
-		again = append(again, *t)
+		t.cmd = redis.NewCmd(ctx, withHead(t.cmd, "eval", source(t.script))...)
+		again = append(again, i)
 	}
-	if len(again) > 0 {
-		s.roundTrip(ctx, again)
+	s.resend(ctx, trips, again)
+	again = again[:0]
+	for _, i := range missing {
+		t := &trips[i]
+		switch err := t.cmd.Err(); {
+		case err == nil:
+			lost = true
+		case redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(strings.ToLower(err.Error()), "eval"):
+			if s.loadLibrary(ctx) {
+				t.cmd = redis.NewCmd(ctx, withHead(t.cmd, s.command(nil, t.script)...)...)
+				again = append(again, i)
+			}
+		}
 	}
-	if lost != nil && lost.cmd.Err() == nil {
-		s.loadLibrary(ctx, lost.ops[0].key)
-	}
+	s.resend(ctx, trips, again)
+	return lost
 }
 
-// loadLibrary loads the function library into the node of key, which had
-// none (a restart, FUNCTION FLUSH, a node new to the Cluster) and ran an
-// EVAL just now, unless another caller is loading it there. It is sent
-// once: go-redis would resend it on READONLY, past the call's bound. A
-// node that refuses it makes the Store send EVALSHA; a failure of another
-// kind is logged, sampled, and leaves the load to the next caller that
-// finds the library missing.
-func (s *Store) loadLibrary(ctx context.Context, key string) {
+// resend sends trips[at] again, in one round trip.
+func (s *Store) resend(ctx context.Context, trips []trip, at []int) {
+	if len(at) == 0 {
+		return
+	}
+	again := make([]trip, len(at))
+	for j, i := range at {
+		again[j] = trips[i]
+	}
+	s.roundTrip(ctx, again)
+}
+
+// loadLibrary loads the function library where a node had none (a
+// restart, FUNCTION FLUSH, a node new to the Cluster): into the one node,
+// or into every Cluster master (the node that answered may be the target
+// of a slot's migration, which the slot map does not name yet), skipping
+// those another caller is loading it into. It reports whether every load
+// it sent succeeded. Each is sent once: go-redis would resend it on
+// READONLY, past the call's bound. A node that refuses it makes the Store
+// send EVALSHA for a while; a failure of another kind is logged, sampled,
+// and leaves the load to the next caller that finds the library missing.
+func (s *Store) loadLibrary(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	var node interface {
-		Process(context.Context, redis.Cmder) error
-	} = s.client
-	addr := "" // the one node's, without Cluster
-	if s.cluster != nil {
-		n, err := s.cluster.MasterForKey(ctx, key)
-		if err != nil {
-			return
-		}
-		node, addr = n, n.Options().Addr
+	if s.cluster == nil {
+		return s.loadInto(ctx, s.client, "")
 	}
+	var failed atomic.Bool
+	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		if !s.loadInto(ctx, n, n.Options().Addr) {
+			failed.Store(true)
+		}
+		return nil
+	})
+	return err == nil && !failed.Load()
+}
+
+// loadInto loads the library into node, whose address is addr, unless a
+// caller is loading it there, and reports whether it did.
+func (s *Store) loadInto(ctx context.Context, node interface {
+	Process(context.Context, redis.Cmder) error
+}, addr string) bool {
 	if _, busy := s.loading.LoadOrStore(addr, struct{}{}); busy {
-		return
+		return false
 	}
 	defer s.loading.Delete(addr)
 	cmd := redis.NewCmd(ctx, "function", "load", "replace", library)
@@ -146,6 +187,7 @@ func (s *Store) loadLibrary(ctx context.Context, key string) {
 	case err != nil:
 		s.logReply(fmt.Errorf("loading the function library: %w", err))
 	}
+	return cmd.Err() == nil
 }
 
 // loadTimeout bounds a library load, within the call's own bound: a load
@@ -169,11 +211,19 @@ func refusesFunctions(err error) bool {
 		(named && (strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm")))
 }
 
-// refuseFunctions makes the Store send EVALSHA from now on, and says so
-// once.
+// scriptsFor is how long a Store sends EVALSHA after a server refused
+// functions: an ACL may change, a library lost may be loaded again by
+// someone allowed to, a server may be upgraded.
+const scriptsFor = time.Minute
+
+// refuseFunctions makes the Store send EVALSHA for scriptsFor, and says so.
 func (s *Store) refuseFunctions(err error) {
-	if l := s.logs.Load(); s.scriptsOnly.CompareAndSwap(false, true) && l != nil {
-		l.logger.LogAttrs(context.Background(), slog.LevelWarn, "ceiling/backend/redis: Redis refused functions; sending EVALSHA, which costs Redis more CPU per decision",
+	now := time.Now().UnixNano()
+	if old := s.scriptsUntil.Load(); now < old || !s.scriptsUntil.CompareAndSwap(old, now+int64(scriptsFor)) {
+		return // already refused, by this call or another
+	}
+	if l := s.logs.Load(); l != nil {
+		l.logger.LogAttrs(context.Background(), slog.LevelWarn, "ceiling/backend/redis: Redis refused functions; sending EVALSHA, which costs Redis more CPU per decision, for "+scriptsFor.String(),
 			slog.String("err", err.Error()))
 	}
 }
@@ -187,14 +237,15 @@ const (
 )
 
 // tryAgain re-sends, after a pause, the commands a Cluster node answered
-// TRYAGAIN, while ctx's deadline leaves time for the next pause: a slot
+// TRYAGAIN, while ctx's deadline leaves time for the next pause (and
+// reports a node that lacked the library, as load): a slot
 // half moved by a resharding refuses a script over keys on both sides
 // without running it (so re-sending cannot apply it twice), and the move
 // completes within milliseconds. The doubling pauses keep a slot left half
 // moved cheap for its node.
-func (s *Store) tryAgain(ctx context.Context, trips []trip) {
+func (s *Store) tryAgain(ctx context.Context, trips []trip) (lost bool) {
 	if s.cluster == nil {
-		return
+		return false
 	}
 	end, ok := ctx.Deadline()
 	if !ok {
@@ -208,7 +259,7 @@ func (s *Store) tryAgain(ctx context.Context, trips []trip) {
 			}
 		}
 		if len(idx) == 0 || time.Until(end) < 2*pause {
-			return
+			return lost
 		}
 		timer := time.NewTimer(pause)
 		select {
@@ -217,7 +268,7 @@ func (s *Store) tryAgain(ctx context.Context, trips []trip) {
 			timer.Stop()
 		}
 		if ctx.Err() != nil {
-			return
+			return lost
 		}
 		again := make([]trip, len(idx))
 		for j, i := range idx {
@@ -226,7 +277,7 @@ func (s *Store) tryAgain(ctx context.Context, trips []trip) {
 			again[j] = *t
 		}
 		s.roundTrip(ctx, again)
-		s.load(ctx, trips, idx)
+		lost = s.load(ctx, trips, idx) || lost
 	}
 }
 
@@ -243,10 +294,8 @@ func (s *Store) roundTrip(ctx context.Context, trips []trip) {
 	pipe.Exec(ctx) // errors are read per command
 }
 
-// evalArgs are cmd's arguments, an FCALL or EVALSHA of script, as an EVAL
-// of its source, which also loads it into the node's script cache.
-func evalArgs(script *redis.Script, cmd *redis.Cmd) []any {
-	args := append([]any(nil), cmd.Args()...)
-	args[0], args[1] = "eval", source(script)
-	return args
+// withHead is cmd's arguments, a run of a script, with head (a command
+// and what names the script) in place of its first two.
+func withHead(cmd *redis.Cmd, head ...any) []any {
+	return append(head, cmd.Args()[2:]...)
 }
