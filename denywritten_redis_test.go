@@ -23,6 +23,7 @@ import (
 // while it was out: its answer is its fail mode's.
 func TestNoCachedRejectionForAWrittenDecisionAfterAFailedDial(t *testing.T) {
 	inst := redistest.Server(t)
+	withLibrary(t, inst.Client(t))
 	proxy := redistest.NewProxy(t, inst.Addr)
 	var failDials atomic.Bool
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, ContextTimeoutEnabled: true, Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -6,16 +6,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ceiling-go/ceiling/backend"
 	ceilingredis "github.com/ceiling-go/ceiling/backend/redis"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
+
+// withLibrary loads the Redis store's function library into a fresh
+// server, as any server a Store has used holds it (the Store loads it in
+// the background), so that a reply these tests lose is of a call that ran.
+func withLibrary(t *testing.T, c *redis.Client) {
+	t.Helper()
+	s := ceilingredis.New(c, ceilingredis.WithPrefix(redistest.KeyPrefix(t)+"warm"))
+	if _, err := s.Decide(t.Context(), []backend.Request{{Key: "k", Limit: 1, Period: time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // a real server's load
+		if libs, err := c.FunctionList(t.Context(), redis.FunctionListQuery{LibraryNamePattern: "ceiling_*"}).Result(); err == nil && len(libs) > 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatal("no function library loaded within 10 s")
+		}
+	}
+}
 
 // proxiedLimiter is a limiter with rules on a Redis behind a lost-reply
 // proxy, on a client that does not retry by itself.
 func proxiedLimiter(t *testing.T, rules []Rule, opts ...Option) (*Limiter, *redistest.Proxy, *redis.Client) {
 	t.Helper()
 	inst := redistest.Server(t)
+	withLibrary(t, inst.Client(t))
 	proxy := redistest.NewProxy(t, inst.Addr)
 	c := redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })

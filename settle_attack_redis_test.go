@@ -130,6 +130,7 @@ func TestSettlementResentPastItsRecordMixedPeriods_Regression(t *testing.T) {
 // gives back nothing.
 func TestRefundResentAfterRestartBuysNoQuota_Attack(t *testing.T) {
 	inst := redistest.Server(t)
+	withLibrary(t, inst.Client(t))
 	proxy := redistest.NewProxy(t, inst.Addr)
 	prefix := redistest.KeyPrefix(t)
 	secret := WithKeySecret(bytes.Repeat([]byte("k"), 32))

@@ -657,8 +657,7 @@ func (noRetry) NoRetry() bool { return true }
 
 // exec sends one batch in one round trip with a deadline of its own,
 // counted from the write, re-sends with EVAL the calls a node could not
-// run, wakes every waiter whose ops are all answered, then loads the
-// library where a node lacked it; b is the
+// run, and wakes every waiter whose ops are all answered; b is the
 // pipeliner of the batch's node, which tracks it in flight. self is the
 // waiter of a caller that sends the batch itself (callInline), whose
 // budget is the round trip's; nil for a drain goroutine.
@@ -717,7 +716,7 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 		}
 	}
 	slot := b.fly(now, budget)
-	lost := s.send(ctx, batch)
+	s.send(ctx, batch)
 	b.land(slot)
 	heal, replied := false, false
 	for _, o := range batch {
@@ -741,14 +740,6 @@ func (s *Store) exec(b *pipeliner, batch []*op, self *waiter) {
 	}
 	if heal {
 		s.healCluster()
-	}
-	if lost {
-		// Once every call is answered: the sending caller's own bound, or,
-		// for a drain goroutine, loadTimeout alone (nobody waits now).
-		if !inline {
-			ctx = context.WithoutCancel(ctx)
-		}
-		s.loadLibrary(ctx)
 	}
 }
 

@@ -205,7 +205,8 @@ func TestSentinelFailover(t *testing.T) {
 	s := New(client, WithDenyCache(0))
 	ctx := context.Background()
 	decide(t, s, threeRules("u")...)
-	// The state reaches the replica before the master dies.
+	waitForLibrary(t, client) // a fresh master gets it once the call is answered
+	// The state and the library reach the replica before the master dies.
 	if err := client.Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
 		t.Fatal(err)
 	}

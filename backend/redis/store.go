@@ -54,10 +54,10 @@ type Store struct {
 	slowYield atomic.Int64 // UnixNano of the last yield that showed this process starved
 	replied   atomic.Int64 // UnixNano of Redis's last reply (not a timeout): it runs
 	// scriptsUntil: UnixNano until which the Store sends EVALSHA, a server
-	// having refused functions (see library); loading: node address ->
-	// struct{}, a caller is loading the library there.
+	// having refused functions (see library); loads: its loads of the
+	// library, per node.
 	scriptsUntil atomic.Int64
-	loading      sync.Map
+	loads        libraryLoads
 	// logs is where the Store logs what it sees (nil: nowhere yet);
 	// ownLogs, that WithLogger chose it (see UseDefaultLogger).
 	logs    atomic.Pointer[storeLog]

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,10 +64,8 @@ func (t *trip) answer() {
 }
 
 // send sends ops in one round trip, then re-sends with EVAL the calls a
-// node could not run, and on Cluster those answered TRYAGAIN. It reports
-// whether a node lacked the library and ran a call's EVAL, for the caller
-// to load the library once the calls are answered.
-func (s *Store) send(ctx context.Context, ops []*op) (lost bool) {
+// node could not run, and on Cluster those answered TRYAGAIN.
+func (s *Store) send(ctx context.Context, ops []*op) {
 	var buf [1]trip // a lone call's, without an allocation
 	trips := s.trips(ctx, ops, buf[:0])
 	s.roundTrip(ctx, trips)
@@ -75,23 +73,22 @@ func (s *Store) send(ctx context.Context, ops []*op) (lost bool) {
 	for i := range all {
 		all[i] = i
 	}
-	lost = s.load(ctx, trips, all)
-	lost = s.tryAgain(ctx, trips) || lost
+	s.load(ctx, trips, all)
+	s.tryAgain(ctx, trips)
 	for i := range trips {
 		trips[i].answer()
 	}
-	return lost
 }
 
 // load re-sends, in one round trip, those of trips[at] a node could not
 // run, each as an EVAL of its script's source (which the node then caches
 // as a script): a script it does not have, a function it does not have or
-// refuses, or a function refused whole for want of memory or replicas,
-// where a script runs until its first write. A node that lacks the library
-// and may not run EVAL either gets the library at once, and the function
-// again. load reports whether a node lacks the library and ran a call's
-// EVAL, for the caller to load the library once the calls are answered.
-func (s *Store) load(ctx context.Context, trips []trip, at []int) (lost bool) {
+// refuses, or a function refused whole, before it ran, for want of memory,
+// of replicas or of a working disk, where a script runs until its first
+// write (the Store then sends EVALSHA for loadTimeout). A node that lacked
+// the library gets it in the background; one that may not run EVAL either
+// gets it at once, and the function again.
+func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	var again, missing []int // indices into trips, whose pointers would move them to the heap
 	for _, i := range at {
 		t := &trips[i]
@@ -103,10 +100,11 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) (lost bool) {
 		case isNoScript(err):
 		case redis.HasErrorPrefix(err, "Function not found"):
 			missing = append(missing, i)
-		case redis.HasErrorPrefix(err, "OOM") || redis.HasErrorPrefix(err, "NOREPLICAS"):
+		case underPressure(err):
 			if t.cmd.Name() != "fcall" {
 				continue // a script's answer: it ran up to a write
 			}
+			s.useScripts(loadTimeout) // which answer what writes nothing meanwhile
 		case refusesFunctions(err):
 			s.refuseFunctions(err)
 		default:
@@ -117,20 +115,23 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) (lost bool) {
 	}
 	s.resend(ctx, trips, again)
 	again = again[:0]
+	lost := ""
 	for _, i := range missing {
 		t := &trips[i]
 		switch err := t.cmd.Err(); {
 		case err == nil:
-			lost = true
-		case redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(strings.ToLower(err.Error()), "eval"):
-			if s.loadLibrary(ctx) {
+			lost = t.ops[0].key
+		case redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(strings.ToLower(err.Error()), "'eval'"):
+			if s.loadNow(ctx, t.ops[0].key) {
 				t.cmd = redis.NewCmd(ctx, withHead(t.cmd, s.command(nil, t.script)...)...)
 				again = append(again, i)
 			}
 		}
 	}
 	s.resend(ctx, trips, again)
-	return lost
+	if lost != "" {
+		go s.loadSoon(lost)
+	}
 }
 
 // resend sends trips[at] again, in one round trip.
@@ -145,49 +146,144 @@ func (s *Store) resend(ctx context.Context, trips []trip, at []int) {
 	s.roundTrip(ctx, again)
 }
 
-// loadLibrary loads the function library where a node had none (a
-// restart, FUNCTION FLUSH, a node new to the Cluster): into the one node,
-// or into every Cluster master (the node that answered may be the target
-// of a slot's migration, which the slot map does not name yet), skipping
-// those another caller is loading it into. It reports whether every load
-// it sent succeeded. Each is sent once: go-redis would resend it on
-// READONLY, past the call's bound. A node that refuses it makes the Store
-// send EVALSHA for a while; a failure of another kind is logged, sampled,
-// and leaves the load to the next caller that finds the library missing.
-func (s *Store) loadLibrary(ctx context.Context) bool {
-	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
-	defer cancel()
-	if s.cluster == nil {
-		return s.loadInto(ctx, s.client, "")
-	}
-	var failed atomic.Bool
-	err := s.cluster.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-		if !s.loadInto(ctx, n, n.Options().Addr) {
-			failed.Store(true)
-		}
-		return nil
-	})
-	return err == nil && !failed.Load()
+// processor is a client, or one node of a Cluster client.
+type processor interface {
+	Process(context.Context, redis.Cmder) error
 }
 
-// loadInto loads the library into node, whose address is addr, unless a
-// caller is loading it there, and reports whether it did.
-func (s *Store) loadInto(ctx context.Context, node interface {
-	Process(context.Context, redis.Cmder) error
-}, addr string) bool {
-	if _, busy := s.loading.LoadOrStore(addr, struct{}{}); busy {
-		return false
+// loadSoon loads the library, off every call's path, where a call found a
+// node without it (a restart, FUNCTION FLUSH, a node new to the Cluster)
+// and ran its EVAL: into the one node, or into every Cluster master, since
+// the node may be the target of a slot's migration, which the slot map
+// does not name for that slot yet.
+func (s *Store) loadSoon(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
+	defer cancel()
+	if s.cluster == nil {
+		s.loadInto(ctx, s.client, "", false)
+		return
 	}
-	defer s.loading.Delete(addr)
+	_ = s.cluster.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		s.loadInto(ctx, n, n.Options().Addr, false)
+		return nil
+	})
+}
+
+// loadNow loads the library into the node of key, or waits for the load
+// another caller runs there, for a call that needs the function answered
+// now (its user may not run EVAL); it reports whether the library is
+// there.
+func (s *Store) loadNow(ctx context.Context, key string) bool {
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	var node processor = s.client
+	addr := ""
+	if s.cluster != nil {
+		n, err := s.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			return false
+		}
+		node, addr = n, n.Options().Addr
+	}
+	return s.loadInto(ctx, node, addr, true)
+}
+
+// loadInto loads the library into node, whose address is addr, and reports
+// whether it is there. It is sent once (go-redis would resend it on
+// READONLY), one load at a time per node: a caller that finds one in
+// flight waits for it when wait is set, or leaves it. After a failure, no
+// load is sent to the node for loadTimeout (scriptsFor after a refusal);
+// it is logged, sampled. A server that cannot hold the library at all (no
+// FUNCTION, a library it cannot register) makes the Store send EVALSHA for
+// scriptsFor; a user refused FUNCTION leaves the library to someone who
+// may load it.
+func (s *Store) loadInto(ctx context.Context, node processor, addr string, wait bool) bool {
+	mine, other := s.loads.start(addr, time.Now())
+	if mine == nil {
+		if other == nil || !wait {
+			return false
+		}
+		select {
+		case <-other:
+			return s.loads.loaded(addr)
+		case <-ctx.Done():
+			return false
+		}
+	}
 	cmd := redis.NewCmd(ctx, "function", "load", "replace", library)
 	_ = node.Process(ctx, noRetry{cmd})
-	switch err := cmd.Err(); {
-	case refusesFunctions(err):
+	err := cmd.Err()
+	pause := time.Duration(0)
+	switch {
+	case err == nil:
+	case refusesFunctions(err) && !redis.HasErrorPrefix(err, "NOPERM"):
+		pause = scriptsFor
 		s.refuseFunctions(err)
-	case err != nil:
+	case refusesFunctions(err):
+		pause = scriptsFor
+		s.logReply(fmt.Errorf("loading the function library: %w", err))
+	default:
+		pause = loadTimeout
+		if underPressure(err) {
+			s.useScripts(loadTimeout)
+		}
 		s.logReply(fmt.Errorf("loading the function library: %w", err))
 	}
-	return cmd.Err() == nil
+	s.loads.end(addr, err == nil, pause)
+	return err == nil
+}
+
+// libraryLoads is a Store's loads of the library, per node address.
+type libraryLoads struct {
+	mu    sync.Mutex
+	nodes map[string]*libraryLoad
+}
+
+type libraryLoad struct {
+	done  chan struct{} // closed when the load in flight ends; nil: none
+	after time.Time     // no load before then
+	ok    bool          // the last load succeeded
+}
+
+// start claims addr's next load at now: mine, to close with end, or, when
+// a load is in flight, nil and its done (nil too when a failure holds the
+// next load back).
+func (l *libraryLoads) start(addr string, now time.Time) (mine, other chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nodes == nil {
+		l.nodes = make(map[string]*libraryLoad)
+	}
+	n := l.nodes[addr]
+	if n == nil {
+		n = &libraryLoad{}
+		l.nodes[addr] = n
+	}
+	switch {
+	case n.done != nil:
+		return nil, n.done
+	case now.Before(n.after):
+		return nil, nil
+	}
+	n.done = make(chan struct{})
+	return n.done, nil
+}
+
+// end records the outcome of addr's load and holds the next back for
+// pause.
+func (l *libraryLoads) end(addr string, ok bool, pause time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.nodes[addr]
+	close(n.done)
+	n.done, n.ok, n.after = nil, ok, time.Now().Add(pause)
+}
+
+// loaded reports whether addr's last load succeeded.
+func (l *libraryLoads) loaded(addr string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nodes[addr] != nil && l.nodes[addr].ok
 }
 
 // loadTimeout bounds a library load, within the call's own bound: a load
@@ -198,17 +294,17 @@ const loadTimeout = time.Second
 // refusesFunctions reports an error that says a server will not run the
 // library: it does not know FCALL or FUNCTION (before Redis 7, or a
 // compatible server without them), the user may not call them, or it
-// could not register the library. Each names the command it refused, so
-// that no error of a function that ran (and must not run again) is taken
-// for one.
+// could not register the library. Redis gives each before it runs
+// anything, naming the command; an error raised inside a function starts
+// with ERR and is none of them, so a call that ran is never sent again.
 func refusesFunctions(err error) bool {
 	if err == nil || !isReply(err) {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
-	named := strings.Contains(msg, "fcall") || strings.Contains(msg, "function")
-	return strings.Contains(msg, "registering functions") ||
-		(named && (strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm")))
+	named := func(cmd string) bool { return strings.Contains(msg, "'"+cmd) || strings.Contains(msg, "`"+cmd) }
+	refused := strings.HasPrefix(msg, "err unknown command") || strings.HasPrefix(msg, "noperm")
+	return strings.HasPrefix(msg, "err error registering functions") || refused && (named("fcall") || named("function"))
 }
 
 // scriptsFor is how long a Store sends EVALSHA after a server refused
@@ -218,14 +314,28 @@ const scriptsFor = time.Minute
 
 // refuseFunctions makes the Store send EVALSHA for scriptsFor, and says so.
 func (s *Store) refuseFunctions(err error) {
-	now := time.Now().UnixNano()
-	if old := s.scriptsUntil.Load(); now < old || !s.scriptsUntil.CompareAndSwap(old, now+int64(scriptsFor)) {
+	if !s.useScripts(scriptsFor) {
 		return // already refused, by this call or another
 	}
 	if l := s.logs.Load(); l != nil {
 		l.logger.LogAttrs(context.Background(), slog.LevelWarn, "ceiling/backend/redis: Redis refused functions; sending EVALSHA, which costs Redis more CPU per decision, for "+scriptsFor.String(),
 			slog.String("err", err.Error()))
 	}
+}
+
+// useScripts makes the Store send EVALSHA for d from now, unless it does
+// already, and reports whether it did not.
+func (s *Store) useScripts(d time.Duration) bool {
+	now := time.Now().UnixNano()
+	old := s.scriptsUntil.Load()
+	return now >= old && s.scriptsUntil.CompareAndSwap(old, now+int64(d))
+}
+
+// underPressure reports a refusal Redis gives a function whole, before it
+// runs, and a script only at its first write: out of memory, too few
+// replicas, a failed snapshot.
+func underPressure(err error) bool {
+	return redis.HasErrorPrefix(err, "OOM") || redis.HasErrorPrefix(err, "NOREPLICAS") || redis.HasErrorPrefix(err, "MISCONF")
 }
 
 // tryAgainPause is the first pause before re-sending a command answered
@@ -237,15 +347,14 @@ const (
 )
 
 // tryAgain re-sends, after a pause, the commands a Cluster node answered
-// TRYAGAIN, while ctx's deadline leaves time for the next pause (and
-// reports a node that lacked the library, as load): a slot
+// TRYAGAIN, while ctx's deadline leaves time for the next pause: a slot
 // half moved by a resharding refuses a script over keys on both sides
 // without running it (so re-sending cannot apply it twice), and the move
 // completes within milliseconds. The doubling pauses keep a slot left half
 // moved cheap for its node.
-func (s *Store) tryAgain(ctx context.Context, trips []trip) (lost bool) {
+func (s *Store) tryAgain(ctx context.Context, trips []trip) {
 	if s.cluster == nil {
-		return false
+		return
 	}
 	end, ok := ctx.Deadline()
 	if !ok {
@@ -259,7 +368,7 @@ func (s *Store) tryAgain(ctx context.Context, trips []trip) (lost bool) {
 			}
 		}
 		if len(idx) == 0 || time.Until(end) < 2*pause {
-			return lost
+			return
 		}
 		timer := time.NewTimer(pause)
 		select {
@@ -268,7 +377,7 @@ func (s *Store) tryAgain(ctx context.Context, trips []trip) (lost bool) {
 			timer.Stop()
 		}
 		if ctx.Err() != nil {
-			return lost
+			return
 		}
 		again := make([]trip, len(idx))
 		for j, i := range idx {
@@ -277,7 +386,7 @@ func (s *Store) tryAgain(ctx context.Context, trips []trip) (lost bool) {
 			again[j] = *t
 		}
 		s.roundTrip(ctx, again)
-		lost = s.load(ctx, trips, idx) || lost
+		s.load(ctx, trips, idx)
 	}
 }
 
