@@ -29,7 +29,7 @@ func TestAFullRedisWithoutTheLibraryIsNotLoadedOnEveryDecision_Attack(t *testing
 	for range 5 {
 		count.reset()
 		decide(t, s, day("k", 0))
-		sent = append(sent, strings.Join(count.names, ","))
+		sent = append(sent, strings.Join(count.sent(), ","))
 	}
 	if last := sent[len(sent)-1]; last != "evalsha" && last != "fcall" && last != "eval" {
 		t.Errorf("each peek on a full Redis without the library sent %v; want one command in steady state", sent)

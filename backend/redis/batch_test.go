@@ -304,13 +304,13 @@ func TestScriptCacheFlushedUnderABatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	evals := 0
-	for _, name := range count.names {
+	for _, name := range count.sent() {
 		if name == "eval" {
 			evals++
 		}
 	}
 	if evals != 1 {
-		t.Errorf("commands after the flush %v: %d EVAL, want 1 (the batch script the n lone calls share)", count.names, evals)
+		t.Errorf("commands after the flush %v: %d EVAL, want 1 (the batch script the n lone calls share)", count.sent(), evals)
 	}
 	if got, want := stored(t, s, "k"), int64(n+1); got != want {
 		t.Errorf("units stored = %d, want %d: each decision once", got, want)

@@ -94,7 +94,7 @@ func TestLoneDecisionsShareOneScript(t *testing.T) {
 	if got := trips.get(); got[len(got)-1] != 1 {
 		t.Errorf("scripts per round trip = %v, want the queued decisions in one", got)
 	}
-	if got, want := count.names, []string{"fcall", "fcall"}; !slices.Equal(got, want) {
+	if got, want := count.sent(), []string{"fcall", "fcall"}; !slices.Equal(got, want) {
 		t.Errorf("commands sent = %v, want %v (the held decision's, then one for the queued)", got, want)
 	}
 	for i, res := range results {
@@ -227,8 +227,8 @@ func TestScriptCacheFlushedUnderASharedScript(t *testing.T) {
 	}
 	count.reset()
 	results, errs := release()
-	if got, want := count.names[:min(2, len(count.names))], []string{"fcall", "eval"}; !slices.Equal(got, want) {
-		t.Errorf("commands after the flush %v, want %v first: the shared script, then its EVAL", count.names, want)
+	if got, want := count.sent()[:min(2, len(count.sent()))], []string{"fcall", "eval"}; !slices.Equal(got, want) {
+		t.Errorf("commands after the flush %v, want %v first: the shared script, then its EVAL", count.sent(), want)
 	}
 	for i := range calls {
 		if errs[i] != nil || !results[i][0].Allowed || results[i][0].Remaining != calls[i][0].Limit-1 {

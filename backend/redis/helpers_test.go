@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,6 +170,14 @@ func (c *commandCounter) record(cmd redis.Cmder) {
 	c.mu.Lock()
 	c.names = append(c.names, cmd.Name())
 	c.mu.Unlock()
+}
+
+// sent is the names of the commands recorded since the last reset; a
+// Store's background load of the library may record while a test reads.
+func (c *commandCounter) sent() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.names)
 }
 
 func (c *commandCounter) reset() {

@@ -57,7 +57,7 @@ func TestServersWithoutFunctionsGetEVALSHA(t *testing.T) {
 				if got, want := res[0].Remaining, backend.MaxLimit-1-int64(i); !res[0].Allowed || got != want {
 					t.Fatalf("decision %d: %+v, want allowed with %d remaining", i+1, res[0], want)
 				}
-				sent := strings.Join(count.names, ",") // the first: after the connection's handshake
+				sent := strings.Join(count.sent(), ",") // the first: after the connection's handshake
 				switch {
 				case i == 0 && !(strings.HasPrefix(sent, "fcall,") && strings.Contains(sent, ",eval")):
 					t.Errorf("first decision sent %s, want fcall, then eval", sent)
@@ -107,7 +107,7 @@ func TestLibraryIsLoadedOnceUnderConcurrentCallers(t *testing.T) {
 	}
 	waitForLibrary(t, srv.Client(t))
 	loads := 0
-	for _, name := range count.names {
+	for _, name := range count.sent() {
 		if name == "function" {
 			loads++
 		}
@@ -117,7 +117,7 @@ func TestLibraryIsLoadedOnceUnderConcurrentCallers(t *testing.T) {
 	}
 	count.reset()
 	decide(t, s, day("k", 1))
-	if got := strings.Join(count.names, ","); got != "fcall" {
+	if got := strings.Join(count.sent(), ","); got != "fcall" {
 		t.Errorf("the next decision sent %s, want fcall: the library is back", got)
 	}
 }
@@ -171,7 +171,7 @@ func TestALostLibraryLoadReplyHoldsUpNoCall(t *testing.T) {
 	waitFor(t, "the failed load's line", func() bool { return len(storeLines(logs, "loading the function library")) == 1 })
 	count.reset()
 	decide(t, s, day("k", 1))
-	if got := strings.Join(scriptNames(count.names), ","); got != "fcall" {
+	if got := strings.Join(scriptNames(count.sent()), ","); got != "fcall" {
 		t.Errorf("the next decision sent %s, want fcall: Redis ran the load whose reply was lost", got)
 	}
 }
@@ -194,8 +194,8 @@ func TestAReadOnlyReplicaIsNotSentTheLibrary(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("the refusal took %v, want it at once", took)
 	}
-	if slices.Contains(count.names, "function") {
-		t.Errorf("commands %v: a FUNCTION LOAD sent to a replica", count.names)
+	if slices.Contains(count.sent(), "function") {
+		t.Errorf("commands %v: a FUNCTION LOAD sent to a replica", count.sent())
 	}
 }
 
@@ -328,7 +328,7 @@ func TestFunctionsAreCalledAgainAfterARefusal(t *testing.T) {
 	decide(t, s, day("k", 1)) // FCALL refused: EVAL, then EVALSHA for a while
 	count.reset()
 	decide(t, s, day("k", 1))
-	if got := strings.Join(scriptNames(count.names), ","); got != "evalsha" {
+	if got := strings.Join(scriptNames(count.sent()), ","); got != "evalsha" {
 		t.Errorf("a decision right after the refusal sent %s, want evalsha", got)
 	}
 	if err := admin.Do(ctx, "ACL", "SETUSER", "limiter", "+fcall").Err(); err != nil {
@@ -338,7 +338,7 @@ func TestFunctionsAreCalledAgainAfterARefusal(t *testing.T) {
 	for i := range 2 {
 		count.reset()
 		decide(t, s, day("k", 1))
-		if got := strings.Join(scriptNames(count.names), ","); got != "fcall" {
+		if got := strings.Join(scriptNames(count.sent()), ","); got != "fcall" {
 			t.Errorf("decision %d once FCALL is allowed again sent %s, want fcall", i+1, got)
 		}
 	}
@@ -375,14 +375,14 @@ func TestAUserRefusedFUNCTIONKeepsCallingTheFunction(t *testing.T) {
 	waitFor(t, "the refused load's line", func() bool { return len(storeLines(logs, "loading the function library")) == 1 })
 	count.reset()
 	decide(t, s, day("k", 1))
-	if got := strings.Join(scriptNames(count.names), ","); got != "fcall,eval" {
+	if got := strings.Join(scriptNames(count.sent()), ","); got != "fcall,eval" {
 		t.Errorf("a decision while the library is missing sent %s, want fcall, eval: no load again at once", got)
 	}
 	decide(t, loader, day("warm", 1))
 	waitForLibrary(t, admin)
 	count.reset()
 	decide(t, s, day("k", 1))
-	if got := strings.Join(scriptNames(count.names), ","); got != "fcall" {
+	if got := strings.Join(scriptNames(count.sent()), ","); got != "fcall" {
 		t.Errorf("a decision once the library is back sent %s, want fcall", got)
 	}
 	if got := stored(t, s, "k"); got != 4 {

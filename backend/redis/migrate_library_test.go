@@ -37,7 +37,7 @@ func TestASlotMovingToANodeWithoutTheLibraryLoadsIt(t *testing.T) {
 	for i := range 5 {
 		count.reset()
 		decide(t, s, req)
-		sent := strings.Join(count.names, ",")
+		sent := strings.Join(count.sent(), ",")
 		if i == 0 {
 			waitForLibrary(t, dst) // loaded once the call is answered
 		} else if strings.Contains(sent, "eval") {

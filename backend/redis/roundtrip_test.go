@@ -44,7 +44,7 @@ func TestThreeRulesTakeOneRoundTrip(t *testing.T) {
 			}
 			count.reset()
 			decide(t, s, threeRules("a")...)
-			if got := strings.Join(scriptNames(count.names), ","); !strings.HasPrefix(got, "fcall,eval") {
+			if got := strings.Join(scriptNames(count.sent()), ","); !strings.HasPrefix(got, "fcall,eval") {
 				t.Fatalf("first decision sent %s, want fcall, then eval", got)
 			}
 			if tg.name != "miniredis" {
@@ -53,7 +53,7 @@ func TestThreeRulesTakeOneRoundTrip(t *testing.T) {
 			for i := range 3 {
 				count.reset()
 				decide(t, s, threeRules("a")...)
-				if got := strings.Join(count.names, ","); got != then {
+				if got := strings.Join(count.sent(), ","); got != then {
 					t.Fatalf("decision %d sent %s, want %s: one round trip", i+2, got, then)
 				}
 			}
@@ -73,7 +73,7 @@ func TestClusterTakesOneScriptPerSlot(t *testing.T) {
 	count.reset()
 	decide(t, tagged, threeRules("a")...)
 	if got, want := count.n.Load(), int64(1); got != want {
-		t.Errorf("single-slot request: %d commands %v, want %d", got, count.names, want)
+		t.Errorf("single-slot request: %d commands %v, want %d", got, count.sent(), want)
 	}
 
 	s := New(client, WithPrefix(prefix))
@@ -97,7 +97,7 @@ func TestClusterTakesOneScriptPerSlot(t *testing.T) {
 		}
 	}
 	if got, want := count.n.Load(), int64(3); got != want {
-		t.Errorf("three-slot request: %d commands %v, want %d (one script per slot)", got, count.names, want)
+		t.Errorf("three-slot request: %d commands %v, want %d (one script per slot)", got, count.sent(), want)
 	}
 }
 
@@ -174,8 +174,8 @@ func TestClusterNodeRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decide after every master restarted: %v", err)
 	}
-	if !containsName(count.names, "eval") {
-		t.Errorf("commands %v: no EVAL, so the lost libraries were not exercised", count.names)
+	if !containsName(count.sent(), "eval") {
+		t.Errorf("commands %v: no EVAL, so the lost libraries were not exercised", count.sent())
 	}
 	for _, n := range cl.Nodes {
 		waitForLibrary(t, n.Client(t))
@@ -184,7 +184,7 @@ func TestClusterNodeRestart(t *testing.T) {
 	if _, err := s.Decide(context.Background(), []backend.Request{reqs[0]}); err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(scriptNames(count.names), ","); got != "fcall" {
+	if got := strings.Join(scriptNames(count.sent()), ","); got != "fcall" {
 		t.Errorf("a lone decision after the recovery sent %s, want fcall: the library loaded again", got)
 	}
 	// Nothing was persisted: every rule starts over.
@@ -228,8 +228,8 @@ func TestSentinelFailover(t *testing.T) {
 		t.Errorf("remaining after failover = %d, want %d (the replicated state)", got, want)
 	}
 	// The library reached the replica with the state: no EVAL.
-	if !containsName(count.names, "fcall") || containsName(count.names, "eval") {
-		t.Errorf("commands %v after failover, want FCALL alone: the promoted replica had the library", count.names)
+	if !containsName(count.sent(), "fcall") || containsName(count.sent(), "eval") {
+		t.Errorf("commands %v after failover, want FCALL alone: the promoted replica had the library", count.sent())
 	}
 }
 
