@@ -5,10 +5,9 @@
 //
 // Each decision is one run of a Lua function (FCALL; the library is loaded
 // where a node has none, and a server without functions gets EVALSHA): it
-// reads every rule's state, takes the
-// time from the server's TIME, decides with the arithmetic of
-// backend/ALGORITHMS.md (lib.lua, each algorithm once) and writes all or
-// nothing, with each key's expiry. On Cluster a request's keys are grouped
+// reads every rule's state, takes the time from the server's TIME, decides
+// with the arithmetic of backend/ALGORITHMS.md (lib.lua, each algorithm
+// once) and writes all or nothing, with each key's expiry. On Cluster a request's keys are grouped
 // by hash slot, one script per slot in parallel, and the slots that
 // consumed are refunded if another rejects.
 //
