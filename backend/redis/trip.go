@@ -115,12 +115,12 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 	}
 	s.resend(ctx, trips, again)
 	again = again[:0]
-	lost := ""
+	lost := false
 	for _, i := range missing {
 		t := &trips[i]
 		switch err := t.cmd.Err(); {
 		case err == nil:
-			lost = t.ops[0].key
+			lost = true
 		case redis.HasErrorPrefix(err, "NOPERM") && strings.Contains(strings.ToLower(err.Error()), "'eval'"):
 			if s.loadNow(ctx, t.ops[0].key) {
 				t.cmd = redis.NewCmd(ctx, withHead(t.cmd, s.command(nil, t.script)...)...)
@@ -129,8 +129,8 @@ func (s *Store) load(ctx context.Context, trips []trip, at []int) {
 		}
 	}
 	s.resend(ctx, trips, again)
-	if lost != "" {
-		go s.loadSoon(lost)
+	if lost {
+		go s.loadSoon()
 	}
 }
 
@@ -156,7 +156,7 @@ type processor interface {
 // and ran its EVAL: into the one node, or into every Cluster master, since
 // the node may be the target of a slot's migration, which the slot map
 // does not name for that slot yet.
-func (s *Store) loadSoon(key string) {
+func (s *Store) loadSoon() {
 	ctx, cancel := context.WithTimeout(context.Background(), loadTimeout)
 	defer cancel()
 	if s.cluster == nil {
@@ -286,9 +286,9 @@ func (l *libraryLoads) loaded(addr string) bool {
 	return l.nodes[addr] != nil && l.nodes[addr].ok
 }
 
-// loadTimeout bounds a library load, within the call's own bound: a load
-// whose reply is lost holds up the call that found the library missing no
-// longer than that.
+// loadTimeout bounds a library load (within the call's own bound, for a
+// call that waits for it), and holds a node's next load back after one
+// failed.
 const loadTimeout = time.Second
 
 // refusesFunctions reports an error that says a server will not run the
