@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -397,19 +396,9 @@ func TestACallOverEveryMasterLoadsEachOfThem(t *testing.T) {
 	client := redistest.Cluster(t).Client(t)
 	ctx := context.Background()
 	s := New(client, WithPrefix("p"), WithDenyCache(0))
-	masters := map[string]string{} // address -> a key there
-	for i := 0; len(masters) < 3 && i < 1000; i++ {
-		k := fmt.Sprintf("k%d", i)
-		m, err := client.MasterForKey(ctx, s.prefix+k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := masters[m.Options().Addr]; !ok {
-			masters[m.Options().Addr] = k
-		}
-	}
 	var reqs []backend.Request
-	for _, k := range masters {
+	for _, k := range keysOnMasters(t, client) { // under the prefix "p"
+
 		reqs = append(reqs, day(k, 1))
 	}
 	decide(t, s, reqs...)
