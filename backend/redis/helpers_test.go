@@ -261,3 +261,22 @@ func waitForLibrary(t *testing.T, node redis.Cmdable) {
 		return err == nil && len(libs) == 1
 	})
 }
+
+// waitForLibraryOnMasters waits until every master of client holds the
+// library, one after the other (ForEachMaster's callbacks run at once).
+func waitForLibraryOnMasters(t *testing.T, client *redis.ClusterClient) {
+	t.Helper()
+	var mu sync.Mutex
+	var masters []*redis.Client
+	if err := client.ForEachMaster(context.Background(), func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		masters = append(masters, n)
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range masters {
+		waitForLibrary(t, n)
+	}
+}

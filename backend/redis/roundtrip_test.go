@@ -69,7 +69,8 @@ func TestClusterTakesOneScriptPerSlot(t *testing.T) {
 
 	// A hash-tagged prefix puts every key in one slot: one script.
 	tagged := New(client, WithPrefix("{"+prefix+"}"))
-	decide(t, tagged, threeRules("a")...) // loads the script on that node
+	decide(t, tagged, threeRules("a")...) // the library may be missing: loaded after it
+	waitForLibraryOnMasters(t, client)
 	count.reset()
 	decide(t, tagged, threeRules("a")...)
 	if got, want := count.n.Load(), int64(1); got != want {
