@@ -83,7 +83,10 @@ func (s *Store) command(a []any, script *redis.Script) []any {
 	batch := script == batchScript
 	scripts := false
 	if u := s.scriptsUntil.Load(); u != 0 {
-		scripts = time.Now().UnixNano() < u
+		// cleared once past, so that the hot path reads no clock
+		if scripts = time.Now().UnixNano() < u; !scripts {
+			s.scriptsUntil.CompareAndSwap(u, 0)
+		}
 	}
 	switch {
 	case !scripts && batch:

@@ -216,12 +216,13 @@ func (s *Store) loadInto(ctx context.Context, node processor, addr string, wait 
 	pause := time.Duration(0)
 	switch {
 	case err == nil:
-	case refusesFunctions(err) && !redis.HasErrorPrefix(err, "NOPERM"):
-		pause = scriptsFor
-		s.refuseFunctions(err)
 	case refusesFunctions(err):
 		pause = scriptsFor
-		s.logReply(fmt.Errorf("loading the function library: %w", err))
+		if !redis.HasErrorPrefix(err, "NOPERM") {
+			s.refuseFunctions(err)
+		} else {
+			s.logReply(fmt.Errorf("loading the function library: %w", err))
+		}
 	default:
 		pause = loadTimeout
 		if underPressure(err) {
