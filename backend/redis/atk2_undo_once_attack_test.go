@@ -96,12 +96,11 @@ func TestClusterInvertedRefundAfterResendOfOneOnce_Attack(t *testing.T) {
 // reservation is resent in a cross-slot call that another slot rejects,
 // the key written by another client before the undo. The resend replaced
 // the record with a ticket (ALGORITHMS.md: a reservation replaces any
-// entry), and its inverse, a refund with X, consumes that ticket: the
-// record is gone, though a rejected call consumes nothing. The forced
-// charge's resend is then applied a second time (its record should make
-// it a peek): 2 units charged twice.
+// entry), and its inverse, a refund with X, consumes that ticket. A
+// rejected call consumes nothing, so the record must stand again after
+// the undo: the forced charge's resend is then a peek, not 2 units
+// charged twice.
 func TestClusterInvertedResendOverARecordKeepsTheRecord_Attack(t *testing.T) {
-	t.Skip("defect: the inverse of a reservation resent over a forced charge's record consumes the ticket that replaced the record, so the charge's resend applies twice (errs towards refusing; only a direct Store caller resends a reservation)")
 	client := redistest.SharedCluster(t).Client(t)
 	clock := newFakeClock()
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))

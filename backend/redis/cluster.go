@@ -103,8 +103,9 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // settlement applies and a ticket that stood before the call still
 // stands. On a key another client wrote, an undone reservation is
 // refunded with its Once, consuming the ticket it wrote but not one that
-// stood before it (unless a settlement of the call consumed that one), and
-// a settlement stays applied, so that a repeat is a no-op. Of several
+// stood before it (unless a settlement of the call consumed that one) and
+// writing again a forced charge's record it replaced, and a settlement
+// stays applied, so that a repeat is a no-op. Of several
 // reservations of one Once on one key only the last inverse carries it:
 // the call wrote one ticket, which the first would consume, leaving the
 // others' units taken.
@@ -195,6 +196,15 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			}
 			r.Cost, r.Force = -r.Cost, true
 			k, rs = append(k, keys[g][j]), append(rs, r)
+			if u := replies[g].undo[j].once; r.Once != 0 && u != "" && u[0] != '-' {
+				// The call's reservation replaced a forced charge's record with
+				// its ticket, which the inverse consumes: a forced request of
+				// no units with the Once writes the record again (decide.lua), so
+				// that the charge's resend stays a no-op.
+				keep := r
+				keep.Cost, keep.Stamp = 0, 0
+				k, rs = append(k, keys[g][j]), append(rs, keep)
+			}
 		}
 		if len(rs) > 0 {
 			rkeys, rreqs = append(rkeys, k), append(rreqs, rs)
