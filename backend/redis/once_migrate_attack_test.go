@@ -51,9 +51,9 @@ func TestSettlementResentDuringSlotMigration_Regression(t *testing.T) {
 	if n, err := client.Exists(ctx, "p:"+tag+":a#o42").Result(); err != nil || n != 0 {
 		t.Errorf("after A's refund: %d entries of its Once, %v; want none (the refund consumed its ticket)", n, err)
 	}
-	src, dst, slot := migrating(t, c, client, "p:"+tag, []string{"p:" + tag + ":a"}) // the state moved
+	src, dst, slot := redistest.MigratingSlot(t, client, "p:"+tag, []string{"p:" + tag + ":a"}) // the state moved
 	r, err := s.Decide(ctx, []backend.Request{refund})
-	finish(t, client, src, dst, slot, nil)
+	redistest.FinishMigration(t, client, src, dst, slot, nil)
 	if err == nil && r[0].Remaining != 5 {
 		t.Errorf("A's refund resent mid-reshard: %+v; want 5 left (applied once: B's 5 still count)", r[0])
 	}
