@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -71,53 +70,6 @@ func TestReshardingOneSlotDegradesEveryKey_Attack(t *testing.T) {
 // moves the rest of the keys and then the slot.
 func halfMove(t *testing.T, client *redis.ClusterClient, slotKey, key string) (finish func(rest ...string)) {
 	t.Helper()
-	ctx := context.Background()
-	slot, err := client.ClusterKeySlot(ctx, slotKey).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	slots, err := client.ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var srcAddr, dstAddr string
-	for _, r := range slots {
-		if int64(r.Start) <= slot && slot <= int64(r.End) {
-			srcAddr = r.Nodes[0].Addr
-		}
-	}
-	for _, r := range slots {
-		if r.Nodes[0].Addr != srcAddr {
-			dstAddr = r.Nodes[0].Addr
-		}
-	}
-	src := redis.NewClient(&redis.Options{Addr: srcAddr})
-	dst := redis.NewClient(&redis.Options{Addr: dstAddr})
-	t.Cleanup(func() { src.Close(); dst.Close() })
-	srcID, _ := src.Do(ctx, "cluster", "myid").Text()
-	dstID, _ := dst.Do(ctx, "cluster", "myid").Text()
-	for _, cmd := range [][]any{
-		{dst, "cluster", "setslot", slot, "importing", srcID},
-		{src, "cluster", "setslot", slot, "migrating", dstID},
-	} {
-		if err := cmd[0].(*redis.Client).Do(ctx, cmd[1:]...).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	host, port, _ := strings.Cut(dstAddr, ":")
-	if err := src.Do(ctx, "migrate", host, port, key, 0, 5000).Err(); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return func(rest ...string) {
-		for _, k := range rest {
-			if err := src.Do(ctx, "migrate", host, port, k, 0, 5000).Err(); err != nil {
-				t.Errorf("migrate %s: %v", k, err)
-			}
-		}
-		if err := client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
-			return n.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err()
-		}); err != nil {
-			t.Error(err)
-		}
-	}
+	src, dst, slot := redistest.MigratingSlot(t, client, slotKey, []string{key})
+	return func(rest ...string) { redistest.FinishMigration(t, client, src, dst, slot, rest) }
 }
