@@ -30,6 +30,26 @@ func keysOnMasters(t *testing.T, client *redis.ClusterClient) map[string]string 
 	return masters
 }
 
+// twoMasters decides a key on each of two masters through s, so that both
+// hold the library, and returns the masters, their keys and a client of
+// the first (closed when t ends).
+func twoMasters(t *testing.T, s *Store, client *redis.ClusterClient) (a, b, ka, kb string, na *redis.Client) {
+	t.Helper()
+	masters := keysOnMasters(t, client)
+	for addr := range masters {
+		if a == "" {
+			a = addr
+		} else if b == "" {
+			b = addr
+		}
+	}
+	decide(t, s, day(masters[a], 1))
+	decide(t, s, day(masters[b], 1))
+	na = redis.NewClient(&redis.Options{Addr: a})
+	t.Cleanup(func() { na.Close() })
+	return a, b, masters[a], masters[b], na
+}
+
 // TestAFrozenMasterHoldsNoLoadForAnother_Attack: one master lost its
 // library, another is frozen (a partition, a long operation) and serves no
 // key of the call. The load into every master runs off the call's path, so
@@ -56,19 +76,7 @@ func TestAFrozenMasterHoldsNoLoadForAnother_Attack(t *testing.T) {
 			t.Cleanup(func() { client.Close() })
 			logs := &records{}
 			s := New(client, WithPrefix("p"), WithDenyCache(0), WithLogger(slog.New(logs)))
-			masters := keysOnMasters(t, client)
-			var a, b string
-			for addr := range masters {
-				if a == "" {
-					a = addr
-				} else if b == "" {
-					b = addr
-				}
-			}
-			decide(t, s, day(masters[a], 1))
-			decide(t, s, day(masters[b], 1))
-			na := redis.NewClient(&redis.Options{Addr: a})
-			defer na.Close()
+			a, b, ka, _, na := twoMasters(t, s, client)
 			if err := na.FunctionFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +92,7 @@ func TestAFrozenMasterHoldsNoLoadForAnother_Attack(t *testing.T) {
 			dctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err := s.Decide(dctx, []backend.Request{day(masters[a], 1)})
+			_, err := s.Decide(dctx, []backend.Request{day(ka, 1)})
 			took := time.Since(start)
 			thaw()
 			if err != nil {
