@@ -104,7 +104,8 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // stands. On a key another client wrote, an undone reservation is
 // refunded with its Once, consuming the ticket it wrote but not one that
 // stood before it (unless a settlement of the call consumed that one) and
-// writing again a forced charge's record it replaced, and a settlement
+// writing again a forced charge's record it replaced (one before the call
+// or the call's own), and a settlement
 // stays applied, so that a repeat is a no-op. Of several
 // reservations of one Once on one key only the last inverse carries it:
 // the call wrote one ticket, which the first would consume, leaving the
@@ -160,7 +161,9 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			key  string
 			once int64
 		}
-		settled, last := map[pair]bool{}, map[pair]int{}
+		// charged: those whose applied settlements include a forced
+		// charge, whose record the inverse of a reservation must leave.
+		settled, charged, last := map[pair]bool{}, map[pair]bool{}, map[pair]int{}
 		for j, r := range sub[g] {
 			if r.Once == 0 {
 				continue
@@ -170,6 +173,7 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 				last[p] = j
 			} else if replies[g].added[j] {
 				settled[p] = true
+				charged[p] = charged[p] || r.Cost > 0
 			}
 		}
 		for j, r := range sub[g] {
@@ -196,11 +200,12 @@ func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Req
 			}
 			r.Cost, r.Force = -r.Cost, true
 			k, rs = append(k, keys[g][j]), append(rs, r)
-			if u := replies[g].undo[j].once; r.Once != 0 && u != "" && u[0] != '-' {
-				// The call's reservation replaced a forced charge's record with
-				// its ticket, which the inverse consumes: a forced request of
-				// no units with the Once writes the record again (decide.lua), so
-				// that the charge's resend stays a no-op.
+			if u := replies[g].undo[j].once; r.Once != 0 && (u != "" && u[0] != '-' || charged[p]) {
+				// The call's reservation replaced a forced charge's record (one
+				// before the call, or the call's own) with its ticket, which the
+				// inverse consumes: a forced request of no units with the Once
+				// writes the record again (decide.lua), so that the charge's
+				// resend stays a no-op.
 				keep := r
 				keep.Cost, keep.Stamp = 0, 0
 				k, rs = append(k, keys[g][j]), append(rs, keep)
