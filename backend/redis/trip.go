@@ -328,8 +328,16 @@ func (s *Store) refuseFunctions(err error) {
 // already, and reports whether it did not.
 func (s *Store) useScripts(d time.Duration) bool {
 	now := time.Now().UnixNano()
-	old := s.scriptsUntil.Load()
-	return now >= old && s.scriptsUntil.CompareAndSwap(old, now+int64(d))
+	for {
+		// again when command cleared a window that had passed meanwhile
+		old := s.scriptsUntil.Load()
+		if now < old {
+			return false
+		}
+		if s.scriptsUntil.CompareAndSwap(old, now+int64(d)) {
+			return true
+		}
+	}
 }
 
 // underPressure reports a refusal Redis gives a function whole, before it
