@@ -59,6 +59,28 @@ func TestServerKillRefusesUntilRestart(t *testing.T) {
 	}
 }
 
+// A server started on a port another redis-server holds exits at once
+// (the bind fails), and the one already there answers PING: start must
+// fail, as startInstance's retry on another port and Restart expect, not
+// return an Instance whose Addr reaches another process's server. Test
+// binaries of different packages start servers at once, so freePort's
+// port can be taken before the bind; a test would then share that other
+// binary's server, whose restart empties its keys (a Concurrency rule's
+// leases: more handlers than the limit) and whose end refuses every call.
+func TestStartOnATakenPortFails(t *testing.T) {
+	owner := Server(t)
+	for range 5 {
+		inst := &Instance{Addr: owner.Addr, bin: owner.bin, dir: t.TempDir(), port: owner.port}
+		if err := inst.start(); err == nil {
+			t.Fatalf("start on %s, held by pid %d, succeeded with pid %d: the Instance reaches another process's server",
+				owner.Addr, owner.PID(), inst.PID())
+		}
+	}
+	if err := owner.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("the owner's server after the failed starts: %v", err)
+	}
+}
+
 func TestServerFreezeHangsUntilThaw(t *testing.T) {
 	s := Server(t)
 	c := s.Client(t)
