@@ -225,7 +225,7 @@ func (i *Instance) start() error {
 	i.mu.Lock()
 	i.cmd, i.exited = cmd, exited
 	i.mu.Unlock()
-	if err := waitReady(i.Addr, exited); err != nil {
+	if err := waitReady(i.Addr, exited, cmd.Process.Pid, i.password()); err != nil {
 		i.Kill()
 		log, _ := os.ReadFile(filepath.Join(i.dir, "redis.log"))
 		return fmt.Errorf("redistest: redis-server on %s: %w\n%s", i.Addr, err, lastLines(string(log), 5))
@@ -242,17 +242,25 @@ func lastLines(s string, n int) string {
 }
 
 // waitReady polls PING until the server answers, it exits, or startTimeout
-// passes.
-func waitReady(addr string, exited <-chan struct{}) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+// passes. The answer must come from pid, the process just started: one
+// whose port another redis-server holds (another test binary's, which took
+// freePort's port first) exits at once, while the other server answers.
+func waitReady(addr string, exited <-chan struct{}, pid int, password string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, Password: password})
 	defer c.Close()
 	deadline := time.Now().Add(startTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := c.Ping(ctx).Err()
+		if err == nil {
+			err = answeredBy(ctx, c, pid)
+		}
 		cancel()
 		if err == nil || redis.HasErrorPrefix(err, "NOAUTH") {
 			return nil
+		}
+		if errors.Is(err, errNotOurs) {
+			return err
 		}
 		select {
 		case <-exited:
@@ -264,6 +272,37 @@ func waitReady(addr string, exited <-chan struct{}) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// errNotOurs: the server on the port is another process's.
+var errNotOurs = errors.New("the port is held by another redis-server")
+
+// answeredBy checks that the server c reaches is process pid.
+func answeredBy(ctx context.Context, c *redis.Client, pid int) error {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return err
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			if v != strconv.Itoa(pid) {
+				return fmt.Errorf("%w (pid %s, not %d)", errNotOurs, v, pid)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("redistest: INFO server names no process_id")
+}
+
+// password is the requirepass of the server's configuration, if any, so
+// that waitReady can ask it who it is.
+func (i *Instance) password() string {
+	for _, l := range i.kind.extra {
+		if v, ok := strings.CutPrefix(l, "requirepass "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 // PID returns the server's process id, or 0 when it is not running.
