@@ -153,8 +153,8 @@ func (c *watchedConn) waiting() int {
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
-	if beforeRead != nil {
-		beforeRead()
+	if f := beforeRead.Load(); f != nil {
+		(*f)()
 	}
 	n, err := c.Conn.Read(p)
 	now := time.Now().UnixNano()
@@ -190,6 +190,7 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// beforeRead, set by tests, runs before each read of a watched connection:
-// a reader this process is too busy to run.
-var beforeRead func()
+// beforeRead, set by tests, runs before each read of a watched connection
+// (a background load's too, hence atomic): a reader this process is too
+// busy to run.
+var beforeRead atomic.Pointer[func()]

@@ -87,16 +87,17 @@ func TestAReplyWaitingUnreadIsThisProcesssDelay(t *testing.T) {
 		s := New(defaultClientOpts(t, &redis.Options{Addr: redistest.Shared(t).Addr, ContextTimeoutEnabled: inline}), WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
 		decide(t, s, day("warm", 1))
 		var hold atomic.Bool
-		beforeRead = func() {
+		hook := func() {
 			if hold.CompareAndSwap(true, false) {
 				time.Sleep(3 * budget)
 			}
 		}
+		beforeRead.Store(&hook)
 		hold.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		res, err := s.Decide(ctx, []backend.Request{day("k", 1)})
 		cancel()
-		beforeRead = nil
+		beforeRead.Store(nil)
 		switch {
 		case inline && !errors.Is(err, backend.ErrUnread):
 			t.Errorf("inline: a reply left unread past the deadline: %v, want backend.ErrUnread", err)
