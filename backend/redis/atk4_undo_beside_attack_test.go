@@ -33,7 +33,7 @@ func TestClusterUndoOverARecordBesideALeaseAndAnotherOnce_Attack(t *testing.T) {
 	z.Once = 93 // a fresh reservation of the call, no entry before
 	one := reserve
 	one.Cost, one.Once = 1, 0
-	atk4Undone(t, s, []backend.Request{reserve, lease, z}, one, nil)
+	undoneWith(t, s, []backend.Request{reserve, lease, z}, one, nil)
 	if got := atk4Peek(t, s, reserve); got != 20-3-2-3-1-1 {
 		t.Errorf("after the undo: %d remaining, want %d", got, 20-3-2-3-1-1)
 	}
@@ -71,7 +71,7 @@ func TestClusterInvertedResendWithTheChargesResendMeanwhile_Attack(t *testing.T)
 	charge := reserve
 	charge.Cost, charge.Force = 2, true
 	decide(t, s, charge)
-	atk4Undone(t, s, []backend.Request{reserve}, charge, nil) // the charge's resend meanwhile
+	undoneWith(t, s, []backend.Request{reserve}, charge, nil) // the charge's resend meanwhile
 	if got := atk4Peek(t, s, reserve); got != 5 {
 		t.Errorf("after the undo: %d remaining (entry %s), want 5", got, atk4Kind(atk4Entry(t, s, reserve), clock.Now()))
 	}

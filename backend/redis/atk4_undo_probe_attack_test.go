@@ -1,8 +1,6 @@
 package redis
 
 import (
-	"context"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -10,33 +8,6 @@ import (
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 )
-
-// atk4Undone is undoneAfterAnotherWrite with between run after the
-// call's groups and before the undo (nil: nothing), meanwhile decided
-// only when its Key is set.
-func atk4Undone(t *testing.T, s *Store, reqs []backend.Request, meanwhile backend.Request, between func()) {
-	t.Helper()
-	ctx := context.Background()
-	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
-	own := make([]string, len(reqs))
-	for i, r := range reqs {
-		own[i] = s.prefix + r.Key
-	}
-	keys := [][]string{own, {s.prefix + other.Key}}
-	sub := [][]backend.Request{reqs, {other}}
-	replies, errs := s.runGroups(ctx, keys, sub, true, false)
-	if errs[0] != nil || errs[1] != nil || slices.ContainsFunc(replies[0].results, func(r backend.Result) bool { return !r.Allowed }) {
-		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
-	}
-	if meanwhile.Key != "" {
-		decide(t, s, meanwhile)
-	}
-	if between != nil {
-		between()
-	}
-	replies[1].rejected = true
-	s.refund(ctx, keys, sub, replies, errs)
-}
 
 // atk4Kind reads an entry as "ticket", "record", "lapsed" or "none" at now.
 func atk4Kind(v string, now time.Time) string {
@@ -108,7 +79,7 @@ func TestClusterUndoOverARecordProbes_Attack(t *testing.T) {
 				want--
 			}
 			before := atk4Peek(t, s, reserve)
-			atk4Undone(t, s, call, one, nil)
+			undoneWith(t, s, call, one, nil)
 			got, entry := atk4Peek(t, s, reserve), atk4Kind(atk4Entry(t, s, reserve), clock.Now())
 			sideEntry := atk4Kind(atk4Entry(t, s, side), clock.Now())
 			res := decide(t, s, charge)[0] // the charge's resend
@@ -141,6 +112,6 @@ func TestClusterUndoAfterTheRecordLapsed_Attack(t *testing.T) {
 	clock.Advance(19 * time.Second)
 	one := reserve
 	one.Cost, one.Once = 1, 0
-	atk4Undone(t, s, []backend.Request{reserve}, one, func() { clock.Advance(2 * time.Second) })
+	undoneWith(t, s, []backend.Request{reserve}, one, func() { clock.Advance(2 * time.Second) })
 	t.Logf("entry after the undo: %s (the model: lapsed or none)", atk4Kind(atk4Entry(t, s, reserve), clock.Now()))
 }

@@ -101,6 +101,14 @@ func TestClusterInvertedResendKeepsTheStandingTicket(t *testing.T) {
 // and undoes the call as if the other slot had rejected it.
 func undoneAfterAnotherWrite(t *testing.T, s *Store, reqs []backend.Request, meanwhile backend.Request) {
 	t.Helper()
+	undoneWith(t, s, reqs, meanwhile, nil)
+}
+
+// undoneWith is undoneAfterAnotherWrite with between run after the call's
+// groups and before the undo (nil: nothing), and meanwhile decided only
+// when its Key is set (otherwise the key is put back).
+func undoneWith(t *testing.T, s *Store, reqs []backend.Request, meanwhile backend.Request, between func()) {
+	t.Helper()
 	ctx := context.Background()
 	other := backend.Request{Key: "{b}o", Algorithm: backend.FixedWindow, Limit: 1, Period: time.Second, Cost: 1}
 	own := make([]string, len(reqs))
@@ -113,7 +121,12 @@ func undoneAfterAnotherWrite(t *testing.T, s *Store, reqs []backend.Request, mea
 	if errs[0] != nil || errs[1] != nil || slices.ContainsFunc(replies[0].results, func(r backend.Result) bool { return !r.Allowed }) {
 		t.Fatalf("the call's groups: %v, %v, %+v", errs[0], errs[1], replies[0].results)
 	}
-	decide(t, s, meanwhile)
+	if meanwhile.Key != "" {
+		decide(t, s, meanwhile)
+	}
+	if between != nil {
+		between()
+	}
 	replies[1].rejected = true
 	s.refund(ctx, keys, sub, replies, errs)
 }
