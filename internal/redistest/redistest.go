@@ -100,8 +100,8 @@ func Server(tb testing.TB) *Instance {
 
 // ServerWith is [Server] with more configuration lines, such as
 // "requirepass secret", "replicaof 127.0.0.1 6379" or "maxmemory 1mb", for
-// tests of a server configured the way a user's might be. A server that
-// asks for a password counts as started when it answers PING with NOAUTH.
+// tests of a server configured the way a user's might be. Its start logs
+// in with the configuration's requirepass, to check who answers.
 func ServerWith(tb testing.TB, config ...string) *Instance {
 	tb.Helper()
 	bin := lookPath(tb, "redis-server")
@@ -256,7 +256,7 @@ func waitReady(addr string, exited <-chan struct{}, pid int, password string) er
 			err = answeredBy(ctx, c, pid)
 		}
 		cancel()
-		if err == nil || redis.HasErrorPrefix(err, "NOAUTH") {
+		if err == nil {
 			return nil
 		}
 		if errors.Is(err, errNotOurs) {

@@ -68,16 +68,22 @@ func TestServerKillRefusesUntilRestart(t *testing.T) {
 // binary's server, whose restart empties its keys (a Concurrency rule's
 // leases: more handlers than the limit) and whose end refuses every call.
 func TestStartOnATakenPortFails(t *testing.T) {
-	owner := Server(t)
-	for range 5 {
-		inst := &Instance{Addr: owner.Addr, bin: owner.bin, dir: t.TempDir(), port: owner.port}
-		if err := inst.start(); err == nil {
-			t.Fatalf("start on %s, held by pid %d, succeeded with pid %d: the Instance reaches another process's server",
-				owner.Addr, owner.PID(), inst.PID())
+	// the owner asks for a password, which the new server does not know:
+	// its NOAUTH is not the new server's answer either
+	for _, config := range [][]string{nil, {"requirepass s3cret"}} {
+		owner := ServerWith(t, config...)
+		for range 5 {
+			inst := &Instance{Addr: owner.Addr, bin: owner.bin, dir: t.TempDir(), port: owner.port}
+			if err := inst.start(); err == nil {
+				t.Fatalf("start on %s, held by pid %d (config %q), succeeded with pid %d: the Instance reaches another process's server",
+					owner.Addr, owner.PID(), config, inst.PID())
+			}
 		}
-	}
-	if err := owner.Client(t).Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("the owner's server after the failed starts: %v", err)
+		c := redis.NewClient(&redis.Options{Addr: owner.Addr, Password: owner.password()})
+		defer c.Close()
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			t.Fatalf("the owner's server (config %q) after the failed starts: %v", config, err)
+		}
 	}
 }
 
