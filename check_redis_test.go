@@ -27,15 +27,15 @@ func TestCheckNamesRedisMisconfiguration(t *testing.T) {
 		cause []string // one of these is in the error
 	}{
 		{"no password", func(t *testing.T) *redis.Options {
-			return &redis.Options{Addr: redistest.ServerWithConfig(t, "requirepass s3cret").Addr}
+			return &redis.Options{Addr: redistest.ServerWith(t, "requirepass s3cret").Addr}
 		}, backend.ErrAuth, []string{"NOAUTH", "unauthenticated"}},
 		{"wrong password", func(t *testing.T) *redis.Options {
-			return &redis.Options{Addr: redistest.ServerWithConfig(t, "requirepass s3cret").Addr, Password: "guess"}
+			return &redis.Options{Addr: redistest.ServerWith(t, "requirepass s3cret").Addr, Password: "guess"}
 		}, backend.ErrAuth, []string{"WRONGPASS"}},
 		{"read-only replica", func(t *testing.T) *redis.Options {
 			master := redistest.Server(t)
 			_, port, _ := net.SplitHostPort(master.Addr)
-			return &redis.Options{Addr: redistest.ServerWithConfig(t, "replicaof 127.0.0.1 "+port).Addr}
+			return &redis.Options{Addr: redistest.ServerWith(t, "replicaof 127.0.0.1 "+port).Addr}
 		}, backend.ErrReadOnly, []string{"READONLY"}},
 		{"full", func(t *testing.T) *redis.Options {
 			inst := redistest.Server(t)

@@ -19,7 +19,7 @@ func TestAFailedBGSAVEStillAnswersAPeek_Attack(t *testing.T) {
 	ctx := context.Background()
 	for _, scripts := range []bool{true, false} {
 		t.Run(map[bool]string{false: "FCALL", true: "EVALSHA"}[scripts], func(t *testing.T) {
-			srv := redistest.ServerWithConfig(t, "enable-protected-configs yes")
+			srv := redistest.ServerWith(t, "enable-protected-configs yes")
 			c := srv.Client(t)
 			s := New(c, WithDenyCache(0))
 			if scripts {

@@ -25,7 +25,7 @@ import (
 func TestExpositionHoldsNoKeyAddressOrSecret(t *testing.T) {
 	const password = "pw-Zq81vXk2Lm"
 	secret := []byte("ks-7HcP0qW3nR5tY9uI2oA4sD6fG8hJ1kL3")
-	srv := redistest.ServerWithConfig(t, "requirepass "+password)
+	srv := redistest.ServerWith(t, "requirepass "+password)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: password, ContextTimeoutEnabled: true, DialerRetries: 1})
 	t.Cleanup(func() { client.Close() })
 	prefix := redistest.KeyPrefix(t)

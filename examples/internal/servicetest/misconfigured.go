@@ -27,10 +27,10 @@ type Misconfigured struct {
 // (maxmemory with noeviction). They stop when the test ends.
 func Misconfigurations(t *testing.T) []Misconfigured {
 	t.Helper()
-	auth := redistest.ServerWithConfig(t, "requirepass s3cret")
+	auth := redistest.ServerWith(t, "requirepass s3cret")
 	master := redistest.Server(t)
 	_, port, _ := net.SplitHostPort(master.Addr)
-	replica := redistest.ServerWithConfig(t, "replicaof 127.0.0.1 "+port)
+	replica := redistest.ServerWith(t, "replicaof 127.0.0.1 "+port)
 	full := redistest.Server(t)
 	full.Fill(t)
 	return []Misconfigured{

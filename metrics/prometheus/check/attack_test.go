@@ -33,7 +33,7 @@ import (
 func redisSpans(t *testing.T, opts ...redisotel.TracingOption) (text, addr, password, prefix string) {
 	t.Helper()
 	password = "pw-Zq81vXk2Lm"
-	srv := redistest.ServerWithConfig(t, "requirepass "+password)
+	srv := redistest.ServerWith(t, "requirepass "+password)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Password: password, ContextTimeoutEnabled: true, DialerRetries: 1})
 	t.Cleanup(func() { client.Close() })
 	spans := tracetest.NewSpanRecorder()
