@@ -103,13 +103,12 @@ func (s *Store) decideSlots(ctx context.Context, reqs []backend.Request, groups 
 // settlement applies and a ticket that stood before the call still
 // stands. On a key another client wrote, an undone reservation is
 // refunded with its Once, consuming the ticket it wrote but not one that
-// stood before it (unless a settlement of the call consumed that one) and
-// writing again a forced charge's record it replaced (one before the call
-// or the call's own), and a settlement
-// stays applied, so that a repeat is a no-op. Of several
-// reservations of one Once on one key only the last inverse carries it:
-// the call wrote one ticket, which the first would consume, leaving the
-// others' units taken.
+// stood before it (unless a settlement of the call consumed that one),
+// and a forced charge's record it replaced (one before the call or the
+// call's own) is written again; a settlement stays applied, so that a
+// repeat is a no-op. Of several reservations of one Once on one key only
+// the last inverse carries it: the call wrote one ticket, which the first
+// would consume, leaving the others' units taken.
 func (s *Store) refund(ctx context.Context, keys [][]string, sub [][]backend.Request, replies []reply, errs []error) {
 	var ukeys [][]string
 	var uargs [][]any
