@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -26,7 +25,6 @@ func TestClusterInvertedRefundAndResendOfOneOnce_Attack(t *testing.T) {
 	client := redistest.SharedCluster(t).Client(t)
 	clock := newFakeClock()
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
-	ctx := context.Background()
 	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 44}
 	first := decide(t, s, reserve)[0]
 	if !first.Allowed {
@@ -37,12 +35,10 @@ func TestClusterInvertedRefundAndResendOfOneOnce_Attack(t *testing.T) {
 	five := reserve
 	five.Cost, five.Once = 5, 0
 	undoneAfterAnotherWrite(t, s, []backend.Request{refund, reserve}, five) // another client meanwhile: the key cannot be put back
-	ticket, _ := client.Get(ctx, onceKeyOf(s.prefix+"{a}r", 44)).Result()
+	ticket := onceEntry(t, s, reserve)
 	res := decide(t, s, refund)[0] // the resend of the refund the caller saw rejected
-	peek := reserve
-	peek.Cost, peek.Once = 0, 0
-	if got := decide(t, s, peek)[0]; got.Remaining != 5 {
-		t.Errorf("after the undo and the refund's resend (%+v; ticket after the undo %q): %d remaining, want 5 (X's 3 given back once, the other client's 5 charged)", res, ticket, got.Remaining)
+	if got := remainingOf(t, s, reserve); got != 5 {
+		t.Errorf("after the undo and the refund's resend (%+v; ticket after the undo %q): %d remaining, want 5 (X's 3 given back once, the other client's 5 charged)", res, ticket, got)
 	}
 }
 
@@ -61,10 +57,8 @@ func TestClusterInvertedTwinReservations_Attack(t *testing.T) {
 	one := reserve
 	one.Cost, one.Once = 1, 0
 	undoneAfterAnotherWrite(t, s, []backend.Request{reserve, reserve}, one)
-	peek := reserve
-	peek.Cost, peek.Once = 0, 0
-	if got := decide(t, s, peek)[0]; got.Remaining != 9 {
-		t.Errorf("after the undo: %d remaining, want 9 (only the other client's unit taken)", got.Remaining)
+	if got := remainingOf(t, s, reserve); got != 9 {
+		t.Errorf("after the undo: %d remaining, want 9 (only the other client's unit taken)", got)
 	}
 }
 
@@ -84,10 +78,8 @@ func TestClusterInvertedRefundAfterResendOfOneOnce_Attack(t *testing.T) {
 	five.Cost, five.Once = 5, 0
 	undoneAfterAnotherWrite(t, s, []backend.Request{reserve, refund}, five)
 	res := decide(t, s, refund)[0]
-	peek := reserve
-	peek.Cost, peek.Once = 0, 0
-	if got := decide(t, s, peek)[0]; got.Remaining != 5 {
-		t.Errorf("after the undo and the refund's resend (%+v): %d remaining, want 5", res, got.Remaining)
+	if got := remainingOf(t, s, reserve); got != 5 {
+		t.Errorf("after the undo and the refund's resend (%+v): %d remaining, want 5", res, got)
 	}
 }
 
@@ -104,7 +96,6 @@ func TestClusterInvertedResendOverARecordKeepsTheRecord_Attack(t *testing.T) {
 	client := redistest.SharedCluster(t).Client(t)
 	clock := newFakeClock()
 	s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithClock(clock.Now), WithDenyCache(0))
-	ctx := context.Background()
 	reserve := backend.Request{Key: "{a}r", Algorithm: backend.FixedWindow, Limit: 10, Period: time.Hour, Cost: 3, Once: 48}
 	decide(t, s, reserve)
 	charge := reserve
@@ -113,11 +104,9 @@ func TestClusterInvertedResendOverARecordKeepsTheRecord_Attack(t *testing.T) {
 	one := reserve
 	one.Cost, one.Once = 1, 0
 	undoneAfterAnotherWrite(t, s, []backend.Request{reserve}, one)
-	record, _ := client.Get(ctx, onceKeyOf(s.prefix+reserve.Key, reserve.Once)).Result()
+	record := onceEntry(t, s, reserve)
 	res := decide(t, s, charge)[0] // the forced charge's resend
-	peek := reserve
-	peek.Cost, peek.Once = 0, 0
-	if got := decide(t, s, peek)[0]; got.Remaining != 4 {
-		t.Errorf("after the undo (record %q) and the forced charge's resend (%+v): %d remaining, want 4 (3 + 2 + the other client's 1)", record, res, got.Remaining)
+	if got := remainingOf(t, s, reserve); got != 4 {
+		t.Errorf("after the undo (record %q) and the forced charge's resend (%+v): %d remaining, want 4 (3 + 2 + the other client's 1)", record, res, got)
 	}
 }

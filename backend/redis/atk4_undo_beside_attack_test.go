@@ -34,7 +34,7 @@ func TestClusterUndoOverARecordBesideALeaseAndAnotherOnce_Attack(t *testing.T) {
 	one := reserve
 	one.Cost, one.Once = 1, 0
 	undoneWith(t, s, []backend.Request{reserve, lease, z}, one, nil)
-	if got := atk4Peek(t, s, reserve); got != 20-3-2-3-1-1 {
+	if got := remainingOf(t, s, reserve); got != 20-3-2-3-1-1 {
 		t.Errorf("after the undo: %d remaining, want %d", got, 20-3-2-3-1-1)
 	}
 	now := clock.Now()
@@ -42,7 +42,7 @@ func TestClusterUndoOverARecordBesideALeaseAndAnotherOnce_Attack(t *testing.T) {
 		r    backend.Request
 		want string
 	}{{reserve, "record"}, {y, "record"}, {z, "none"}} {
-		if got := atk4Kind(atk4Entry(t, s, c.r), now); got != c.want {
+		if got := entryKind(onceEntry(t, s, c.r), now); got != c.want {
 			t.Errorf("once %d after the undo: %s, want %s", c.r.Once, got, c.want)
 		}
 	}
@@ -72,7 +72,7 @@ func TestClusterInvertedResendWithTheChargesResendMeanwhile_Attack(t *testing.T)
 	charge.Cost, charge.Force = 2, true
 	decide(t, s, charge)
 	undoneWith(t, s, []backend.Request{reserve}, charge, nil) // the charge's resend meanwhile
-	if got := atk4Peek(t, s, reserve); got != 5 {
-		t.Errorf("after the undo: %d remaining (entry %s), want 5", got, atk4Kind(atk4Entry(t, s, reserve), clock.Now()))
+	if got := remainingOf(t, s, reserve); got != 5 {
+		t.Errorf("after the undo: %d remaining (entry %s), want 5", got, entryKind(onceEntry(t, s, reserve), clock.Now()))
 	}
 }

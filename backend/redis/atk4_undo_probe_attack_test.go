@@ -9,8 +9,8 @@ import (
 	"github.com/ceiling-go/ceiling/internal/redistest"
 )
 
-// atk4Kind reads an entry as "ticket", "record", "lapsed" or "none" at now.
-func atk4Kind(v string, now time.Time) string {
+// entryKind reads an entry as "ticket", "record", "lapsed" or "none" at now.
+func entryKind(v string, now time.Time) string {
 	if v == "" {
 		return "none"
 	}
@@ -78,14 +78,14 @@ func TestClusterUndoOverARecordProbes_Attack(t *testing.T) {
 			} else {
 				want--
 			}
-			before := atk4Peek(t, s, reserve)
+			before := remainingOf(t, s, reserve)
 			undoneWith(t, s, call, one, nil)
-			got, entry := atk4Peek(t, s, reserve), atk4Kind(atk4Entry(t, s, reserve), clock.Now())
-			sideEntry := atk4Kind(atk4Entry(t, s, side), clock.Now())
+			got, entry := remainingOf(t, s, reserve), entryKind(onceEntry(t, s, reserve), clock.Now())
+			sideEntry := entryKind(onceEntry(t, s, side), clock.Now())
 			res := decide(t, s, charge)[0] // the charge's resend
-			after := atk4Peek(t, s, reserve)
-			if atk4Peek(t, s, side) != 20 || sideEntry != "none" {
-				t.Errorf("the other key of the slot: %d remaining, entry %s; want 20, none", atk4Peek(t, s, side), sideEntry)
+			after := remainingOf(t, s, reserve)
+			if remainingOf(t, s, side) != 20 || sideEntry != "none" {
+				t.Errorf("the other key of the slot: %d remaining, entry %s; want 20, none", remainingOf(t, s, side), sideEntry)
 			}
 			if got != want || entry != "record" || after != want {
 				t.Errorf("before %d; after the undo %d remaining, entry %s; after the charge's resend (%+v) %d; want %d, record, %d", before, got, entry, res, after, want, want)
@@ -113,5 +113,5 @@ func TestClusterUndoAfterTheRecordLapsed_Attack(t *testing.T) {
 	one := reserve
 	one.Cost, one.Once = 1, 0
 	undoneWith(t, s, []backend.Request{reserve}, one, func() { clock.Advance(2 * time.Second) })
-	t.Logf("entry after the undo: %s (the model: lapsed or none)", atk4Kind(atk4Entry(t, s, reserve), clock.Now()))
+	t.Logf("entry after the undo: %s (the model: lapsed or none)", entryKind(onceEntry(t, s, reserve), clock.Now()))
 }

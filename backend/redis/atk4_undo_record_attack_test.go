@@ -1,27 +1,12 @@
 package redis
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/ceiling-go/ceiling/backend"
 	"github.com/ceiling-go/ceiling/internal/redistest"
 )
-
-// atk4Peek reads key's remaining units (Cost 0, Once 0).
-func atk4Peek(t *testing.T, s *Store, r backend.Request) int64 {
-	t.Helper()
-	r.Cost, r.Once, r.Force, r.Stamp = 0, 0, false, 0
-	return decide(t, s, r)[0].Remaining
-}
-
-// atk4Entry is the once entry of r's (Key, Once), "" when absent.
-func atk4Entry(t *testing.T, s *Store, r backend.Request) string {
-	t.Helper()
-	v, _ := s.client.Get(context.Background(), onceKeyOf(s.prefix+r.Key, r.Once)).Result()
-	return v
-}
 
 // TestClusterInvertedChargeAndReservationKeepTheChargesRecord_Attack: one
 // cross-slot call carries a forced charge with Once X and a reservation
@@ -52,9 +37,9 @@ func TestClusterInvertedChargeAndReservationKeepTheChargesRecord_Attack(t *testi
 				call = []backend.Request{reserve, charge}
 			}
 			undoneAfterAnotherWrite(t, s, call, one)
-			entry := atk4Entry(t, s, reserve)
+			entry := onceEntry(t, s, reserve)
 			res := decide(t, s, charge)[0] // the charge's resend
-			if got := atk4Peek(t, s, reserve); got != 7 {
+			if got := remainingOf(t, s, reserve); got != 7 {
 				t.Errorf("after the undo (once entry %q) and the charge's resend (%+v): %d remaining, want 7 (the charge's 2 once, the other client's 1)", entry, res, got)
 			}
 		})
@@ -80,9 +65,9 @@ func TestClusterInvertedChargeOverTicketKeepsItsRecord_Attack(t *testing.T) {
 	one := reserve
 	one.Cost, one.Once = 1, 0
 	undoneAfterAnotherWrite(t, s, []backend.Request{charge, reserve}, one)
-	entry := atk4Entry(t, s, reserve)
+	entry := onceEntry(t, s, reserve)
 	res := decide(t, s, charge)[0]
-	if got := atk4Peek(t, s, reserve); got != 4 {
+	if got := remainingOf(t, s, reserve); got != 4 {
 		t.Errorf("after the undo (once entry %q) and the charge's resend (%+v): %d remaining, want 4", entry, res, got)
 	}
 }

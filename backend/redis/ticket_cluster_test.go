@@ -130,3 +130,18 @@ func undoneWith(t *testing.T, s *Store, reqs []backend.Request, meanwhile backen
 	replies[1].rejected = true
 	s.refund(ctx, keys, sub, replies, errs)
 }
+
+// remainingOf peeks r's key (Cost 0, no Once) and returns its remaining
+// units.
+func remainingOf(t *testing.T, s *Store, r backend.Request) int64 {
+	t.Helper()
+	r.Cost, r.Once, r.Force, r.Stamp = 0, 0, false, 0
+	return decide(t, s, r)[0].Remaining
+}
+
+// onceEntry is the stored once entry of r's (Key, Once), "" when absent.
+func onceEntry(t *testing.T, s *Store, r backend.Request) string {
+	t.Helper()
+	v, _ := s.client.Get(context.Background(), onceKeyOf(s.prefix+r.Key, r.Once)).Result()
+	return v
+}
