@@ -39,8 +39,9 @@ const (
 
 // judge says whether a call written at written (UnixNano), whose budget
 // ran out, waits for this process or for the node: reply bytes waiting
-// unread on a connection (or a read that timed out over some since the
-// write) are this process's delay; a round trip written since then, at
+// unread on a connection written since the call or with a round trip in
+// flight (or a read that timed out over some since the write) are this
+// process's delay; a round trip written since then, at
 // least half a budget ago, that got no byte back while none waits
 // anywhere, is the node's silence, however loaded this process is.
 // Otherwise the call's reply is being read, or its write has not reached
@@ -59,10 +60,12 @@ func (n *nodeRecord) judge(written int64, budget time.Duration) judgement {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for c := range n.conns {
-		if c.waiting() > 0 {
+		// bytes on a connection with no round trip in flight since before
+		// the call (a subscriber's unread message) answer nobody waiting
+		wr := c.wrote.Load()
+		if (wr >= written || wr > c.read.Load()) && c.waiting() > 0 {
 			return behind
 		}
-		wr := c.wrote.Load()
 		seen = seen || wr >= written
 		quiet = quiet || (wr >= written && c.read.Load() < wr && now-wr >= int64(budget/2))
 	}

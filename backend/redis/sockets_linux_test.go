@@ -195,3 +195,46 @@ func TestACallBehindASilentRoundTripIsTheBackends(t *testing.T) {
 	}
 	t.Logf("returned after %v: %v", took, err)
 }
+
+// TestAFrozenRedisIsBlamedBesideAnUnreadSubscription: the user's own
+// subscriber on the store's client has a message it has not read yet,
+// waiting in the kernel on its connection, when Redis freezes. Those bytes
+// answer no round trip in flight, so they say nothing of this process's
+// delay: a call to the frozen Redis is still the backend's failure, soon
+// after its budget, not this process's (ErrUnread, or a wait for a starved
+// process's patience).
+func TestAFrozenRedisIsBlamedBesideAnUnreadSubscription(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		inst := redistest.Server(t)
+		client := defaultClientOpts(t, &redis.Options{Addr: inst.Addr, ContextTimeoutEnabled: inline})
+		s := New(client, WithPrefix(redistest.KeyPrefix(t)), WithDenyCache(0))
+		decide(t, s, day("warm", 1))
+		waitForLibrary(t, inst.Client(t))
+		sub := client.Subscribe(context.Background(), "news")
+		if _, err := sub.Receive(context.Background()); err != nil { // the subscription's confirmation
+			t.Fatal(err)
+		}
+		if err := inst.Client(t).Publish(context.Background(), "news", "unread").Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the message in the kernel", func() bool {
+			rec := s.dials.node(inst.Addr)
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for c := range rec.conns {
+				if c.waiting() > 0 {
+					return true
+				}
+			}
+			return false
+		})
+		inst.Freeze(t)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		_, err := s.Decide(ctx, []backend.Request{day("k", 1)})
+		cancel()
+		wantBackendsFailure(t, err, time.Since(start), 300*time.Millisecond)
+		inst.Thaw(t)
+		sub.Close()
+	}
+}
